@@ -1,0 +1,148 @@
+"""`brownformer` command line: one subcommand per pipeline stage.
+
+This module only parses arguments and dispatches to the library (STYLE.md 10). Exit codes:
+0 success; 2 bad config or input (a one-line message naming the problem); 1 anything unexpected.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+
+__all__ = ["main", "build_parser"]
+
+log = logging.getLogger("brownformer")
+
+
+class UsageError(Exception):
+    """Bad input detected by the CLI itself."""
+
+
+def _common(p: argparse.ArgumentParser, *, config_required: bool = True) -> None:
+    p.add_argument("--config", type=Path, required=config_required, help="experiment config YAML")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a config key (dotted path, YAML value); repeatable")
+    p.add_argument("--log", type=Path, default=None, help="also write the log to this file")
+
+
+def _load(args):
+    from brownformer.config import load_config
+    return load_config(args.config, args.overrides)
+
+
+def _cmd_data(args) -> None:
+    from brownformer.data import prepare_dataset
+    cfg = _load(args)
+    if args.dataset not in cfg.datasets:
+        raise UsageError(f"--dataset {args.dataset!r} is not in the config's datasets {sorted(cfg.datasets)}")
+    prepare_dataset(cfg.datasets[args.dataset], args.out)
+
+
+def _cmd_train(args) -> None:
+    from brownformer.pipeline import train_with_probes
+    cfg = _load(args)
+    train_with_probes(cfg, args.run, args.data, args.out, probes=not args.no_probes,
+                      stop_after=args.stop_after, progress=not args.quiet)
+
+
+def _cmd_extract(args) -> None:
+    from brownformer.probes import extract_trajectories
+    cfg = _load(args)
+    extract_trajectories(cfg, args.run_dir, args.out)
+
+
+def _cmd_stats(args) -> None:
+    from brownformer.stats import cli_handlers
+    handler = getattr(cli_handlers, f"handle_{args.stats_cmd.replace('-', '_')}")
+    cfg = _load(args) if getattr(args, "config", None) else None
+    handler(args, cfg)
+
+
+def _cmd_figures(args) -> None:
+    from brownformer.plots import make_figures
+    cfg = _load(args)
+    make_figures(cfg, args.results, args.out)
+
+
+def _cmd_report(args) -> None:
+    from brownformer.report import build_report
+    cfg = _load(args)
+    build_report(cfg, args.results, args.figures, args.out, config_path=args.config)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from brownformer import __version__
+    parser = argparse.ArgumentParser(prog="brownformer", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"brownformer {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("data", help="prepare a dataset into results/data/<dataset>")
+    _common(p)
+    p.add_argument("--dataset", required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=_cmd_data)
+
+    p = sub.add_parser("train", help="train one run (<model>__<optimizer>__s<seed>), with probes")
+    _common(p)
+    p.add_argument("--run", required=True, help="run id, e.g. vit-pre__adamw__s0")
+    p.add_argument("--data", type=Path, required=True, help="prepared dataset folder")
+    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--no-probes", action="store_true", help="train without trajectory capture")
+    p.add_argument("--stop-after", type=int, default=None, help="stop (checkpointed) after N steps")
+    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_train)
+
+    from brownformer.probes import describe_layout
+    p = sub.add_parser("extract", help="assemble trajectory files from a run's probe store",
+                       description=describe_layout(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(p)
+    p.add_argument("--run-dir", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=_cmd_extract)
+
+    from brownformer.stats.cli_handlers import add_stats_parsers
+    p = sub.add_parser("stats", help="statistics: trajectory, attention, run, calibrate, summary")
+    add_stats_parsers(p, _common)
+    p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("figures", help="draw every figure from the results")
+    _common(p)
+    p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--out", type=Path, default=Path("figures"))
+    p.set_defaults(func=_cmd_figures)
+
+    p = sub.add_parser("report", help="execute the report notebook into HTML")
+    _common(p)
+    p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--figures", type=Path, default=Path("figures"))
+    p.add_argument("--out", type=Path, default=Path("results/report"))
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def _setup_logging(path: Path | None) -> None:
+    handlers: list[logging.Handler] = [logging.StreamHandler(sys.stderr)]
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handlers.append(logging.FileHandler(path))
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s",
+                        handlers=handlers, force=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from brownformer.config import ConfigError
+    args = build_parser().parse_args(argv)
+    _setup_logging(getattr(args, "log", None))
+    try:
+        args.func(args)
+    except (ConfigError, UsageError, FileNotFoundError, ValueError) as exc:
+        # Bad config or input: one line naming the problem, exit 2 (nothing half-written: outputs are atomic).
+        print(f"brownformer {args.command}: error: {exc}", file=sys.stderr)
+        log.debug("details", exc_info=True)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,14 @@
+"""Datasets: prepare them once into results/data/<name>/, then draw batches statelessly.
+
+`prepare_dataset` writes the files described in docs/ARTIFACTS.md ("Data files");
+`load_prepared` reads and verifies them; `sample_batch`, `eval_batches` and `probe_inputs` turn
+them into tensors as pure functions of their arguments.
+"""
+from .prepare import prepare_dataset
+from .sampling import eval_batches, pin_memory, probe_inputs, sample_batch, to_device
+from .store import DataError, PreparedData, load_prepared
+
+__all__ = [
+    "prepare_dataset", "load_prepared", "PreparedData", "DataError",
+    "sample_batch", "eval_batches", "probe_inputs", "pin_memory", "to_device",
+]

@@ -1,0 +1,77 @@
+"""Small descriptive summaries of trajectory arrays for plotting, and lookups in stats JSONs.
+
+These only describe the data as drawn (means, norms, displacements); every verdict, fit with a
+confidence interval or test comes from the statistics stage's JSON outputs.
+"""
+from __future__ import annotations
+
+import re
+
+import numpy as np
+
+from brownformer.plots._load import Results, dig
+
+__all__ = ["files_of", "unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_msd",
+           "find_test", "capture_number"]
+
+
+def files_of(res: Results, run_id: str, category: str) -> list[dict]:
+    """Index entries of one category (depth, training, weights, gradnoise, attention), path-sorted."""
+    entries = [f for f in res.trajectory_index(run_id) if f.get("category") == category
+               or str(f.get("path", "")).startswith(category + "/")]
+    return sorted(entries, key=lambda f: f["path"])
+
+
+def capture_number(path: str) -> int:
+    m = re.search(r"_c(\d+)", path) or re.search(r"c(\d+)", path)
+    return int(m.group(1)) if m else -1
+
+
+def unit(X: np.ndarray) -> np.ndarray:
+    """Rows normalised to unit length (zero rows stay zero)."""
+    X = np.asarray(X, dtype=np.float64)
+    n = np.linalg.norm(X, axis=-1, keepdims=True)
+    return np.divide(X, n, out=np.zeros_like(X), where=n > 0)
+
+
+def mean_cosine_from_start(X: np.ndarray) -> np.ndarray:
+    """E_walkers <u_0, u_t> for t = 0..T-1; X has shape (T, N, d)."""
+    U = unit(X)
+    return np.einsum("tnd,nd->tn", U, U[0]).mean(axis=1)
+
+
+def gram_offdiagonal(X: np.ndarray) -> np.ndarray:
+    """Mean off-diagonal cosine between walkers at each time; X (T, N, d) -> (T,)."""
+    U = unit(X)
+    T, N, _ = U.shape
+    G = np.einsum("tnd,tmd->tnm", U, U)  # (T, N, N)
+    off = ~np.eye(N, dtype=bool)
+    return G[:, off].mean(axis=1) if N > 1 else np.full(T, np.nan)
+
+
+def displacement_msd(X: np.ndarray) -> np.ndarray:
+    """E_walkers ||x_t - x_0||^2 per dimension, t = 0..T-1; X (T, N, d)."""
+    X = np.asarray(X, dtype=np.float64)
+    return ((X - X[:1]) ** 2).sum(-1).mean(axis=1) / X.shape[-1]
+
+
+def find_test(stats: dict, pattern: str) -> tuple[float, float, float] | None:
+    """(estimate, ci_low, ci_high) of the first test in stats["tests"] whose name matches `pattern`.
+
+    Also accepts a top-level entry with that name holding {"estimate", "ci"|"confidence_interval"}.
+    """
+    rx = re.compile(pattern)
+    candidates = [t for t in dig(stats, "tests", default=[]) if isinstance(t, dict) and rx.search(str(t.get("name", "")))]
+    candidates += [v for k, v in (stats.items() if isinstance(stats, dict) else []) if rx.search(k) and isinstance(v, dict)]
+    for t in candidates:
+        est = t.get("estimate", t.get("statistic"))
+        ci = t.get("confidence_interval", t.get("ci")) or [None, None]
+        try:
+            est = float(est)
+        except (TypeError, ValueError):
+            continue
+        if not np.isfinite(est):
+            continue
+        lo, hi = (float(c) if c is not None else np.nan for c in list(ci)[:2]) if len(ci) >= 2 else (np.nan, np.nan)
+        return est, lo, hi
+    return None

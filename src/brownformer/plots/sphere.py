@@ -1,0 +1,82 @@
+"""Figure 3 (claim 1): norms of LayerNorm outputs, before and after the affine map."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+
+from brownformer.plots._load import Results, dig
+from brownformer.plots._style import new_figure, no_data
+from brownformer.plots._traj import capture_number, files_of
+
+__all__ = ["sphere_norm_table", "plot_sphere_norms"]
+
+
+def sphere_norm_table(res: Results) -> pd.DataFrame:
+    """||x|| / sqrt(d) per walker and layer from the depth trajectories of each run (last capture).
+
+    `depth/ln_c<k>` holds LN outputs before the affine map already divided by sqrt(d), so their
+    norms are reported as stored; `depth/resid_c<k>` (the residual stream) is divided by sqrt(d)
+    here. Rows: model, ln, optimizer, source ("LN before affine" | "residual stream"), layer, norm.
+    """
+    rows = []
+    for spec in res.runs:
+        ln = res.cfg.models[spec.model].ln
+        for prefix, source, scale in (("depth/ln_c", "LN before affine", False), ("depth/resid_c", "residual stream", True)):
+            entries = [f for f in files_of(res, spec.run_id, "depth") if f["path"].startswith(prefix)
+                       and not f["path"].endswith("_features.npy")]
+            if not entries:
+                continue
+            last = max(entries, key=lambda f: capture_number(f["path"]))
+            X, _ = res.load_trajectory(spec.run_id, last["path"])
+            if X is None or X.ndim != 3:
+                continue
+            norms = np.linalg.norm(X.astype(np.float64), axis=-1)  # (layers, walkers)
+            if scale:
+                norms = norms / np.sqrt(X.shape[-1])
+            for layer in range(norms.shape[0]):
+                rows += [{"model": spec.model, "ln": ln, "optimizer": spec.optimizer, "source": source,
+                          "layer": layer, "norm": float(v)} for v in norms[layer]]
+    return pd.DataFrame(rows)
+
+
+def _after_affine(res: Results) -> pd.DataFrame:
+    """Per-layer summaries of ||LN(x)||/sqrt(d) after gamma/beta from the stats JSONs, if any wrote them."""
+    rows = []
+    for run_id, stats in res.all_run_stats.items():
+        spec = next(s for s in res.runs if s.run_id == run_id)
+        for key, data in stats.items():
+            if "sphere" not in key:
+                continue
+            for entry in dig(data, "layers", default=[]) or []:
+                val = dig(entry, "norm_after_affine", "mean") or dig(entry, "after_affine", "mean")
+                if val is not None:
+                    rows.append({"model": spec.model, "ln": res.cfg.models[spec.model].ln,
+                                 "layer": entry.get("layer"), "norm": float(val)})
+    return pd.DataFrame(rows)
+
+
+def plot_sphere_norms(res: Results):
+    fig, axes = new_figure(1, 3, width=4.0, height=3.2)
+    table = sphere_norm_table(res)
+    titles = {"LN before affine": "LN output before affine", "residual stream": "residual stream (contrast)"}
+    for ax, source in zip(axes[0, [0, 2]], ("LN before affine", "residual stream")):
+        sub = table[table["source"] == source] if not table.empty else table
+        if sub.empty:
+            no_data(ax, f"no depth trajectories ({source})", title=titles[source])
+            continue
+        sns.boxplot(data=sub, x="layer", y="norm", hue="ln", ax=ax, fliersize=1.5, linewidth=0.8,
+                    hue_order=sorted(sub["ln"].unique()))
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set(ylabel="‖x‖ / √d", title=titles[source])
+        ax.legend(title="LN placement", loc="best")
+    after = _after_affine(res)
+    ax = axes[0, 1]
+    if after.empty:
+        no_data(ax, "the statistics stage wrote no after-affine LN norms", title="LN output after affine")
+    else:
+        sns.pointplot(data=after, x="layer", y="norm", hue="ln", ax=ax, errorbar=("pi", 100), dodge=0.3)
+        ax.axhline(1.0, color="k", lw=0.8, ls="--")
+        ax.set(ylabel="‖γ⊙z+β‖ / √d", title="LN output after affine")
+    fig.suptitle("Claim 1: LayerNorm outputs on the sphere of radius √d (dashed: 1)", fontsize=10)
+    return fig

@@ -1,0 +1,193 @@
+"""Figures 1 and 2: training curves, and time to AdamW's final validation metric.
+
+`time_to_target` is also what the report's optimizer comparison quotes, so the figure and the
+text cannot disagree.
+"""
+from __future__ import annotations
+
+import logging
+import re
+
+import numpy as np
+import pandas as pd
+
+from brownformer.plots._load import Results
+from brownformer.plots._style import new_figure, no_data, optimizer_palette
+
+log = logging.getLogger(__name__)
+
+__all__ = ["val_metric_of", "time_to_target", "overhead_breakdown", "plot_training_curves",
+           "plot_time_to_target"]
+
+# Optimizer diagnostics that are timings, by component (matched on the opt_* column name).
+_TIMING = re.compile(r"(time|_s$|_ms$|seconds)")
+_COMPONENTS = (("factors", re.compile(r"factor|cov|stat")), ("inverse / CG", re.compile(r"inv|eig|cg|solve")),
+               ("apply", re.compile(r"apply|precond|update|step")))
+
+
+def val_metric_of(kind: str) -> tuple[str, bool]:
+    """(metrics column, higher_is_better) of the validation metric for a dataset kind."""
+    return ("val_accuracy", True) if kind == "image" else ("val_bpc", False)
+
+
+def _eval_rows(res: Results, model: str) -> tuple[pd.DataFrame, str, bool]:
+    col, higher = val_metric_of(res.dataset_kind(model))
+    m = res.metrics
+    if m.empty or col not in m.columns:
+        return pd.DataFrame(), col, higher
+    rows = m[(m["model"] == model) & m[col].notna()].sort_values(["run", "step"])
+    return rows, col, higher
+
+
+def time_to_target(res: Results) -> pd.DataFrame:
+    """Steps and seconds each run needs to reach the target optimizer's final validation metric.
+
+    The target for a model variant is the median over seeds of the target optimizer's (config
+    `report.target_optimizer`, AdamW by default) last evaluated metric. A run "reaches" it at its
+    first evaluation with accuracy >= target (bits per char <= target); runs that never do get NaN.
+
+    Returns:
+        One row per run: model, optimizer, seed, metric, target, final, reached, steps, seconds.
+    """
+    target_opt = res.cfg.report.get("target_optimizer", "adamw")
+    rows = []
+    for model in sorted({r.model for r in res.runs}):
+        ev, col, higher = _eval_rows(res, model)
+        if ev.empty:
+            continue
+        finals = ev.groupby("run").tail(1)
+        ref = finals[finals["optimizer"] == target_opt][col]
+        target = float(ref.median()) if len(ref) else np.nan
+        for run, g in ev.groupby("run", sort=True):
+            hit = g[g[col] >= target] if higher else g[g[col] <= target]
+            reached = bool(np.isfinite(target) and len(hit))
+            rows.append({"model": model, "optimizer": g["optimizer"].iat[0], "seed": int(g["seed"].iat[0]),
+                         "run": run, "metric": col, "target": target, "final": float(g[col].iat[-1]),
+                         "reached": reached,
+                         "steps": float(hit["step"].iat[0]) if reached else np.nan,
+                         "seconds": float(hit["wall_time"].iat[0]) if reached and "wall_time" in hit else np.nan,
+                         "total_seconds": float(g["wall_time"].iat[-1]) if "wall_time" in g else np.nan})
+    return pd.DataFrame(rows)
+
+
+def overhead_breakdown(res: Results) -> pd.DataFrame:
+    """Mean per-step time of each optimizer component from the opt_* timing columns of metrics.
+
+    Returns:
+        Rows optimizer, model, component, seconds (mean over logged rows and seeds); empty when
+        no run logged timings.
+    """
+    m = res.metrics
+    if m.empty:
+        return pd.DataFrame()
+    timing_cols = [c for c in m.columns if c.startswith("opt_") and _TIMING.search(c)]
+    rows = []
+    for col in timing_cols:
+        comp = next((name for name, pat in _COMPONENTS if pat.search(col[4:])), col[4:])
+        scale = 1e-3 if col.endswith("_ms") else 1.0
+        for (opt, model), g in m[m[col].notna()].groupby(["optimizer", "model"], sort=True):
+            rows.append({"optimizer": opt, "model": model, "component": comp, "column": col,
+                         "seconds": float(g[col].mean()) * scale})
+    return pd.DataFrame(rows)
+
+
+def _band(ax, g: pd.DataFrame, x: str, y: str, color, label: str) -> None:
+    """Median over seeds as a line, the seeds' min-max as a band (x = median over seeds too)."""
+    agg = g.groupby("step").agg(x=(x, "median"), med=(y, "median"), lo=(y, "min"), hi=(y, "max"),
+                                n=(y, "size")).reset_index()
+    ax.plot(agg["x"], agg["med"], color=color, lw=1.2, label=label)
+    if (agg["n"] > 1).any():
+        ax.fill_between(agg["x"], agg["lo"], agg["hi"], color=color, alpha=0.2, lw=0)
+
+
+def plot_training_curves(res: Results):
+    """Figure 1: rows = model variants; columns = train loss and validation metric vs steps and seconds."""
+    models = sorted({r.model for r in res.runs})
+    fig, axes = new_figure(max(len(models), 1), 4, width=3.3, height=2.6)
+    m = res.metrics
+    palette = optimizer_palette(r.optimizer for r in res.runs)
+    for i, model in enumerate(models):
+        col, _ = val_metric_of(res.dataset_kind(model))
+        label = "val accuracy" if col == "val_accuracy" else "val bits per char"
+        panels = [("step", "train_loss", "steps", "train loss"), ("step", col, "steps", label),
+                  ("wall_time", "train_loss", "wall-clock (s)", "train loss"), ("wall_time", col, "wall-clock (s)", label)]
+        g_model = m[m["model"] == model] if not m.empty else m
+        for j, (x, y, xl, yl) in enumerate(panels):
+            ax = axes[i, j]
+            title = f"{model}: {yl}"
+            if g_model.empty or y not in g_model or x not in g_model or g_model[y].notna().sum() == 0:
+                no_data(ax, f"no metrics.parquet with {y} for {model}", title=title)
+                continue
+            for opt, g in g_model[g_model[y].notna()].groupby("optimizer", sort=True):
+                _band(ax, g, x, y, palette[opt], opt)
+            ax.set(xlabel=xl, ylabel=yl, title=title)
+            if y == "train_loss":
+                ax.set_yscale("log")
+            if i == 0 and j == 0:
+                ax.legend(title="optimizer", loc="upper right")
+    if not models:
+        no_data(axes[0, 0], "the config has no runs")
+    fig.suptitle("Training curves (median over seeds; bands span seeds)", fontsize=10)
+    return fig
+
+
+def _strip(ax, tt: pd.DataFrame, value: str, palette, ylabel: str) -> None:
+    models = sorted(tt["model"].unique())
+    opts = sorted(tt["optimizer"].unique())
+    width = 0.8 / max(len(models), 1)
+    markers = "osD^v<>p"
+    finite = tt[value].dropna()
+    ceiling = (finite.max() * 1.15) if len(finite) else 1.0
+    for k, model in enumerate(models):
+        for o, opt in enumerate(opts):
+            g = tt[(tt["model"] == model) & (tt["optimizer"] == opt)]
+            if g.empty:
+                continue
+            xpos = o - 0.4 + width * (k + 0.5)
+            ok = g[g["reached"]]
+            ax.scatter(np.full(len(ok), xpos), ok[value], color=palette[opt], marker=markers[k % len(markers)],
+                       s=18, zorder=3, label=model if o == 0 else None, edgecolor="k", linewidth=0.3)
+            if len(ok):
+                ax.hlines(ok[value].median(), xpos - width * 0.4, xpos + width * 0.4, color="k", lw=1.2, zorder=4)
+            miss = len(g) - len(ok)
+            if miss:
+                ax.scatter([xpos], [ceiling], marker="x", color=palette[opt], s=25, zorder=3)
+                ax.annotate(f"{miss} not\nreached", (xpos, ceiling), fontsize=6, ha="center", va="bottom",
+                            xytext=(0, 3), textcoords="offset points")
+    ax.set_xticks(range(len(opts)), opts, rotation=30, ha="right")
+    ax.set_ylabel(ylabel)
+    ax.set_ylim(bottom=0, top=ceiling * 1.25)
+    if len(models) > 1:
+        ax.legend(title="model (marker)", loc="upper left")
+
+
+def plot_time_to_target(res: Results):
+    """Figure 2: steps and seconds to the target, per optimizer and model, seeds as points; K-FAC overhead."""
+    fig, axes = new_figure(1, 3, width=4.0, height=3.3)
+    tt = time_to_target(res)
+    target_opt = res.cfg.report.get("target_optimizer", "adamw")
+    palette = optimizer_palette(r.optimizer for r in res.runs)
+    if tt.empty or not np.isfinite(tt["target"]).any():
+        why = ("no validation metrics" if tt.empty else f"no finished {target_opt} run to set the target")
+        no_data(axes[0, 0], why, title="steps to target")
+        no_data(axes[0, 1], why, title="seconds to target")
+    else:
+        _strip(axes[0, 0], tt, "steps", palette, "steps to target")
+        axes[0, 0].set_title(f"steps to {target_opt}'s final val metric")
+        _strip(axes[0, 1], tt, "seconds", palette, "seconds to target")
+        axes[0, 1].set_title(f"wall-clock to {target_opt}'s final val metric")
+    ov = overhead_breakdown(res)
+    ax = axes[0, 2]
+    if ov.empty:
+        no_data(ax, "no optimizer timing columns (opt_*time*) in metrics.parquet", title="K-FAC time per step")
+    else:
+        per = ov.groupby(["optimizer", "component"])["seconds"].mean().unstack(fill_value=0.0).sort_index()
+        bottom = np.zeros(len(per))
+        colors = optimizer_palette(per.columns)
+        for comp in per.columns:
+            ax.bar(range(len(per)), per[comp].to_numpy() * 1e3, bottom=bottom, label=comp, color=colors[comp])
+            bottom += per[comp].to_numpy() * 1e3
+        ax.set_xticks(range(len(per)), per.index, rotation=30, ha="right")
+        ax.set(ylabel="ms per step (mean over logged steps)", title="optimizer time per step by component")
+        ax.legend(title="component")
+    return fig

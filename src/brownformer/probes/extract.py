@@ -1,0 +1,239 @@
+"""The extract stage: a run's capture store -> the trajectory files of docs/ARTIFACTS.md.
+
+One pass over the captures, one capture in memory at a time; arrays that span captures are
+written straight into memory-mapped .npy files. Everything is built in a staging folder beside
+`out_dir` and swapped in at the end, so a failed extraction leaves the previous one intact.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import shutil
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from brownformer.config import ExperimentConfig
+from brownformer.io import write_json
+from brownformer.probes.capture import MATRICES, sphere_normalize
+from brownformer.probes.schedule import depth_subset
+from brownformer.probes.store import CaptureStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["extract_trajectories", "N_PER_CAPTURE_FILES"]
+
+N_PER_CAPTURE_FILES = 8  # depth and attention files for the first, last and ~6 evenly spaced captures
+
+
+@contextmanager
+def _staging_dir(out_dir: Path) -> Iterator[Path]:
+    """A temporary folder that replaces out_dir only if the block succeeds."""
+    out_dir.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
+    try:
+        yield tmp
+        old = None
+        if out_dir.exists():
+            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
+            os.rmdir(old)
+            os.replace(out_dir, old)
+        os.replace(tmp, out_dir)
+        if old is not None:
+            shutil.rmtree(old)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+
+
+class _Writer:
+    """Writes arrays with sidecars into the staging folder and collects index.json entries."""
+
+    def __init__(self, root: Path, run: str):
+        self.root, self.run, self.entries = root, run, []
+
+    def _register(self, rel: str, sidecar: dict, category: str, layer, tensor: str, capture) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path.with_suffix(".json"), sidecar)
+        self.entries.append({"path": rel, "category": category, "kind": sidecar["kind"],
+                             "time": sidecar.get("time"), "layer": layer, "tensor": tensor, "capture": capture})
+
+    def save(self, rel: str, array: np.ndarray, sidecar: dict, *, category: str, layer=None, tensor: str,
+             capture=None) -> None:
+        self._register(rel, sidecar, category, layer, tensor, capture)
+        np.save(self.root / rel, array)
+
+    def memmap(self, rel: str, shape: tuple[int, ...], sidecar: dict, *, category: str, layer=None,
+               tensor: str) -> np.memmap:
+        self._register(rel, sidecar, category, layer, tensor, None)
+        return np.lib.format.open_memmap(self.root / rel, mode="w+", dtype=np.float32, shape=shape)
+
+
+def _sidecar(kind: str, time: str | None, times: list, walkers: str, source: dict, **extra: Any) -> dict:
+    return {"kind": kind, "time": time, "times": list(times), "walkers": walkers, "source": source, **extra}
+
+
+def _rows_stochastic(p: np.ndarray) -> np.ndarray:
+    # Stored probabilities are rounded (float16 by default); renormalise so rows sum to 1 again.
+    p = p.astype(np.float32)
+    return p / p.sum(axis=-1, keepdims=True)
+
+
+def extract_trajectories(cfg: ExperimentConfig, run_dir: str | Path, out_dir: str | Path) -> dict:
+    """Write every trajectory file of docs/ARTIFACTS.md for one run, plus index.json and summary.json.
+
+    Args:
+        cfg: the experiment config (used to check the store was written with it).
+        run_dir: results/runs/<R>, holding probes/ (and manifest.json for the overhead figure).
+        out_dir: the trajectories folder, replaced as a whole.
+    Returns:
+        The summary (also written to out_dir/summary.json).
+    Raises:
+        FileNotFoundError: no capture store in run_dir.
+        ValueError: the store belongs to another config, or a capture fails its sha256 check.
+    """
+    run_dir, out_dir = Path(run_dir), Path(out_dir)
+    store = CaptureStore(run_dir / "probes")
+    meta = store.read_meta()
+    if meta is None or store.index.empty:
+        raise FileNotFoundError(f"{run_dir / 'probes'}: no captures (was the run trained with probes enabled?)")
+    if meta["config_hash"] != cfg.hash:
+        log.warning("%s was captured under config hash %s, not the given config's %s",
+                    run_dir / "probes", meta["config_hash"][:12], cfg.hash[:12])
+    with _staging_dir(out_dir) as tmp:
+        writer = _Writer(tmp, meta["run"])
+        depth_ks = _write_all(store, meta, writer)
+        write_json(tmp / "index.json", {"run": meta["run"], "files": writer.entries})
+        summary = _summary(store, meta, run_dir, writer.entries, depth_ks)
+        write_json(tmp / "summary.json", summary)
+    log.info("%s: %d trajectory files in %s (store %.1f MB)", meta["run"], len(writer.entries), out_dir,
+             summary["store_mb"])
+    return summary
+
+
+def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
+    index = store.index
+    L, d, B, n = meta["n_layers"], meta["d_model"], meta["n_inputs"], meta["n_tokens"]
+    N, C, run = B * n, len(index), meta["run"]
+    ks, steps = [int(k) for k in index["capture"]], [int(s) for s in index["step"]]
+    lr_sums = [float(v) for v in index["lr_sum"]]
+    noise_rows = [i for i, has in enumerate(index["has_noise"]) if has]
+    per_capture = set(depth_subset(C, N_PER_CAPTURE_FILES))
+    centered = meta["ln"] != "none"
+    token_walkers = (f"probe token: walker i*{n} + t is token t of probe input i ({B} inputs x {n} tokens)"
+                     + ("; token 0 of each input is the CLS token" if meta.get("cls_index") == 0 else ""))
+    src = lambda **kw: {"run": run, "head": None, **kw}  # noqa: E731
+
+    training = {l: w.memmap(f"training/ln_l{l}.npy", (C, N, d), _sidecar(
+        "sphere", "step", steps, token_walkers,
+        src(layer=l, tensor="ln_hat/sqrt(d)", captures=ks, steps=steps), ln=meta["ln"],
+        ln_none_flag=meta["ln_none_flag"]), category="training", layer=l, tensor="ln") for l in range(L)}
+    weights, noise = {}, {}
+    for i, k in enumerate(tqdm(ks, desc=f"extract {run}", mininterval=5, disable=not log.isEnabledFor(logging.INFO))):
+        cap = store.load(k)
+        ln = cap["ln_hat"].astype(np.float32) / math.sqrt(d)  # (L, B, n, d) on the unit sphere
+        for l in range(L):
+            training[l][i] = ln[l].reshape(N, d)
+        if not weights:
+            weights = _open_weights(w, meta, cap["weights"].shape, C, ks, steps)
+        for (l, m), arr in weights.items():
+            arr[i] = cap["weights"][l, MATRICES.index(m)]
+        if "noise" in cap:
+            if not noise:
+                noise = _open_noise(w, meta, cap["noise"].shape, [ks[j] for j in noise_rows],
+                                    [steps[j] for j in noise_rows])
+            j = noise_rows.index(i)
+            for (l, m), arr in noise.items():
+                arr[j] = cap["noise"][l, MATRICES.index(m)]
+        if i in per_capture:
+            _write_capture_files(w, meta, cap, k, steps[i], token_walkers, centered)
+    for arr in [*training.values(), *weights.values(), *noise.values()]:
+        arr.flush()
+    weights.clear(), noise.clear(), training.clear()  # drop the maps before rereading the files
+    for l in range(L):  # the same array with cumulative learning rate as time
+        w.save(f"training/ln_l{l}_lrsum.npy", np.load(w.root / f"training/ln_l{l}.npy"), _sidecar(
+            "sphere", "lr_sum", lr_sums, token_walkers,
+            src(layer=l, tensor="ln_hat/sqrt(d)", captures=ks, steps=steps), ln=meta["ln"],
+            ln_none_flag=meta["ln_none_flag"]), category="training", layer=l, tensor="ln")
+    return [ks[i] for i in sorted(per_capture)]
+
+
+def _open_weights(w: _Writer, meta: dict, shape: tuple, C: int, ks: list, steps: list) -> dict:
+    L, _, rows, cols = shape
+    proj = meta["projection"]
+    walkers = (f"row r of W_<m> ({rows} output units), projected to {cols} dims ({proj.get('kind')}, seed "
+               f"{proj.get('seed')})" if proj["projected"] else f"row r of W_<m> ({rows} output units) over {cols} inputs")
+    return {(l, m): w.memmap(f"weights/l{l}_{m}.npy", (C, rows, cols), _sidecar(
+        "euclidean", "step", steps, walkers.replace("<m>", m.upper()),
+        {"run": meta["run"], "layer": l, "head": None, "tensor": f"W_{m.upper()}", "captures": ks, "steps": steps},
+        projection=proj), category="weights", layer=l, tensor=m)
+        for l in range(L) for m in MATRICES}
+
+
+def _open_noise(w: _Writer, meta: dict, shape: tuple, ks: list, steps: list) -> dict:
+    L, _, M, p = shape
+    pr = meta["probes"]
+    walkers = (f"one of M={M} minibatch gradients (batch {meta['batch_size']}) minus the large-batch gradient "
+               f"({pr['noise_large_batch']} examples) at that capture; flattened (out, in) weight gradient")
+    return {(l, m): w.memmap(f"gradnoise/l{l}_{m}.npy", (len(ks), M, p), _sidecar(
+        "euclidean", "step", steps, walkers,
+        {"run": meta["run"], "layer": l, "head": None, "tensor": f"grad W_{m.upper()}", "captures": ks, "steps": steps},
+        projection=meta["projection"], samples_independent_across_time=True),
+        category="gradnoise", layer=l, tensor=m) for l in range(L) for m in MATRICES}
+
+
+def _write_capture_files(w: _Writer, meta: dict, cap: dict, k: int, step: int, walkers: str, centered: bool) -> None:
+    L, d = meta["n_layers"], meta["d_model"]
+    B, n = meta["n_inputs"], meta["n_tokens"]
+    source = {"run": meta["run"], "head": None, "captures": [k], "steps": [step]}
+    ln = cap["ln_hat"].astype(np.float32) / math.sqrt(d)  # (L, B, n, d)
+    w.save(f"depth/ln_c{k}.npy", ln.reshape(L, B * n, d), _sidecar(
+        "sphere", "layer", list(range(L)), walkers, {**source, "layer": None, "tensor": "ln_hat/sqrt(d)"},
+        ln=meta["ln"], ln_none_flag=meta["ln_none_flag"], step=step), category="depth", tensor="ln", capture=k)
+    resid = cap["resid"].astype(np.float32)  # (L+1, B, n, d): entering blocks 0..L-1, then the output
+    w.save(f"depth/resid_c{k}.npy", resid.reshape(L + 1, B * n, d), _sidecar(
+        "euclidean", "layer", list(range(L + 1)), walkers, {**source, "layer": None, "tensor": "resid"},
+        note=f"time l < {L}: stream entering block l; time {L}: output of the last block", step=step),
+        category="depth", tensor="resid", capture=k)
+    feats = sphere_normalize(torch.from_numpy(resid[:L]), centered=centered).numpy() / math.sqrt(d)  # (L, B, n, d)
+    w.save(f"attention/c{k}.npy", _rows_stochastic(cap["attn"]), {
+        "kind": "attention", "time": None, "times": [], "causal": bool(meta["causal"]),
+        "axes": ["layer", "head", "input", "query", "key"], "walkers": None,
+        "features": f"attention/c{k}_features.npy", "step": step,
+        "source": {**source, "layer": "all", "head": "all", "tensor": "attn"},
+        "note": "rows renormalised to sum 1 after storage rounding"}, category="attention", tensor="attn", capture=k)
+    w.save(f"attention/c{k}_features.npy", feats.astype(np.float32), {
+        "kind": "features", "time": None, "times": [], "causal": bool(meta["causal"]),
+        "axes": ["layer", "input", "token", "dim"], "walkers": None, "step": step,
+        "source": {**source, "layer": "all", "tensor": "attention input, sphere-normalised"},
+        "note": "the stream entering block l normalised as the model's LN would "
+                + ("(centred, unit norm)" if centered else "(ln none: unit norm, not centred)")
+                + "; for pre-LN this equals depth ln; for post-LN the attention acts on the block input"},
+        category="attention", tensor="features", capture=k)
+
+
+def _summary(store: CaptureStore, meta: dict, run_dir: Path, entries: list, depth_ks: list) -> dict:
+    counts: dict[str, int] = {}
+    for e in entries:
+        counts[e["category"]] = counts.get(e["category"], 0) + 1
+    capture_s = float(meta.get("capture_seconds_total") or 0.0)
+    wall = None
+    manifest = run_dir / "manifest.json"
+    if manifest.exists():
+        wall = json.loads(manifest.read_text()).get("wall_time_s")
+    overhead = capture_s / (wall - capture_s) if wall and wall > capture_s else None
+    return {"run": meta["run"], "n_captures": int(len(store.index)), "steps": [int(s) for s in store.index["step"]],
+            "noise_captures": [int(k) for k, h in zip(store.index["capture"], store.index["has_noise"]) if h],
+            "per_capture_files": {"captures": depth_ks, "rule": f"first, last and evenly spaced, "
+                                                              f"{N_PER_CAPTURE_FILES} at most"},
+            "counts": counts, "n_files": len(entries), "store_mb": store.size_bytes() / 2**20,
+            "capture_seconds": capture_s, "train_wall_seconds": wall,
+            "capture_overhead": overhead, "overhead_definition": "capture seconds / (training wall time - capture seconds)"}

@@ -1,0 +1,167 @@
+"""ProbeRecorder: a training callback that fills the capture store at the scheduled steps.
+
+It must not change training. It never runs anything through the training model (K-FAC hooks sit
+on its nn.Linear layers): it copies the weights into a cached, hook-free probe model in eval mode
+and works there. Its randomness comes from seeded numpy Generators and stateless batches; the
+probe model is built under `torch.random.fork_rng` so the global RNG is left where it was.
+"""
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import torch
+import torch.nn as nn
+
+from brownformer.config import ExperimentConfig, RunSpec
+from brownformer.data import PreparedData, probe_inputs, sample_batch
+from brownformer.probes.capture import (MATRICES, attention_weights, capture_activations, gradient_noise,
+                                        projection_matrix)
+from brownformer.probes.schedule import capture_schedule
+from brownformer.probes.store import CaptureStore
+
+log = logging.getLogger(__name__)
+
+__all__ = ["ProbeRecorder", "NOISE_SEED_OFFSET"]
+
+NOISE_SEED_OFFSET = 10_000  # noise batches use seed probes.seed + offset + k: never a training seed's batches
+
+
+def _state_dict(model: nn.Module) -> dict:
+    # torch.compile wraps the model; its state_dict keys carry an "_orig_mod." prefix.
+    return {k.removeprefix("_orig_mod."): v for k, v in model.state_dict().items()}
+
+
+class ProbeRecorder:
+    """Callback `rec(step, model, lr_sum, lr_sq_sum)` capturing probes at `capture_schedule` steps.
+
+    Args:
+        cfg: the experiment config (probes, train.steps, train.batch_size, the model's ln placement).
+        spec: the run.
+        data: the run's prepared dataset (probe inputs from "val", noise batches from "train").
+        store_dir: the capture store folder (results/runs/<R>/probes).
+        device: where the probe model runs.
+        model_factory: builds a fresh model of the run's configuration (weights are overwritten).
+    """
+
+    def __init__(self, cfg: ExperimentConfig, spec: RunSpec, data: PreparedData, store_dir: str | Path,
+                 device: torch.device, model_factory: Callable[[], nn.Module]):
+        self.cfg, self.spec, self.data = cfg, spec, data
+        self.probes = cfg.probes
+        self.device = torch.device(device)
+        self.model_factory = model_factory
+        self.mcfg = cfg.models[spec.model]
+        self.seq_len = self.mcfg.seq_len if data.kind == "text" else None
+        self.schedule = capture_schedule(self.probes, cfg.train.steps)
+        self._capture_of_step = {s: k for k, s in enumerate(self.schedule)}
+        self.inputs = probe_inputs(data, n=self.probes.n_inputs, seed=self.probes.seed, seq_len=self.seq_len)
+        self.store = CaptureStore(store_dir)
+        self._probe_model: nn.Module | None = None
+        self._projections: dict | None = None
+        self._meta = self._init_meta()
+
+    # -- metadata ---------------------------------------------------------------------------
+    def _projection_info(self, d: int) -> tuple[bool, dict]:
+        projected = d * d > self.probes.max_weight_size
+        info = {"projected": projected, "matrix_shape": [d, d]}
+        if projected:
+            info.update(kind="gaussian_rows", dim=self.probes.projection_dim, seed=self.probes.seed,
+                        formula="W @ R, R = N(0, 1/dim) of shape (in, dim) from numpy "
+                                "default_rng([seed, 7919, layer, index of q|k|v|o])")
+        return projected, info
+
+    def _init_meta(self) -> dict:
+        m = self.mcfg
+        n_tokens = self.inputs.shape[1] if self.data.kind == "text" else None
+        if n_tokens is None:
+            C, H, W = self.data.meta["image_shape"]
+            n_tokens = (H // m.patch_size) * (W // m.patch_size) + 1
+        _, proj = self._projection_info(m.d_model)
+        meta = {
+            "run": self.spec.run_id, "config_hash": self.cfg.hash, "arch": m.arch, "ln": m.ln,
+            "causal": m.arch == "lm", "n_layers": m.n_layers, "d_model": m.d_model, "n_heads": m.n_heads,
+            "n_inputs": int(self.inputs.shape[0]), "n_tokens": int(n_tokens),
+            "cls_index": 0 if m.arch == "vit" else None, "dataset_kind": self.data.kind,
+            "steps": self.cfg.train.steps, "batch_size": self.cfg.train.batch_size,
+            "schedule": self.schedule, "probes": asdict(self.probes), "projection": proj,
+            "noise_seed": f"sample_batch(train, seed=probes.seed + {NOISE_SEED_OFFSET} + k, step=j) for "
+                          f"minibatch j < noise_samples; step=noise_samples, batch noise_large_batch for the reference",
+            "ln_site": "LN1 of each block (input = block input for pre-LN, x + Attn(x) for post-LN); "
+                       + ("ln 'none': raw stream scaled to norm sqrt(d), flagged" if m.ln == "none" else
+                          "ln_hat = LayerNorm without affine, with the module's eps"),
+            "ln_none_flag": m.ln == "none",
+            "eval_mode": True,
+            "arrays": {"resid": "(L+1, B, n, d) " + self.probes.dtype, "ln_hat": "(L, B, n, d) " + self.probes.dtype,
+                       "ln_out": "(L, B, n, d) " + self.probes.dtype, "attn": "(L, H, B, n, n) " + self.probes.dtype,
+                       "weights": "(L, 4, out, in|dim) float32, q k v o",
+                       "noise": "(L, 4, M, p) float32, only where has_noise"},
+            "capture_seconds_total": 0.0,
+        }
+        old = self.store.read_meta()
+        if old is not None:
+            if old.get("config_hash") != meta["config_hash"] or old.get("run") != meta["run"]:
+                raise RuntimeError(f"{self.store.root} holds captures of another run or config "
+                                   f"({old.get('run')}, hash {str(old.get('config_hash'))[:12]}); "
+                                   "delete the run folder to start over")
+            meta["capture_seconds_total"] = float(self.store.index["seconds"].sum())
+        self.store.write_meta(meta)
+        return meta
+
+    # -- capture ----------------------------------------------------------------------------
+    def _copy_of(self, model: nn.Module) -> nn.Module:
+        if self._probe_model is None:
+            devices = [self.device] if self.device.type == "cuda" else []
+            with torch.random.fork_rng(devices=devices):  # building a model draws its init from the global RNG
+                self._probe_model = self.model_factory().to(self.device)
+            self._probe_model.eval()  # eval: no dropout, so no RNG draws and fixed features
+        self._probe_model.load_state_dict(_state_dict(model))
+        return self._probe_model
+
+    def _projection_tensors(self) -> dict:
+        if self._projections is None:
+            d = self.mcfg.d_model
+            projected, _ = self._projection_info(d)
+            self._projections = {
+                (l, m): (torch.from_numpy(projection_matrix(self.probes.seed, l, m, d, self.probes.projection_dim))
+                         .to(self.device) if projected else None)
+                for l in range(self.mcfg.n_layers) for m in MATRICES}
+        return self._projections
+
+    def _noise_batches(self, k: int):
+        seed = self.probes.seed + NOISE_SEED_OFFSET + k
+        bs, M = self.cfg.train.batch_size, self.probes.noise_samples
+        batches = [sample_batch(self.data, "train", step=j, seed=seed, batch_size=bs, seq_len=self.seq_len)
+                   for j in range(M)]
+        large = sample_batch(self.data, "train", step=M, seed=seed, batch_size=self.probes.noise_large_batch,
+                             seq_len=self.seq_len)
+        to = lambda b: tuple(t.to(self.device) for t in b)  # noqa: E731
+        return [to(b) for b in batches], to(large)
+
+    def __call__(self, step: int, model: nn.Module, lr_sum: float, lr_sq_sum: float) -> None:
+        k = self._capture_of_step.get(step)
+        if k is None or k in self.store.captured:
+            return
+        t0 = time.perf_counter()
+        probe = self._copy_of(model)
+        projections = self._projection_tensors()
+        dtype = np.dtype(self.probes.dtype)
+        acts = capture_activations(probe, self.inputs.to(self.device))
+        arrays = {name: t.cpu().numpy().astype(dtype) for name, t in acts.items()}
+        arrays["weights"] = attention_weights(probe, projections).cpu().numpy()
+        has_noise = k % self.probes.noise_every == 0
+        if has_noise:
+            arrays["noise"] = gradient_noise(probe, *self._noise_batches(k), projections).cpu().numpy()
+        arrays.update(step=np.int64(step), lr_sum=np.float64(lr_sum), lr_sq_sum=np.float64(lr_sq_sum))
+        row = {"step": step, "lr_sum": float(lr_sum), "lr_sq_sum": float(lr_sq_sum), "has_noise": has_noise}
+        self.store.write_npz(k, arrays)
+        self.store.add_row(k, {**row, "seconds": time.perf_counter() - t0})
+        self._meta["capture_seconds_total"] = float(self.store.index["seconds"].sum())
+        self.store.write_meta(self._meta)
+        if k == len(self.schedule) - 1 or k % 10 == 0:
+            log.info("%s: capture %d/%d at step %d; store %.1f MB, capture time %.1fs so far",
+                     self.spec.run_id, k + 1, len(self.schedule), step, self.store.size_bytes() / 2**20,
+                     self._meta["capture_seconds_total"])

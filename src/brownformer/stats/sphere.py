@@ -1,0 +1,200 @@
+"""Claim 1 (tokens on a hypersphere) and the exact laws of spherical Brownian motion.
+
+Spherical Brownian motion on S^{d-1} with generator D * Laplace-Beltrami has, for any start,
+E<u_0, u_t> = exp(-(d-1) D t) and, for the second Gegenbauer harmonic,
+E[(d cos^2 theta - 1)/(d - 1)] = exp(-2 d D t) (STATISTICS.md 2.a). We fit these instead of a
+power law to chord distances, which is biased toward sub-diffusion by the plateau at 2.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .battery import log_slope, p_two_sided
+from .bootstrap import WalkerBootstrap
+from .results import TestResult, to_jsonable
+
+__all__ = ["log_map", "cosine_law", "sphere_variance_ratio", "sphere_hurst", "gram_offdiagonal", "sphere_summary",
+           "SPHERE_MARGINS"]
+
+#: equivalence margins for claim 1: ||z||/sqrt(d) and 1^T z / sqrt(d) of the raw LN output
+SPHERE_MARGINS = {"sphere_radius": (0.99, 1.01), "sphere_sum": (-0.01, 0.01)}
+
+
+def log_map(u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Riemannian log map on the unit sphere: Log_u(v) = theta / sin(theta) (v - cos(theta) u)."""
+    c = np.clip(np.sum(u * v, axis=-1, keepdims=True), -1.0, 1.0)
+    theta = np.arccos(c)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        f = np.where(theta > 1e-8, theta / np.sin(theta), 1.0)
+    return f * (v - c * u)
+
+
+def _floor(d: int, N: int) -> tuple[float, float]:
+    """3-sigma noise floors of the first and second harmonic means for N uniform pairs on S^{d-1}."""
+    return 3.0 / np.sqrt(d * N), 3.0 * np.sqrt(2.0 / ((d + 2) * (d - 1) * N))
+
+
+def cosine_law(U: np.ndarray, tau: np.ndarray, boot: WalkerBootstrap) -> tuple[TestResult, TestResult, TestResult, dict]:
+    """Exponent, D and second-harmonic ratio from E<u_0, u_t> and E[G_2(<u_0, u_t>)].
+
+    psi(t) = -ln(mean cos)/(d-1) = D t for Brownian motion; the exponent is the OLS slope of
+    ln psi on ln t over times above the 3-sigma floor of independent uniform points (cos mean
+    3/sqrt(dN)). The decay rates r_l = -ln G_l(t)/t (least squares through the origin) have
+    r_2/r_1 = 2d/(d-1) for Brownian motion; harmonic ratio = (r_2/r_1)/(2d/(d-1)) (1 under the
+    null) and the spherical Levy index alpha = 2 ln(r_2/r_1)/ln(2d/(d-1)) (2 for BM, 0 for resampling).
+
+    Args:
+        U: (T, N, d) unit vectors.
+        tau: (T-1,) elapsed times of U[1:].
+    """
+    T, N, d = U.shape
+    cos = np.einsum("id,tid->it", U[0], U[1:])  # (N, T-1)
+    g2 = (d * cos**2 - 1.0) / (d - 1.0)
+    f1, f2 = _floor(d, N)
+    c_mean, g_mean = cos.mean(0), g2.mean(0)
+    use = c_mean > f1
+    use2 = use & (g_mean > f2)
+    extra = {"mean_cos": c_mean.tolist(), "second_harmonic": g_mean.tolist(), "tau": tau.tolist(),
+             "n_usable_times": int(use.sum())}
+    ub, tb = np.flatnonzero(use), tau[use]
+    if ub.size >= 2:
+        est = boot.estimate(cos[:, ub], lambda m: log_slope(tb, -np.log(m) / (d - 1)))
+        z = est.z(1.0)
+        expo = TestResult("msd_exponent", z, p_two_sided(z), est.estimate, est.confidence_interval,
+                          boot.confidence_level, "slope of ln psi(t) on ln t, psi = -ln E<u_0,u_t>/(d-1); "
+                          "Wald z with walker-bootstrap SE; H0 exponent = 1", N, 1.0)
+        half = max(2, (ub.size + 1) // 2)
+        psi = -np.log(c_mean[ub]) / (d - 1)
+        extra["early_slope"] = float(log_slope(tb[:half], psi[:half]))
+        extra["late_slope"] = float(log_slope(tb[half - 1:], psi[half - 1:])) if ub.size - half + 1 >= 2 else np.nan
+    else:
+        expo = TestResult("msd_exponent", np.nan, np.nan, method="fewer than 2 times above the uniform floor", n=N,
+                          null_value=1.0)
+    if ub.size >= 1:
+        dest = boot.estimate(cos[:, ub], lambda m: (-np.log(m) / (d - 1) * tb).sum(-1) / (tb**2).sum())
+        dres = TestResult("diffusion_coefficient", np.nan, np.nan, dest.estimate, dest.confidence_interval,
+                          boot.confidence_level, "least squares -ln E<u_0,u_t>/(d-1) = D t", N)
+    else:
+        dres = TestResult("diffusion_coefficient", np.nan, np.nan, method="no time above the floor", n=N)
+    u2, t2 = np.flatnonzero(use2), tau[use2]
+    target = 2 * d / (d - 1)
+    if u2.size >= 1:
+        F = np.concatenate([cos[:, u2], g2[:, u2]], axis=1)
+        k = u2.size
+
+        def ratio(m):
+            r1 = (-np.log(m[..., :k]) * t2).sum(-1)
+            r2 = (-np.log(m[..., k:]) * t2).sum(-1)
+            return r2 / r1 / target
+
+        est = boot.estimate(F, ratio)
+        z = est.z(1.0)
+        harm = TestResult("harmonic_ratio", z, p_two_sided(z), est.estimate, est.confidence_interval,
+                          boot.confidence_level, "(r_2/r_1)/(2d/(d-1)) from Gegenbauer decay rates; Wald z with "
+                          "walker-bootstrap SE; H0 ratio = 1", N, 1.0)
+        extra["levy_alpha"] = float(2 * np.log(est.estimate * target) / np.log(target)) if est.estimate > 0 else np.nan
+    else:
+        harm = TestResult("harmonic_ratio", np.nan, np.nan, method="second harmonic below its floor", n=N, null_value=1.0)
+        extra["levy_alpha"] = np.nan
+    return expo, dres, harm, extra
+
+
+def _lag_cos(U: np.ndarray, q: int) -> np.ndarray:
+    """(N,) per-walker mean over t of <u_t, u_{t+q}>."""
+    return np.einsum("tid,tid->ti", U[:-q], U[q:]).mean(0)
+
+
+def sphere_variance_ratio(U: np.ndarray, q: int, boot: WalkerBootstrap) -> TestResult:
+    """Spherical variance ratio psi_bar(q) / (q psi_bar(1)), psi_bar(q) = -ln mean_t <u_t, u_{t+q}>/(d-1).
+
+    The time-averaged analogue of Lo-MacKinlay's VR for the exact cosine law: 1 for spherical
+    BM, < 1 for mean reversion, > 1 for persistence. Assumes equally spaced times.
+    """
+    F = np.stack([_lag_cos(U, q), _lag_cos(U, 1)], axis=1)
+    est = boot.estimate(F, lambda m: np.log(m[..., 0]) / (q * np.log(m[..., 1])))
+    z = est.z(1.0)
+    return TestResult("variance_ratio", z, p_two_sided(z), est.estimate, est.confidence_interval, boot.confidence_level,
+                      f"spherical VR(q={q}) from time-averaged cosines; Wald z with walker-bootstrap SE; H0 VR = 1",
+                      boot.n, 1.0, {"q": q})
+
+
+def sphere_hurst(U: np.ndarray, lags: np.ndarray, boot: WalkerBootstrap) -> TestResult:
+    """Hurst exponent from psi_bar(q) ~ q^{2H} (spherical aggregated variance)."""
+    F = np.stack([_lag_cos(U, int(q)) for q in lags], axis=1)
+    est = boot.estimate(F, lambda m: 0.5 * log_slope(lags.astype(float), -np.log(m)))
+    z = est.z(0.5)
+    return TestResult("hurst", z, p_two_sided(z), est.estimate, est.confidence_interval, boot.confidence_level,
+                      f"slope/2 of ln psi_bar(q) on ln q, lags {lags.tolist()}; H0 H = 1/2", boot.n, 0.5)
+
+
+def gram_offdiagonal(U: np.ndarray) -> np.ndarray:
+    """Mean off-diagonal cosine mean_{i != j} <u_i(t), u_j(t)> for each t, in O(T N d).
+
+    Uses sum_{i != j} <u_i, u_j> = |sum_i u_i|^2 - N. Independent spherical BMs decay it as
+    exp(-2(d-1) D t) toward 0; clustering / rank collapse pushes it toward 1.
+    """
+    T, N, d = U.shape
+    s = U.sum(axis=1)
+    return (np.sum(s * s, axis=-1) - N) / (N * (N - 1))
+
+
+def _distribution(x: np.ndarray, center: float) -> dict:
+    q = np.quantile(x, [0.001, 0.01, 0.5, 0.99, 0.999])
+    return {"mean": float(x.mean()), "sd": float(x.std(ddof=1)) if x.size > 1 else np.nan,
+            "quantiles": dict(zip(["0.001", "0.01", "0.5", "0.99", "0.999"], q.tolist())),
+            "max_abs_deviation": float(np.max(np.abs(x - center))), "n": int(x.size)}
+
+
+def _one_summary(z: np.ndarray, margins: dict) -> dict:
+    z = np.asarray(z, dtype=float)
+    if z.ndim < 1 or z.shape[-1] < 2:
+        raise ValueError(f"expected an array (..., d) with d >= 2, got shape {z.shape}")
+    if not np.all(np.isfinite(z)):
+        raise ValueError("input contains non-finite values")
+    d = z.shape[-1]
+    flat = z.reshape(-1, d)
+    radius = np.linalg.norm(flat, axis=1) / np.sqrt(d)
+    ssum = flat.sum(axis=1) / np.sqrt(d)
+    (rlo, rhi), (slo, shi) = margins["sphere_radius"], margins["sphere_sum"]
+    in_r = (radius >= rlo) & (radius <= rhi)
+    in_s = (ssum >= slo) & (ssum <= shi)
+    out = {"dim": d, "radius": _distribution(radius, 1.0), "sum": _distribution(ssum, 0.0),
+           "fraction_radius_in_margin": float(in_r.mean()), "fraction_sum_in_margin": float(in_s.mean())}
+    if z.ndim >= 3:  # per leading index (e.g. layer)
+        lead = z.reshape(z.shape[0], -1, d)
+        out["per_leading"] = {"radius_mean": (np.linalg.norm(lead, axis=-1).mean(1) / np.sqrt(d)).tolist(),
+                              "radius_sd": (np.linalg.norm(lead, axis=-1).std(1) / np.sqrt(d)).tolist(),
+                              "sum_abs_max": (np.abs(lead.sum(-1)).max(1) / np.sqrt(d)).tolist()}
+    # equivalence: every token inside both margins -> on the sphere; most tokens outside -> not
+    frac = float((in_r & in_s).mean())
+    out["fraction_on_sphere"] = frac
+    out["verdict"] = "supported" if frac >= 0.99 else ("not supported" if frac <= 0.5 else "inconclusive")
+    return out
+
+
+def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: dict | None = None) -> dict:
+    """Claim 1: is the LayerNorm output on the sphere of radius sqrt(d) in the hyperplane 1^T z = 0?
+
+    For z of shape (..., d): the distributions of |z|/sqrt(d) (1 on the sphere) and 1^T z/sqrt(d)
+    (0 in the hyperplane), with an equivalence verdict: "supported" when at least 99% of tokens
+    lie inside both margins (default |z|/sqrt(d) in [0.99, 1.01], |1^T z|/sqrt(d) <= 0.01),
+    "not supported" when at most half do. Raw LN output gives radius sqrt(d sigma^2/(sigma^2 + eps))
+    (STATISTICS.md 0); after gamma/beta and in the residual stream the same numbers show how far
+    the claim extends.
+
+    Args:
+        ln_raw: LayerNorm output before the affine, (..., d) (NOT divided by sqrt(d)).
+        ln_affine: optional output after gamma, beta.
+        resid: optional residual stream (contrast).
+        margins: overrides of SPHERE_MARGINS.
+
+    Returns:
+        {"ln_raw": {...}, "ln_affine": {...} | None, "resid": {...} | None, "verdict": str, "margins": ...}
+    """
+    m = dict(SPHERE_MARGINS)
+    m.update({k: tuple(v) for k, v in (margins or {}).items() if k in SPHERE_MARGINS})
+    out = {"ln_raw": _one_summary(ln_raw, m), "margins": m}
+    out["ln_affine"] = _one_summary(ln_affine, m) if ln_affine is not None else None
+    out["resid"] = _one_summary(resid, m) if resid is not None else None
+    out["verdict"] = out["ln_raw"]["verdict"]
+    return to_jsonable(out)

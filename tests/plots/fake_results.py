@@ -1,0 +1,174 @@
+"""A small fake results tree in the layout of docs/ARTIFACTS.md, for the figures and report tests.
+
+Numbers are simulated (fixed seeds) and only need the right shapes and plausible ranges.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from brownformer.config import from_dict
+
+RAW_CONFIG = {
+    "seeds": [0, 1],
+    "device": "cpu",
+    "datasets": {"digits": {"source": "digits"}, "pydoc": {"source": "pydoc"}},
+    "models": {
+        "vit-pre": {"arch": "vit", "dataset": "digits", "ln": "pre", "d_model": 8, "n_layers": 2, "n_heads": 2},
+        "lm-pre": {"arch": "lm", "dataset": "pydoc", "ln": "pre", "d_model": 8, "n_layers": 2, "n_heads": 2,
+                   "seq_len": 8},
+    },
+    "optimizers": {"adamw": {"type": "adamw", "lr": 0.003},
+                   "kfac-iterative": {"type": "kfac-iterative", "lr": 0.05, "damping": 0.003}},
+    "grid": [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]},
+             {"models": ["lm-pre"], "optimizers": ["adamw"]}],
+    "train": {"steps": 40, "batch_size": 8, "eval_every": 10, "log_every": 5},
+    "report": {"title": "fake replication"},
+}
+
+D, L, N, T = 8, 2, 6, 7
+
+
+def fake_config():
+    return from_dict(RAW_CONFIG, source="fake")
+
+
+def _write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1))
+
+
+def _metrics(kind: str, optimizer: str, seed: int, rng) -> pd.DataFrame:
+    rate = 0.08 if optimizer.startswith("kfac") else 0.05
+    rows = []
+    for step in range(5, 45, 5):
+        loss = 2.3 * np.exp(-rate * step) + 0.1 + 0.02 * rng.random()
+        row = {"step": step, "epoch": step / 100, "lr": 0.003, "lr_sum": 0.003 * step, "train_loss": loss,
+               "val_loss": np.nan, "val_accuracy": np.nan, "val_bpc": np.nan,
+               "wall_time": step * (0.05 if optimizer.startswith("kfac") else 0.03) + 0.01 * seed,
+               "examples_per_s": 100.0}
+        if step % 10 == 0:
+            row["val_loss"] = loss + 0.05
+            if kind == "image":
+                row["val_accuracy"] = 1 - np.exp(-rate * step) * 0.9
+            else:
+                row["val_bpc"] = (loss + 0.05) / np.log(2)
+        if optimizer.startswith("kfac"):
+            row.update(opt_time_factors=0.004, opt_time_inverse=0.006, opt_time_apply=0.002, opt_cg_iters=4.0)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _sphere_walk(T_, N_, d, rng, step=0.3):
+    u = rng.standard_normal((N_, d))
+    u /= np.linalg.norm(u, axis=-1, keepdims=True)
+    out = [u]
+    for _ in range(T_ - 1):
+        u = u + step * rng.standard_normal((N_, d)) / np.sqrt(d)
+        u /= np.linalg.norm(u, axis=-1, keepdims=True)
+        out.append(u)
+    return np.stack(out)
+
+
+def _traj(root: Path, rel: str, X: np.ndarray, kind: str, time: str, times) -> dict:
+    path = root / "trajectories" / rel
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, X.astype(np.float32))
+    _write_json(path.with_suffix(".json"), {"kind": kind, "time": time, "times": list(times),
+                                            "walkers": "probe token", "source": {}})
+    return {"path": rel, "category": rel.split("/")[0], "kind": kind, "time": time}
+
+
+def _traj_stats(kind: str, rng, *, brownian: bool) -> dict:
+    exponent = 1.0 + 0.05 * rng.standard_normal() if brownian else 0.6
+    tests = [{"name": "variance_ratio", "statistic": 0.3, "p_value": 0.6, "reject": False,
+              "estimate": 1.02, "confidence_interval": [0.9, 1.15]},
+             {"name": "hurst", "statistic": 0.5, "p_value": 0.4, "reject": False,
+              "estimate": 0.52, "confidence_interval": [0.44, 0.6]},
+             {"name": "tail_index", "statistic": 1.9, "p_value": 0.3, "reject": False,
+              "estimate": 1.9, "confidence_interval": [1.7, 2.1], "null_value": 1.98}]
+    return {"kind": kind, "n_times": T, "n_walkers": N, "dim": D,
+            "msd_exponent": {"estimate": exponent, "ci": [exponent - 0.1, exponent + 0.1]},
+            "diffusion_coefficient": 0.01, "tests": tests,
+            "classification": "brownian" if brownian else "subdiffusive", "brownian": brownian}
+
+
+def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
+    """Write runs/<run>/{metrics.parquet,manifest.json,trajectories,stats}, stats/*, benchmarks/ under root."""
+    cfg = fake_config()
+    rng = np.random.default_rng(0)
+    for spec in cfg.runs():
+        run = root / "runs" / spec.run_id
+        run.mkdir(parents=True, exist_ok=True)
+        kind = "image" if spec.model.startswith("vit") else "text"
+        _metrics(kind, spec.optimizer, spec.seed, rng).to_parquet(run / "metrics.parquet", index=False)
+        _write_json(run / "manifest.json", {
+            "run_id": spec.run_id, "config_hash": cfg.hash, "git": {"sha": "0123456789abcdef", "dirty": True},
+            "versions": {"python": "3.11.7", "torch": "2.13.0", "cuda": None, "numpy": "2.0"},
+            "device": {"type": "cpu", "platform": "Linux", "processor": "x86_64", "torch_threads": 1},
+            "seeds": {"torch": spec.seed, "data": spec.seed, "split": 0, "probes": 1234},
+            "wall_time_s": 1.5, "steps": 40})
+        files = []
+        depth = _sphere_walk(L + 1, N, D, rng)
+        files.append(_traj(run, "depth/ln_c0.npy", depth, "sphere", "layer", range(L + 1)))
+        files.append(_traj(run, "depth/resid_c0.npy", depth * 3 + rng.standard_normal(depth.shape) * 0.1,
+                           "euclidean", "layer", range(L + 1)))
+        steps = [0, 5, 10, 15, 20, 30, 40]
+        files.append(_traj(run, "training/ln_l0.npy", _sphere_walk(T, N, D, rng, 0.1), "sphere", "step", steps))
+        w = np.cumsum(rng.standard_normal((T, N, D)), axis=0)
+        files.append(_traj(run, "weights/l0_q.npy", w, "euclidean", "step", steps))
+        files.append(_traj(run, "gradnoise/l0_q.npy", rng.standard_t(4, (3, 16, D)), "euclidean", "step", [0, 20, 40]))
+        att = rng.random((L, 2, 2, 4, 4))
+        att /= att.sum(-1, keepdims=True)
+        (run / "trajectories" / "attention").mkdir(parents=True, exist_ok=True)
+        np.save(run / "trajectories" / "attention" / "c0.npy", att)
+        _write_json(run / "trajectories" / "index.json", {"files": files})
+        if with_stats:
+            for f in files:
+                _write_json(run / "stats" / Path(f["path"]).with_suffix(".json"),
+                            _traj_stats(f["kind"], rng, brownian=f["category"] != "depth"))
+            _write_json(run / "stats" / "attention" / "c0.json", {
+                "aggregate": {k: {"mean": float(v), "ci": [float(v) * 0.9, float(v) * 1.1]} for k, v in
+                              {"spectral_gap": 0.6, "stationary_entropy": 1.3, "entropy_rate": 1.2,
+                               "reversibility_residual": 0.2, "dobrushin": 0.4}.items()}})
+            _write_json(run / "stats" / "summary.json", {"run": spec.run_id, "n_files": len(files)})
+    if with_stats:
+        _write_claims(root, cfg)
+        bench = root / "benchmarks"
+        for rule, job, s in (("train_model", "vit-pre__adamw__s0", 12.5), ("plot_figures", "plot_figures", 3.25)):
+            (bench / rule).mkdir(parents=True, exist_ok=True)
+            (bench / rule / f"{job}.tsv").write_text(f"s\th:m:s\tmax_rss\n{s}\t0:00:{int(s):02d}\t100.0\n")
+    return root
+
+
+def _write_claims(root: Path, cfg) -> None:
+    claims = [
+        {"claim": "sphere", "title": "Tokens lie on a hypersphere after LayerNorm", "verdict": "supported",
+         "effect_size": 1.0, "ci": [0.999, 1.001], "estimate_name": "mean norm / sqrt(d)",
+         "tests": ["TOST equivalence"], "p_value": 0.001},
+        {"claim": "markov", "title": "Attention is a reversible isotropic Markov kernel", "verdict": "not supported",
+         "effect_size": 0.2, "ci": [0.15, 0.25], "estimate_name": "reversibility residual",
+         "tests": ["reversibility residual vs null"], "p_value": 0.0001},
+        {"claim": "brownian_depth", "title": "Token updates over depth are Brownian", "verdict": "inconclusive",
+         "effect_size": 0.7, "ci": [0.4, 1.0], "estimate_name": "MSD exponent", "tests": ["mean cosine law"],
+         "p_value": 0.2},
+        {"claim": "kfac", "title": "Iterative K-FAC trains better than first-order baselines",
+         "verdict": "inconclusive", "effect_size": 0.8, "ci": [0.6, 1.1], "estimate_name": "steps ratio vs AdamW",
+         "tests": ["time to target"], "p_value": None},
+    ]
+    per_run = [dict(c, run=s.run_id, model=s.model, optimizer=s.optimizer, seed=s.seed)
+               for s in cfg.runs() for c in claims[:3]]
+    _write_json(root / "stats" / "claims.json", {"claims": claims, "per_run": per_run})
+    rows = [dict(c, run=s.run_id, model=s.model, optimizer=s.optimizer) for s in cfg.runs() for c in claims[:3]]
+    pd.DataFrame([{k: v for k, v in r.items() if k not in ("ci", "tests")} for r in rows]).to_parquet(
+        root / "stats" / "summary.parquet", index=False)
+    cal = []
+    for test in ("msd_exponent", "variance_ratio", "hurst", "tail_index"):
+        for process in ("brownian", "ou", "fbm_0.3", "fbm_0.7", "stable_1.5"):
+            rate = 0.05 if process == "brownian" else 0.9
+            cal.append({"test": test, "process": process, "kind": "euclidean", "rejection_rate": rate,
+                        "ci_low": rate - 0.03, "ci_high": rate + 0.03, "n_replicates": 20})
+    pd.DataFrame(cal).to_parquet(root / "stats" / "calibration.parquet", index=False)

@@ -1,0 +1,81 @@
+"""Training: determinism, resume-after-kill equality, LR schedule, metrics and manifest."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from brownformer.config import TrainConfig, apply_overrides, from_dict
+from brownformer.train import lr_factor, train_run
+
+RUN = "vit-pre__adamw__s0"
+
+
+def _cfg(raw, *overrides):
+    return from_dict(apply_overrides(raw, ["train.steps=24", "train.eval_every=8", "train.checkpoint_every=8",
+                                           "train.log_every=4", *overrides]))
+
+
+def test_lr_schedule_shape():
+    cfg = TrainConfig(steps=100, batch_size=1, warmup_steps=10, min_lr_ratio=0.1)
+    f = [lr_factor(s, cfg) for s in range(100)]
+    assert f[0] == pytest.approx(0.1) and f[9] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(f[10:], f[11:])), "cosine phase must not increase"
+    assert f[-1] >= 0.1 and lr_factor(100, cfg) == pytest.approx(0.1)
+
+
+def test_metrics_and_manifest(raw_config, digits_dir, tmp_path):
+    cfg = _cfg(raw_config)
+    metrics = train_run(cfg, RUN, digits_dir, tmp_path / RUN, progress=False)
+    on_disk = pd.read_parquet(tmp_path / RUN / "metrics.parquet")
+    pd.testing.assert_frame_equal(metrics, on_disk)
+    for col in ("step", "epoch", "wall_time", "lr", "train_loss", "val_loss", "val_accuracy"):
+        assert col in on_disk
+    assert on_disk["step"].iloc[-1] == 24
+    assert np.isfinite(on_disk["train_loss"]).all()
+    assert on_disk["val_accuracy"].notna().sum() == 3
+    manifest = json.loads((tmp_path / RUN / "manifest.json").read_text())
+    for key in ("config_hash", "git", "versions", "device", "seeds", "determinism", "wall_time_s"):
+        assert key in manifest
+    assert manifest["config_hash"] == cfg.hash
+
+
+@pytest.mark.parametrize("optimizer", ["adamw", "kfac-iterative"])
+def test_resume_after_kill_equals_uninterrupted(raw_config, digits_dir, tmp_path, optimizer):
+    cfg = _cfg(raw_config)
+    run = f"vit-pre__{optimizer}__s0"
+    full = train_run(cfg, run, digits_dir, tmp_path / "full", progress=False)
+    train_run(cfg, run, digits_dir, tmp_path / "killed", stop_after=12, progress=False)
+    assert not (tmp_path / "killed" / "metrics.parquet").exists()
+    resumed = train_run(cfg, run, digits_dir, tmp_path / "killed", progress=False)
+    cols = ["step", "lr", "train_loss", "val_loss", "val_accuracy"]
+    pd.testing.assert_frame_equal(full[cols], resumed[cols], check_exact=True)
+
+
+def test_same_seed_same_numbers_other_seed_differs(raw_config, digits_dir, tmp_path):
+    cfg = _cfg(raw_config, "seeds=[0, 1]")
+    a = train_run(cfg, RUN, digits_dir, tmp_path / "a", progress=False)
+    b = train_run(cfg, RUN, digits_dir, tmp_path / "b", progress=False)
+    c = train_run(cfg, "vit-pre__adamw__s1", digits_dir, tmp_path / "c", progress=False)
+    np.testing.assert_array_equal(a["train_loss"], b["train_loss"])
+    assert not np.array_equal(a["train_loss"], c["train_loss"])
+
+
+def test_checkpoint_from_other_config_is_refused(raw_config, digits_dir, tmp_path):
+    train_run(_cfg(raw_config), RUN, digits_dir, tmp_path / RUN, stop_after=8, progress=False)
+    other = _cfg(raw_config, "optimizers.adamw.lr=0.01")
+    with pytest.raises(RuntimeError, match="another config"):
+        train_run(other, RUN, digits_dir, tmp_path / RUN, progress=False)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "muon"])
+def test_baselines_reduce_the_loss(raw_config, digits_dir, tmp_path, optimizer):
+    raw = apply_overrides(raw_config, [
+        "optimizers.sgd={type: sgd, lr: 0.1, momentum: 0.9}",
+        "optimizers.muon={type: muon, lr: 0.02, adamw_lr: 0.003}",
+        f"grid=[{{models: [vit-pre], optimizers: [{optimizer}]}}]"])
+    cfg = _cfg(raw, "train.steps=40")
+    m = train_run(cfg, f"vit-pre__{optimizer}__s0", digits_dir, tmp_path / optimizer, progress=False)
+    assert m["train_loss"].iloc[-3:].mean() < m["train_loss"].iloc[:3].mean()

@@ -1,0 +1,73 @@
+# Shared state and input/param functions (no lambdas in rules).
+import hashlib
+from pathlib import Path
+
+import yaml
+
+from brownformer.config import ConfigError, from_dict
+from brownformer.plots.catalog import FIGURES
+
+try:
+    # Cross-reference checks the schema cannot express; fails before any job runs, naming the key.
+    CFG = from_dict(config, source="config")
+except ConfigError as exc:
+    raise WorkflowError(str(exc))
+
+RUNS = [r.run_id for r in CFG.runs()]
+DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
+ENV = "../../envs/brownformer.yaml"
+
+
+def _effective_config_path():
+    """The merged config (configfile + --config overrides) as one file the CLI can read.
+    Rewritten only when its content changes, so timestamps do not trigger reruns."""
+    text = yaml.safe_dump(dict(config), sort_keys=True)
+    path = Path("results/config") / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return str(path)
+
+
+CONFIG_FILE = _effective_config_path()
+
+
+wildcard_constraints:
+    run="|".join(RUNS),
+    dataset="|".join(DATASETS),
+
+
+def data_dir_of_run(wildcards):
+    return f"results/data/{CFG.models[CFG.run(wildcards.run).model].dataset}"
+
+
+def data_meta_of_run(wildcards):
+    return data_dir_of_run(wildcards) + "/meta.json"
+
+
+def run_hash(wildcards):
+    return CFG.run_hash(wildcards.run)
+
+
+def train_resources_gpu(wildcards):
+    import torch
+
+    return 1 if CFG.device == "cuda" or (CFG.device == "auto" and torch.cuda.is_available()) else 0
+
+
+def all_run_stats(wildcards):
+    return expand("results/runs/{run}/stats/summary.json", run=RUNS)
+
+
+def all_run_metrics(wildcards):
+    return expand("results/runs/{run}/metrics.parquet", run=RUNS)
+
+
+def data_out_dir(wildcards):
+    return f"results/data/{wildcards.dataset}"
+
+
+def run_dir(wildcards):
+    return f"results/runs/{wildcards.run}"

@@ -1,0 +1,27 @@
+rule train_model:
+    input:
+        meta=data_meta_of_run,
+    output:
+        metrics="results/runs/{run}/metrics.parquet",
+        manifest="results/runs/{run}/manifest.json",
+        probes="results/runs/{run}/probes/index.parquet",
+    params:
+        config=CONFIG_FILE,
+        data=data_dir_of_run,
+        out=run_dir,
+        # Reruns when the slices of the config that shape this run change (not stats/report keys).
+        run_hash=run_hash,
+    threads: CFG.resources.get("train_threads", 1)
+    resources:
+        gpu=train_resources_gpu,
+        mem_mb=CFG.resources.get("train_mem_mb", 2000),
+        runtime=CFG.resources.get("train_runtime_min", 60),
+    log:
+        "results/logs/train_model/{run}.log",
+    benchmark:
+        "results/benchmarks/train_model/{run}.tsv"
+    conda:
+        ENV
+    shell:
+        "brownformer train --config {params.config} --run {wildcards.run} --data {params.data} "
+        "--out {params.out} --set train.threads={threads} --log {log} 2>> {log}"
