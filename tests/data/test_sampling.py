@@ -46,17 +46,23 @@ def test_images_without_replacement_within_batch():
         sample_batch(data, "train", step=0, seed=0, batch_size=13)
 
 
+def _counting_text(n=1000) -> PreparedData:
+    """A text stream whose token at position i is i, so a window's first token is its start."""
+    meta = {"dataset": "count", "kind": "text", "vocab_size": n}
+    splits = {s: {"x": np.arange(n, dtype=np.int64)} for s in ("train", "val", "test")}
+    return PreparedData(kind="text", meta=meta, splits=splits)
+
+
 def test_text_targets_are_shifted_inputs(pydoc):
     x, y = sample_batch(pydoc, "train", step=2, seed=0, batch_size=8, seq_len=SEQ_LEN)
     assert x.shape == y.shape == (8, SEQ_LEN) and x.dtype == y.dtype == torch.int64
     assert torch.equal(x[:, 1:], y[:, :-1])
-    stream = torch.from_numpy(pydoc.splits["train"]["x"])
-    for row_x, row_y in zip(x, y):  # every window is a real piece of the stream
-        start = next(i for i in range(len(stream) - SEQ_LEN)
-                     if torch.equal(stream[i:i + SEQ_LEN + 1], torch.cat([row_x, row_y[-1:]])))
-        assert start >= 0
     again = sample_batch(pydoc, "train", step=2, seed=0, batch_size=8, seq_len=SEQ_LEN)
-    assert torch.equal(x, again[0])
+    assert torch.equal(x, again[0]) and torch.equal(y, again[1])
+    # Windows are contiguous pieces of the stream and y ends one past x, inside the split.
+    x, y = sample_batch(_counting_text(), "train", step=0, seed=0, batch_size=64, seq_len=SEQ_LEN)
+    assert torch.equal(x, x[:, :1] + torch.arange(SEQ_LEN)) and torch.equal(y, x + 1)
+    assert int(y.max()) <= 999
 
 
 def test_text_errors(pydoc):
@@ -102,15 +108,17 @@ def test_eval_batches_text_non_overlapping(pydoc):
     assert len(batches) == 5
     for x, y in batches:
         assert x.shape == (4, SEQ_LEN) and torch.equal(x[:, 1:], y[:, :-1])
-    stream = pydoc.splits["val"]["x"]
-    # Recover window starts and check spacing >= seq_len (no overlap) and coverage of the split.
-    x_all = torch.cat([b[0] for b in batches]).numpy()
-    view = np.lib.stride_tricks.sliding_window_view(stream, SEQ_LEN)
-    starts = [int(np.flatnonzero((view == row).all(axis=1))[0]) for row in x_all]
-    assert np.all(np.diff(starts) >= SEQ_LEN) and starts[0] == 0
-    assert starts[-1] > len(stream) - 2 * SEQ_LEN - 1
-    small = eval_batches(pydoc, "val", batch_size=10_000, n_batches=10, seq_len=SEQ_LEN)
-    assert sum(len(b[0]) for b in small) == (len(stream) - 1) // SEQ_LEN
+    assert all(torch.equal(a[0], b[0]) for a, b in
+               zip(batches, eval_batches(pydoc, "val", batch_size=4, n_batches=5, seq_len=SEQ_LEN)))
+    data = _counting_text()
+    batches = eval_batches(data, "val", batch_size=4, n_batches=5, seq_len=SEQ_LEN)
+    starts = torch.cat([b[0][:, 0] for b in batches]).numpy()
+    assert len(starts) == 20 and starts[0] == 0 and starts[-1] == 1000 - SEQ_LEN - 1  # spread to both ends
+    assert np.all(np.diff(starts) >= SEQ_LEN)
+    all_windows = eval_batches(data, "val", batch_size=8, n_batches=100, seq_len=SEQ_LEN)
+    starts = torch.cat([b[0][:, 0] for b in all_windows]).numpy()
+    assert len(starts) == 999 // SEQ_LEN and np.all(np.diff(starts) >= SEQ_LEN)
+    assert int(all_windows[-1][1].max()) <= 999
 
 
 def test_probe_inputs_from_validation(digits, pydoc):

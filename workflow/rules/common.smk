@@ -44,7 +44,7 @@ def data_dir_of_run(wildcards):
 
 
 def data_meta_of_run(wildcards):
-    return data_dir_of_run(wildcards) + "/meta.json"
+    return str(Path(data_dir_of_run(wildcards), "meta.json"))
 
 
 def run_hash(wildcards):

@@ -125,16 +125,19 @@ def _read_batch(tar: tarfile.TarFile, member: str) -> tuple[np.ndarray, np.ndarr
     return data.reshape(N, 3, 32, 32), labels  # (N, C, H, W): rows are R, G, B planes
 
 
-def download_cifar10(data_dir: str | Path, *, url: str = CIFAR10_URL,
-                     expected_md5: str = CIFAR10_MD5) -> Path:
+def download_cifar10(data_dir: str | Path, *, url: str | None = None,
+                     expected_md5: str | None = None) -> Path:
     """Fetch the tarball into data_dir, verified, without ever replacing an existing file.
 
+    `url` and `expected_md5` default to CIFAR10_URL and CIFAR10_MD5 (looked up at call time).
     The download goes to a temporary file in data_dir; only after its md5 matches is it linked
     to its final name, which fails (and leaves the existing file) if one appeared meanwhile.
 
     Raises:
         DataError: on a network error or a checksum mismatch (nothing is left behind).
     """
+    url = CIFAR10_URL if url is None else url
+    expected_md5 = CIFAR10_MD5 if expected_md5 is None else expected_md5
     data_dir = Path(data_dir)
     data_dir.mkdir(parents=True, exist_ok=True)
     target = data_dir / CIFAR10_FILE
@@ -179,5 +182,5 @@ def load_cifar10(data_dir: str | Path | None, *, download: bool = False,
     path = Path(data_dir) / CIFAR10_FILE
     md5 = CIFAR10_MD5 if expected_md5 is None else expected_md5
     if not path.exists() and download:
-        download_cifar10(data_dir, expected_md5=md5)
+        download_cifar10(data_dir, url=CIFAR10_URL, expected_md5=md5)
     return read_cifar10_tarball(path, expected_md5=md5)

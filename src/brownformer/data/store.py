@@ -148,6 +148,9 @@ def load_prepared(data_dir: str | Path, *, verify: bool = True) -> PreparedData:
             if actual != expected:
                 raise DataError(f"{str(path)!r} is corrupted: sha256 {actual} does not match "
                                 f"{expected} recorded in meta.json; {hint}")
-        with np.load(path, allow_pickle=False) as npz:
-            splits[name] = {key: npz[key] for key in npz.files}
+        try:
+            with np.load(path, allow_pickle=False) as npz:
+                splits[name] = {key: npz[key] for key in npz.files}
+        except (zipfile.BadZipFile, ValueError, OSError, EOFError) as exc:
+            raise DataError(f"{str(path)!r} cannot be read ({exc}); {hint}") from None
     return PreparedData(kind=meta["kind"], meta=meta, splits=splits)
