@@ -248,6 +248,15 @@ def _check_references(data: dict, source: str) -> None:
         if (m["arch"] == "vit") != (kind in ("digits", "cifar10")):
             raise ConfigError(f"{source}: key 'models.{name}.arch': {m['arch']!r} does not fit dataset source {kind!r} "
                               "(vit needs images, lm needs text)")
+    for name, ds in data["datasets"].items():
+        if ds.get("augment") and ds["source"] != "cifar10":
+            raise ConfigError(f"{source}: key 'datasets.{name}.augment': crop+flip augmentation is only defined "
+                              f"for cifar10 (flipping {ds['source']} changes what the input means)")
+        if ds["source"] == "textfile" and not ds.get("path"):
+            raise ConfigError(f"{source}: key 'datasets.{name}.path': a textfile dataset needs the path of a UTF-8 file")
+        if ds["source"] == "cifar10" and not ds.get("data_dir"):
+            raise ConfigError(f"{source}: key 'datasets.{name}.data_dir': cifar10 needs the folder holding "
+                              "cifar-10-python.tar.gz (set download: true to fetch it there)")
     for i, block in enumerate(data["grid"]):
         for m in block["models"]:
             if m not in data["models"]:

@@ -21,7 +21,7 @@ import torch
 from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig, RunSpec, TrainConfig
-from brownformer.data import PreparedData, eval_batches, load_prepared, sample_batch
+from brownformer.data import PreparedData, eval_batches, load_prepared, sample_batch, to_device
 from brownformer.io import atomic_path, write_json
 from brownformer.manifest import build_manifest, device_description
 from brownformer.models import build_model, loss_fn
@@ -168,7 +168,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         lr = optimizer.param_groups[0]["lr"]
         x, y = sample_batch(data, "train", step=step, seed=spec.seed, batch_size=tcfg.batch_size,
                             seq_len=seq_len, augment=augment)
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        x, y = to_device((x, y), device)
         with autocast():
             loss = loss_fn(model(x), y)
         optimizer.zero_grad(set_to_none=True)
@@ -191,6 +191,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             for key, value in (getattr(optimizer, "last_stats", None) or {}).items():
                 if isinstance(value, (int, float)):
                     row[f"opt_{key}"] = float(value)
+            for key, value in (getattr(optimizer, "timings", None) or {}).items():
+                row[f"opt_time_{key}_total"] = float(value)  # cumulative seconds; figures take differences
             rows.append(row)
             if not math.isfinite(row["train_loss"]):
                 log.warning("%s: non-finite training loss at step %d", run_id, done)

@@ -27,6 +27,7 @@ RAW_CONFIG = {
              {"models": ["lm-pre"], "optimizers": ["adamw"]}],
     "train": {"steps": 40, "batch_size": 8, "eval_every": 10, "log_every": 5},
     "report": {"title": "fake replication"},
+    "probes": {}, "stats": {}, "resources": {},
 }
 
 D, L, N, T = 8, 2, 6, 7
@@ -83,17 +84,32 @@ def _traj(root: Path, rel: str, X: np.ndarray, kind: str, time: str, times) -> d
 
 
 def _traj_stats(kind: str, rng, *, brownian: bool) -> dict:
+    """The shape of brownformer.stats.brownian.analyze_trajectory's output (the fields the figures read)."""
     exponent = 1.0 + 0.05 * rng.standard_normal() if brownian else 0.6
-    tests = [{"name": "variance_ratio", "statistic": 0.3, "p_value": 0.6, "reject": False,
-              "estimate": 1.02, "confidence_interval": [0.9, 1.15]},
-             {"name": "hurst", "statistic": 0.5, "p_value": 0.4, "reject": False,
-              "estimate": 0.52, "confidence_interval": [0.44, 0.6]},
-             {"name": "tail_index", "statistic": 1.9, "p_value": 0.3, "reject": False,
-              "estimate": 1.9, "confidence_interval": [1.7, 2.1], "null_value": 1.98}]
+
+    def test(name, est, lo, hi, null):
+        return {"name": name, "statistic": 0.3, "p_value": 0.4, "reject": False, "estimate": est,
+                "ci": [lo, hi], "null_value": null, "method": "fake", "n": N}
+
+    tests = [test("msd_exponent", exponent, exponent - 0.1, exponent + 0.1, 1.0),
+             test("variance_ratio", 1.02, 0.9, 1.15, 1.0), test("hurst", 0.52, 0.44, 0.6, 0.5),
+             test("tail_index", 0.97, 0.85, 1.1, 1.0)]
     return {"kind": kind, "n_times": T, "n_walkers": N, "dim": D,
             "msd_exponent": {"estimate": exponent, "ci": [exponent - 0.1, exponent + 0.1]},
             "diffusion_coefficient": 0.01, "tests": tests,
             "classification": "brownian" if brownian else "subdiffusive", "brownian": brownian}
+
+
+def _attention_stats(rng) -> dict:
+    """The shape of brownformer.stats.markov.analyze_attention's output (+ null models)."""
+    shape = [L, 2, 2]
+    n_mat = int(np.prod(shape))
+    per = {k: (base + 0.05 * rng.standard_normal(n_mat)).tolist() for k, base in
+           {"spectral_gap": 0.6, "stationary_entropy": 1.3, "reversibility_residual": 0.2, "dobrushin": 0.4,
+            "vmf_explained": 0.3}.items()}
+    agg = {k: {"mean": float(np.mean(v)), "ci": [float(np.min(v)), float(np.max(v))]} for k, v in per.items()}
+    return {"shape": shape, "n_matrices": n_mat, "n": 4, "causal": False, "per_matrix": per, "aggregate": agg,
+            "null_models": {"row_shuffled": {k: {"mean": v["mean"] * 1.2} for k, v in agg.items()}}}
 
 
 def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
@@ -130,10 +146,16 @@ def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
             for f in files:
                 _write_json(run / "stats" / Path(f["path"]).with_suffix(".json"),
                             _traj_stats(f["kind"], rng, brownian=f["category"] != "depth"))
-            _write_json(run / "stats" / "attention" / "c0.json", {
-                "aggregate": {k: {"mean": float(v), "ci": [float(v) * 0.9, float(v) * 1.1]} for k, v in
-                              {"spectral_gap": 0.6, "stationary_entropy": 1.3, "entropy_rate": 1.2,
-                               "reversibility_residual": 0.2, "dobrushin": 0.4}.items()}})
+            _write_json(run / "stats" / "attention" / "c0.json", _attention_stats(rng))
+            _write_json(run / "stats" / "gradnoise" / "l0_q.json", {
+                "kind": "gradient_noise", "n_captures": 3, "per_capture": [
+                    {"capture": c, "n": 128, "excess_kurtosis": 1.0,
+                     "tail_index": {"name": "tail_index", "estimate": 0.9, "confidence_interval": [0.8, 1.0]}}
+                    for c in range(3)]})
+            ln = _traj_stats("sphere", rng, brownian=False)
+            ln["sphere"] = {"ln_raw": {"fraction_on_sphere": 1.0}, "ln_affine": {
+                "per_leading": {"radius_mean": [1.1, 1.3, 1.2], "radius_sd": [0.1, 0.1, 0.1]}}, "resid": None}
+            _write_json(run / "stats" / "depth" / "ln_c0.json", ln)
             _write_json(run / "stats" / "summary.json", {"run": spec.run_id, "n_files": len(files)})
     if with_stats:
         _write_claims(root, cfg)
@@ -145,30 +167,35 @@ def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
 
 
 def _write_claims(root: Path, cfg) -> None:
-    claims = [
-        {"claim": "sphere", "title": "Tokens lie on a hypersphere after LayerNorm", "verdict": "supported",
-         "effect_size": 1.0, "ci": [0.999, 1.001], "estimate_name": "mean norm / sqrt(d)",
-         "tests": ["TOST equivalence"], "p_value": 0.001},
-        {"claim": "markov", "title": "Attention is a reversible isotropic Markov kernel", "verdict": "not supported",
-         "effect_size": 0.2, "ci": [0.15, 0.25], "estimate_name": "reversibility residual",
-         "tests": ["reversibility residual vs null"], "p_value": 0.0001},
-        {"claim": "brownian_depth", "title": "Token updates over depth are Brownian", "verdict": "inconclusive",
-         "effect_size": 0.7, "ci": [0.4, 1.0], "estimate_name": "MSD exponent", "tests": ["mean cosine law"],
-         "p_value": 0.2},
-        {"claim": "kfac", "title": "Iterative K-FAC trains better than first-order baselines",
-         "verdict": "inconclusive", "effect_size": 0.8, "ci": [0.6, 1.1], "estimate_name": "steps ratio vs AdamW",
-         "tests": ["time to target"], "p_value": None},
-    ]
-    per_run = [dict(c, run=s.run_id, model=s.model, optimizer=s.optimizer, seed=s.seed)
-               for s in cfg.runs() for c in claims[:3]]
-    _write_json(root / "stats" / "claims.json", {"claims": claims, "per_run": per_run})
-    rows = [dict(c, run=s.run_id, model=s.model, optimizer=s.optimizer) for s in cfg.runs() for c in claims[:3]]
-    pd.DataFrame([{k: v for k, v in r.items() if k not in ("ci", "tests")} for r in rows]).to_parquet(
-        root / "stats" / "summary.parquet", index=False)
+    """claims.json in the shape brownformer.stats.pipeline.summarize writes."""
+    runs = [s.run_id for s in cfg.runs()]
+    claims = {
+        "1": {"claim": "1 sphere", "verdict": "supported",
+              "effect_size": {"name": "fraction of tokens on the sphere", "estimate": 1.0, "ci": [1.0, 1.0]},
+              "tests": ["equivalence margins on |z|/sqrt(d) and 1^T z/sqrt(d)"],
+              "per_run": {r: {"min_fraction_on_sphere": 1.0, "verdict": "supported"} for r in runs}},
+        "2": {"claim": "2 markov", "verdict": "not supported",
+              "effect_size": {"name": "reversibility residual", "estimate": 0.2, "ci": [0.15, 0.25]},
+              "tests": ["vMF kernel fit (KL explained)", "detailed-balance residual"],
+              "per_run": {r: {"reversibility_residual": 0.2, "verdict": "not supported"} for r in runs}},
+        "3a": {"claim": "3a depth-brownian", "verdict": "inconclusive", "fraction_brownian": 0.7,
+               "effect_size": {"name": "MSD exponent", "estimate": 0.7, "ci": [0.4, 1.0]}, "p_value": 0.2,
+               "p_value_holm": 0.4, "tests": ["msd_exponent", "variance_ratio"],
+               "per_run": {r: {"n_files": 2, "n_brownian": 1, "classes": {"brownian": 1}} for r in runs}},
+        "4": {"claim": "4 optimizer", "verdict": "inconclusive", "proposed": "kfac-iterative",
+              "tests": ["steps and seconds to the target's final val metric"],
+              "per_model": {"vit-pre": {"verdict": "inconclusive", "verdict_by_unit": {"steps": "supported",
+                                                                                       "seconds": "inconclusive"}}}},
+    }
+    _write_json(root / "stats" / "claims.json", {"claims": claims, "calibration": {"available": True}, "runs": runs})
+    rows = [{"run": r, "file": "depth/ln_c0.npy", "category": "depth", "quantity": "msd_exponent", "estimate": 0.7,
+             "ci_low": 0.4, "ci_high": 1.0, "p_value": 0.2, "reject": False} for r in runs]
+    pd.DataFrame(rows).to_parquet(root / "stats" / "summary.parquet", index=False)
     cal = []
     for test in ("msd_exponent", "variance_ratio", "hurst", "tail_index"):
         for process in ("brownian", "ou", "fbm_0.3", "fbm_0.7", "stable_1.5"):
             rate = 0.05 if process == "brownian" else 0.9
-            cal.append({"test": test, "process": process, "kind": "euclidean", "rejection_rate": rate,
-                        "ci_low": rate - 0.03, "ci_high": rate + 0.03, "n_replicates": 20})
+            cal.append({"process": process, "kind": "euclidean", "T": T, "N": N, "d": D, "test": test,
+                        "rejection_rate": rate, "n_replicates": 20, "role": "size" if process == "brownian" else "power",
+                        "goal_met": True})
     pd.DataFrame(cal).to_parquet(root / "stats" / "calibration.parquet", index=False)

@@ -190,7 +190,13 @@ class FactorCapture:
         if not isinstance(output, torch.Tensor) or not output.requires_grad:
             raise TypeError("fisher='mc' needs a model that returns a logits tensor")
         outputs, self._outputs = self._outputs, []
-        output.register_hook(lambda grad: self._mc_backward(output, outputs))
+        handles = []
+
+        def once(grad):
+            handles.pop().remove()  # the inner backward below passes through the logits again
+            self._mc_backward(output, outputs)
+
+        handles.append(output.register_hook(once))
 
     def _mc_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]]) -> None:
         """Backpropagate the sampled-label cross-entropy gradient to the layer outputs."""

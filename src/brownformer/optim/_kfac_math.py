@@ -129,6 +129,15 @@ def symmetric_eigh(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return d.clamp_min(0.0), q
 
 
+def _energy(x: torch.Tensor, v: torch.Tensor, r: torch.Tensor) -> torch.Tensor:
+    """CG objective ``phi(X) = 1/2 <X, op(X)> - <V, X> = -1/2 <X, V + R>`` with ``R = V - op(X)``.
+
+    CG decreases ``phi`` monotonically from ``phi(0) = 0`` (the residual norm need not decrease),
+    so ``phi > 0`` means a warm start worse than zero or a numerical breakdown.
+    """
+    return -0.5 * (x * (v + r)).sum(dim=(1, 2))
+
+
 @dataclass(frozen=True)
 class CGResult:
     """Batched conjugate-gradient outcome: solutions and per-system diagnostics."""
@@ -154,9 +163,9 @@ def conjugate_gradient(
     Hestenes & Stiefel (1952) CG on the SPD operator of :func:`kronecker_operator`, the
     iterative K-FAC of arXiv 2101.00218. Each system stops at ``max_iter`` iterations or when
     ``||V - op(X)||_F <= tol ||V||_F``; converged systems are frozen while the others continue.
-    A warm start ``x0`` whose residual exceeds ``||V||`` is replaced by zero. A system is not
-    ``ok`` when it produced non-finite values, met non-positive curvature ``p^T op(p) <= 0``, or
-    ended with a residual larger than ``||V||`` (worse than ``X = 0``).
+    A warm start ``x0`` with a larger CG objective than ``X = 0`` is replaced by zero. A system is
+    not ``ok`` (diverged) when it produced non-finite values, met non-positive curvature
+    ``p^T op(p) <= 0``, or ended with a CG objective above that of ``X = 0``.
 
     Args:
         g: ``(k, out, out)`` output factors.
@@ -173,7 +182,7 @@ def conjugate_gradient(
     b_norm = torch.linalg.vector_norm(v, dim=(1, 2))  # (k,)
     x = torch.zeros_like(v) if x0 is None else x0.clone()
     r = v - kronecker_operator(g, a, x, damping)
-    restart = torch.linalg.vector_norm(r, dim=(1, 2)) > b_norm
+    restart = _energy(x, v, r) > 0
     if restart.any():
         x[restart] = 0.0
         r[restart] = v[restart]
@@ -200,7 +209,7 @@ def conjugate_gradient(
         iterations += active.long()
         active &= rs > threshold
     rel = rs.sqrt() / b_norm.clamp_min(torch.finfo(v.dtype).tiny)
-    ok = healthy & torch.isfinite(x).all(dim=2).all(dim=1) & torch.isfinite(rel) & (rel <= 1.0)
+    ok = healthy & torch.isfinite(x).all(dim=2).all(dim=1) & torch.isfinite(rel) & (_energy(x, v, r) <= 0)
     return CGResult(solution=x, iterations=iterations, relative_residual=rel, ok=ok)
 
 

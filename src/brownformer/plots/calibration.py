@@ -32,7 +32,7 @@ def calibration_matrix(res: Results) -> pd.DataFrame:
 
 
 def plot_calibration(res: Results):
-    fig, axes = new_figure(1, 1, width=7.5, height=4.0)
+    fig, axes = new_figure(1, 1, width=6.5, height=3.2)
     ax = axes[0, 0]
     mat = calibration_matrix(res)
     if mat.empty:
@@ -59,8 +59,8 @@ def plot_claims_overview(res: Results):
     if table.empty:
         no_data(ax, "claims.json missing or without verdicts", title="verdict per claim, run and optimizer")
         return fig
-    if per.empty:
-        per = table.assign(run="all runs")
+    head = table[table["scope"] == "headline"].assign(run="headline (all runs)", optimizer="")
+    per = pd.concat([head, per], ignore_index=True)
     codes = per.assign(code=per["verdict"].map({v: i for i, v in enumerate(VERDICTS)}))
     order = codes.sort_values(["optimizer", "run"], na_position="first")["run"].drop_duplicates().tolist()
     mat = codes.pivot_table(index="claim", columns="run", values="code", aggfunc="min").reindex(columns=order)

@@ -42,7 +42,7 @@ def depth_table(res: Results) -> pd.DataFrame:
 def plot_depth_cosine(res: Results):
     table = depth_table(res)
     models = sorted({r.model for r in res.runs})
-    fig, axes = new_figure(max(len(models), 1), 2, width=4.2, height=3.0)
+    fig, axes = new_figure(max(len(models), 1), 2, width=3.6, height=2.5)
     palette = optimizer_palette(r.optimizer for r in res.runs)
     for i, model in enumerate(models):
         sub = table[table["model"] == model] if not table.empty else table

@@ -15,7 +15,7 @@ MARKOV_METRICS = {
     "stationary_entropy": "stationary entropy (nats)",
     "reversibility_residual": "reversibility residual",
     "dobrushin": "Dobrushin coefficient",
-    "vmf_kl": "vMF kernel fit: KL to attention",
+    "vmf_explained": "vMF kernel fit: fraction of KL explained",
 }
 
 
@@ -35,8 +35,12 @@ def _per_layer(data: dict, metric: str) -> dict[int, float]:
     shape = data.get("shape") or dig(data, "per_matrix", "shape")
     if isinstance(values, list) and values:
         arr = np.array([np.nan if v is None else v for v in values], dtype=float)
-        if isinstance(shape, list) and len(shape) >= 3 and int(np.prod(shape[:-2])) == arr.size:
-            L = int(shape[0])
+        lead = None
+        if isinstance(shape, list) and shape:
+            # "shape" is either the leading (L, H, B) or the full (L, H, B, n, n) shape
+            lead = shape if int(np.prod(shape)) == arr.size else shape[:-2] if int(np.prod(shape[:-2])) == arr.size else None
+        if lead is not None and len(lead) >= 2:
+            L = int(lead[0])
             return {layer: float(np.nanmean(row)) for layer, row in enumerate(arr.reshape(L, -1))}
         return {-1: float(np.nanmean(arr))}
     agg = _scalar(dig(data, "aggregate", metric)) if dig(data, "aggregate", metric) is not None else _scalar(data.get(metric))
@@ -45,10 +49,12 @@ def _per_layer(data: dict, metric: str) -> dict[int, float]:
 
 def _nulls(data: dict, metric: str) -> dict[str, float]:
     out = {}
+    # attention_null_models() output: {"row_shuffled"|"shuffled_features"|"init": aggregate dict}
     nulls = data.get("null_models") or data.get("nulls") or data.get("null") or {}
     for name, nd in (nulls.items() if isinstance(nulls, dict) else []):
-        v = _scalar(dig(nd, "aggregate", metric)) if isinstance(nd, dict) and "aggregate" in nd else \
-            _scalar(nd.get(metric) if isinstance(nd, dict) else None)
+        if not isinstance(nd, dict):
+            continue
+        v = _scalar(dig(nd, "aggregate", metric)) if "aggregate" in nd else _scalar(nd.get(metric))
         if v is not None:
             out[name] = v
     return out
@@ -73,7 +79,9 @@ def markov_table(res: Results) -> pd.DataFrame:
 
 
 def plot_markov_spectra(res: Results):
-    fig, axes = new_figure(1, len(MARKOV_METRICS), width=3.2, height=3.0)
+    fig, grid = new_figure(2, 3, width=3.6, height=2.8)
+    axes = grid.reshape(1, -1)
+    grid[1, 2].set_axis_off()
     table = markov_table(res)
     palette = optimizer_palette(r.optimizer for r in res.runs)
     null_styles = {}
@@ -96,7 +104,8 @@ def plot_markov_spectra(res: Results):
             ax.plot(agg["capture"], agg["value"], null_styles[name], color="0.3", ms=4, ls="none",
                     label=f"null: {name}")
         ax.set(xlabel="capture (training time →)", title=label)
-        ax.legend(fontsize=5.5, loc="best")
+        if not grid[1, 2].get_legend():
+            grid[1, 2].legend(*ax.get_legend_handles_labels(), loc="center", fontsize=7, title="optimizer, layer")
     fig.suptitle("Claim 2: attention as a Markov transition matrix (line style = layer; grey markers = null models)",
                  fontsize=10)
     return fig

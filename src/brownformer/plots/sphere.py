@@ -41,18 +41,15 @@ def sphere_norm_table(res: Results) -> pd.DataFrame:
 
 
 def _after_affine(res: Results) -> pd.DataFrame:
-    """Per-layer summaries of ||LN(x)||/sqrt(d) after gamma/beta from the stats JSONs, if any wrote them."""
+    """Per-layer mean ||LN(x)||/sqrt(d) after gamma/beta (stats JSON "sphere"."ln_affine"), when written."""
     rows = []
-    for run_id, stats in res.all_run_stats.items():
-        spec = next(s for s in res.runs if s.run_id == run_id)
-        for key, data in stats.items():
-            if "sphere" not in key:
-                continue
-            for entry in dig(data, "layers", default=[]) or []:
-                val = dig(entry, "norm_after_affine", "mean") or dig(entry, "after_affine", "mean")
-                if val is not None:
-                    rows.append({"model": spec.model, "ln": res.cfg.models[spec.model].ln,
-                                 "layer": entry.get("layer"), "norm": float(val)})
+    for spec in res.runs:
+        for key, data in res.all_run_stats.get(spec.run_id, {}).items():
+            means = dig(data, "sphere", "ln_affine", "per_leading", "radius_mean")
+            for layer, val in enumerate(means or []):
+                if isinstance(val, (int, float)):
+                    rows.append({"model": spec.model, "ln": res.cfg.models[spec.model].ln, "layer": layer,
+                                 "norm": float(val)})
     return pd.DataFrame(rows)
 
 
@@ -75,7 +72,11 @@ def plot_sphere_norms(res: Results):
     if after.empty:
         no_data(ax, "the statistics stage wrote no after-affine LN norms", title="LN output after affine")
     else:
-        sns.pointplot(data=after, x="layer", y="norm", hue="ln", ax=ax, errorbar=("pi", 100), dodge=0.3)
+        for ln, g in after.groupby("ln", sort=True):
+            agg = g.groupby("layer")["norm"].agg(["median", "min", "max"]).reset_index()
+            ax.errorbar(agg["layer"], agg["median"], yerr=[agg["median"] - agg["min"], agg["max"] - agg["median"]],
+                        marker="o", ms=3, capsize=2, label=f"{ln}-LN")
+        ax.legend(title="median, range over runs", fontsize=6)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
         ax.set(ylabel="‖γ⊙z+β‖ / √d", title="LN output after affine")
     fig.suptitle("Claim 1: LayerNorm outputs on the sphere of radius √d (dashed: 1)", fontsize=10)

@@ -85,9 +85,15 @@ def overhead_breakdown(res: Results) -> pd.DataFrame:
     for col in timing_cols:
         comp = next((name for name, pat in _COMPONENTS if pat.search(col[4:])), col[4:])
         scale = 1e-3 if col.endswith("_ms") else 1.0
+        cumulative = "total" in col or "cum" in col
         for (opt, model), g in m[m[col].notna()].groupby(["optimizer", "model"], sort=True):
+            if cumulative:  # accumulated seconds: per step = last value / steps, per run
+                last = g.sort_values("step").groupby("run").tail(1)
+                per_step = float((last[col] / last["step"].clip(lower=1)).mean())
+            else:
+                per_step = float(g[col].mean())
             rows.append({"optimizer": opt, "model": model, "component": comp, "column": col,
-                         "seconds": float(g[col].mean()) * scale})
+                         "seconds": per_step * scale})
     return pd.DataFrame(rows)
 
 
@@ -123,10 +129,11 @@ def plot_training_curves(res: Results):
             ax.set(xlabel=xl, ylabel=yl, title=title)
             if y == "train_loss":
                 ax.set_yscale("log")
-            if i == 0 and j == 0:
-                ax.legend(title="optimizer", loc="upper right")
+
     if not models:
         no_data(axes[0, 0], "the config has no runs")
+    handles = [axes[0, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
+    fig.legend(handles=handles, title="optimizer", loc="outside lower center", ncol=max(len(handles), 1))
     fig.suptitle("Training curves (median over seeds; bands span seeds)", fontsize=10)
     return fig
 
@@ -146,7 +153,7 @@ def _strip(ax, tt: pd.DataFrame, value: str, palette, ylabel: str) -> None:
             xpos = o - 0.4 + width * (k + 0.5)
             ok = g[g["reached"]]
             ax.scatter(np.full(len(ok), xpos), ok[value], color=palette[opt], marker=markers[k % len(markers)],
-                       s=18, zorder=3, label=model if o == 0 else None, edgecolor="k", linewidth=0.3)
+                       s=18, zorder=3, edgecolor="k", linewidth=0.3)
             if len(ok):
                 ax.hlines(ok[value].median(), xpos - width * 0.4, xpos + width * 0.4, color="k", lw=1.2, zorder=4)
             miss = len(g) - len(ok)
@@ -158,7 +165,10 @@ def _strip(ax, tt: pd.DataFrame, value: str, palette, ylabel: str) -> None:
     ax.set_ylabel(ylabel)
     ax.set_ylim(bottom=0, top=ceiling * 1.25)
     if len(models) > 1:
-        ax.legend(title="model (marker)", loc="upper left")
+        handles = [ax.scatter([], [], marker=markers[k % len(markers)], color="0.5", s=18, label=m)
+                   for k, m in enumerate(models)]
+        ax.legend(handles=handles, title="model (marker)", loc="upper center", bbox_to_anchor=(0.5, -0.28),
+                  ncol=min(len(models), 3))
 
 
 def plot_time_to_target(res: Results):

@@ -21,6 +21,15 @@ def estimates_table(res: Results, pattern: str, categories=("weights", "training
         for key, data in sorted(res.all_run_stats.get(spec.run_id, {}).items()):
             if key.split("/")[0] not in categories or not isinstance(data, dict):
                 continue
+            if isinstance(data.get("per_capture"), list):  # gradient noise: one estimate per capture
+                for k, cap in enumerate(data["per_capture"]):
+                    hit = find_test({"tests": [v for v in cap.values() if isinstance(v, dict)]}, pattern)
+                    if hit:
+                        rows.append({"run": spec.run_id, "model": spec.model, "optimizer": spec.optimizer,
+                                     "file": f"{key}#{cap.get('capture', k)}", "category": key.split("/")[0],
+                                     "estimate": hit[0], "lo": hit[1], "hi": hit[2], "null": np.nan,
+                                     "classification": None})
+                continue
             hit = find_test(data, pattern)
             if hit is None:
                 continue
@@ -110,13 +119,13 @@ def plot_training_msd(res: Results):
             ax.legend(handles=handles + [ax.get_lines()[-len(handles) - 1]], fontsize=6, loc="upper left")
         else:
             no_data(ax, f"no {cat} trajectories over training", title=title)
-    ex = estimates_table(res, "msd_exponent|msd")
+    ex = estimates_table(res, "msd_exponent|msd").assign(null=np.nan)  # null = the dashed reference
     _ci_panel(axes[0, 2], ex, palette, margin=margins.get("msd_exponent"), reference=1.0,
               title="MSD exponent (CI)", ylabel="exponent", why_empty="no MSD exponents in the stats outputs")
-    vr = estimates_table(res, "variance_ratio|vr")
+    vr = estimates_table(res, "variance_ratio").assign(null=np.nan)
     _ci_panel(axes[1, 0], vr, palette, margin=margins.get("variance_ratio"), reference=1.0,
               title="variance ratio (CI)", ylabel="VR(q)", why_empty="no variance-ratio tests in the stats outputs")
-    hu = estimates_table(res, "hurst|dfa")
+    hu = estimates_table(res, "hurst|dfa").assign(null=np.nan)
     _ci_panel(axes[1, 1], hu, palette, margin=margins.get("hurst"), reference=0.5,
               title="Hurst / DFA exponent (CI)", ylabel="H", why_empty="no Hurst/DFA estimates in the stats outputs")
     cls = estimates_table(res, "msd_exponent|msd|variance_ratio|hurst", categories=("weights", "training", "depth"))
@@ -134,8 +143,8 @@ def plot_training_msd(res: Results):
         ax.set_xticks(range(len(counts)), counts.index, rotation=30, ha="right")
         ax.set(ylabel="trajectory files", title="classification (all time axes)")
         ax.legend(fontsize=6)
-    fig.text(0.01, 0.005, "markers: ○ weights, □ token states, ◇ depth; × surrogate/null value; grey band: "
-             "pre-registered equivalence margin", fontsize=6, color="0.3")
+    fig.text(0.01, 0.005, "markers: ○ weights, □ token states; grey band: pre-registered equivalence margin; "
+             "dashed: Brownian value", fontsize=6, color="0.3")
     return fig
 
 
@@ -177,8 +186,9 @@ def plot_increments_tails(res: Results):
         _density_panel(axes[0, 0], inc, palette, "weight increments (per coordinate standardized)")
     else:
         no_data(axes[0, 0], "no weight trajectories", title="weight increments")
-    tails = estimates_table(res, "tail|hill|stable|alpha", categories=("weights", "training", "gradnoise"))
-    _ci_panel(axes[0, 1], tails, palette, title="tail index (CI); × = matched surrogate", ylabel="tail index α",
+    tails = estimates_table(res, "tail", categories=("weights", "training", "gradnoise"))
+    _ci_panel(axes[0, 1], tails.assign(null=np.nan) if not tails.empty else tails, palette, reference=1.0,
+              title="Hill tail index ÷ Gaussian-surrogate median (CI)", ylabel="ratio (< 1: heavier tails)",
               why_empty="no tail-index estimates in the stats outputs")
     noise = _standardized_increments(res, "gradnoise")
     if noise:

@@ -23,7 +23,7 @@ import torch.nn.functional as F
 from brownformer.models import loss_fn
 
 __all__ = ["MATRICES", "capture_activations", "attention_weights", "gradient_noise",
-           "projection_matrix", "matrix_view"]
+           "gradient_noise_reference", "projection_matrix", "matrix_view", "sphere_normalize"]
 
 MATRICES = ("q", "k", "v", "o")
 
@@ -86,12 +86,12 @@ def projection_matrix(seed: int, layer: int, matrix: str, in_features: int, dim:
 
 def matrix_view(w: torch.Tensor, projection: torch.Tensor | None) -> torch.Tensor:
     """A weight (or gradient) matrix (out, in) as stored: itself, or its rows projected (out, dim)."""
-    w = w.detach().float()
-    return w if projection is None else w @ projection
+    w = w.detach()
+    return w if projection is None else w @ projection.to(w.dtype)
 
 
 def attention_weights(model: nn.Module, projections: dict[tuple[int, str], torch.Tensor | None]) -> torch.Tensor:
-    """W_Q, W_K, W_V, W_O of every layer: (L, 4, out, in or dim), float32."""
+    """W_Q, W_K, W_V, W_O of every layer: (L, 4, out, in or dim), in the model's dtype."""
     return torch.stack([
         torch.stack([matrix_view(getattr(b.attn, m).weight, projections[(l, m)]) for m in MATRICES])
         for l, b in enumerate(model.blocks)])
@@ -104,20 +104,54 @@ def gradient_noise(model: nn.Module, minibatches: list[tuple[torch.Tensor, torch
 
     xi_j = grad L_{B_j}(W) - grad L_{B_large}(W), j = 1..M, the stochastic-gradient noise whose law
     (Gaussian or heavy-tailed; Simsekli et al. 2019) decides what kind of diffusion SGD is.
-    Uses torch.autograd.grad, so no parameter's `.grad` is read or written.
+
+    All batches go through ONE forward and backward: examples do not interact in the forward pass
+    (eval mode, per-token LayerNorm), so backpropagating sum_j L_{B_j} + L_{B_large} gives every
+    example the output gradient g it has in its own batch's loss, and the weight gradient of a
+    linear layer y = W a is, per batch j, grad_W L_{B_j} = sum_{i in B_j, t} g_{i,t} a_{i,t}^T.
+    Uses torch.autograd.grad on the layers' outputs, so no parameter's `.grad` is read or written.
 
     Returns:
-        (L, 4, M, p) float32, p = out * in (or out * dim when projected), matrices in MATRICES order.
+        (L, 4, M, p) in the model's dtype, p = out * in (or out * dim when projected), matrices in MATRICES order.
     """
+    batches = [*minibatches, large_batch]
+    x = torch.cat([b[0] for b in batches])  # (sum of batch sizes, ...)
+    y = torch.cat([b[1] for b in batches])
+    bounds = np.cumsum([0] + [len(b[0]) for b in batches])
+    keys = [(l, m) for l in range(len(model.blocks)) for m in MATRICES]
+    layers = [getattr(model.blocks[l].attn, m) for l, m in keys]
+    seen: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+    handles = [layer.register_forward_hook(lambda mod, a, out, i=i: seen.__setitem__(i, (a[0].detach(), out)))
+               for i, layer in enumerate(layers)]
+    try:
+        with torch.enable_grad():
+            logits = model(x)
+            loss = sum(loss_fn(logits[lo:hi], y[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:]))
+            outs = torch.autograd.grad(loss, [seen[i][1] for i in range(len(layers))])
+    finally:
+        for h in handles:
+            h.remove()
+    rows = []
+    for i, key in enumerate(keys):
+        a, g = seen[i][0], outs[i]  # (Ntot, T, in), (Ntot, T, out)
+        per_batch = [torch.einsum("nto,nti->oi", g[lo:hi], a[lo:hi]) for lo, hi in zip(bounds[:-1], bounds[1:])]
+        flat = torch.stack([matrix_view(G, projections[key]).reshape(-1) for G in per_batch])  # (M+1, p)
+        rows.append(flat[:-1] - flat[-1])  # (M, p)
+    noise = torch.stack(rows)  # (4L, M, p)
+    L = len(model.blocks)
+    return noise.reshape(L, len(MATRICES), *noise.shape[1:])  # (L, 4, M, p)
+
+
+def gradient_noise_reference(model: nn.Module, minibatches, large_batch, projections) -> torch.Tensor:
+    """The same quantity one batch at a time with torch.autograd.grad on the weights (for tests)."""
     weights = [getattr(b.attn, m).weight for b in model.blocks for m in MATRICES]
     keys = [(l, m) for l in range(len(model.blocks)) for m in MATRICES]
 
-    def flat_grads(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def flat_grads(x, y):
         with torch.enable_grad():
             grads = torch.autograd.grad(loss_fn(model(x), y), weights)
-        return torch.stack([matrix_view(g, projections[key]).reshape(-1) for g, key in zip(grads, keys)])  # (4L, p)
+        return torch.stack([matrix_view(g, projections[k]).reshape(-1) for g, k in zip(grads, keys)])  # (4L, p)
 
-    reference = flat_grads(*large_batch)
-    noise = torch.stack([flat_grads(x, y) - reference for x, y in minibatches], dim=1)  # (4L, M, p)
-    L = len(model.blocks)
-    return noise.reshape(L, len(MATRICES), *noise.shape[1:])  # (L, 4, M, p)
+    ref = flat_grads(*large_batch)
+    noise = torch.stack([flat_grads(x, y) - ref for x, y in minibatches], dim=1)  # (4L, M, p)
+    return noise.reshape(len(model.blocks), len(MATRICES), *noise.shape[1:])

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 __all__ = ["extract_trajectories", "N_PER_CAPTURE_FILES"]
 
 N_PER_CAPTURE_FILES = 8  # depth and attention files for the first, last and ~6 evenly spaced captures
+_RADIUS_NOTE = ("not renormalised: LayerNorm's eps gives |z| = sqrt(var / (var + eps)) <= 1, below 1 where a "
+                "token's variance is small (claim 1 is measured on these values); ln 'none' is exactly 1")
 
 
 @contextmanager
@@ -132,14 +134,16 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
                      + ("; token 0 of each input is the CLS token" if meta.get("cls_index") == 0 else ""))
     src = lambda **kw: {"run": run, "head": None, **kw}  # noqa: E731
 
-    training = {l: w.memmap(f"training/ln_l{l}.npy", (C, N, d), _sidecar(
-        "sphere", "step", steps, token_walkers,
-        src(layer=l, tensor="ln_hat/sqrt(d)", captures=ks, steps=steps), ln=meta["ln"],
-        ln_none_flag=meta["ln_none_flag"]), category="training", layer=l, tensor="ln") for l in range(L)}
+    def ln_sidecar(time: str, times: list, layer: int) -> dict:
+        return _sidecar("sphere", time, times, token_walkers, src(layer=layer, tensor="ln_hat/sqrt(d)", captures=ks,
+                        steps=steps), ln=meta["ln"], ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE)
+
+    training = {l: w.memmap(f"training/ln_l{l}.npy", (C, N, d), ln_sidecar("step", steps, l),
+                            category="training", layer=l, tensor="ln") for l in range(L)}
     weights, noise = {}, {}
     for i, k in enumerate(tqdm(ks, desc=f"extract {run}", mininterval=5, disable=not log.isEnabledFor(logging.INFO))):
         cap = store.load(k)
-        ln = cap["ln_hat"].astype(np.float32) / math.sqrt(d)  # (L, B, n, d) on the unit sphere
+        ln = cap["ln_hat"].astype(np.float32) / math.sqrt(d)  # (L, B, n, d), radius ~1
         for l in range(L):
             training[l][i] = ln[l].reshape(N, d)
         if not weights:
@@ -159,10 +163,8 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
         arr.flush()
     weights.clear(), noise.clear(), training.clear()  # drop the maps before rereading the files
     for l in range(L):  # the same array with cumulative learning rate as time
-        w.save(f"training/ln_l{l}_lrsum.npy", np.load(w.root / f"training/ln_l{l}.npy"), _sidecar(
-            "sphere", "lr_sum", lr_sums, token_walkers,
-            src(layer=l, tensor="ln_hat/sqrt(d)", captures=ks, steps=steps), ln=meta["ln"],
-            ln_none_flag=meta["ln_none_flag"]), category="training", layer=l, tensor="ln")
+        w.save(f"training/ln_l{l}_lrsum.npy", np.load(w.root / f"training/ln_l{l}.npy"),
+               ln_sidecar("lr_sum", lr_sums, l), category="training", layer=l, tensor="ln")
     return [ks[i] for i in sorted(per_capture)]
 
 
@@ -197,7 +199,8 @@ def _write_capture_files(w: _Writer, meta: dict, cap: dict, k: int, step: int, w
     ln = cap["ln_hat"].astype(np.float32) / math.sqrt(d)  # (L, B, n, d)
     w.save(f"depth/ln_c{k}.npy", ln.reshape(L, B * n, d), _sidecar(
         "sphere", "layer", list(range(L)), walkers, {**source, "layer": None, "tensor": "ln_hat/sqrt(d)"},
-        ln=meta["ln"], ln_none_flag=meta["ln_none_flag"], step=step), category="depth", tensor="ln", capture=k)
+        ln=meta["ln"], ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, step=step),
+        category="depth", tensor="ln", capture=k)
     resid = cap["resid"].astype(np.float32)  # (L+1, B, n, d): entering blocks 0..L-1, then the output
     w.save(f"depth/resid_c{k}.npy", resid.reshape(L + 1, B * n, d), _sidecar(
         "euclidean", "layer", list(range(L + 1)), walkers, {**source, "layer": None, "tensor": "resid"},
@@ -224,7 +227,7 @@ def _summary(store: CaptureStore, meta: dict, run_dir: Path, entries: list, dept
     counts: dict[str, int] = {}
     for e in entries:
         counts[e["category"]] = counts.get(e["category"], 0) + 1
-    capture_s = float(meta.get("capture_seconds_total") or 0.0)
+    capture_s = float(store.index["seconds"].sum())
     wall = None
     manifest = run_dir / "manifest.json"
     if manifest.exists():

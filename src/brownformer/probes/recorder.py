@@ -21,7 +21,7 @@ from brownformer.config import ExperimentConfig, RunSpec
 from brownformer.data import PreparedData, probe_inputs, sample_batch
 from brownformer.probes.capture import (MATRICES, attention_weights, capture_activations, gradient_noise,
                                         projection_matrix)
-from brownformer.probes.schedule import capture_schedule
+from brownformer.probes.schedule import capture_schedule, noise_captures
 from brownformer.probes.store import CaptureStore
 
 log = logging.getLogger(__name__)
@@ -74,40 +74,44 @@ class ProbeRecorder:
                                 "default_rng([seed, 7919, layer, index of q|k|v|o])")
         return projected, info
 
-    def _init_meta(self) -> dict:
-        m = self.mcfg
-        n_tokens = self.inputs.shape[1] if self.data.kind == "text" else None
-        if n_tokens is None:
-            C, H, W = self.data.meta["image_shape"]
-            n_tokens = (H // m.patch_size) * (W // m.patch_size) + 1
-        _, proj = self._projection_info(m.d_model)
-        meta = {
+    def _n_tokens(self) -> int:
+        if self.data.kind == "text":
+            return int(self.inputs.shape[1])
+        C, H, W = self.data.meta["image_shape"]
+        return (H // self.mcfg.patch_size) * (W // self.mcfg.patch_size) + 1  # patches + CLS
+
+    def _describe(self) -> dict:
+        m, dtype = self.mcfg, self.probes.dtype
+        return {
             "run": self.spec.run_id, "config_hash": self.cfg.hash, "arch": m.arch, "ln": m.ln,
             "causal": m.arch == "lm", "n_layers": m.n_layers, "d_model": m.d_model, "n_heads": m.n_heads,
-            "n_inputs": int(self.inputs.shape[0]), "n_tokens": int(n_tokens),
+            "n_inputs": int(self.inputs.shape[0]), "n_tokens": self._n_tokens(),
             "cls_index": 0 if m.arch == "vit" else None, "dataset_kind": self.data.kind,
             "steps": self.cfg.train.steps, "batch_size": self.cfg.train.batch_size,
-            "schedule": self.schedule, "probes": asdict(self.probes), "projection": proj,
-            "noise_seed": f"sample_batch(train, seed=probes.seed + {NOISE_SEED_OFFSET} + k, step=j) for "
-                          f"minibatch j < noise_samples; step=noise_samples, batch noise_large_batch for the reference",
-            "ln_site": "LN1 of each block (input = block input for pre-LN, x + Attn(x) for post-LN); "
-                       + ("ln 'none': raw stream scaled to norm sqrt(d), flagged" if m.ln == "none" else
-                          "ln_hat = LayerNorm without affine, with the module's eps"),
+            "schedule": self.schedule, "noise_captures": noise_captures(len(self.schedule), self.probes.noise_every),
+            "probes": asdict(self.probes), "projection": self._projection_info(m.d_model)[1],
+            "probe_inputs": "probe_inputs(data, n=probes.n_inputs, seed=probes.seed): validation split",
+            "noise_batches": f"sample_batch(train, seed=probes.seed + {NOISE_SEED_OFFSET} + k, step=j), batch "
+                             "train.batch_size, for j < noise_samples; step=noise_samples with batch "
+                             "noise_large_batch for the reference gradient",
+            "ln_site": "LN1 of each block (its input: the block input for pre-LN, x + Attn(x) for post-LN); "
+                       + ("ln 'none': the raw stream scaled to norm sqrt(d)" if m.ln == "none" else
+                          "ln_hat = LayerNorm without the affine, with the module's eps"),
             "ln_none_flag": m.ln == "none",
             "eval_mode": True,
-            "arrays": {"resid": "(L+1, B, n, d) " + self.probes.dtype, "ln_hat": "(L, B, n, d) " + self.probes.dtype,
-                       "ln_out": "(L, B, n, d) " + self.probes.dtype, "attn": "(L, H, B, n, n) " + self.probes.dtype,
+            "arrays": {"resid": f"(L+1, B, n, d) {dtype}", "ln_hat": f"(L, B, n, d) {dtype}",
+                       "ln_out": f"(L, B, n, d) {dtype}", "attn": f"(L, H, B, n, n) {dtype}",
                        "weights": "(L, 4, out, in|dim) float32, q k v o",
                        "noise": "(L, 4, M, p) float32, only where has_noise"},
-            "capture_seconds_total": 0.0,
+            "capture_seconds_total": None,  # written after the last capture; the index has per-capture seconds
         }
-        old = self.store.read_meta()
-        if old is not None:
-            if old.get("config_hash") != meta["config_hash"] or old.get("run") != meta["run"]:
-                raise RuntimeError(f"{self.store.root} holds captures of another run or config "
-                                   f"({old.get('run')}, hash {str(old.get('config_hash'))[:12]}); "
-                                   "delete the run folder to start over")
-            meta["capture_seconds_total"] = float(self.store.index["seconds"].sum())
+
+    def _init_meta(self) -> dict:
+        meta, old = self._describe(), self.store.read_meta()
+        if old is not None and (old.get("config_hash"), old.get("run")) != (meta["config_hash"], meta["run"]):
+            raise RuntimeError(f"{self.store.root} holds captures of another run or config "
+                               f"({old.get('run')}, hash {str(old.get('config_hash'))[:12]}); "
+                               "delete the run folder to start over")
         self.store.write_meta(meta)
         return meta
 
@@ -151,17 +155,19 @@ class ProbeRecorder:
         dtype = np.dtype(self.probes.dtype)
         acts = capture_activations(probe, self.inputs.to(self.device))
         arrays = {name: t.cpu().numpy().astype(dtype) for name, t in acts.items()}
-        arrays["weights"] = attention_weights(probe, projections).cpu().numpy()
+        arrays["weights"] = attention_weights(probe, projections).float().cpu().numpy()
         has_noise = k % self.probes.noise_every == 0
         if has_noise:
-            arrays["noise"] = gradient_noise(probe, *self._noise_batches(k), projections).cpu().numpy()
+            arrays["noise"] = gradient_noise(probe, *self._noise_batches(k), projections).float().cpu().numpy()
         arrays.update(step=np.int64(step), lr_sum=np.float64(lr_sum), lr_sq_sum=np.float64(lr_sq_sum))
         row = {"step": step, "lr_sum": float(lr_sum), "lr_sq_sum": float(lr_sq_sum), "has_noise": has_noise}
         self.store.write_npz(k, arrays)
         self.store.add_row(k, {**row, "seconds": time.perf_counter() - t0})
-        self._meta["capture_seconds_total"] = float(self.store.index["seconds"].sum())
-        self.store.write_meta(self._meta)
-        if k == len(self.schedule) - 1 or k % 10 == 0:
+        last = k == len(self.schedule) - 1
+        if last:  # index.parquet holds every capture's seconds; meta gets the total once, at the end
+            self._meta["capture_seconds_total"] = float(self.store.index["seconds"].sum())
+            self.store.write_meta(self._meta)
+        if last or k % 10 == 0:
             log.info("%s: capture %d/%d at step %d; store %.1f MB, capture time %.1fs so far",
                      self.spec.run_id, k + 1, len(self.schedule), step, self.store.size_bytes() / 2**20,
-                     self._meta["capture_seconds_total"])
+                     float(self.store.index["seconds"].sum()))

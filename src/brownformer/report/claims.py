@@ -68,29 +68,49 @@ def _record(rec: dict, scope: str, key: str | None = None) -> dict | None:
             "estimate_name": str(rec.get("estimate_name", name or rec.get("effect", "")) or ""),
             "effect_size": _num(effect), "ci_low": _num(ci[0]) if len(ci) > 0 else math.nan,
             "ci_high": _num(ci[1]) if len(ci) > 1 else math.nan,
-            "p_value": _num(rec.get("p_value", rec.get("pvalue", rec.get("p_adjusted")))),
+            "p_value": _num(next((rec[k] for k in ("p_value_holm", "p_value", "pvalue", "p_adjusted")
+                                  if rec.get(k) is not None), None)),
             "tests": _tests_text(rec.get("tests", rec.get("test", ""))), "reason": str(rec.get("reason", "") or "")}
 
 
 def _records(obj: Any, scope: str) -> list[dict]:
+    """Records of a list of claims, or of a mapping key -> claim (the key names the claim if it has no name)."""
+    items = obj.items() if isinstance(obj, dict) else ((None, rec) for rec in obj or []) if isinstance(obj, list) else ()
     out = []
-    if isinstance(obj, list):
-        for rec in obj:
-            if isinstance(rec, dict):
-                r = _record(rec, "run" if rec.get("run") else scope)
-                if r:
-                    out.append(r)
-    elif isinstance(obj, dict):
-        for key, rec in obj.items():
-            if isinstance(rec, dict):
-                r = _record(rec, "run" if rec.get("run") else scope, key)
-                if r:
-                    out.append(r)
-                    # nested per-run/per-optimizer verdicts under a headline claim
-                    for sub in ("per_run", "runs", "per_optimizer", "by_optimizer"):
-                        for child in _records(rec.get(sub), "run"):
-                            child["claim"] = child["claim"] if child["claim"] != "None" else r["claim"]
-                            out.append(child)
+    for key, rec in items:
+        if not isinstance(rec, dict):
+            continue
+        r = _record(rec, "run" if rec.get("run") else scope, key)
+        if r:
+            out.append(r)
+            if r["scope"] == "headline":
+                out += _children(rec, r)
+    return out
+
+
+def _children(rec: dict, parent: dict) -> list[dict]:
+    """Verdicts nested under a headline claim: per_run {run_id: {...}} or per_model {model: {...}}."""
+    from brownformer.config import ConfigError, RunSpec
+
+    out = []
+    for sub, scope in (("per_run", "run"), ("per_model", "model")):
+        nested = rec.get(sub)
+        items = nested.items() if isinstance(nested, dict) else \
+            ((c.get("run") or c.get("model"), c) for c in nested or [] if isinstance(c, dict))
+        for key, child in items:
+            if not isinstance(child, dict) or "verdict" not in child:
+                continue
+            row = _record({**child, "claim": parent["claim"], "title": parent["title"]}, scope)
+            if scope == "run":
+                row["run"] = child.get("run", key)
+                try:
+                    spec = RunSpec.parse(str(row["run"]))
+                    row.update(model=spec.model, optimizer=spec.optimizer, seed=spec.seed)
+                except ConfigError:
+                    pass
+            else:
+                row["model"] = key
+            out.append(row)
     return out
 
 
@@ -103,7 +123,7 @@ def claims_table(claims: Any, summary: pd.DataFrame | None = None) -> pd.DataFra
     if isinstance(claims, dict) and not any(isinstance(v, dict) and "verdict" in v for v in claims.values()):
         for key in ("claims", "headline", "headlines"):
             rows += _records(claims.get(key), "headline")
-        for key in ("per_run", "runs", "per_optimizer"):
+        for key in ("per_run", "per_optimizer"):
             rows += _records(claims.get(key), "run")
     else:
         rows += _records(claims, "headline")

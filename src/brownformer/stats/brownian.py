@@ -16,6 +16,7 @@ import logging
 import numpy as np
 
 from . import battery as B
+from .battery import log_slope
 from .bootstrap import WalkerBootstrap
 from .results import TestResult, to_jsonable
 from .sphere import cosine_law, gram_offdiagonal, log_map, sphere_hurst, sphere_variance_ratio
@@ -72,6 +73,22 @@ def _vr_lags(n: int) -> np.ndarray:
     return lags[lags <= max(1, n // 2)]
 
 
+def _curvature_lags(n: int) -> np.ndarray:
+    return np.arange(1, min(n - 1, max(3, n // 2)) + 1)
+
+
+def _curvature(qs: np.ndarray, msd: np.ndarray) -> dict:
+    """Early- and late-half log-log slopes of the time-averaged MSD (or psi_bar on the sphere).
+
+    A power law (fBm) has equal slopes; saturation (OU, mean reversion) flattens the late half.
+    """
+    if qs.size < 3 or np.any(~np.isfinite(msd)) or np.any(msd <= 0):
+        return {"early_slope": np.nan, "late_slope": np.nan}
+    h = (qs.size + 1) // 2
+    return {"early_slope": float(log_slope(qs[:h].astype(float), msd[:h])),
+            "late_slope": float(log_slope(qs[h - 1:].astype(float), msd[h - 1:])), "curvature_lags": qs.tolist()}
+
+
 def _euclidean_part(X, times, boot, rng, res):
     T, N, d = X.shape
     tau = times[1:] - times[0]
@@ -94,6 +111,8 @@ def _euclidean_part(X, times, boot, rng, res):
     lags = _vr_lags(T - 1)
     if lags.size >= 2:
         res["hurst"] = B.hurst_from_vr(np.stack([lagged(int(k)) for k in lags], 1) * lags, lags, boot)
+    qs = _curvature_lags(T - 1)
+    curve.update(_curvature(qs, np.array([np.mean(lagged(int(k)) * k) for k in qs])))
     e = E / np.sqrt(dt)[:, None, None]
     z = _standardize(e)
     return e, z, curve
@@ -109,6 +128,8 @@ def _sphere_part(X, times, boot, rng, res):
     lags = _vr_lags(T - 1)
     if lags.size >= 2:
         res["hurst"] = sphere_hurst(U, lags, boot)
+    qs = _curvature_lags(T - 1)
+    curve.update(_curvature(qs, np.array([-np.log(np.mean(np.sum(U[k:] * U[:-k], -1))) for k in qs])))
     v = log_map(U[:-1], U[1:]) / np.sqrt(np.diff(times))[:, None, None]  # tangent increments (n, N, d)
     # random unit direction in each tangent plane: <v, w> is exactly N(0, s^2) for v ~ N(0, s^2 P_u)
     w = rng.standard_normal(v.shape)
@@ -149,7 +170,7 @@ def _classify(res: dict, eff: dict, alpha: float, margins: dict, curve: dict) ->
     expo = res["msd_exponent"]
     sub = off("msd_exponent") and expo.estimate < margins["msd_exponent"][0]
     early, late = curve.get("early_slope", np.nan), curve.get("late_slope", np.nan)
-    if sub and np.isfinite(late) and late < 0.5 * early:
+    if sub and np.isfinite(late) and late < 0.75 * early:  # saturation: fBm gives ratio ~1, OU(0.9) ~0.55
         flags.append("mean-reverting")
     elif sub:
         flags.append("subdiffusive")

@@ -1,0 +1,83 @@
+"""Reproducibility appendix: config and hash, git state, versions, device, seeds, wall time per stage."""
+from __future__ import annotations
+
+import html
+import logging
+
+import pandas as pd
+import yaml
+
+from brownformer.manifest import git_state, package_versions
+from brownformer.report.context import ReportContext, fmt, md_table
+
+log = logging.getLogger(__name__)
+
+__all__ = ["appendix", "stage_times", "provenance"]
+
+
+def provenance(ctx: ReportContext) -> dict:
+    """Git state, versions and device recorded by the runs (the first manifest), else measured now."""
+    manifests = ctx.results.manifests
+    first = next(iter(manifests.values()), {})
+    now_git = git_state(ctx.config_path.resolve().parent)
+    shas = sorted({str((m.get("git") or {}).get("sha")) for m in manifests.values()})
+    return {"git_runs": shas, "git_dirty_runs": sorted({str((m.get("git") or {}).get("dirty")) for m in manifests.values()}),
+            "git_report": now_git, "versions_runs": first.get("versions") or {}, "versions_report": package_versions(),
+            "device": first.get("device") or {}, "config_hashes": sorted({str(m.get("config_hash")) for m in manifests.values()})}
+
+
+def stage_times(ctx: ReportContext) -> pd.DataFrame:
+    """Wall time per Snakemake rule from results/benchmarks/<rule>/*.tsv (column s)."""
+    b = ctx.results.benchmarks
+    if b.empty:
+        return b
+    g = b.groupby("rule")["s"]
+    return pd.DataFrame({"jobs": g.size(), "total s": g.sum(), "max s": g.max()}).reset_index()
+
+
+def _seeds(ctx: ReportContext) -> pd.DataFrame:
+    rows = []
+    for spec in ctx.cfg.runs():
+        m = ctx.results.manifests.get(spec.run_id, {})
+        seeds = m.get("seeds") or {}
+        rows.append({"run": spec.run_id, "seeds": ", ".join(f"{k}={v}" for k, v in sorted(seeds.items())) or "not available",
+                     "wall time s": fmt(m.get("wall_time_s")),
+                     "git": ((m.get("git") or {}).get("sha") or "n/a")[:12] + ("+dirty" if (m.get("git") or {}).get("dirty") else "")})
+    return pd.DataFrame(rows)
+
+
+def appendix(ctx: ReportContext) -> str:
+    cfg = ctx.cfg
+    prov = provenance(ctx)
+    g = prov["git_report"]
+    versions = {**{k: v for k, v in prov["versions_report"].items()}}
+    run_versions = prov["versions_runs"]
+    vt = pd.DataFrame([{"package": k, "report": v or "not installed", "training runs": run_versions.get(k, "n/a")}
+                       for k, v in versions.items()])
+    dev = prov["device"]
+    device_text = ", ".join(f"{k}: {v}" for k, v in sorted(dev.items())) if dev else "not available (no run manifest)"
+    st = stage_times(ctx)
+    hash_note = ("" if not prov["config_hashes"] or prov["config_hashes"] == [cfg.hash] else
+                 f" **Warning:** the runs recorded config hash(es) {', '.join(h[:12] for h in prov['config_hashes'])}, "
+                 "which differ from this config's.")
+    config_yaml = yaml.safe_dump(dict(cfg.raw), sort_keys=True)
+    return "\n".join([
+        "## Appendix: reproducibility", "",
+        f"- **Config file:** `{ctx.config_path}`",
+        f"- **Config hash (sha256):** `{cfg.hash}`{hash_note}",
+        f"- **Git SHA at report time:** `{g.get('sha') or 'not available'}`; **dirty:** `{g.get('dirty')}`",
+        f"- **Git SHA(s) of the training runs:** {', '.join(f'`{s}`' for s in prov['git_runs']) or 'not available'}; "
+        f"dirty: {', '.join(prov['git_dirty_runs']) or 'n/a'}",
+        f"- **torch:** {versions.get('torch')}; **CUDA:** {versions.get('cuda') or 'none'} "
+        f"(runs: torch {run_versions.get('torch', 'n/a')}, CUDA {run_versions.get('cuda') or 'none'})",
+        f"- **Device of the runs:** {device_text}",
+        f"- **Seeds:** {', '.join(map(str, cfg.seeds))} (data split seed(s): "
+        f"{', '.join(sorted({str(d.split_seed) for d in cfg.datasets.values()}))}; probe seed {cfg.probes.seed}; "
+        f"statistics seed {cfg.stats.seed})", "",
+        "### Package versions", md_table(vt), "",
+        "### Wall time per stage (Snakemake benchmark files)",
+        md_table(st) if not st.empty else "Stage wall times: not available (no results/benchmarks/*/*.tsv).", "",
+        "### Runs", md_table(_seeds(ctx)), "",
+        "### Configuration (validated, defaults filled in)",
+        f"<pre style='font-size:80%'>{html.escape(config_yaml)}</pre>",
+    ])

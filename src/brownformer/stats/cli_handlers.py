@@ -1,0 +1,83 @@
+"""Handlers for `brownformer stats ...` subcommands; each takes an argparse Namespace and calls one library function.
+
+Expected attributes: trajectory: file, kind, out; attention: file, features, out; run: traj_dir, out,
+run_id, calibration; calibrate: out, replicates (optional); summary: runs (list of run stats dirs
+or run_id=dir), calibration, out. `config` (an ExperimentConfig) is passed separately.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+from .brownian import analyze_trajectory
+from .calibration import DEFAULT_SHAPES, run_calibration
+from .markov import analyze_attention
+from .pipeline import _write_json, stats_for_run, summarize
+from .trajectory_io import load_trajectory, sha256_file
+
+__all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "stats_summary"]
+
+
+def _stats_config(config):
+    from brownformer.config import StatsConfig
+    return getattr(config, "stats", None) or StatsConfig()
+
+
+def stats_trajectory(args, config=None) -> dict:
+    sc = _stats_config(config)
+    X, meta = load_trajectory(args.file, kind=getattr(args, "kind", None))
+    out = analyze_trajectory(X, kind=meta["kind"], times=meta["times"], confidence_level=sc.confidence_level,
+                             n_resamples=sc.n_resamples, alpha=sc.alpha, margins=dict(sc.margins),
+                             max_walkers=sc.max_walkers, rng=sc.seed)
+    out["input"] = {"path": str(args.file), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
+    _write_json(Path(args.out), out)
+    return out
+
+
+def stats_attention(args, config=None) -> dict:
+    sc = _stats_config(config)
+    try:
+        A = np.load(args.file, allow_pickle=False)
+        F = np.load(args.features, allow_pickle=False) if getattr(args, "features", None) else None
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read input: {exc}") from None
+    out = analyze_attention(A, features=F, confidence_level=sc.confidence_level, rng=sc.seed)
+    out["input"] = {"path": str(args.file), "sha256": sha256_file(args.file)}
+    if F is not None:
+        out["features_input"] = {"path": str(args.features), "sha256": sha256_file(args.features)}
+    _write_json(Path(args.out), out)
+    return out
+
+
+def stats_run(args, config=None) -> dict:
+    run_id = getattr(args, "run_id", None) or getattr(args, "run", None) or Path(args.traj_dir).parent.name
+    return stats_for_run(args.traj_dir, args.out, config=_stats_config(config), run_id=run_id,
+                         calibration=getattr(args, "calibration", None))
+
+
+def stats_calibrate(args, config=None):
+    sc = _stats_config(config)
+    n = getattr(args, "replicates", None) or sc.calibration_replicates
+    df = run_calibration(shapes=DEFAULT_SHAPES, n_replicates=n, rng=sc.seed, alpha=sc.alpha, margins=dict(sc.margins))
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_parquet(out, index=False)
+    return df
+
+
+def stats_summary(args, config=None) -> dict:
+    runs = {}
+    for item in args.runs:
+        run_id, _, path = str(item).partition("=")
+        if not path:
+            path = run_id
+            p = Path(path)
+            run_id = p.parent.name if p.name == "stats" else p.name
+        runs[run_id] = path
+    target = "adamw"
+    if config is not None and getattr(config, "report", None):
+        target = config.report.get("target_optimizer", target)
+    return summarize(runs, getattr(args, "calibration", None), args.out, config=_stats_config(config),
+                     target_optimizer=target)

@@ -1,0 +1,253 @@
+"""Claim 2: attention matrices as Markov transition matrices (STATISTICS.md 2.c).
+
+Row-stochasticity holds by construction and is only checked (bad input is refused). The
+testable content: stationary law pi (left Perron vector), spectral gap 1 - |lambda_2|, entropy
+rate, Dobrushin coefficient, reversibility (detailed balance), deviation from doubly
+stochastic, and whether the kernel is an isotropic von Mises-Fisher kernel
+A_ij ~ exp(kappa <u_i, u_j>) of the normalised token features.
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+from scipy import optimize, special
+
+from .results import to_jsonable
+
+log = logging.getLogger(__name__)
+
+__all__ = ["validate_attention", "chain_statistics", "fit_vmf_kernel", "analyze_attention", "weight_isotropy",
+           "attention_null_models", "is_causal", "QUANTITIES"]
+
+QUANTITIES = ("spectral_gap", "stationary_entropy", "entropy_rate", "reversibility_residual", "dobrushin",
+              "doubly_stochastic_deviation")
+#: quantities built on the stationary law, meaningless when pi = e_1 (causal mask: token 1 absorbing)
+UNDEFINED_CAUSAL = ("stationary_entropy", "entropy_rate", "reversibility_residual", "entropy_production")
+
+
+def validate_attention(A, *, atol: float = 1e-3) -> np.ndarray:
+    """Check that A (..., n, n) holds row-stochastic matrices; return float64 rows renormalised.
+
+    `atol` tolerates float16/float32 storage (row sums off by ~1e-3); anything beyond is refused.
+
+    Raises:
+        ValueError: naming the problem (shape, non-finite, negative, rows not summing to one).
+    """
+    A = np.asarray(A)
+    if A.ndim < 2 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"attention must have shape (..., n, n) with square matrices; got {A.shape}")
+    if A.shape[-1] < 2:
+        raise ValueError("attention matrices must be at least 2 x 2")
+    A = A.astype(np.float64)
+    if not np.all(np.isfinite(A)):
+        raise ValueError(f"attention contains {int((~np.isfinite(A)).sum())} non-finite entries")
+    if (A < -atol).any():
+        raise ValueError(f"attention has negative entries (min {A.min():.3g}); not a transition matrix")
+    dev = np.abs(A.sum(-1) - 1.0)
+    if dev.max() > atol:
+        raise ValueError(f"attention is not row-stochastic: max |row sum - 1| = {dev.max():.3g} > {atol:g}")
+    A = np.clip(A, 0.0, None)
+    return A / A.sum(-1, keepdims=True)
+
+
+def is_causal(A: np.ndarray, atol: float = 1e-6) -> bool:
+    """True when every matrix is lower triangular (a causal mask)."""
+    return bool(np.all(np.abs(np.triu(A, 1)) <= atol))
+
+
+def _stationary(P: np.ndarray) -> np.ndarray:
+    """Left Perron vector pi of each matrix (pi P = pi, sum pi = 1), eigenvalue closest to 1."""
+    w, V = np.linalg.eig(np.swapaxes(P, -1, -2))
+    idx = np.argmin(np.abs(w - 1.0), axis=-1)
+    pi = np.take_along_axis(V, idx[..., None, None], axis=-1)[..., 0].real
+    pi = np.abs(pi)
+    return pi / pi.sum(-1, keepdims=True)
+
+
+def chain_statistics(A: np.ndarray, *, causal: bool = False) -> dict:
+    """Markov-chain summaries of each (n, n) matrix of A (M, n, n) (already validated).
+
+    Formulas (Levin, Peres & Wilmer 2017):
+      spectral gap gamma = 1 - |lambda_2| (second-largest eigenvalue modulus);
+      stationary entropy -sum pi ln pi (<= ln n);
+      entropy rate H = -sum_i pi_i sum_j A_ij ln A_ij;
+      reversibility residual ||Pi A - A^T Pi||_F / ||Pi A||_F (0 iff detailed balance);
+      entropy production e_p = 1/2 sum (pi_i A_ij - pi_j A_ji) ln(pi_i A_ij / (pi_j A_ji));
+      Dobrushin delta = 1/2 max_{i,j} ||A_i. - A_j.||_1;
+      doubly-stochastic deviation ||A^T 1 - 1||_2 / sqrt(n).
+    Under a causal mask pi = e_1, so the pi-based entries are None.
+    """
+    M, n, _ = A.shape
+    ev = np.sort(np.abs(np.linalg.eigvals(A)), axis=-1)[:, ::-1]
+    out = {"spectral_gap": 1.0 - ev[:, 1]}
+    out["dobrushin"] = np.array([0.5 * np.abs(a[:, None, :] - a[None, :, :]).sum(-1).max() for a in A])
+    out["doubly_stochastic_deviation"] = np.linalg.norm(A.sum(-2) - 1.0, axis=-1) / np.sqrt(n)
+    if causal:
+        for k in UNDEFINED_CAUSAL:
+            out[k] = np.full(M, np.nan)
+        Q = A[:, 1:, 1:]  # transient block; fundamental matrix N = (I - Q)^-1 gives absorption times
+        out["mean_absorption_time"] = np.linalg.solve(np.eye(n - 1) - Q, np.ones((M, n - 1))[..., None])[..., 0].mean(-1)
+        return out
+    pi = _stationary(A)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        logA = np.where(A > 0, np.log(np.where(A > 0, A, 1.0)), 0.0)
+        out["stationary_entropy"] = -np.sum(np.where(pi > 0, pi * np.log(np.where(pi > 0, pi, 1.0)), 0.0), -1)
+        out["entropy_rate"] = -np.einsum("mi,mij,mij->m", pi, A, logA)
+        flow = pi[..., :, None] * A  # Pi A
+        out["reversibility_residual"] = (np.linalg.norm(flow - np.swapaxes(flow, -1, -2), axis=(-2, -1))
+                                         / np.linalg.norm(flow, axis=(-2, -1)))
+        lr = np.where((flow > 0) & (np.swapaxes(flow, -1, -2) > 0), np.log(flow) - np.log(np.swapaxes(flow, -1, -2)), 0.0)
+        out["entropy_production"] = 0.5 * np.sum((flow - np.swapaxes(flow, -1, -2)) * lr, axis=(-2, -1))
+    out["stationary_entropy_normalized"] = out["stationary_entropy"] / np.log(n)
+    return out
+
+
+def _vmf_ce(kappa, A, G, mask):
+    """Cross-entropy -mean_i sum_j A_ij log softmax_j(kappa G_ij) (masked entries excluded)."""
+    logits = np.where(mask, kappa * G, -1e30)  # finite so 0 * masked stays 0
+    return -np.sum(np.where(mask, A * (logits - special.logsumexp(logits, axis=-1, keepdims=True)), 0.0)) / A.shape[0]
+
+
+def fit_vmf_kernel(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa_max: float = 1e3,
+                   key_order: np.ndarray | None = None) -> dict:
+    """One-parameter von Mises-Fisher kernel fit A_ij ~ softmax_j(kappa <u_i, u_j>) for one matrix.
+
+    kappa_hat = argmax sum_ij A_ij log softmax_j(kappa <u_i,u_j>) (a one-parameter softmax regression,
+    STATISTICS.md 2.c); u = features normalised to unit length. Fit quality: mean row KL(A_i. || P_i.)
+    and the fraction of the KL to the uniform kernel (kappa = 0) that the fit removes.
+
+    Args:
+        A: (n, n) attention; U: (n, d) token features.
+        key_order: optional permutation of the key tokens (the shuffled-keys null model).
+    """
+    U = U / np.linalg.norm(U, axis=-1, keepdims=True)
+    G = U @ (U if key_order is None else U[key_order]).T
+    n = A.shape[0]
+    mask = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
+    res = optimize.minimize_scalar(_vmf_ce, bounds=(-kappa_max, kappa_max), args=(A, G, mask), method="bounded",
+                                   options={"xatol": 1e-4})
+    with np.errstate(divide="ignore", invalid="ignore"):
+        negent = np.sum(np.where(A > 0, A * np.log(np.where(A > 0, A, 1.0)), 0.0)) / n
+    kl = res.fun + negent
+    kl0 = _vmf_ce(0.0, A, G, mask) + negent
+    return {"kappa": float(res.x), "kl": float(kl), "kl_uniform": float(kl0),
+            "explained": float(1 - kl / kl0) if kl0 > 0 else np.nan, "at_bound": bool(abs(res.x) > 0.99 * kappa_max)}
+
+
+def _broadcast_features(features, A_shape):
+    F = np.asarray(features, dtype=np.float64)
+    if not np.all(np.isfinite(F)):
+        raise ValueError("features contain non-finite values")
+    lead = A_shape[:-2]
+    if F.shape[:-2] != lead and F.ndim == len(A_shape) - 1 and len(lead) >= 2:
+        F = np.expand_dims(F, 1)  # (L, B, n, d) -> (L, 1, B, n, d) to match attention (L, H, B, n, n)
+    try:
+        return np.broadcast_to(F, lead + F.shape[-2:])
+    except ValueError:
+        raise ValueError(f"features of shape {np.shape(features)} do not match attention of shape {A_shape}") from None
+
+
+def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
+    v = np.asarray(values, float)
+    v = v[np.isfinite(v)]
+    if v.size == 0:
+        return {"mean": None, "ci": [None, None], "median": None, "n": 0}
+    if v.size >= 3 and np.ptp(v) > 0:
+        from scipy.stats import bootstrap
+        ci = bootstrap((v,), np.mean, n_resamples=499, confidence_level=confidence_level, method="percentile",
+                       rng=rng).confidence_interval
+        ci = [ci.low, ci.high]
+    else:
+        ci = [float(v.mean()), float(v.mean())]
+    return {"mean": float(v.mean()), "ci": ci, "median": float(np.median(v)), "sd": float(v.std()), "n": int(v.size)}
+
+
+def analyze_attention(A, *, features=None, causal: bool | None = None, confidence_level: float = 0.95,
+                      atol: float = 1e-3, rng=0, key_order=None) -> dict:
+    """Markov-chain statistics of every matrix of A (..., n, n), per matrix and aggregated.
+
+    Args:
+        A: row-stochastic matrices; leading dims are flattened in C order ("matrix order").
+        features: optional token features (..., n, d) aligned with A (or (L, B, n, d) for A of
+            shape (L, H, B, n, n)); enables the vMF kernel fit.
+        causal: force the causal interpretation; default: detected (all matrices lower triangular).
+        confidence_level: for the bootstrap CI of each aggregate mean (over matrices).
+        atol: row-sum tolerance of `validate_attention`.
+        key_order: permutation of key tokens for the vMF fit (null model); None = identity.
+
+    Returns:
+        JSON-ready dict: shape, n_matrices, n, causal, undefined (quantities set to None and why),
+        per_matrix {quantity: [..]}, aggregate {quantity: {mean, ci, median, sd, n}}.
+
+    Raises:
+        ValueError: non-row-stochastic, negative, non-finite or non-square input.
+    """
+    A = validate_attention(A, atol=atol)
+    shape = A.shape
+    n = shape[-1]
+    flat = A.reshape(-1, n, n)
+    causal = is_causal(flat) if causal is None else bool(causal)
+    per = chain_statistics(flat, causal=causal)
+    if features is not None:
+        F = _broadcast_features(features, shape).reshape(-1, n, np.shape(features)[-1])
+        fits = [fit_vmf_kernel(a, u, causal=causal, key_order=key_order) for a, u in zip(flat, F)]
+        for key in ("kappa", "kl", "kl_uniform", "explained"):
+            per["vmf_" + key] = np.array([f[key] for f in fits])
+    rng = np.random.default_rng(rng)
+    out = {"shape": list(shape), "n_matrices": int(flat.shape[0]), "n": n, "causal": causal,
+           "max_row_sum_error": 0.0,
+           "undefined": ({k: "causal mask: token 1 is absorbing, pi = e_1" for k in UNDEFINED_CAUSAL} if causal else {}),
+           "per_matrix": {k: v.tolist() for k, v in per.items()},
+           "aggregate": {k: _aggregate(v, confidence_level, rng) for k, v in per.items()},
+           "uniform_reference": {"stationary_entropy": float(np.log(n))}}
+    return to_jsonable(out)
+
+
+def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
+    """Per head, M = W_Q,h^T W_K,h (so q.k = x^T M y); identity fraction and asymmetry.
+
+    iota = (tr M)^2 / (d ||M||_F^2) in [0, 1], = 1 iff M ~ I (isotropic kernel);
+    asymmetry = ||M - M^T||_F / ||M + M^T||_F (0 for symmetric M, which makes attention exactly
+    reversible with pi_i ~ Z_i). W in torch.nn.Linear layout (d_out, d_in), heads in row blocks.
+    """
+    W_q, W_k = np.asarray(W_q, float), np.asarray(W_k, float)
+    if W_q.shape != W_k.shape or W_q.ndim != 2 or W_q.shape[0] % n_heads:
+        raise ValueError(f"W_q {W_q.shape} and W_k {W_k.shape} must be equal 2-D shapes with rows divisible by n_heads={n_heads}")
+    dh = W_q.shape[0] // n_heads
+    d = W_q.shape[1]
+    iota, asym = [], []
+    for h in range(n_heads):
+        M = W_q[h * dh:(h + 1) * dh].T @ W_k[h * dh:(h + 1) * dh]
+        iota.append(np.trace(M) ** 2 / (d * np.sum(M * M)))
+        asym.append(np.linalg.norm(M - M.T) / np.linalg.norm(M + M.T))
+    return to_jsonable({"identity_fraction": iota, "asymmetry": asym, "n_heads": n_heads, "d": d,
+                        "identity_fraction_mean": float(np.mean(iota)), "asymmetry_mean": float(np.mean(asym))})
+
+
+def attention_null_models(A, *, features=None, init_attention=None, rng=0, n_shuffles: int = 1) -> dict:
+    """The same statistics under null models (STATISTICS.md 2.c).
+
+    - "row_shuffled": each row's weights permuted independently (keeps every row's weight
+      distribution, destroys structure; the random-Markov-matrix baseline of a large gap).
+    - "shuffled_keys": key features permuted across tokens in the vMF fit, logits kappa <u_i, u_perm(j)>
+      (breaks the link between attention and geometry, including the self-similarity diagonal;
+      kappa -> 0 and "explained" -> 0 if the fit meant anything).
+      Permuting tokens of A itself would change nothing: every statistic is permutation invariant.
+    - "init": the statistics of the given attention at initialisation.
+    """
+    A = validate_attention(A)
+    rng = np.random.default_rng(rng)
+    n = A.shape[-1]
+    flat = A.reshape(-1, n, n)
+    causal = is_causal(flat)
+    out = {}
+    if not causal:
+        shuf = np.take_along_axis(flat, rng.random(flat.shape).argsort(-1), axis=-1)
+        out["row_shuffled"] = analyze_attention(shuf.reshape(A.shape), rng=rng)["aggregate"]
+    if features is not None:
+        perm = rng.permutation(n)
+        out["shuffled_keys"] = analyze_attention(A, features=features, causal=causal, rng=rng, key_order=perm)["aggregate"]
+    if init_attention is not None:
+        out["init"] = analyze_attention(init_attention, features=features, rng=rng)["aggregate"]
+    return out
