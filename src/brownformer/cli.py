@@ -54,9 +54,41 @@ def _cmd_extract(args) -> None:
 
 def _cmd_stats(args) -> None:
     from brownformer.stats import cli_handlers
-    handler = getattr(cli_handlers, f"handle_{args.stats_cmd.replace('-', '_')}")
+    handler = getattr(cli_handlers, f"stats_{args.stats_cmd}")
     cfg = _load(args) if getattr(args, "config", None) else None
     handler(args, cfg)
+
+
+def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
+    sub = parent.add_subparsers(dest="stats_cmd", required=True)
+    p = sub.add_parser("trajectory", help="Brownian-motion battery on any (T, N, d) array")
+    _common(p, config_required=False)
+    p.add_argument("file", type=Path, help="FILE.npy of shape (time, walkers, dims); sidecar FILE.json optional")
+    p.add_argument("--kind", choices=["sphere", "euclidean"], default=None, help="overrides the sidecar")
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("attention", help="Markov-chain statistics of any (..., n, n) row-stochastic array")
+    _common(p, config_required=False)
+    p.add_argument("file", type=Path)
+    p.add_argument("--features", type=Path, default=None, help="(..., n, d) token features for the vMF kernel fit")
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("run", help="every trajectory of one run")
+    _common(p)
+    p.add_argument("--run", dest="run_id", required=True)
+    p.add_argument("--traj-dir", type=Path, required=True)
+    p.add_argument("--calibration", type=Path, default=None, help="calibration.parquet used by the verdicts")
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("calibrate", help="size and power of the battery on simulated processes")
+    _common(p)
+    p.add_argument("--traj-index", type=Path, nargs="*", default=[],
+                   help="trajectories/index.json files whose shapes to simulate (default: built-in shapes)")
+    p.add_argument("--replicates", type=int, default=None)
+    p.add_argument("--out", type=Path, required=True)
+    p = sub.add_parser("summary", help="claims.json and summary.parquet over all runs")
+    _common(p)
+    p.add_argument("--results", type=Path, default=Path("results"))
+    p.add_argument("--runs", nargs="*", default=None, help="run stats folders (default: every run of the config)")
+    p.add_argument("--calibration", type=Path, default=None)
+    p.add_argument("--out", type=Path, required=True)
 
 
 def _cmd_figures(args) -> None:
@@ -101,9 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=_cmd_extract)
 
-    from brownformer.stats.cli_handlers import add_stats_parsers
     p = sub.add_parser("stats", help="statistics: trajectory, attention, run, calibrate, summary")
-    add_stats_parsers(p, _common)
+    _add_stats_parsers(p)
     p.set_defaults(func=_cmd_stats)
 
     p = sub.add_parser("figures", help="draw every figure from the results")

@@ -31,7 +31,7 @@ def _train(model, opt, batch, loss_fn, steps, start=0):
 def _max_relative_param_diff(a: nn.Module, b: nn.Module) -> float:
     worst = 0.0
     for (name, p), q in zip(a.named_parameters(), b.parameters()):
-        err = float((p - q).norm() / p.norm())
+        err = float((p - q).detach().norm() / p.detach().norm())
         if err > worst:
             worst, worst_name = err, name
     if worst > CG_EIGEN_RTOL:

@@ -1,6 +1,7 @@
 rule compute_stats:
     input:
         index="results/runs/{run}/trajectories/index.json",
+        calibration="results/stats/calibration.parquet",
     output:
         summary="results/runs/{run}/stats/summary.json",
     params:
@@ -15,7 +16,8 @@ rule compute_stats:
         ENV
     shell:
         "brownformer stats run --config {params.config} --run {wildcards.run} "
-        "--traj-dir {params.run_dir}/trajectories --out {params.run_dir}/stats --log {log} 2>> {log}"
+        "--traj-dir {params.run_dir}/trajectories --calibration {input.calibration} "
+        "--out {params.run_dir}/stats --log {log} 2>> {log}"
 
 
 rule calibrate_tests:

@@ -7,6 +7,7 @@ or run_id=dir), calibration, out. `config` (an ExperimentConfig) is passed separ
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,9 @@ from .calibration import DEFAULT_SHAPES, run_calibration
 from .markov import analyze_attention
 from .pipeline import _write_json, stats_for_run, summarize
 from .trajectory_io import load_trajectory, sha256_file
+from brownformer.io import atomic_path
+
+log = logging.getLogger(__name__)
 
 __all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "stats_summary"]
 
@@ -57,18 +61,41 @@ def stats_run(args, config=None) -> dict:
                          calibration=getattr(args, "calibration", None))
 
 
+def _shapes_from_indexes(index_paths, max_walkers: int) -> list[tuple]:
+    """Distinct (T, N, d, kind) of the trajectory files listed in trajectories/index.json files,
+    with N capped at max_walkers as analyze_trajectory caps it (attention/noise files excluded)."""
+    shapes = set()
+    for index_path in index_paths:
+        index_path = Path(index_path)
+        for entry in json.loads(index_path.read_text())["files"]:
+            if entry.get("category") not in ("depth", "training", "weights"):
+                continue
+            arr = np.load(index_path.parent / entry["path"], mmap_mode="r")
+            if arr.ndim != 3:
+                continue
+            T, N, d = arr.shape
+            shapes.add((int(T), int(min(N, max_walkers)), int(d), entry.get("kind", "euclidean")))
+    return sorted(shapes)
+
+
 def stats_calibrate(args, config=None):
     sc = _stats_config(config)
     n = getattr(args, "replicates", None) or sc.calibration_replicates
-    df = run_calibration(shapes=DEFAULT_SHAPES, n_replicates=n, rng=sc.seed, alpha=sc.alpha, margins=dict(sc.margins))
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_parquet(out, index=False)
+    shapes = _shapes_from_indexes(getattr(args, "traj_index", None) or [], sc.max_walkers) or DEFAULT_SHAPES
+    log.info("calibrating %d shapes x %d replicates: %s", len(shapes), n, shapes)
+    df = run_calibration(shapes=shapes, n_replicates=n, rng=sc.seed, alpha=sc.alpha, margins=dict(sc.margins),
+                         n_resamples=min(sc.n_resamples, 199))
+    with atomic_path(Path(args.out)) as tmp:
+        df.to_parquet(tmp, index=False)
     return df
 
 
 def stats_summary(args, config=None) -> dict:
     runs = {}
+    if not getattr(args, "runs", None):
+        if config is None:
+            raise ValueError("stats summary needs --runs or a --config whose grid names the runs")
+        args.runs = [f"{r.run_id}={Path(args.results) / 'runs' / r.run_id / 'stats'}" for r in config.runs()]
     for item in args.runs:
         run_id, _, path = str(item).partition("=")
         if not path:

@@ -1,0 +1,174 @@
+#!/usr/bin/env bash
+# Prepared GPU check (issue 6): install without dependencies, run the GPU tests, benchmark a training
+# epoch per optimizer on CIFAR-shaped tensors, run a short digits job end to end on CUDA, and write
+# a summary table. Finishes in under 8 minutes (each step has its own timeout and a shared deadline).
+#
+#   bash scripts/gpu_check.sh [OUT_DIR]        # OUT_DIR defaults to $OUT, else results/gpu_check
+#
+# On this workplace's device tool: run from the repo root with carry [".whl"], where .whl/ holds the
+# wheels of packages the GPU image lacks (jsonschema and its dependencies; docs/GPU_AND_CLUSTER.md).
+# Writes at most 8 flat files to OUT_DIR: summary.md, gpu_check.log, gpu_epoch.{md,json},
+# gpu_epoch_compile.json, optimizer_overhead.md, digits_metrics.csv.
+set -euo pipefail
+
+OUT_DIR="${1:-${OUT:-results/gpu_check}}"
+mkdir -p "$OUT_DIR"
+OUT_DIR="$(cd "$OUT_DIR" && pwd)"
+LOG="$OUT_DIR/gpu_check.log"
+SUMMARY="$OUT_DIR/summary.md"
+WORK="$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")"
+PY="${PYTHON:-python3}"
+BF=("$PY" -m brownformer.cli)
+DEADLINE=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-460} ))
+# Extra arguments for both benchmark calls (a smoke test off the GPU: "--device cpu --steps 10 ...").
+read -r -a BENCH_EXTRA <<< "${GPU_CHECK_BENCH_ARGS:-}"
+export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
+exec > >(tee -a "$LOG") 2>&1
+
+STEPS=()
+record() { STEPS+=("| $1 | $2 | $3 | ${4:-} |"); }
+
+# run_step NAME LIMIT_S CMD...: runs CMD under the smaller of LIMIT_S and what the deadline leaves.
+run_step() {
+    local name=$1 limit=$2; shift 2
+    local left=$(( DEADLINE - $(date +%s) ))
+    if (( left < 20 )); then record "$name" "skipped" 0 "deadline reached"; return 0; fi
+    (( limit > left )) && limit=$left
+    echo; echo "=== $name (limit ${limit}s) ==="
+    local t0=$(date +%s) rc=0
+    timeout --kill-after=10 "$limit" "$@" || rc=$?
+    local dt=$(( $(date +%s) - t0 )) status="ok"
+    if (( rc == 124 || rc == 137 )); then status="TIMEOUT"; elif (( rc != 0 )); then status="FAILED (rc $rc)"; fi
+    record "$name" "$status" "$dt"
+    return 0
+}
+
+write_summary() {
+    {
+        echo "# GPU check $(date -u +%Y-%m-%dT%H:%MZ)"
+        echo
+        echo '```'
+        nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: n/a"
+        "$PY" -c 'import torch, sys; print("python", sys.version.split()[0], "| torch", torch.__version__, "| cuda", torch.version.cuda, "| available", torch.cuda.is_available())' 2>/dev/null || true
+        echo '```'
+        echo
+        echo "| step | status | seconds | note |"
+        echo "|---|---|---|---|"
+        printf '%s\n' "${STEPS[@]}"
+        echo
+        [[ -f "$WORK/utilisation.txt" ]] && { cat "$WORK/utilisation.txt"; echo; }
+        [[ -f "$OUT_DIR/gpu_epoch.md" ]] && { cat "$OUT_DIR/gpu_epoch.md"; echo; }
+        [[ -f "$WORK/compile/gpu_epoch_compile.md" ]] && { cat "$WORK/compile/gpu_epoch_compile.md"; echo; }
+        [[ -f "$OUT_DIR/optimizer_overhead.md" ]] && { echo "### benchmarks/optimizer_overhead.py"; cat "$OUT_DIR/optimizer_overhead.md"; echo; }
+        [[ -f "$WORK/digits_summary.txt" ]] && { echo "### digits end to end on CUDA"; cat "$WORK/digits_summary.txt"; }
+    } > "$SUMMARY"
+}
+trap write_summary EXIT
+
+# ---- 1. install (no dependencies; the image has torch, numpy, pandas, scipy, sklearn, pyyaml, tqdm) ----
+install() {
+    if ! "$PY" -c 'import jsonschema' 2>/dev/null; then
+        if compgen -G ".whl/*.whl" > /dev/null; then
+            "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$WORK/site" .whl/*.whl
+        else
+            echo "jsonschema is missing and no .whl/ was carried: brownformer.config cannot import" >&2
+        fi
+    fi
+    "$PY" -m pip install -q --no-deps --no-build-isolation -e . \
+        || echo "editable install failed; using PYTHONPATH=src" >&2
+    "$PY" -c 'import brownformer.config, brownformer.models, brownformer.optim; print("brownformer imports")'
+}
+export PYTHONPATH="$WORK/site:$PWD/src${PYTHONPATH:+:$PYTHONPATH}"
+run_step "install (pip --no-deps -e .)" 90 bash -c "set -eo pipefail; $(declare -f install); WORK='$WORK' PY='$PY' install"
+nvidia-smi || true
+
+# ---- 2. GPU tests of this issue (and the bf16 CPU path) ----
+run_step "pytest tests/test_gpu.py tests/test_precision.py" 150 \
+    "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_precision.py
+
+# ---- 3. epoch benchmark, eager, every optimizer; GPU utilisation sampled meanwhile ----
+nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv,noheader,nounits -lms 500 \
+    > "$WORK/smi.csv" 2>/dev/null &
+SMI_PID=$!
+run_step "benchmarks/gpu_epoch.py (eager, bf16)" 90 \
+    "$PY" benchmarks/gpu_epoch.py --out "$OUT_DIR" --tag gpu_epoch --steps 100 --warmup 20 "${BENCH_EXTRA[@]}"
+kill "$SMI_PID" 2>/dev/null || true
+"$PY" - "$WORK/smi.csv" > "$WORK/utilisation.txt" <<'EOF' || true
+import sys
+rows = [[float(v) for v in line.split(",")] for line in open(sys.argv[1]) if line.strip() and "[" not in line]
+busy = [r for r in rows if r[0] > 0]
+if rows:
+    print(f"nvidia-smi during the eager benchmark: {len(rows)} samples, GPU utilisation mean "
+          f"{sum(r[0] for r in rows) / len(rows):.0f}% (busy samples {sum(r[0] for r in busy) / max(len(busy), 1):.0f}%), "
+          f"max memory used {max(r[1] for r in rows):.0f} MiB, SM clock max {max(r[2] for r in rows):.0f} MHz")
+EOF
+
+# ---- 4. digits end to end on CUDA through the CLI (data -> train with probes -> extract) ----
+digits() {
+    local cfg=config/ci.yaml run=vit-pre__kfac-iterative__s0
+    "${BF[@]}" data --config $cfg --dataset digits --out "$WORK/data/digits"
+    "${BF[@]}" train --config $cfg --set device=cuda --set train.precision=bf16 --run $run \
+        --data "$WORK/data/digits" --out "$WORK/runs/$run" --quiet \
+        || { echo "train with probes failed; retrying without probes" >&2;
+             rm -rf "$WORK/runs/$run"; "${BF[@]}" train --config $cfg --set device=cuda --set train.precision=bf16 \
+                 --run $run --data "$WORK/data/digits" --out "$WORK/runs/$run" --quiet --no-probes; }
+    "$PY" - "$WORK/runs/$run" "$OUT_DIR/digits_metrics.csv" > "$WORK/digits_summary.txt" <<'EOF'
+import json, sys
+import pandas as pd
+run, out = sys.argv[1], sys.argv[2]
+m = pd.read_parquet(f"{run}/metrics.parquet")
+m.to_csv(out, index=False)
+man = json.load(open(f"{run}/manifest.json"))
+last = m.iloc[-1]
+print(f"run {man['run_id']}: {len(m)} metric rows, device {man['device'].get('name', man['device']['type'])}, "
+      f"wall {man['wall_time_s']:.1f}s, final train_loss {last['train_loss']:.3f}, "
+      f"val_accuracy {m['val_accuracy'].dropna().iloc[-1]:.3f}, examples/s {last['examples_per_s']:.0f}")
+EOF
+    cat "$WORK/digits_summary.txt"
+    if [[ -d "$WORK/runs/$run/probes" ]]; then
+        "${BF[@]}" extract --config $cfg --run-dir "$WORK/runs/$run" --out "$WORK/runs/$run/trajectories" \
+            && echo "extract: $(ls "$WORK/runs/$run/trajectories" | wc -l) entries" | tee -a "$WORK/digits_summary.txt" \
+            || echo "extract failed (see log)" | tee -a "$WORK/digits_summary.txt"
+    fi
+}
+run_step "digits end to end on cuda (data, train, extract)" 90 \
+    bash -c "set -eo pipefail; $(declare -f digits); BF=(${BF[*]}); WORK='$WORK' OUT_DIR='$OUT_DIR' PY='$PY' digits"
+
+# ---- 5. optimizer overhead benchmark (another issue's script), when present ----
+overhead() {
+    local help args=()
+    help=$("$PY" benchmarks/optimizer_overhead.py --help 2>&1) || { echo "$help"; return 1; }
+    grep -q -- "--device" <<<"$help" && args+=(--device cuda)
+    grep -q -- "--out" <<<"$help" && args+=(--out "$WORK/overhead")
+    "$PY" benchmarks/optimizer_overhead.py "${args[@]}" | tee "$WORK/overhead.txt"
+    local md
+    md=$(find "$WORK/overhead" -maxdepth 2 -name '*.md' 2>/dev/null | head -n 1)
+    if [[ -n "$md" ]]; then cp "$md" "$OUT_DIR/optimizer_overhead.md"
+    else { echo '```'; tail -n 40 "$WORK/overhead.txt"; echo '```'; } > "$OUT_DIR/optimizer_overhead.md"; fi
+}
+if [[ -f benchmarks/optimizer_overhead.py ]]; then
+    run_step "benchmarks/optimizer_overhead.py --device cuda" 60 \
+        bash -c "set -eo pipefail; $(declare -f overhead); WORK='$WORK' OUT_DIR='$OUT_DIR' PY='$PY' overhead"
+else
+    record "benchmarks/optimizer_overhead.py" "absent" 0
+fi
+
+# ---- 6. other tests marked gpu (modules needing packages the image lacks are reported, not fatal) ----
+other_gpu_tests() {
+    local rc=0
+    "$PY" -m pytest -q -p no:cacheprovider -m gpu tests --ignore=tests/test_gpu.py \
+        --continue-on-collection-errors -rs || rc=$?
+    (( rc == 5 )) && { echo "no other gpu-marked tests"; return 0; }  # 5: nothing collected
+    return $rc
+}
+run_step "pytest -m gpu (other modules)" 60 bash -c "set -eo pipefail; $(declare -f other_gpu_tests); PY='$PY' other_gpu_tests"
+
+# ---- 7. torch.compile: compile time, steady step time, K-FAC hooks under compile (optional, last) ----
+run_step "benchmarks/gpu_epoch.py --compile" 150 \
+    "$PY" benchmarks/gpu_epoch.py --out "$WORK/compile" --tag gpu_epoch_compile --compile \
+        --optimizers adamw kfac-iterative --steps 100 --warmup 10 --input-batches 0 "${BENCH_EXTRA[@]}"
+[[ -f "$WORK/compile/gpu_epoch_compile.json" ]] && cp "$WORK/compile/gpu_epoch_compile.json" "$OUT_DIR/"
+
+write_summary
+trap - EXIT
+echo; echo "=== summary ($SUMMARY) ==="; cat "$SUMMARY"
