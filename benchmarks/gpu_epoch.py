@@ -159,6 +159,9 @@ def bench_optimizer(name, cfg, args, device, flops_per_step) -> dict:
             ref = [eager.step().float().item() for _ in range(CHECK_STEPS)]
             ref_moved = _kfac_factors_moved(eager.opt)
             del eager
+            # A fresh cache per optimizer: dynamo would otherwise reuse the previous model's graph
+            # (same forward code, guards pass) and skip the K-FAC hooks registered on this one.
+            torch._dynamo.reset()
         tr = _Trainer(mcfg, ocfg, cfg.train.grad_clip, device, bf16, args.batch_size, args.compile)
         t0 = time.perf_counter()
         first = tr.step()

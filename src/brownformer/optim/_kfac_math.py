@@ -52,9 +52,15 @@ def input_factor(a: torch.Tensor, *, bias: bool, weight_sharing: str = "expand")
     if weight_sharing == "reduce":
         a = a.mean(dim=1, keepdim=True)  # (B, 1, in)
     a = a.reshape(-1, a.shape[-1])  # (B*T, in)
-    if bias:
-        a = torch.cat([a, a.new_ones(a.shape[0], 1)], dim=1)  # (B*T, in+1)
-    return a.T @ a / a.shape[0]
+    rows = a.shape[0]
+    factor = a.T @ a / rows
+    if not bias:
+        return factor
+    # [[a^T a, sum a], [sum a^T, rows]] / rows without materialising the ones column
+    mean = a.mean(dim=0)
+    top = torch.cat([factor, mean[:, None]], dim=1)  # (in, in+1)
+    bottom = torch.cat([mean, mean.new_ones(1)])[None, :]  # (1, in+1)
+    return torch.cat([top, bottom], dim=0)
 
 
 def output_factor(g: torch.Tensor, *, weight_sharing: str = "expand") -> torch.Tensor:

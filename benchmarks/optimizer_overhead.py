@@ -1,0 +1,183 @@
+"""Per-step cost of each optimizer on the default ViT, as ratios to AdamW measured in the same process.
+
+For sgd, adamw, muon (torch.optim.Muon on 2-D hidden weights, AdamW on the rest), kfac-eigen and
+kfac-iterative (plus K-FAC variants that collect factors only every `inverse_every` steps) it
+times forward+backward, factor collection, inverse/CG and apply, amortized over whole inverse
+periods, and records optimizer-state memory, peak memory and CG iterations per step.
+
+    python benchmarks/optimizer_overhead.py --steps 40 --out results/benchmarks/optimizer_overhead.json
+
+Writes OUT (JSON) and OUT with suffix .md (a markdown table); prints the table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import time
+from pathlib import Path
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from brownformer.optim.kfac import KFAC
+
+
+def build_vit(device: torch.device) -> tuple[nn.Module, tuple[int, ...], int]:
+    """The default config's vit-pre (digits 8x8x1, 10 classes); returns model, image shape, classes."""
+    from brownformer.config import ModelConfig
+    from brownformer.models import build_model
+
+    cfg = ModelConfig(name="vit-pre", arch="vit", dataset="digits", ln="pre", d_model=32, n_layers=4,
+                      n_heads=4, mlp_ratio=2, patch_size=2)
+    return build_model(cfg, n_classes=10, image_shape=(1, 8, 8)).to(device), (1, 8, 8), 10
+
+
+class _Composite:
+    """Muon on 2-D hidden weights, AdamW on the rest (as the registry builds it)."""
+
+    def __init__(self, model: nn.Module, lr: float, adamw_lr: float):
+        hidden = [m.weight for n, m in model.named_modules() if isinstance(m, nn.Linear) and n.startswith("blocks.")]
+        ids = {id(p) for p in hidden}
+        rest = [p for p in model.parameters() if id(p) not in ids]
+        self.parts = [torch.optim.Muon(hidden, lr=lr), torch.optim.AdamW(rest, lr=adamw_lr)]
+
+    @property
+    def state(self) -> dict:
+        return {p: s for opt in self.parts for p, s in opt.state.items()}
+
+    def zero_grad(self, set_to_none: bool = True):
+        for opt in self.parts:
+            opt.zero_grad(set_to_none=set_to_none)
+
+    def step(self):
+        for opt in self.parts:
+            opt.step()
+
+
+def make_optimizers(inverse_every: int) -> dict:
+    kfac = dict(lr=0.05, damping=3e-3, inverse_every=inverse_every, cg_max_iter=10, cg_tol=1e-2)
+    makers = {
+        "sgd": lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
+        "adamw": lambda m: torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01),
+        "kfac-eigen": lambda m: KFAC(m, inverse="eigen", **kfac),
+        "kfac-iterative": lambda m: KFAC(m, inverse="cg", **kfac),
+        f"kfac-eigen (factors every {inverse_every})": lambda m: KFAC(m, inverse="eigen", factor_every=inverse_every, **kfac),
+        f"kfac-iterative (factors every {inverse_every})": lambda m: KFAC(m, inverse="cg", factor_every=inverse_every, **kfac),
+    }
+    if hasattr(torch.optim, "Muon"):
+        makers["muon"] = lambda m: _Composite(m, lr=0.02, adamw_lr=3e-3)
+    return makers
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _state_bytes(opt) -> int:
+    total = 0
+    for state in opt.state.values():
+        if isinstance(state, dict):
+            total += sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor))
+    return total
+
+
+def measure(name: str, make, *, device, batch_size: int, steps: int, warmup: int, seed: int) -> dict:
+    torch.manual_seed(seed)
+    model, image_shape, n_classes = build_vit(device)
+    opt = make(model)
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    batches = [(torch.randn(batch_size, *image_shape, generator=gen).to(device),
+                torch.randint(0, n_classes, (batch_size,), generator=gen).to(device)) for _ in range(4)]
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    fwd_bwd, step_time, cg_iters = [], [], []
+    timings0 = None
+    for i in range(warmup + steps):
+        if i == warmup and isinstance(opt, KFAC):
+            timings0 = dict(opt.timings)
+        x, y = batches[i % len(batches)]
+        _sync(device)
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        loss = loss.detach()
+        _sync(device)
+        t1 = time.perf_counter()
+        opt.step()
+        _sync(device)
+        t2 = time.perf_counter()
+        if i >= warmup:
+            fwd_bwd.append(t1 - t0)
+            step_time.append(t2 - t1)
+            if isinstance(opt, KFAC) and opt.inverse == "cg":
+                cg_iters.append(opt.last_stats["cg_iterations_mean"])
+    row = {"optimizer": name, "steps": steps, "loss_last": loss.item(),
+           "forward_backward_ms": 1e3 * statistics.fmean(fwd_bwd), "step_ms": 1e3 * statistics.fmean(step_time),
+           "state_mib": _state_bytes(opt) / 2**20}
+    row["total_ms"] = row["forward_backward_ms"] + row["step_ms"]
+    if isinstance(opt, KFAC):
+        spent = {k: 1e3 * (opt.timings[k] - timings0[k]) / steps for k in opt.timings}
+        # factor collection runs inside backward (hooks); report it separately
+        row["forward_backward_ms"] -= spent["factors"]
+        row.update({f"{k}_ms": v for k, v in spent.items()})
+        row["cg_iterations_per_layer_step"] = statistics.fmean(cg_iters) if cg_iters else None
+        row["fallbacks"] = opt.last_stats.get("cg_fallbacks_total", 0)
+    if device.type == "cuda":
+        row["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+    else:
+        row["peak_rss_growth_mib"] = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss_before) / 1024
+    return row
+
+
+def to_markdown(rows: list[dict], meta: dict) -> str:
+    cols = ["optimizer", "total_ms", "ratio_to_adamw", "forward_backward_ms", "factors_ms", "inverse_ms",
+            "apply_ms", "step_ms", "cg_iterations_per_layer_step", "state_mib"]
+    fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
+    lines = [f"device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
+             f"steps: {meta['steps']} (amortized over inverse_every={meta['inverse_every']})", "",
+             "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=Path("results/benchmarks/optimizer_overhead.json"))
+    parser.add_argument("--steps", type=int, default=40, help="timed steps (a multiple of --inverse-every)")
+    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--inverse-every", type=int, default=10)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--device", default="auto")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--only", nargs="*", help="optimizer names to run (default: all)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else ("cpu" if args.device == "auto" else args.device))
+    makers = make_optimizers(args.inverse_every)
+    names = ["adamw"] + [n for n in makers if n != "adamw" and (not args.only or n in args.only)]
+    rows = [measure(n, makers[n], device=device, batch_size=args.batch_size, steps=args.steps,
+                    warmup=args.warmup, seed=args.seed) for n in names]
+    adamw_ms = rows[0]["total_ms"]
+    for row in rows:
+        row["ratio_to_adamw"] = row["total_ms"] / adamw_ms
+    meta = {"device": str(device), "threads": args.threads, "batch_size": args.batch_size, "steps": args.steps,
+            "inverse_every": args.inverse_every, "torch": torch.__version__, "platform": platform.platform()}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    table = to_markdown(rows, meta)
+    args.out.with_suffix(".md").write_text(table)
+    print(table)
+
+
+if __name__ == "__main__":
+    main()
