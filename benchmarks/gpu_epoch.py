@@ -239,6 +239,19 @@ def _markdown(report: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _derive(results: list[dict], steps_per_epoch: int, input_ms: float | None) -> None:
+    """Epoch times and ratios to AdamW (when AdamW has been measured)."""
+    adamw = next((r for r in results if r["optimizer"] == "adamw" and "error" not in r), None)
+    for row in results:
+        if "error" in row:
+            continue
+        row["epoch_s"] = steps_per_epoch * row["step_ms"] / 1e3
+        if input_ms is not None:
+            row["epoch_s_with_input"] = steps_per_epoch * (row["step_ms"] + input_ms) / 1e3
+        if adamw is not None:
+            row["ratio_to_adamw"] = row["step_ms"] / adamw["step_ms"]
+
+
 def main(argv=None) -> int:
     from brownformer.config import load_config
 
@@ -246,6 +259,7 @@ def main(argv=None) -> int:
     device = _device(args.device)
     if args.deterministic and device.type == "cuda":  # the paper config's determinism flags (train.py)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True, warn_only=True)
     torch.backends.cuda.matmul.allow_tf32 = not args.deterministic
     torch.backends.cudnn.benchmark = not args.deterministic
     cfg = load_config(args.config)
@@ -260,29 +274,23 @@ def main(argv=None) -> int:
     del probe
     input_ms = time_input_pipeline(cfg, args, device)
 
-    results = [bench_optimizer(name, cfg, args, device, flops) for name in args.optimizers]
-    adamw = next((r for r in results if r["optimizer"] == "adamw" and "error" not in r), None)
-    for row in results:
-        if "error" in row:
-            continue
-        row["epoch_s"] = steps_per_epoch * row["step_ms"] / 1e3
-        if input_ms is not None:
-            row["epoch_s_with_input"] = steps_per_epoch * (row["step_ms"] + input_ms) / 1e3
-        if adamw is not None:
-            row["ratio_to_adamw"] = row["step_ms"] / adamw["step_ms"]
     report = {
-        "device": str(device), "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
+        "device": str(device),
+        "device_name": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor() or "cpu",
         "torch": torch.__version__, "cuda": torch.version.cuda, "model": args.model, "n_parameters": n_params,
         "batch_size": args.batch_size, "precision": args.precision, "compile": args.compile,
         "deterministic": args.deterministic, "steps": args.steps, "warmup": args.warmup,
         "steps_per_epoch": steps_per_epoch, "model_flops_per_step": flops, "peak_tflops": args.peak_tflops,
-        "input_ms_per_batch": input_ms, "results": results,
+        "input_ms_per_batch": input_ms, "results": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / f"{args.tag}.json").write_text(json.dumps(report, indent=2))
-    md = _markdown(report)
-    (args.out / f"{args.tag}.md").write_text(md)
-    print(md)
+    results = report["results"]
+    for name in args.optimizers:  # files rewritten after each optimizer: a timeout keeps what finished
+        results.append(bench_optimizer(name, cfg, args, device, flops))
+        _derive(results, steps_per_epoch, input_ms)
+        (args.out / f"{args.tag}.json").write_text(json.dumps(report, indent=2))
+        (args.out / f"{args.tag}.md").write_text(_markdown(report))
+    print(_markdown(report))
     return 0 if all("error" not in r and r.get("finite", True) for r in results) else 1
 
 

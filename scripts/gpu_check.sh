@@ -7,8 +7,8 @@
 #
 # On this workplace's device tool: run from the repo root with carry [".whl"], where .whl/ holds the
 # wheels of packages the GPU image lacks (jsonschema and its dependencies; docs/GPU_AND_CLUSTER.md).
-# Writes at most 8 flat files to OUT_DIR: summary.md, gpu_check.log, gpu_epoch.{md,json},
-# gpu_epoch_compile.json, optimizer_overhead.md, digits_metrics.csv.
+# Writes at most 8 flat files to OUT_DIR: summary.md (all tables), gpu_check.log, gpu_epoch.json,
+# gpu_epoch_compile.json, optimizer_overhead.{json,md} (written by that script), digits_metrics.csv.
 set -euo pipefail
 
 OUT_DIR="${1:-${OUT:-results/gpu_check}}"
@@ -57,11 +57,17 @@ write_summary() {
         printf '%s\n' "${STEPS[@]}"
         echo
         [[ -f "$WORK/utilisation.txt" ]] && { cat "$WORK/utilisation.txt"; echo; }
-        [[ -f "$OUT_DIR/gpu_epoch.md" ]] && { cat "$OUT_DIR/gpu_epoch.md"; echo; }
+        [[ -f "$WORK/eager/gpu_epoch.md" ]] && { cat "$WORK/eager/gpu_epoch.md"; echo; }
         [[ -f "$WORK/compile/gpu_epoch_compile.md" ]] && { cat "$WORK/compile/gpu_epoch_compile.md"; echo; }
-        [[ -f "$OUT_DIR/optimizer_overhead.md" ]] && { echo "### benchmarks/optimizer_overhead.py"; cat "$OUT_DIR/optimizer_overhead.md"; echo; }
+        if [[ -f "$OUT_DIR/optimizer_overhead.md" ]]; then
+            echo "### benchmarks/optimizer_overhead.py --device cuda"; cat "$OUT_DIR/optimizer_overhead.md"; echo
+        elif [[ -s "$WORK/overhead.txt" ]]; then
+            echo "### benchmarks/optimizer_overhead.py --device cuda"; echo '```'; tail -n 30 "$WORK/overhead.txt"; echo '```'; echo
+        fi
         [[ -f "$WORK/digits_summary.txt" ]] && { echo "### digits end to end on CUDA"; cat "$WORK/digits_summary.txt"; }
+        true
     } > "$SUMMARY"
+    return 0
 }
 trap write_summary EXIT
 
@@ -91,8 +97,9 @@ nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv,nohead
     > "$WORK/smi.csv" 2>/dev/null &
 SMI_PID=$!
 run_step "benchmarks/gpu_epoch.py (eager, bf16)" 90 \
-    "$PY" benchmarks/gpu_epoch.py --out "$OUT_DIR" --tag gpu_epoch --steps 100 --warmup 20 "${BENCH_EXTRA[@]}"
+    "$PY" benchmarks/gpu_epoch.py --out "$WORK/eager" --tag gpu_epoch --steps 100 --warmup 20 "${BENCH_EXTRA[@]}"
 kill "$SMI_PID" 2>/dev/null || true
+[[ -f "$WORK/eager/gpu_epoch.json" ]] && cp "$WORK/eager/gpu_epoch.json" "$OUT_DIR/"
 "$PY" - "$WORK/smi.csv" > "$WORK/utilisation.txt" <<'EOF' || true
 import sys
 rows = [[float(v) for v in line.split(",")] for line in open(sys.argv[1]) if line.strip() and "[" not in line]
@@ -139,12 +146,8 @@ overhead() {
     local help args=()
     help=$("$PY" benchmarks/optimizer_overhead.py --help 2>&1) || { echo "$help"; return 1; }
     grep -q -- "--device" <<<"$help" && args+=(--device cuda)
-    grep -q -- "--out" <<<"$help" && args+=(--out "$WORK/overhead")
+    grep -q -- "--out" <<<"$help" && args+=(--out "$OUT_DIR/optimizer_overhead.json")  # a JSON file
     "$PY" benchmarks/optimizer_overhead.py "${args[@]}" | tee "$WORK/overhead.txt"
-    local md
-    md=$(find "$WORK/overhead" -maxdepth 2 -name '*.md' 2>/dev/null | head -n 1)
-    if [[ -n "$md" ]]; then cp "$md" "$OUT_DIR/optimizer_overhead.md"
-    else { echo '```'; tail -n 40 "$WORK/overhead.txt"; echo '```'; } > "$OUT_DIR/optimizer_overhead.md"; fi
 }
 if [[ -f benchmarks/optimizer_overhead.py ]]; then
     run_step "benchmarks/optimizer_overhead.py --device cuda" 60 \
@@ -161,7 +164,7 @@ other_gpu_tests() {
     (( rc == 5 )) && { echo "no other gpu-marked tests"; return 0; }  # 5: nothing collected
     return $rc
 }
-run_step "pytest -m gpu (other modules)" 60 bash -c "set -eo pipefail; $(declare -f other_gpu_tests); PY='$PY' other_gpu_tests"
+run_step "pytest -m gpu, other modules (import errors = packages the image lacks)" 60 bash -c "set -eo pipefail; $(declare -f other_gpu_tests); PY='$PY' other_gpu_tests"
 
 # ---- 7. torch.compile: compile time, steady step time, K-FAC hooks under compile (optional, last) ----
 run_step "benchmarks/gpu_epoch.py --compile" 150 \

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-import jsonschema
 import yaml
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
@@ -204,6 +203,7 @@ def _schema() -> dict:
 
 def _with_defaults(validator_cls):
     """Extend a jsonschema validator to fill in `default` values (as Snakemake's validate does)."""
+    import jsonschema
     validate_props = validator_cls.VALIDATORS["properties"]
 
     def set_defaults(validator, properties, instance, schema):
@@ -216,7 +216,7 @@ def _with_defaults(validator_cls):
     return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
 
 
-def _key_path(error: jsonschema.ValidationError) -> str:
+def _key_path(error) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "<top level>"
 
 
@@ -226,6 +226,8 @@ def validate_dict(raw: Mapping[str, Any], *, source: str = "config") -> dict:
     Raises:
         ConfigError: naming the key and what was expected.
     """
+    import jsonschema  # imported here so models/optimizers import on machines without it
+
     data = copy.deepcopy(dict(raw))
     validator = _with_defaults(jsonschema.Draft202012Validator)(_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))

@@ -131,8 +131,9 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     torch.manual_seed(spec.seed)
     model = model_for_data(cfg, spec.model, data).to(device)
     optimizer = build_optimizer(model, ocfg.type, ocfg.lr, ocfg.params)
-    if tcfg.compile:
-        model = torch.compile(model)
+    # Compile a forward function, not the module: state_dict keys stay plain (no "_orig_mod.") so
+    # checkpoints load into an uncompiled model for probes and extraction.
+    forward = torch.compile(model) if tcfg.compile else model
     use_bf16 = tcfg.precision == "bf16"
 
     def autocast():
@@ -154,7 +155,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         log.info("resuming %s from step %d", run_id, start_step)
 
     n_train = int(data.meta["sizes"]["train"])
-    examples_per_step = tcfg.batch_size * (seq_len or 1)
+    tokens_per_example = seq_len or (getattr(model, "n_patches", 0) + 1)
     callbacks = callbacks or []
     model.train()
     t0 = time.perf_counter() - wall_offset
@@ -170,7 +171,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
                             seq_len=seq_len, augment=augment)
         x, y = to_device((x, y), device)
         with autocast():
-            loss = loss_fn(model(x), y)
+            loss = loss_fn(forward(x), y)
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if tcfg.grad_clip is not None:
@@ -187,7 +188,14 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             if device.type == "cuda":
                 torch.cuda.synchronize()
             row["wall_time"] = time.perf_counter() - t0
-            row["examples_per_s"] = examples_per_step * done / max(row["wall_time"], 1e-9)
+            row["examples_per_s"] = tcfg.batch_size * (done - start_step) / max(row["wall_time"] - wall_offset, 1e-9)
+            row["tokens_per_s"] = row["examples_per_s"] * tokens_per_example
+            if device.type == "cuda":
+                row["gpu_mem_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+                try:
+                    row["gpu_utilization"] = float(torch.cuda.utilization(device))
+                except Exception:  # needs pynvml; utilisation is informative only
+                    pass
             for key, value in (getattr(optimizer, "last_stats", None) or {}).items():
                 if isinstance(value, (int, float)):
                     row[f"opt_{key}"] = float(value)

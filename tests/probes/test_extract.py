@@ -45,7 +45,7 @@ def test_index_lists_every_file_with_a_sidecar(extracted):
     assert paths == {str(p.relative_to(out)) for p in out.rglob("*.npy")}
     L, C = 2, len(CaptureStore(run_dir / "probes").index)
     assert summary["counts"] == {"training": 2 * L, "weights": 4 * L, "gradnoise": 4 * L,
-                                 "depth": 2 * min(C, 8), "attention": 2 * min(C, 8)}
+                                 "depth": 3 * min(C, 8), "attention": 2 * min(C, 8)}
     for entry in index["files"]:
         arr, side = _load(out, entry["path"])
         assert arr.dtype == np.float32
@@ -87,6 +87,12 @@ def test_trajectories_equal_the_captured_tensors(extracted):
     resid, side = _load(out, f"depth/resid_c{k}.npy")
     assert resid.shape[0] == 3 and side["kind"] == "euclidean"
     np.testing.assert_array_equal(resid, cap["resid"].reshape(3, -1, d).astype(np.float32))
+    lnaff, side = _load(out, f"depth/lnaff_c{k}.npy")
+    assert side["kind"] == "euclidean" and side["time"] == "layer" and side["ln"] == meta["ln"]
+    assert side["n_inputs"] * side["n_tokens"] == lnaff.shape[1]
+    np.testing.assert_array_equal(lnaff, cap["ln_out"].reshape(2, -1, d).astype(np.float32))
+    entry = next(e for e in json.loads((out / "index.json").read_text())["files"] if e["path"] == f"depth/lnaff_c{k}.npy")
+    assert entry["category"] == "depth" and entry["tensor"] == "ln_affine" and entry["capture"] == k
 
 
 def test_attention_files(extracted):
@@ -124,6 +130,6 @@ def test_missing_store_is_an_error(config_of, tmp_path):
 
 def test_layout_text_names_every_family():
     text = describe_layout()
-    for family in ("depth/ln_c", "depth/resid_c", "training/ln_l", "_lrsum", "weights/l", "gradnoise/l",
+    for family in ("depth/ln_c", "depth/lnaff_c", "depth/resid_c", "training/ln_l", "_lrsum", "weights/l", "gradnoise/l",
                    "attention/c", "index.json", "summary.json"):
         assert family in text

@@ -80,23 +80,6 @@ def test_hill_estimator_on_pareto():
     assert abs(hill_estimator(x, 2000) - alpha) < 0.1
 
 
-def test_variance_ratio_matches_arch_on_one_series():
-    """Our pooled VR(q) reduces to arch's overlapping, non-debiased VR on a single demeaned series."""
-    from arch.unitroot import VarianceRatio
-
-    from brownformer.stats.battery import variance_ratio
-    y = np.cumsum(np.random.default_rng(8).standard_normal(400))
-    q = 4
-    inc = np.diff(y) - np.diff(y).mean()
-    Y = np.concatenate([[0.0], np.cumsum(inc)])
-    num = np.mean((Y[q:] - Y[:-q]) ** 2) / q
-    den = np.mean(inc**2)
-    boot = WalkerBootstrap(2, n_resamples=10, rng=0)
-    ours = variance_ratio(np.array([num, num]), np.array([den, den]), boot, q=q).estimate
-    ref = VarianceRatio(y, lags=q, trend="c", debiased=False, overlap=True).vr
-    assert abs(ours - ref) < 0.02
-
-
 def test_walker_bootstrap_matches_scipy_percentile():
     x = np.random.default_rng(9).exponential(size=200)
     ours = WalkerBootstrap(200, n_resamples=4000, rng=1).estimate(x, lambda m: m[..., 0])
@@ -113,3 +96,11 @@ def test_subsampling_and_depth_shape_fast_enough_to_run():
 def test_bad_kind_refused():
     with pytest.raises(ValueError, match="kind"):
         analyze_trajectory(np.ones((4, 3, 2)), kind="torus")
+
+
+def test_supplements_do_not_change_the_battery():
+    X = simulate("brownian", 12, 64, 4, rng=11)
+    on = analyze_trajectory(X, kind="euclidean", rng=0, n_resamples=49)
+    off = analyze_trajectory(X, kind="euclidean", rng=0, n_resamples=49, supplements=False)
+    assert on["tests"] == off["tests"] and off["supplements"] == {}
+    assert on["supplements"]["arch_variance_ratio"]["n_walkers"] == 16

@@ -11,12 +11,16 @@ Scope rule (on the qualified module name, split at dots, case-insensitive):
 ``q_proj``/``query`` ...) get a block-diagonal ``G`` with one block per head; the head count
 comes from ``n_heads`` or the parent module's ``n_heads``/``num_heads``/``n_head`` attribute.
 
-Hooks: a forward-pre hook keeps the layer input ``a``; a forward hook registers a tensor hook on
-the layer output ``s`` that receives ``g = dL/ds`` during ``loss.backward()`` and adds the
-factor contributions of that (``a``, ``g``) pair (a tensor hook on ``s`` is used instead of a
-module full-backward hook because it also works when the input needs no gradient and it does not
-fire inside the Monte-Carlo backward below). Statistics are accumulated in float32 (float64 for a
-float64 model) with autocast disabled, so bf16 autocast never reaches the factors.
+Hooks: one forward hook per layer keeps the (detached) layer input ``a`` and registers a tensor
+hook on the layer output ``s`` that keeps ``g = dL/ds`` when ``loss.backward()`` reaches it (a
+tensor hook on ``s`` is used instead of a module full-backward hook because it also works when the
+input needs no gradient and it does not fire inside the Monte-Carlo backward below). The hooks
+only keep references; the factors of all layers are computed in ``KFAC.step`` with one batched
+matrix product per group of same-shaped layers (``_kfac_groups``), which is much cheaper than a
+few small products per layer inside backward. Keeping ``a`` until the step holds the layer inputs
+that autograd saved for backward anyway a little longer, plus the output gradients (one
+activation-sized tensor per layer). Statistics are computed in float32 (float64 for a float64
+model) with autocast disabled, so bf16 autocast never reaches the factors.
 
 ``fisher="mc"``: a forward hook on the model keeps the logits ``z`` (``(B, ..., classes)``) and
 registers a tensor hook on them. When ``loss.backward()`` reaches ``z`` the hook samples
@@ -37,8 +41,6 @@ from dataclasses import dataclass, field
 
 import torch
 import torch.nn as nn
-
-from brownformer.optim._kfac_math import block_diagonal, input_factor, output_factor
 
 logger = logging.getLogger(__name__)
 
@@ -61,15 +63,13 @@ def layer_scope(name: str) -> str:
 
 @dataclass
 class KFACLayer:
-    """One preconditioned layer and the factor sums collected since the last ``step``."""
+    """One preconditioned layer and the inputs / output gradients kept since the last ``step``."""
 
     name: str
     module: nn.Linear
     head_size: int | None = None
-    sum_a: torch.Tensor | None = field(default=None, repr=False)
-    sum_g: torch.Tensor | None = field(default=None, repr=False)
-    count_a: int = 0
-    count_g: int = 0
+    inputs: list[torch.Tensor] = field(default_factory=list, repr=False)
+    output_grads: list[torch.Tensor] = field(default_factory=list, repr=False)
 
     @property
     def has_bias(self) -> bool:
@@ -82,8 +82,8 @@ class KFACLayer:
         return out_features, in_features + int(self.has_bias)
 
     def reset(self) -> None:
-        self.sum_a = self.sum_g = None
-        self.count_a = self.count_g = 0
+        self.inputs.clear()
+        self.output_grads.clear()
 
 
 def _head_count(model: nn.Module, name: str, n_heads: int | None) -> int:
@@ -121,19 +121,16 @@ def find_layers(model: nn.Module, *, scope: str, per_head: bool, n_heads: int | 
 
 
 class FactorCapture:
-    """Registers the hooks and accumulates per-layer factor sums between optimizer steps."""
+    """Registers the hooks and keeps each layer's inputs and output gradients until ``step``."""
 
-    def __init__(self, model: nn.Module, layers: list[KFACLayer], *, weight_sharing: str,
-                 fisher: str, generator: torch.Generator | None = None):
+    def __init__(self, model: nn.Module, layers: list[KFACLayer], *, fisher: str,
+                 generator: torch.Generator | None = None):
         self.model, self.layers = model, layers
-        self.weight_sharing, self.fisher, self.generator = weight_sharing, fisher, generator
+        self.fisher, self.generator = fisher, generator
         self.enabled = True
         self.seconds = 0.0
         self._outputs: list[tuple[KFACLayer, torch.Tensor]] = []  # mc: outputs awaiting the logits
-        self._handles = []
-        for layer in layers:
-            self._handles.append(layer.module.register_forward_pre_hook(self._make_pre_hook(layer)))
-            self._handles.append(layer.module.register_forward_hook(self._make_output_hook(layer)))
+        self._handles = [layer.module.register_forward_hook(self._make_hook(layer)) for layer in layers]
         if fisher == "mc":
             self._handles.append(model.register_forward_hook(self._on_model_output))
 
@@ -145,44 +142,18 @@ class FactorCapture:
     def _active(self, module: nn.Module) -> bool:
         return self.enabled and module.training and torch.is_grad_enabled()
 
-    @staticmethod
-    def _stat_dtype(module: nn.Linear) -> torch.dtype:
-        return torch.float64 if module.weight.dtype == torch.float64 else torch.float32
-
-    def _make_pre_hook(self, layer: KFACLayer):
-        def hook(module, args):
+    def _make_hook(self, layer: KFACLayer):
+        def hook(module, args, output):
             if not self._active(module):
                 return
-            start = time.perf_counter()
-            a = args[0].detach()
-            with torch.autocast(a.device.type, enabled=False):
-                factor = input_factor(a.to(self._stat_dtype(module)), bias=layer.has_bias,
-                                      weight_sharing=self.weight_sharing)
-            layer.sum_a = factor if layer.sum_a is None else layer.sum_a + factor
-            layer.count_a += 1
-            self.seconds += time.perf_counter() - start
-        return hook
-
-    def _make_output_hook(self, layer: KFACLayer):
-        def hook(module, args, output):
-            if not self._active(module) or not output.requires_grad:
+            layer.inputs.append(args[0].detach())
+            if not output.requires_grad:
                 return
             if self.fisher == "mc":
                 self._outputs.append((layer, output))
             else:
-                output.register_hook(lambda g: self._add_g(layer, g))
+                output.register_hook(layer.output_grads.append)
         return hook
-
-    def _add_g(self, layer: KFACLayer, g: torch.Tensor) -> None:
-        start = time.perf_counter()
-        with torch.autocast(g.device.type, enabled=False):
-            factor = output_factor(g.detach().to(self._stat_dtype(layer.module)),
-                                   weight_sharing=self.weight_sharing)
-            if layer.head_size is not None:
-                factor = block_diagonal(factor, layer.head_size)
-        layer.sum_g = factor if layer.sum_g is None else layer.sum_g + factor
-        layer.count_g += 1
-        self.seconds += time.perf_counter() - start
 
     def _on_model_output(self, module, args, output):
         if not self._active(module) or not self._outputs:
@@ -213,4 +184,4 @@ class FactorCapture:
         self.seconds += time.perf_counter() - start
         for (layer, _), g in zip(outputs, grads):
             if g is not None:
-                self._add_g(layer, g)
+                layer.output_grads.append(g)

@@ -30,7 +30,8 @@ import torch.nn as nn
 from torch.optim import Optimizer
 
 from brownformer.optim._kfac_capture import FISHERS, SCOPES, FactorCapture, find_layers
-from brownformer.optim._kfac_math import (WEIGHT_SHARING, conjugate_gradient, eigen_solve,
+from brownformer.optim._kfac_groups import LAYER_KEYS, LayerGroup, group_layers
+from brownformer.optim._kfac_math import (WEIGHT_SHARING, block_conjugate_gradient, eigen_solve,
                                           kl_clip_scale, symmetric_eigh)
 
 logger = logging.getLogger(__name__)
@@ -38,8 +39,6 @@ logger = logging.getLogger(__name__)
 __all__ = ["KFAC"]
 
 INVERSES = ("eigen", "cg")
-_LAYER_KEYS = ("factor_a", "factor_g", "cg_solution", "eigenvalues_a", "eigenvectors_a",
-               "eigenvalues_g", "eigenvectors_g")
 _DAMPING_GROWTH = 10.0  # one order of magnitude per failure: a failure means the damping was far too small
 
 
@@ -119,8 +118,9 @@ class KFAC(Optimizer):
         self.cg_max_iter, self.cg_tol, self.warm_start = int(cg_max_iter), cg_tol, warm_start
         device = self.layers[0].module.weight.device
         self.generator = torch.Generator(device=device).manual_seed(seed) if fisher == "mc" else None
-        self.capture = FactorCapture(model, self.layers, weight_sharing=weight_sharing, fisher=fisher,
-                                     generator=self.generator)
+        self.weight_sharing = weight_sharing
+        self.groups = group_layers(self.layers)
+        self.capture = FactorCapture(model, self.layers, fisher=fisher, generator=self.generator)
         self.last_stats: dict[str, float] = {}
         self.timings = {"factors": 0.0, "inverse": 0.0, "apply": 0.0}
         self._totals = defaultdict(int)
@@ -137,85 +137,118 @@ class KFAC(Optimizer):
         state_dict = dict(state_dict)
         generator_state = state_dict.pop("generator", None)
         params = [p for group in self.param_groups for p in group["params"]]
-        keep = {i: {k: v for k, v in s.items() if k in _LAYER_KEYS}
+        keep = {i: {k: v for k, v in s.items() if k in LAYER_KEYS}
                 for i, s in state_dict["state"].items() if isinstance(s, dict)}
         super().load_state_dict(state_dict)
         for i, tensors in keep.items():
             self.state[params[i]].update({k: v.to(params[i].device, copy=True) for k, v in tensors.items()})
+        for group in self.groups:
+            group.restack(self.state)
         if generator_state is not None and self.generator is not None:
             self.generator.set_state(generator_state)
         self.capture.enabled = self.param_groups[0]["step"] % self.factor_every == 0
 
     # ---- one step ----------------------------------------------------------------------------
-    def _layer_state(self, layer) -> dict:
-        return self.state[layer.module.weight]
-
-    def _update_factors(self, group: dict) -> bool:
-        """Fold the collected batch factors into the running averages; True if any changed."""
-        start, changed = time.perf_counter(), False
-        rho = self.factor_decay
-        for layer in self.layers:
-            if layer.count_a == 0 or layer.count_g == 0:
+    def _update_factors(self) -> None:
+        """Fold the kept batch statistics into the running factors, one batched update per group."""
+        start = time.perf_counter()
+        if any(m.inputs or m.output_grads for m in self.layers):
+            batches = [(group, *group.batch_factors(self.weight_sharing)) for group in self.groups]
+            for layer in self.layers:
                 layer.reset()
-                continue
-            state = self._layer_state(layer)
-            for key, total, count in (("factor_a", layer.sum_a, layer.count_a), ("factor_g", layer.sum_g, layer.count_g)):
-                batch = total / count
-                if key not in state or not torch.isfinite(state[key]).all():
-                    state[key] = torch.eye(batch.shape[0], dtype=batch.dtype, device=batch.device)
-                if not torch.isfinite(batch).all():
-                    logger.warning("non-finite %s batch factor in %s: dropped", key, layer.name)
-                    self._totals["dropped_factors"] += 1
-                    continue
-                state[key].mul_(rho).add_(batch, alpha=1 - rho)
-                changed = True
-            layer.reset()
+            self._fold(batches)
         self.timings["factors"] += time.perf_counter() - start + self.capture.seconds
         self.capture.seconds = 0.0
-        return changed
 
-    def _factors(self, layer, key: str) -> torch.Tensor:
-        state = self._layer_state(layer)
-        if key not in state:
-            n = layer.shape[0] if key == "factor_g" else layer.shape[1]
-            w = layer.module.weight
-            dtype = torch.float64 if w.dtype == torch.float64 else torch.float32
-            state[key] = torch.eye(n, dtype=dtype, device=w.device)
-        return state[key]
+    def _fold(self, batches: list) -> None:
+        """``F <- rho F + (1 - rho) F_batch`` on every stack; per layer only when something is off.
 
-    def _shape_groups(self, layers) -> dict[tuple, list]:
-        groups = defaultdict(list)
-        for layer in layers:
-            groups[layer.shape].append(layer)
-        return groups
+        One host check covers all batch factors. A non-finite batch factor is dropped; a
+        non-finite running factor restarts from the identity (the rules of the module docstring).
+        """
+        rho = self.factor_decay
+        sums = torch.stack([t.sum() for _, a, g, _ in batches for t in (a, g)])
+        if bool(torch.isfinite(sums).all()) and all(all(updated) for *_, updated in batches):
+            for group, a, g, _ in batches:
+                for factor, batch in zip(group.factors(self.state), (a, g)):
+                    factor.mul_(rho).add_(batch, alpha=1 - rho)
+            running = torch.stack([f.sum() for group, *_ in batches for f in group.factors(self.state)])
+            if bool(torch.isfinite(running).all()):
+                return
+            for group, a, g, _ in batches:  # a running factor was non-finite before this update
+                for factor, batch in zip(group.factors(self.state), (a, g)):
+                    for j in (~torch.isfinite(factor).flatten(1).all(dim=1)).nonzero().flatten().tolist():
+                        eye = torch.eye(factor.shape[1], dtype=factor.dtype, device=factor.device)
+                        factor[j] = eye.mul_(rho).add_(batch[j], alpha=1 - rho)
+            return
+        for group, a, g, updated in batches:
+            for j, layer in enumerate(group.layers):
+                if not updated[j]:
+                    continue
+                for key, factor, batch in zip(("factor_a", "factor_g"), group.factors(self.state), (a, g)):
+                    factor, batch = factor[j], batch[j]
+                    if not bool(torch.isfinite(factor).all()):
+                        factor.copy_(torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device))
+                    if not bool(torch.isfinite(batch).all()):
+                        logger.warning("non-finite %s batch factor in %s: dropped", key, layer.name)
+                        self._totals["dropped_factors"] += 1
+                        continue
+                    factor.mul_(rho).add_(batch, alpha=1 - rho)
 
-    def _eigendecompose(self, layers) -> None:
-        for members in self._shape_groups(layers).values():
-            for side in ("a", "g"):
-                d, q = symmetric_eigh(torch.stack([self._factors(m, f"factor_{side}") for m in members]))
-                for j, m in enumerate(members):
-                    self._layer_state(m)[f"eigenvalues_{side}"] = d[j]
-                    self._layer_state(m)[f"eigenvectors_{side}"] = q[j]
+    def _eigendecompose(self) -> None:
+        for group in self.groups:
+            for side, factor in zip("ag", group.factors(self.state)):
+                d, q = symmetric_eigh(factor)
+                group.bind(self.state, f"eigenvalues_{side}", d)
+                group.bind(self.state, f"eigenvectors_{side}", q)
 
-    def _solve(self, members, v: torch.Tensor, damping: float, stats: dict) -> torch.Tensor:
-        """Preconditioned gradients ``X`` (k, out, in) of one same-shaped group."""
-        states = [self._layer_state(m) for m in members]
+    def _refresh_inverse(self, step: int) -> bool:
+        """eigen: eigendecompose every ``inverse_every`` steps (or when missing); False on failure."""
+        if self.inverse != "eigen":
+            return True
+        start = time.perf_counter()
+        try:
+            if any("eigenvalues_a" not in g.stacks for g in self.groups) or step % self.inverse_every == 0:
+                self._eigendecompose()
+        except torch.linalg.LinAlgError:
+            return False
+        finally:
+            self.timings["inverse"] += time.perf_counter() - start
+        return True
+
+    def _solve(self, groups: list[LayerGroup], v: list[torch.Tensor], damping: float, stats: dict
+               ) -> list[torch.Tensor] | None:
+        """Preconditioned gradients ``X`` (one ``(k, out, in[+1])`` per group), None on failure."""
         if self.inverse == "eigen":
-            eig = {k: torch.stack([s[k] for s in states]) for k in _LAYER_KEYS[3:]}
-            return eigen_solve((eig["eigenvalues_g"], eig["eigenvectors_g"]),
-                               (eig["eigenvalues_a"], eig["eigenvectors_a"]), v, damping)
-        g = torch.stack([self._factors(m, "factor_g") for m in members])
-        a = torch.stack([self._factors(m, "factor_a") for m in members])
+            start = time.perf_counter()
+            xs = [eigen_solve((g.stacks["eigenvalues_g"], g.stacks["eigenvectors_g"]),
+                              (g.stacks["eigenvalues_a"], g.stacks["eigenvectors_a"]), vj, damping)
+                  for g, vj in zip(groups, v)]
+            finite = bool(torch.stack([torch.isfinite(x).all() for x in xs]).all())
+            self.timings["apply"] += time.perf_counter() - start
+            return xs if finite else None
+        start = time.perf_counter()
+        factors = [g.factors(self.state) for g in groups]
         x0 = None
-        if self.warm_start and all("cg_solution" in s for s in states):
-            x0 = torch.stack([s["cg_solution"] for s in states])
-        result = conjugate_gradient(g, a, v, damping, x0=x0, max_iter=self.cg_max_iter, tol=self.cg_tol)
-        x = torch.where(result.ok[:, None, None], result.solution, v)
-        for j, s in enumerate(states):
-            s["cg_solution"] = x[j].clone() if bool(result.ok[j]) else torch.zeros_like(v[j])
-        stats["cg_iterations"].extend(result.iterations.tolist())
-        stats["cg_fallbacks"] += int((~result.ok).sum())
-        return x
+        if self.warm_start:
+            x0 = [g.stacks.get("cg_solution") for g in groups]
+        result = block_conjugate_gradient([f[1] for f in factors], [f[0] for f in factors], v, damping, x0=x0,
+                                          max_iter=self.cg_max_iter, tol=self.cg_tol)
+        xs = []
+        for g, vj, solution, ok in zip(groups, v, result.solution, result.ok.split([len(g) for g in groups])):
+            ok = ok[:, None, None]
+            xs.append(torch.where(ok, solution, vj))  # a diverged system falls back to its gradient
+            kept = torch.where(ok, solution, 0.0)
+            if not g.persistent:
+                continue
+            if "cg_solution" in g.stacks:
+                g.stacks["cg_solution"].copy_(kept)
+            else:
+                g.bind(self.state, "cg_solution", kept)
+        stats["cg_iterations"] = result.iterations.tolist()
+        stats["cg_fallbacks"] = int((~result.ok).sum())
+        self.timings["inverse"] += time.perf_counter() - start
+        return xs
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -236,72 +269,72 @@ class KFAC(Optimizer):
                 layer.reset()
             self._finish(group, stats)
             return loss
-        self._update_factors(group)
-        layers = [m for m in self.layers if m.module.weight.grad is not None]
+        self._update_factors()
+        healthy = self._refresh_inverse(step)
+        groups = [g for g in self.groups if all(m.module.weight.grad is not None for m in g.layers)]
+        if len(groups) < len(self.groups):
+            groups += self._partial_groups()
+        v = [g.gradients() for g in groups]
+        xs = (self._solve(groups, v, damping, stats) if healthy else None) if groups else []
         start = time.perf_counter()
-        precondition = True
-        if self.inverse == "eigen" and layers:
-            stale = any("eigenvalues_a" not in self._layer_state(m) for m in layers)
-            if stale or step % self.inverse_every == 0:
-                try:
-                    self._eigendecompose(self.layers)
-                except torch.linalg.LinAlgError:
-                    precondition = False
-        self.timings["inverse"] += time.perf_counter() - start if self.inverse == "eigen" else 0.0
-        updates, vg_sum = {}, torch.zeros(())
-        for members in self._shape_groups(layers).values():
-            start = time.perf_counter()
-            v = torch.stack([self._grad_matrix(m) for m in members])  # (k, out, in[+1])
-            x = self._solve(members, v, damping, stats) if precondition else v
-            if not bool(torch.isfinite(x).all()):
-                precondition = False
-            self.timings["inverse" if self.inverse == "cg" else "apply"] += time.perf_counter() - start
-            vg_sum = vg_sum.to(x) + (v * x).sum()
-            updates.update({m.name: x[j] for j, m in enumerate(members)})
-        if not precondition:
+        if xs is None:
             logger.warning("step %d: preconditioning failed; raw gradients used, damping %.3g -> %.3g",
                            step, damping, damping * _DAMPING_GROWTH)
             self._totals["preconditioning_skipped"] += 1
             group["damping"] = damping * _DAMPING_GROWTH
-            updates = {m.name: self._grad_matrix(m) for m in layers}
-            vg_sum = sum((u * u).sum() for u in updates.values()) if updates else torch.zeros(())
-        start = time.perf_counter()
-        nu = kl_clip_scale(vg_sum, lr=lr, kl_clip=self.kl_clip) if updates else torch.ones(())
+            xs = v
         directions = {}
-        for m in layers:
-            x = updates[m.name] * nu
-            directions[m.module.weight] = x[:, : m.module.in_features]
-            if m.has_bias:
-                directions[m.module.bias] = x[:, -1]
+        if groups:
+            vg_sum = torch.stack([torch.dot(vj.reshape(-1), x.reshape(-1)) for vj, x in zip(v, xs)]).sum()
+            nu = kl_clip_scale(vg_sum, lr=lr, kl_clip=self.kl_clip)
+            for g, x in zip(groups, xs):
+                directions.update(g.split(x * nu))
+            stats.update(preconditioned=xs is not v, nu=float(nu))
         self._base_update(params, directions, group)
         self.timings["apply"] += time.perf_counter() - start
-        stats.update(preconditioned=precondition and bool(updates), nu=float(nu))
         self._finish(group, stats)
         return loss
 
-    @staticmethod
-    def _grad_matrix(layer) -> torch.Tensor:
-        """``[dL/dW, dL/db]`` as an ``(out, in[+1])`` matrix in the factor dtype."""
-        w = layer.module.weight
-        dtype = torch.float64 if w.dtype == torch.float64 else torch.float32
-        parts = [w.grad] + ([layer.module.bias.grad[:, None]] if layer.has_bias else [])
-        return torch.cat(parts, dim=1).to(dtype)
+    def _partial_groups(self) -> list[LayerGroup]:
+        """Layers without a gradient this step, removed from their groups (rare: unused layers).
+
+        The sub-groups get copies of the stacks; their solutions are not written back, so their
+        CG restarts cold next step, which changes speed, not results beyond the CG tolerance.
+        """
+        subgroups = []
+        for g in self.groups:
+            present = [j for j, m in enumerate(g.layers) if m.module.weight.grad is not None]
+            if 0 < len(present) < len(g):
+                g.factors(self.state)
+                sub = LayerGroup([g.layers[j] for j in present], persistent=False)
+                scratch: dict = defaultdict(dict)
+                for key, stack in g.stacks.items():
+                    if key != "cg_solution":
+                        sub.bind(scratch, key, stack[present])
+                subgroups.append(sub)
+        return subgroups
 
     def _base_update(self, params, directions: dict, group: dict) -> None:
         """SGD with momentum and coupled weight decay on ``directions`` (raw grads by default)."""
         lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
-        ds = [directions[p].to(p.dtype) if p in directions else p.grad.clone() for p in params]
+        ds = [directions[p].to(p.dtype) if p in directions else p.grad for p in params]
         if weight_decay:
-            torch._foreach_add_(ds, params, alpha=weight_decay)
+            ds = torch._foreach_add(ds, params, alpha=weight_decay)  # never in place: ds may be p.grad
         if momentum:
-            bufs = []
+            bufs, new = [], []
             for p, d in zip(params, ds):
                 state = self.state[p]
                 if "momentum_buffer" not in state:
                     state["momentum_buffer"] = d.clone()
+                    new.append(True)
                 else:
-                    state["momentum_buffer"].mul_(momentum).add_(d)
+                    new.append(False)
                 bufs.append(state["momentum_buffer"])
+            old = [(b, d) for b, d, n in zip(bufs, ds, new) if not n]
+            if old:
+                old_bufs, old_ds = zip(*old)
+                torch._foreach_mul_(list(old_bufs), momentum)
+                torch._foreach_add_(list(old_bufs), list(old_ds))
             ds = bufs
         torch._foreach_add_(params, ds, alpha=-lr)
 

@@ -196,15 +196,24 @@ def _write_capture_files(w: _Writer, meta: dict, cap: dict, k: int, step: int, w
     L, d = meta["n_layers"], meta["d_model"]
     B, n = meta["n_inputs"], meta["n_tokens"]
     source = {"run": meta["run"], "head": None, "captures": [k], "steps": [step]}
+    # walkers i*n .. i*n+n-1 are the tokens of probe input i: the stats stage resamples inputs, not tokens
+    common = {"ln": meta["ln"], "step": step, "n_inputs": B, "n_tokens": n}
     ln = cap["ln_hat"].astype(np.float32) / math.sqrt(d)  # (L, B, n, d)
     w.save(f"depth/ln_c{k}.npy", ln.reshape(L, B * n, d), _sidecar(
         "sphere", "layer", list(range(L)), walkers, {**source, "layer": None, "tensor": "ln_hat/sqrt(d)"},
-        ln=meta["ln"], ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, step=step),
+        ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, **common),
         category="depth", tensor="ln", capture=k)
+    if "ln_out" in cap:
+        ln_out = cap["ln_out"].astype(np.float32)  # (L, B, n, d), after gamma and beta, not rescaled
+        w.save(f"depth/lnaff_c{k}.npy", ln_out.reshape(L, B * n, d), _sidecar(
+            "euclidean", "layer", list(range(L)), walkers, {**source, "layer": None, "tensor": "ln_out"},
+            note="LN1 output after the affine gamma, beta (raw, NOT divided by sqrt(d)); "
+                 "for ln 'none' the raw stream entering the attention", **common),
+            category="depth", tensor="ln_affine", capture=k)
     resid = cap["resid"].astype(np.float32)  # (L+1, B, n, d): entering blocks 0..L-1, then the output
     w.save(f"depth/resid_c{k}.npy", resid.reshape(L + 1, B * n, d), _sidecar(
         "euclidean", "layer", list(range(L + 1)), walkers, {**source, "layer": None, "tensor": "resid"},
-        note=f"time l < {L}: stream entering block l; time {L}: output of the last block", step=step),
+        note=f"time l < {L}: stream entering block l; time {L}: output of the last block", **common),
         category="depth", tensor="resid", capture=k)
     feats = sphere_normalize(torch.from_numpy(resid[:L]), centered=centered).numpy() / math.sqrt(d)  # (L, B, n, d)
     w.save(f"attention/c{k}.npy", _rows_stochastic(cap["attn"]), {

@@ -8,6 +8,8 @@ Reads RUN_DIR/probes/ (index.parquet, meta.json, one c<k>.npz per capture point 
 OUT/ (replaced as a whole; built beside it, then swapped in):
 
   depth/ln_c<k>.npy            (L, N, d)     sphere, time layer: LN1 output before the affine / sqrt(d)
+  depth/lnaff_c<k>.npy         (L, N, d)     euclidean, time layer: LN1 output after the affine (gamma, beta),
+                                             raw (not divided by sqrt(d))
   depth/resid_c<k>.npy         (L+1, N, d)   euclidean, time layer: residual stream entering each block,
                                              last time = output of the last block
   training/ln_l<l>.npy         (C, N, d)     sphere, time step: layer l's normalised LN output across captures

@@ -16,9 +16,9 @@ from statsmodels.stats.multivariate import test_mvmean
 from .bootstrap import WalkerBootstrap
 from .results import TestResult
 
-__all__ = ["log_slope", "msd_exponent", "variance_ratio", "hurst_from_vr", "autocorrelation_test",
+__all__ = ["log_slope", "msd_exponent", "lagged_msd", "variance_ratio", "hurst_from_vr", "autocorrelation_test",
            "volatility_test", "gaussianity_test", "hill_estimator", "tail_test", "isotropy_test",
-           "drift_test", "default_vr_lag", "p_two_sided"]
+           "drift_test", "default_vr_lag", "p_two_sided", "arch_variance_ratio"]
 
 
 def p_two_sided(z: float) -> float:
@@ -64,6 +64,12 @@ def msd_exponent(sq_disp: np.ndarray, tau: np.ndarray, boot: WalkerBootstrap, *,
             "late_slope": float(log_slope(tau[half - 1:], m[half - 1:])) if len(tau) - half + 1 >= 2 else np.nan,
             "msd": m.tolist(), "tau": tau.tolist()}
     return exp_res, d_res, curv
+
+
+def lagged_msd(Y: np.ndarray, times: np.ndarray, q: int) -> np.ndarray:
+    """(N,) per-walker time-averaged q-step squared displacement per unit time of levels Y (T, N, d):
+    mean_t |Y_{t+q} - Y_t|^2 / (t_{t+q} - t_t), over the T - q overlapping pairs."""
+    return np.mean(np.sum((Y[q:] - Y[:-q]) ** 2, -1) / (times[q:] - times[:-q])[:, None], axis=0)
 
 
 def variance_ratio(num: np.ndarray, den: np.ndarray, boot: WalkerBootstrap, *, q: int) -> TestResult:
@@ -246,3 +252,37 @@ def drift_test(disp: np.ndarray, *, rng=None) -> TestResult:
     return TestResult("drift", float(res.statistic), float(res.pvalue), frac, method=
                       "Hotelling T^2 of mean displacement = 0 (statsmodels test_mvmean, F law); estimate = drift fraction of final MSD",
                       n=N, null_value=0.0)
+
+
+def arch_variance_ratio(Y: np.ndarray, E: np.ndarray, q: int, *, max_walkers: int = 16, alpha: float = 0.05,
+                        rng=None) -> dict:
+    """Supplement: arch's Lo-MacKinlay test per walker on the top principal component of the increments.
+
+    For up to `max_walkers` walkers (seeded subsample), the drift-removed levels Y (T, N, d) are projected
+    onto the first principal direction of the pooled increments E (n, N, d), and
+    arch.unitroot.VarianceRatio(levels, lags=q, trend="c", debiased=True, robust=True, overlap=True)
+    is run on each 1-D series. Reported, not used in the classification: one series of T points has
+    far less power than the walker-pooled VR.
+    """
+    from arch.unitroot import VarianceRatio
+    from arch.utility.exceptions import InfeasibleTestException
+    T, N, d = Y.shape
+    flat = E.reshape(-1, d)
+    direction = np.linalg.svd(flat - flat.mean(0), full_matrices=False)[2][0] if d > 1 else np.ones(1)
+    idx = np.arange(N)
+    if N > max_walkers:
+        idx = np.sort(np.random.default_rng(rng).choice(N, max_walkers, replace=False))
+    vr, pv = [], []
+    for i in idx:
+        try:
+            res = VarianceRatio(Y[:, i] @ direction, lags=q, trend="c", debiased=True, robust=True, overlap=True)
+            vr.append(float(res.vr))
+            pv.append(float(res.pvalue))
+        except (InfeasibleTestException, ValueError, ZeroDivisionError, np.linalg.LinAlgError):
+            continue  # too short for q, or a constant series
+    if not vr:
+        return {"available": False, "reason": f"arch VarianceRatio needs a longer series (T={T}, q={q})"}
+    return {"available": True, "q": q, "n_walkers": len(vr), "vr_median": float(np.median(vr)),
+            "pvalue_median": float(np.median(pv)), "fraction_reject": float(np.mean(np.asarray(pv) < alpha)),
+            "vr": vr, "method": "arch.unitroot.VarianceRatio(trend='c', debiased=True, robust=True, overlap=True) "
+                                "per walker on the top principal component of the increments"}

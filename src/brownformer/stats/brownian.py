@@ -89,7 +89,7 @@ def _curvature(qs: np.ndarray, msd: np.ndarray) -> dict:
             "late_slope": float(log_slope(qs[h - 1:].astype(float), msd[h - 1:])), "curvature_lags": qs.tolist()}
 
 
-def _euclidean_part(X, times, boot, rng, res):
+def _euclidean_part(X, times, boot, rng, res, supplements=True):
     T, N, d = X.shape
     tau = times[1:] - times[0]
     dt = np.diff(times)
@@ -104,15 +104,18 @@ def _euclidean_part(X, times, boot, rng, res):
     res["msd_exponent"], res["diffusion_coefficient"], curve = B.msd_exponent(sq, tau, boot, dim=d)
 
     def lagged(q):  # (N,) mean over t of |Y_{t+q} - Y_t|^2 / (t_{t+q} - t_t)
-        return np.mean(np.sum((Y[q:] - Y[:-q]) ** 2, -1) / (times[q:] - times[:-q])[:, None], axis=0)
+        return B.lagged_msd(Y, times, q)
 
     q = B.default_vr_lag(T - 1)
     res["variance_ratio"] = B.variance_ratio(lagged(q), lagged(1), boot, q=q)
+    # own fixed seed: switching supplements off (calibration) must not shift the shared random stream
+    curve_extra = {"arch_variance_ratio": B.arch_variance_ratio(Y, E, q, rng=0)} if supplements else {}
     lags = _vr_lags(T - 1)
     if lags.size >= 2:
         res["hurst"] = B.hurst_from_vr(np.stack([lagged(int(k)) for k in lags], 1) * lags, lags, boot)
     qs = _curvature_lags(T - 1)
     curve.update(_curvature(qs, np.array([np.mean(lagged(int(k)) * k) for k in qs])))
+    curve.update(curve_extra)
     e = E / np.sqrt(dt)[:, None, None]
     z = _standardize(e)
     return e, z, curve
@@ -194,7 +197,7 @@ _EFFECT_KEYS = {"msd_exponent": "msd_exponent", "msd_exponent_raw": "msd_exponen
 
 def analyze_trajectory(X, *, kind: str, times=None, confidence_level: float = 0.95, n_resamples: int = 499,
                        alpha: float = 0.05, margins: dict | None = None, max_walkers: int = 512, rng=0,
-                       calibration=None) -> dict:
+                       calibration=None, supplements: bool = True) -> dict:
     """Run the Brownian battery on a trajectory array and classify it.
 
     Args:
@@ -208,6 +211,8 @@ def analyze_trajectory(X, *, kind: str, times=None, confidence_level: float = 0.
         rng: seed or Generator.
         calibration: optional DataFrame from `run_calibration`; rows for the nearest simulated
             shape of the same kind are attached (empirical size and power of each test).
+        supplements: also compute reported-only extras (euclidean: arch's per-walker variance ratio on
+            the top principal component, "supplements"); the calibration switches them off.
 
     Returns:
         JSON-ready dict: kind, n_times, n_walkers, dim, msd_exponent {estimate, ci}, diffusion_coefficient,
@@ -224,8 +229,10 @@ def analyze_trajectory(X, *, kind: str, times=None, confidence_level: float = 0.
     m = default_margins(margins)
     boot = WalkerBootstrap(N, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
     res: dict[str, TestResult] = {}
-    part = _euclidean_part if kind == "euclidean" else _sphere_part
-    e, z, curve = part(X, times, boot, rng, res)
+    if kind == "euclidean":
+        e, z, curve = _euclidean_part(X, times, boot, rng, res, supplements)
+    else:
+        e, z, curve = _sphere_part(X, times, boot, rng, res)
     max_lag = int(min(5, T - 2))
     res["increment_autocorrelation"] = B.autocorrelation_test(e, boot, max_lag=max_lag)
     res["volatility_clustering"] = B.volatility_test(e, boot, max_lag=max_lag)
@@ -255,6 +262,8 @@ def analyze_trajectory(X, *, kind: str, times=None, confidence_level: float = 0.
         "classification": flags[0] if flags else "brownian", "flags": flags, "brownian": not flags,
         "brownian_equivalence": all(v["status"] == "inside" for v in effects.values() if v["status"] != "undefined"),
         "curves": curve,
+        "supplements": ({"arch_variance_ratio": curve.pop("arch_variance_ratio")} if "arch_variance_ratio" in curve
+                        else {}),
         "settings": {"confidence_level": confidence_level, "alpha": alpha, "n_resamples": n_resamples,
                      "max_walkers": max_walkers, "margins": {k: list(v) for k, v in m.items()}},
     }

@@ -56,7 +56,7 @@ def run_calibration(*, shapes=None, n_replicates: int = 50, rng=0, alpha: float 
             for child in cell.spawn(n_replicates):
                 g = np.random.default_rng(child)
                 X = simulate(process, T, N, d, kind=kind, rng=g)
-                out = analyze_trajectory(X, kind=kind, alpha=alpha, n_resamples=n_resamples, rng=g,
+                out = analyze_trajectory(X, kind=kind, alpha=alpha, n_resamples=n_resamples, rng=g, supplements=False,
                                          margins=margins, max_walkers=N)
                 brown.append(out["brownian"])
                 for t in out["tests"]:

@@ -1,8 +1,10 @@
 """Verdicts per claim ("supported", "not supported", "inconclusive") from per-file stats outputs.
 
 Rules (stated in the report's Methods):
-- Claim 1 (sphere): a run supports it when every depth LN file has >= 99% of tokens inside the
-  radius and hyperplane margins; the claim when all runs with data do.
+- Claim 1 (sphere): a run supports it when every depth LN file (LN output before the affine) has
+  >= 99% of tokens inside the radius and hyperplane margins; the claim when all runs with data do.
+  Runs without LayerNorm (ln "none") are "not applicable" and left out. After-affine output and the
+  residual stream are reported beside it (radius CV, mean offset, fraction on the sphere, with CIs).
 - Claim 2 (Markov): the testable content is an isotropic (vMF) and reversible kernel. Per run:
   mean vMF "explained" >= margin AND mean reversibility residual <= margin -> supported; either
   clearly outside (95% CI) -> not supported. Causal models: reversibility is undefined -> inconclusive.
@@ -10,7 +12,8 @@ Rules (stated in the report's Methods):
   Benjamini-Hochberg adjustment; a file counts as non-Brownian when a test rejects after
   adjustment AND its effect lies outside its margin. Fraction of Brownian files >= 0.9 ->
   supported (only when the calibration's minimum power >= 0.9 at that shape, else
-  inconclusive); <= 0.5 -> not supported. Family p-value = min BH-adjusted p (Simes), then Holm
+  inconclusive); <= 0.5 -> not supported. The same rule on one run's files gives its per-run
+  verdict; per optimizer: verdict counts over runs and the median MSD exponent. Family p-value = min BH-adjusted p (Simes), then Holm
   across the headline claims.
 """
 from __future__ import annotations
@@ -43,19 +46,140 @@ def _bootstrap_ci(values, stat=np.median, *, confidence_level=0.95, rng=0, n_res
     return float(stat(v)), [float(r.confidence_interval.low), float(r.confidence_interval.high)]
 
 
-def sphere_claim(files: list[dict]) -> dict:
-    """files: [{"run", "sphere": sphere_summary output}] for depth LN files."""
-    per_run: dict[str, list] = {}
+_TENSOR_LABELS = {"ln_raw": "before_affine", "ln_affine": "after_affine", "resid": "residual"}
+_CONTRAST_QUANTITIES = ("fraction_on_sphere", "radius_mean", "radius_cv", "mean_offset", "sum_abs_mean")
+
+
+def _verdict_from_fraction(frac: float) -> str:
+    return "supported" if frac >= 0.99 else ("not supported" if frac <= 0.5 else "inconclusive")
+
+
+def _ln_placement(run: str, files: list[dict]) -> str | None:
+    """LN placement from the trajectory sidecars ("ln"), else from the run id's model name (vit-pre, lm-none...)."""
     for f in files:
-        per_run.setdefault(f["run"], []).append(f["sphere"]["ln_raw"]["fraction_on_sphere"])
-    runs = {r: {"min_fraction_on_sphere": min(v), "verdict": "supported" if min(v) >= 0.99 else
-                ("not supported" if min(v) <= 0.5 else "inconclusive")} for r, v in per_run.items()}
-    verdicts = [x["verdict"] for x in runs.values()]
+        ln = f["sphere"].get("ln") or f.get("ln")
+        if ln:
+            return ln
+    model = run.split("__")[0]
+    return next((p for p in ("none", "post", "pre") if p in model.split("-")), None)
+
+
+def _layer_rows(geom: dict) -> list[dict]:
+    per = geom.get("per_layer") or {}
+    n = len(next(iter(per.values()))["estimate"]) if per else 0
+    return [{q: {"estimate": v["estimate"][i], "ci": [v["ci_low"][i], v["ci_high"][i]]} for q, v in per.items()}
+            for i in range(n)]
+
+
+def _run_captures(files: list[dict]) -> list[dict]:
+    """Per capture: step and, per layer, the before-affine / after-affine / residual statistics with CIs."""
+    caps: dict = {}
+    for f in files:
+        sph = f["sphere"]
+        geom = sph.get("geometry")
+        if not geom:
+            continue
+        c = caps.setdefault(f.get("capture", sph.get("capture")), {"capture": f.get("capture", sph.get("capture")),
+                                                                     "step": sph.get("step"), "tensors": {}})
+        c["tensors"][_TENSOR_LABELS[sph.get("tensor", "ln_raw")]] = {"layers": _layer_rows(geom), "pooled": geom["pooled"]}
+    out = []
+    for key in sorted(caps, key=lambda k: (k is None, k if k is not None else 0)):
+        c = caps[key]
+        L = max(len(t["layers"]) for t in c["tensors"].values())
+        layers = [{"layer": i, **{lab: t["layers"][i] for lab, t in c["tensors"].items() if i < len(t["layers"])}}
+                  for i in range(L)]
+        out.append({"capture": c["capture"], "step": c["step"], "per_layer": layers,
+                    "pooled": {lab: t["pooled"] for lab, t in c["tensors"].items()}})
+    return out
+
+
+def _contrast(runs: dict, names: list[str]) -> dict:
+    """Median over runs (bootstrap CI over runs) of each tensor's pooled statistics at the final capture."""
+    out = {}
+    for lab in _TENSOR_LABELS.values():
+        for q in _CONTRAST_QUANTITIES:
+            vals = [runs[r]["final"].get(lab, {}).get(q, {}).get("estimate") for r in names if runs[r].get("final")]
+            vals = [v for v in vals if v is not None]
+            if vals:
+                est, ci = _bootstrap_ci(vals)
+                out.setdefault(lab, {})[q] = {"estimate": est, "ci": ci, "n_runs": len(vals)}
+    for lab in ("after_affine", "residual"):  # per-run differences to the LN output before the affine
+        for q in ("radius_cv", "mean_offset", "fraction_on_sphere"):
+            diffs = []
+            for r in names:
+                fin = runs[r].get("final") or {}
+                a = fin.get(lab, {}).get(q, {}).get("estimate")
+                b = fin.get("before_affine", {}).get(q, {}).get("estimate")
+                if a is not None and b is not None:
+                    diffs.append(a - b)
+            if diffs:
+                est, ci = _bootstrap_ci(diffs)
+                out.setdefault(f"{lab}_minus_before_affine", {})[q] = {"estimate": est, "ci": ci, "n_runs": len(diffs)}
+    return out
+
+
+def sphere_claim(files: list[dict]) -> dict:
+    """Claim 1: are LayerNorm outputs (before the affine) on the sphere of radius sqrt(d) in 1^T z = 0?
+
+    files: [{"run", "sphere": tensor_sphere_summary (or sphere_summary) output, "capture"?}] for the depth
+    files of each run: "ln_raw" (LN output before the affine, the claim), "ln_affine" (after gamma, beta)
+    and "resid" (residual stream entering each block, contrast). Per run: verdict from the worst capture's
+    fraction of tokens inside the margins (>= 0.99 supported, <= 0.5 not supported); "not applicable" for
+    ln "none" models (no LayerNorm, the claim does not apply). Per run and capture, per layer: the three
+    tensors' fraction on the sphere, mean radius |z|/sqrt(d), radius CV sd|z|/E|z| and mean offset
+    |E z|/sqrt(d), with bootstrap CIs over probe inputs; "contrast": the final capture's pooled values,
+    median over runs with a bootstrap CI over runs (all runs with a LayerNorm, and "by_ln" placement).
+    """
+    by_run: dict[str, list] = {}
+    for f in files:
+        by_run.setdefault(f["run"], []).append(f)
+    runs = {}
+    for run, fs in sorted(by_run.items()):
+        ln = _ln_placement(run, fs)
+        raw = [f for f in fs if f["sphere"].get("tensor", "ln_raw") == "ln_raw"]
+        caps = _run_captures(fs)
+        rec = {"ln": ln, "n_files": len(fs), "captures": caps, "final": caps[-1]["pooled"] if caps else {},
+               "final_step": caps[-1]["step"] if caps else None}
+        if raw:
+            fr = [f["sphere"]["ln_raw"]["fraction_on_sphere"] for f in raw]
+            worst = raw[int(np.argmin(fr))]["sphere"]
+            ci = (worst.get("geometry") or {}).get("pooled", {}).get("fraction_on_sphere", {}).get("ci", [None, None])
+            rec.update({"min_fraction_on_sphere": min(fr), "verdict": _verdict_from_fraction(min(fr)),
+                        "effect_size": {"name": "fraction of LN outputs (before affine) inside the margins, worst capture",
+                                        "estimate": min(fr), "ci": ci}})
+        else:
+            rec.update({"min_fraction_on_sphere": None, "verdict": "inconclusive", "reason": "no LN output files"})
+        if ln == "none":
+            rec.update({"verdict": "not applicable", "reason": "ln 'none' (no LayerNorm): the claim does not apply; "
+                        "its 'LN output' is the stream rescaled to radius sqrt(d), on the sphere by construction"})
+        runs[run] = rec
+    applicable = [r for r, v in runs.items() if v["verdict"] != "not applicable"]
+    verdicts = [runs[r]["verdict"] for r in applicable]
     verdict = ("inconclusive" if not verdicts else "supported" if all(v == "supported" for v in verdicts)
                else "not supported" if sum(v == "not supported" for v in verdicts) > len(verdicts) / 2 else "inconclusive")
-    est, ci = _bootstrap_ci([x["min_fraction_on_sphere"] for x in runs.values()])
-    return {"claim": "1 sphere", "verdict": verdict, "effect_size": {"name": "fraction of tokens on the sphere (min per run, median over runs)",
-            "estimate": est, "ci": ci}, "tests": ["equivalence margins on |z|/sqrt(d) and 1^T z/sqrt(d)"], "per_run": runs}
+    est, ci = _bootstrap_ci([runs[r]["min_fraction_on_sphere"] for r in applicable])
+    by_ln = {}
+    for ln in sorted({v["ln"] for v in runs.values()}, key=str):
+        names = [r for r, v in runs.items() if v["ln"] == ln]
+        counts: dict[str, int] = {}
+        for r in names:
+            counts[runs[r]["verdict"]] = counts.get(runs[r]["verdict"], 0) + 1
+        by_ln[str(ln)] = {"runs": names, "verdicts": counts, "contrast": _contrast(runs, names)}
+    out = {"claim": "1 sphere", "verdict": verdict,
+           "effect_size": {"name": "fraction of tokens on the sphere (min per run, median over runs)",
+                           "estimate": est, "ci": ci},
+           "contrast": _contrast(runs, applicable),
+           "contrast_definition": "final capture, mean over layers of each statistic; median over runs with a "
+                                  "percentile bootstrap CI over runs. before_affine is the claim; after_affine shows "
+                                  "the affine distortion (radius_cv > 0; mean_offset grows with beta); residual is the "
+                                  "contrast; *_minus_before_affine: median of per-run differences (the affine's and "
+                                  "the unnormalised stream's effect net of token clustering, which raises mean_offset "
+                                  "even on the sphere)",
+           "by_ln": by_ln, "not_applicable": [r for r in runs if r not in applicable],
+           "tests": ["equivalence margins on |z|/sqrt(d) and 1^T z/sqrt(d)"], "per_run": runs}
+    if not applicable and runs:
+        out["reason"] = "no run has a LayerNorm (ln 'none' only): the claim does not apply"
+    return out
 
 
 def markov_claim(files: list[dict], *, margins: dict | None = None) -> dict:
@@ -118,19 +242,67 @@ def brownian_claim(name: str, files: list[dict], *, alpha: float = 0.05) -> dict
     verdict = ("not supported" if frac <= lo else
                "supported" if frac >= hi and (powerful or not calibrated) else "inconclusive")
     est, ci = _bootstrap_ci([f["result"]["msd_exponent"]["estimate"] for f in files])
-    per_run = {}
-    for f, b in zip(files, is_brown):
-        r = per_run.setdefault(f["run"], {"n_files": 0, "n_brownian": 0, "classes": {}})
-        r["n_files"] += 1
-        r["n_brownian"] += int(b)
-        c = f["result"]["classification"]
-        r["classes"][c] = r["classes"].get(c, 0) + 1
+    per_run = _brownian_per_run(files, is_brown, min_power, df)
     return {"claim": name, "verdict": verdict, "fraction_brownian": frac, "n_files": len(files),
             "effect_size": {"name": "MSD exponent (median over files)", "estimate": est, "ci": ci},
             "p_value": float(np.nanmin(df["p_bh"])) if np.isfinite(df["p_bh"]).any() else None,
             "p_value_method": "min BH-adjusted p over the family (Simes global test of 'all Brownian')",
             "calibrated": calibrated, "calibration_min_power": float(np.min(min_power)) if min_power else None,
-            "tests": sorted(df["test"].unique().tolist()), "per_run": per_run}
+            "tests": sorted(df["test"].unique().tolist()), "per_run": per_run,
+            "per_optimizer": _brownian_per_optimizer(files, per_run)}
+
+
+def _fraction_verdict(frac: float, powers: list) -> str:
+    """The family rule applied to a set of files: <= 0.5 Brownian -> not supported; >= 0.9 -> supported
+    unless the calibration measured power < 0.9 at these shapes; else inconclusive."""
+    lo, hi = CLAIM_MARGINS["brownian_fraction"]
+    powerful = not powers or float(np.min(powers)) >= 0.9
+    return "not supported" if frac <= lo else "supported" if frac >= hi and powerful else "inconclusive"
+
+
+def _brownian_per_run(files: list[dict], is_brown: np.ndarray, min_power: list, df: pd.DataFrame) -> dict:
+    """Per run: file counts, classes, the family rule on the run's files (BH over the whole family),
+    the median MSD exponent (bootstrap CI over the run's files) and the run's min BH-adjusted p."""
+    per_run: dict = {}
+    for i, (f, b) in enumerate(zip(files, is_brown)):
+        r = per_run.setdefault(f["run"], {"n_files": 0, "n_brownian": 0, "classes": {}, "_exp": [], "_pow": [], "_i": []})
+        r["n_files"] += 1
+        r["n_brownian"] += int(b)
+        c = f["result"]["classification"]
+        r["classes"][c] = r["classes"].get(c, 0) + 1
+        r["_exp"].append(f["result"]["msd_exponent"]["estimate"])
+        r["_i"].append(i)
+        p = (f["result"].get("calibration") or {}).get("classification_min_power")
+        if p is not None:
+            r["_pow"].append(p)
+    for run, r in per_run.items():
+        exps, pows, idx = r.pop("_exp"), r.pop("_pow"), r.pop("_i")
+        frac = r["n_brownian"] / r["n_files"]
+        est, ci = _bootstrap_ci(exps)
+        p = df.loc[df["file"].isin(idx), "p_bh"].astype(float)
+        r.update({"fraction_brownian": frac, "verdict": _fraction_verdict(frac, pows),
+                  "effect_size": {"name": "MSD exponent (median over the run's files)", "estimate": est, "ci": ci},
+                  "median_msd_exponent": est, "p_value": float(np.nanmin(p)) if np.isfinite(p).any() else None,
+                  "calibration_min_power": float(np.min(pows)) if pows else None})
+    return per_run
+
+
+def _brownian_per_optimizer(files: list[dict], per_run: dict) -> dict:
+    """Per optimizer (from the run id <model>__<optimizer>__s<seed>): verdict counts over runs and the
+    median MSD exponent over all of its files (bootstrap CI over files)."""
+    out: dict = {}
+    for run, r in per_run.items():
+        parts = run.split("__")
+        opt = parts[1] if len(parts) == 3 else "unknown"
+        o = out.setdefault(opt, {"runs": [], "verdicts": {}})
+        o["runs"].append(run)
+        o["verdicts"][r["verdict"]] = o["verdicts"].get(r["verdict"], 0) + 1
+    for opt, o in out.items():
+        exps = [f["result"]["msd_exponent"]["estimate"] for f in files if f["run"] in o["runs"]]
+        est, ci = _bootstrap_ci(exps)
+        o.update({"n_runs": len(o["runs"]), "n_files": len(exps), "median_msd_exponent": est,
+                  "median_msd_exponent_ci": ci})
+    return out
 
 
 def headline_holm(claims: dict) -> dict:

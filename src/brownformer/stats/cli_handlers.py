@@ -68,12 +68,14 @@ def _shapes_from_indexes(index_paths, max_walkers: int) -> list[tuple]:
     for index_path in index_paths:
         index_path = Path(index_path)
         for entry in json.loads(index_path.read_text())["files"]:
-            if entry.get("category") not in ("depth", "training", "weights"):
-                continue
+            if entry.get("category") not in ("depth", "training", "weights") or entry.get("tensor") == "ln_affine":
+                continue  # after-affine LN output is analysed for claim 1 only, without the battery
             arr = np.load(index_path.parent / entry["path"], mmap_mode="r")
             if arr.ndim != 3:
                 continue
             T, N, d = arr.shape
+            if T < 3:  # too short for the battery; stats_for_run reports such files as errors
+                continue
             shapes.add((int(T), int(min(N, max_walkers)), int(d), entry.get("kind", "euclidean")))
     return sorted(shapes)
 

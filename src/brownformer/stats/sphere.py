@@ -14,7 +14,7 @@ from .bootstrap import WalkerBootstrap
 from .results import TestResult, to_jsonable
 
 __all__ = ["log_map", "cosine_law", "sphere_variance_ratio", "sphere_hurst", "gram_offdiagonal", "sphere_summary",
-           "SPHERE_MARGINS"]
+           "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGINS", "SPHERE_TENSORS", "GEOMETRY_QUANTITIES"]
 
 #: equivalence margins for claim 1: ||z||/sqrt(d) and 1^T z / sqrt(d) of the raw LN output
 SPHERE_MARGINS = {"sphere_radius": (0.99, 1.01), "sphere_sum": (-0.01, 0.01)}
@@ -198,3 +198,126 @@ def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: dict | None =
     out["resid"] = _one_summary(resid, m) if resid is not None else None
     out["verdict"] = out["ln_raw"]["verdict"]
     return to_jsonable(out)
+
+
+#: per-layer quantities of `sphere_geometry` (values for z of shape (N, d) per layer)
+GEOMETRY_QUANTITIES = ("fraction_on_sphere", "radius_mean", "radius_cv", "mean_offset", "sum_abs_mean")
+
+
+def _cluster_labels(N: int, n_inputs: int | None, n_tokens: int | None, max_clusters: int) -> tuple[np.ndarray, str]:
+    """Resampling unit per walker: the probe input (tokens of one input are dependent), else the walker;
+    contiguous units are merged so that at most `max_clusters` remain (a bootstrap over blocks)."""
+    if n_inputs and n_tokens and int(n_inputs) * int(n_tokens) == N:
+        labels, unit = np.arange(N) // int(n_tokens), "probe input"
+    else:
+        labels, unit = np.arange(N), "walker"
+    G = int(labels.max()) + 1
+    if G > max_clusters:
+        labels, unit = labels * max_clusters // G, f"contiguous block of {unit}s"
+    return labels, unit
+
+
+def _geometry_stats(m: np.ndarray, d: int) -> dict:
+    """Per-layer statistics from cluster-mean features m (..., L, 7 + d) (see `sphere_geometry`)."""
+    c = m[..., 0]
+    r, r2 = m[..., 1] / c, m[..., 2] / c
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return {"fraction_on_sphere": m[..., 4] / c, "radius_mean": r,
+                "radius_cv": np.sqrt(np.clip(r2 - r * r, 0.0, None)) / r,
+                "mean_offset": np.linalg.norm(m[..., 7:] / c[..., None], axis=-1) / np.sqrt(d),
+                "sum_abs_mean": m[..., 3] / c}
+
+
+def sphere_geometry(z, *, margins: dict | None = None, n_inputs: int | None = None, n_tokens: int | None = None,
+                    confidence_level: float = 0.95, n_resamples: int = 999, max_clusters: int = 64, rng=0) -> dict:
+    """How far token states of each layer are from the sphere of radius sqrt(d) (claim 1), with CIs.
+
+    For z of shape (L, N, d) (layers, tokens, dims) and each layer: with r = |z|/sqrt(d) and
+    s = 1^T z / sqrt(d),
+      fraction_on_sphere = share of tokens with r and s inside the margins (the equivalence statistic),
+      radius_mean = E r (1 on the sphere),
+      radius_cv = sd(|z|) / E|z| (0 on any sphere; the spread an affine map or an unnormalised stream adds),
+      mean_offset = |E z| / sqrt(d) (0 for a cloud centred at the origin; raised by beta and by tokens
+          sharing a direction, so compare tensors rather than reading it alone),
+      sum_abs_mean = E |s| (0 in the hyperplane 1^T z = 0).
+    Intervals: percentile bootstrap over probe inputs (tokens of one input are dependent), via
+    multinomial weights on per-input sums (ratio estimators); "pooled" averages each statistic over
+    layers inside every resample. mean_offset_floor = sqrt(mean |z - E z|^2 / (G d)) is the offset
+    that G independent units would show by chance.
+
+    Args:
+        z: (L, N, d) or (N, d), NOT divided by sqrt(d).
+        margins: overrides of SPHERE_MARGINS.
+        n_inputs, n_tokens: walker i*n_tokens + t is token t of input i (sidecar fields); else walkers are units.
+
+    Returns:
+        {"per_layer": {q: {"estimate": [..L], "ci_low": [..], "ci_high": [..]}}, "pooled": {q: {"estimate", "ci"}},
+         "radius_quantiles", "sum_quantiles", "mean_offset_floor", "n_clusters", "cluster", ...}
+    """
+    z = np.asarray(z, dtype=float)
+    if z.ndim == 2:
+        z = z[None]
+    if z.ndim != 3 or z.shape[-1] < 2:
+        raise ValueError(f"expected an array (L, N, d) with d >= 2, got shape {z.shape}")
+    if not np.all(np.isfinite(z)):
+        raise ValueError("input contains non-finite values")
+    m = dict(SPHERE_MARGINS)
+    m.update({k: tuple(v) for k, v in (margins or {}).items() if k in SPHERE_MARGINS})
+    L, N, d = z.shape
+    r = np.linalg.norm(z, axis=-1) / np.sqrt(d)  # (L, N)
+    s = z.sum(-1) / np.sqrt(d)
+    in_r = (r >= m["sphere_radius"][0]) & (r <= m["sphere_radius"][1])
+    in_s = (s >= m["sphere_sum"][0]) & (s <= m["sphere_sum"][1])
+    feats = np.concatenate([np.stack([np.ones_like(r), r, r * r, np.abs(s), in_r & in_s, in_r, in_s], -1), z], -1)
+    labels, unit = _cluster_labels(N, n_inputs, n_tokens, max_clusters)
+    G = int(labels.max()) + 1
+    F = np.zeros((G, L, 7 + d))
+    np.add.at(F, labels, np.swapaxes(feats, 0, 1))  # (G, L, 7 + d) per-cluster sums
+    point = _geometry_stats(F.mean(0), d)
+    boot = WalkerBootstrap(G, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
+    reps = _geometry_stats((boot.weights @ F.reshape(G, -1)).reshape(-1, L, 7 + d), d)  # (B, L) each
+    a = (1 - confidence_level) / 2
+    per_layer, pooled = {}, {}
+    for q in GEOMETRY_QUANTITIES:
+        lo, hi = (np.nanquantile(reps[q], [a, 1 - a], axis=0) if G > 1 else (point[q], point[q]))
+        per_layer[q] = {"estimate": point[q], "ci_low": lo, "ci_high": hi}
+        plo, phi = (np.nanquantile(reps[q].mean(-1), [a, 1 - a]) if G > 1 else (point[q].mean(),) * 2)
+        pooled[q] = {"estimate": float(point[q].mean()), "ci": [float(plo), float(phi)]}
+    centred = z - z.mean(1, keepdims=True)
+    qs = [0.01, 0.5, 0.99]
+    return to_jsonable({
+        "n_layers": L, "n_walkers": N, "dim": d, "n_clusters": G, "cluster": unit, "margins": m,
+        "confidence_level": confidence_level, "n_resamples": n_resamples,
+        "per_layer": per_layer, "pooled": pooled,
+        "radius_quantiles": {str(q): v for q, v in zip(qs, np.quantile(r, qs, axis=1))},
+        "sum_quantiles": {str(q): v for q, v in zip(qs, np.quantile(s, qs, axis=1))},
+        "mean_offset_floor": np.sqrt(np.mean(np.sum(centred**2, -1), 1) / (G * d)),
+        "method": "percentile bootstrap over " + unit + "s; pooled = mean over layers"})
+
+
+#: the three tensors claim 1 compares, as named in the stats JSON
+SPHERE_TENSORS = ("ln_raw", "ln_affine", "resid")
+
+
+def tensor_sphere_summary(z, *, tensor: str, margins: dict | None = None, n_inputs: int | None = None,
+                          n_tokens: int | None = None, confidence_level: float = 0.95, n_resamples: int = 999,
+                          rng=0) -> dict:
+    """`sphere_summary`'s distribution summary plus `sphere_geometry` for one tensor of claim 1.
+
+    Args:
+        z: (L, N, d), NOT divided by sqrt(d).
+        tensor: "ln_raw" (LN output before the affine; the claim), "ln_affine" (after gamma, beta) or
+            "resid" (residual stream; contrast).
+
+    Returns:
+        {"tensor", <tensor>: distribution summary, "geometry", "margins", "verdict"}; "verdict" says whether
+        this tensor lies on the sphere (the claim's verdict uses the "ln_raw" tensor only).
+    """
+    if tensor not in SPHERE_TENSORS:
+        raise ValueError(f"tensor must be one of {SPHERE_TENSORS}, got {tensor!r}")
+    m = dict(SPHERE_MARGINS)
+    m.update({k: tuple(v) for k, v in (margins or {}).items() if k in SPHERE_MARGINS})
+    summ = _one_summary(z, m)
+    geom = sphere_geometry(z, margins=m, n_inputs=n_inputs, n_tokens=n_tokens, confidence_level=confidence_level,
+                           n_resamples=n_resamples, rng=rng)
+    return to_jsonable({"tensor": tensor, tensor: summ, "geometry": geom, "margins": m, "verdict": summ["verdict"]})
