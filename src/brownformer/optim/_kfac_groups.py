@@ -131,12 +131,10 @@ class LayerGroup:
                 position[key] = len(unique)
                 unique.append(a)
             index.append(position[key])
-        a = torch.stack([t.reshape(t.shape[0], -1, t.shape[-1]) for t in unique])  # (u, B, T, in)
-        batch_a = stacked_input_factor(a.to(self.dtype), bias=self.has_bias, weight_sharing=weight_sharing)
+        batch_a = stacked_input_factor(unique, bias=self.has_bias, weight_sharing=weight_sharing, dtype=self.dtype)
         if len(unique) < len(inputs):
             batch_a = batch_a[index]  # (k, in+1, in+1)
-        g = torch.stack([t.reshape(t.shape[0], -1, t.shape[-1]) for t in grads])  # (k, B, T, out)
-        batch_g = stacked_output_factor(g.to(self.dtype), weight_sharing=weight_sharing)
+        batch_g = stacked_output_factor(grads, weight_sharing=weight_sharing, dtype=self.dtype)
         if self.head_mask is not None:
             batch_g.mul_(self.head_mask)
         return batch_a, batch_g

@@ -49,31 +49,37 @@ def input_factor(a: torch.Tensor, *, bias: bool, weight_sharing: str = "expand")
     Returns:
         ``(in[+1], in[+1])`` symmetric PSD matrix.
     """
-    return stacked_input_factor(_as_sequences(a)[None], bias=bias, weight_sharing=weight_sharing)[0]
+    return stacked_input_factor([a], bias=bias, weight_sharing=weight_sharing, dtype=a.dtype)[0]
 
 
-def stacked_input_factor(a: torch.Tensor, *, bias: bool, weight_sharing: str = "expand") -> torch.Tensor:
-    """:func:`input_factor` of ``k`` same-shaped layers at once: ``a`` is ``(k, B, T, in)``.
-
-    Returns:
-        ``(k, in[+1], in[+1])``.
-    """
-    k, B, T, F = a.shape
+def _rows(x: torch.Tensor, weight_sharing: str, pool) -> torch.Tensor:
+    """``(B, ..., F)`` -> ``(rows, F)``: every token a row, or one pooled row per sequence."""
+    x = _as_sequences(x)  # (B, T, F)
     if weight_sharing == "reduce":
-        a = a.mean(dim=2, keepdim=True)  # (k, B, 1, in)
-    a = a.reshape(k, -1, F)  # (k, rows, in)
-    rows = a.shape[1]
-    if not bias:
-        return torch.bmm(a.transpose(1, 2), a).div_(rows)
-    # [[a^T a, sum a], [sum a^T, rows]] / rows without materialising the ones column (a product
-    # with an odd inner size is about twice slower than the plain one)
-    factor = a.new_empty(k, F + 1, F + 1)
-    factor[:, :F, :F] = torch.bmm(a.transpose(1, 2), a)
-    total = a.sum(dim=1)  # (k, in)
-    factor[:, :F, F] = total
-    factor[:, F, :F] = total
-    factor[:, F, F] = rows
-    return factor.div_(rows)
+        x = pool(x, dim=1)  # (B, F)
+    return x.reshape(-1, x.shape[-1])  # (rows, F)
+
+
+def stacked_input_factor(a: list[torch.Tensor], *, bias: bool, weight_sharing: str = "expand",
+                         dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """:func:`input_factor` of ``k`` layers whose inputs have one shape, in ``dtype``.
+
+    One product per layer straight from its input (stacking the inputs first would copy every
+    activation), written into one ``(k, in[+1], in[+1])`` tensor.
+    """
+    rows = [_rows(t.to(dtype), weight_sharing, torch.mean) for t in a]  # k x (rows, in)
+    n, F = rows[0].shape
+    factor = rows[0].new_empty(len(rows), F + int(bias), F + int(bias))  # (k, in+1, in+1)
+    top = factor if not bias else rows[0].new_empty(len(rows), F, F)  # (k, in, in)
+    for j, x in enumerate(rows):
+        torch.mm(x.T, x, out=top[j])
+    if bias:  # [[a^T a, sum a], [sum a^T, rows]] / rows without materialising the ones column
+        total = torch.stack([x.sum(dim=0) for x in rows])  # (k, in)
+        factor[:, :F, :F] = top
+        factor[:, :F, F] = total
+        factor[:, F, :F] = total
+        factor[:, F, F] = n
+    return factor.div_(n)
 
 
 def output_factor(g: torch.Tensor, *, weight_sharing: str = "expand") -> torch.Tensor:
@@ -90,20 +96,18 @@ def output_factor(g: torch.Tensor, *, weight_sharing: str = "expand") -> torch.T
     Returns:
         ``(out, out)`` symmetric PSD matrix.
     """
-    return stacked_output_factor(_as_sequences(g)[None], weight_sharing=weight_sharing)[0]
+    return stacked_output_factor([g], weight_sharing=weight_sharing, dtype=g.dtype)[0]
 
 
-def stacked_output_factor(g: torch.Tensor, *, weight_sharing: str = "expand") -> torch.Tensor:
-    """:func:`output_factor` of ``k`` same-shaped layers at once: ``g`` is ``(k, B, T, out)``.
-
-    Returns:
-        ``(k, out, out)``.
-    """
-    k, B, T, F = g.shape
-    if weight_sharing == "reduce":
-        g = g.sum(dim=2, keepdim=True)  # (k, B, 1, out)
-    g = g.reshape(k, -1, F)  # (k, rows, out)
-    return torch.bmm(g.transpose(1, 2), g).mul_(B)
+def stacked_output_factor(g: list[torch.Tensor], *, weight_sharing: str = "expand",
+                          dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """:func:`output_factor` of ``k`` layers whose output gradients have one shape: ``(k, out, out)``."""
+    B = g[0].shape[0]
+    rows = [_rows(t.to(dtype), weight_sharing, torch.sum) for t in g]  # k x (rows, out)
+    factor = rows[0].new_empty(len(rows), rows[0].shape[1], rows[0].shape[1])
+    for j, x in enumerate(rows):
+        torch.mm(x.T, x, out=factor[j])
+    return factor.mul_(B)
 
 
 def block_diagonal(m: torch.Tensor, block: int) -> torch.Tensor:

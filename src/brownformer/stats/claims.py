@@ -124,7 +124,7 @@ def sphere_claim(files: list[dict]) -> dict:
     files: [{"run", "sphere": tensor_sphere_summary (or sphere_summary) output, "capture"?}] for the depth
     files of each run: "ln_raw" (LN output before the affine, the claim), "ln_affine" (after gamma, beta)
     and "resid" (residual stream entering each block, contrast). Per run: verdict from the worst capture's
-    fraction of tokens inside the margins (>= 0.99 supported, <= 0.5 not supported); "not applicable" for
+    fraction of tokens inside the margins over the captures after initialisation (>= 0.99 supported, <= 0.5 not supported); "not applicable" for
     ln "none" models (no LayerNorm, the claim does not apply). Per run and capture, per layer: the three
     tensors' fraction on the sphere, mean radius |z|/sqrt(d), radius CV sd|z|/E|z| and mean offset
     |E z|/sqrt(d), with bootstrap CIs over probe inputs; "contrast": the final capture's pooled values,
@@ -140,6 +140,14 @@ def sphere_claim(files: list[dict]) -> dict:
         caps = _run_captures(fs)
         rec = {"ln": ln, "n_files": len(fs), "captures": caps, "final": caps[-1]["pooled"] if caps else {},
                "final_step": caps[-1]["step"] if caps else None}
+        # At initialisation (step 0) activations are tiny and LayerNorm's eps visibly shrinks the
+        # radius (sqrt(var / (var + eps)) < 0.99 for low-variance tokens): reported, but the verdict is
+        # about the model being trained, so it uses the captures after step 0 when there are any.
+        init = [f for f in raw if f["sphere"].get("step") == 0]
+        trained = [f for f in raw if f["sphere"].get("step") != 0] or raw
+        if init:
+            rec["init_fraction_on_sphere"] = min(f["sphere"]["ln_raw"]["fraction_on_sphere"] for f in init)
+        raw = trained
         if raw:
             fr = [f["sphere"]["ln_raw"]["fraction_on_sphere"] for f in raw]
             worst = raw[int(np.argmin(fr))]["sphere"]
