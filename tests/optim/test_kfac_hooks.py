@@ -110,3 +110,21 @@ def test_factors_stay_float32_under_bf16_autocast():
     for layer in opt.layers:
         assert opt.state[layer.module.weight]["factor_a"].dtype == torch.float32
         assert opt.state[layer.module.weight]["factor_g"].dtype == torch.float32
+
+
+@pytest.mark.parametrize("case", ["mlp-tokens", "transformer"])
+def test_accumulated_passes_average_their_factors(case_builder, case):
+    """Two backward passes before one step: the batch factor is the mean of the passes' factors."""
+    model, batch, loss_fn = case_builder(case)
+    refs = [_reference_factors(model, *batch(step), weight_sharing="expand") for step in (0, 1)]
+    model.zero_grad()
+    opt = KFAC(model, lr=1e-3, factor_decay=0.0)
+    for step in (0, 1):
+        loss_fn(model, *batch(step)).backward()
+    opt.step()
+    for layer in opt.layers:
+        state = opt.state[layer.module.weight]
+        for i, key in enumerate(("factor_a", "factor_g")):
+            expected = (refs[0][layer.name][i] + refs[1][layer.name][i]) / 2
+            err = (state[key] - expected).norm() / expected.norm().clamp_min(ATOL / RTOL)
+            assert err < RTOL, f"{layer.name} {key}: relative error {err:.3g}"

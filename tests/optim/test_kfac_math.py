@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.func import jacrev
 
-from brownformer.optim._kfac_math import (block_diagonal, conjugate_gradient, eigen_solve, input_factor,
+from brownformer.optim._kfac_math import (block_conjugate_gradient, block_diagonal, conjugate_gradient, eigen_solve,
+                                          input_factor, stacked_input_factor, stacked_output_factor,
                                           kl_clip_scale, kronecker_operator, output_factor, symmetric_eigh)
 
 EXACT_RTOL = 1e-6  # K-FAC is exact in these cases; only float64 round-off remains
@@ -141,3 +142,28 @@ def test_kl_clip_scale():
     assert float(kl_clip_scale(vg, lr=0.5, kl_clip=100.0)) == 1.0
     assert float(kl_clip_scale(vg, lr=0.5, kl_clip=None)) == 1.0
     assert float(kl_clip_scale(torch.tensor(float("nan")), lr=0.5, kl_clip=1e-3)) == 1.0
+
+
+def test_block_cg_equals_cg_per_block():
+    """Running differently shaped blocks in one loop follows each block's own CG exactly."""
+    blocks = [_spd_factors(3, 4, 5, seed=3), _spd_factors(2, 6, 3, seed=4), _spd_factors(1, 2, 7, seed=5)]
+    x0 = [None, 0.1 * blocks[1][2], None]
+    joint = block_conjugate_gradient([b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks], 1e-2,
+                                     x0=x0, max_iter=4, tol=1e-3)
+    for j, (g, a, v) in enumerate(blocks):
+        alone = conjugate_gradient(g, a, v, 1e-2, x0=x0[j], max_iter=4, tol=1e-3)
+        lo = sum(b[2].shape[0] for b in blocks[:j])
+        assert torch.allclose(joint.solution[j], alone.solution, rtol=1e-12, atol=1e-14)
+        assert torch.equal(joint.iterations[lo: lo + len(v)], alone.iterations)
+        assert torch.equal(joint.ok[lo: lo + len(v)], alone.ok)
+
+
+def test_stacked_factors_equal_per_layer_factors():
+    gen = torch.Generator().manual_seed(6)
+    inputs = [torch.randn(4, 3, 5, generator=gen, dtype=torch.float64) for _ in range(3)]
+    for sharing in ("expand", "reduce"):
+        stacked_a = stacked_input_factor(inputs, bias=True, weight_sharing=sharing, dtype=torch.float64)
+        stacked_g = stacked_output_factor(inputs, weight_sharing=sharing, dtype=torch.float64)
+        for j, t in enumerate(inputs):
+            assert torch.allclose(stacked_a[j], input_factor(t, bias=True, weight_sharing=sharing), rtol=1e-12)
+            assert torch.allclose(stacked_g[j], output_factor(t, weight_sharing=sharing), rtol=1e-12)

@@ -215,3 +215,30 @@ def test_cg_divergence_falls_back_to_raw_gradient_and_is_counted():
     assert opt.last_stats["cg_fallbacks"] == 1
     for p, (p0, g) in zip(model[2].parameters(), before):
         torch.testing.assert_close(p, p0 - 0.1 * g)
+
+
+class _WithUnusedTwin(nn.Module):
+    """An MLP plus a layer of the same shape as its hidden layer that the forward never calls."""
+
+    def __init__(self, mlp: nn.Module):
+        super().__init__()
+        self.mlp = mlp
+        self.unused = nn.Linear(10, 10).double()
+
+    def forward(self, x):
+        return self.mlp(x)
+
+
+def test_layer_without_gradient_leaves_its_shape_group_exact(case_builder):
+    """A same-shaped layer that got no gradient neither blocks nor changes the others' updates."""
+    model, batch, loss_fn = case_builder("mlp")
+    wrapped = _WithUnusedTwin(copy.deepcopy(model))
+    unused_before = copy.deepcopy(wrapped.unused.state_dict())
+    for inverse in ("eigen", "cg"):
+        plain, twin = copy.deepcopy(model), copy.deepcopy(wrapped)
+        _train(plain, KFAC(plain, lr=0.05, inverse=inverse), batch, loss_fn, 5)
+        _train(twin, KFAC(twin, lr=0.05, inverse=inverse), batch, loss_fn, 5)
+        for p, q in zip(plain.parameters(), twin.mlp.parameters()):
+            torch.testing.assert_close(p, q, rtol=1e-12, atol=1e-14)
+        for name, value in twin.unused.state_dict().items():
+            assert torch.equal(value, unused_before[name])

@@ -161,13 +161,8 @@ def symmetric_eigh(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
-    """Per-system inner products ``<U_l, W_l>`` of block lists, concatenated: ``(sum_j k_j,)``."""
-    return torch.cat([torch.linalg.vecdot(u.flatten(1), w.flatten(1)) for u, w in zip(us, ws)])
-
-
-def _per_system(values: torch.Tensor, sizes: list[int]) -> list[torch.Tensor]:
-    """Split ``(sum_j k_j,)`` per-system scalars into per-block ``(k_j, 1, 1)`` views."""
-    return [t[:, None, None] for t in values.split(sizes)]
+    """Per-system inner products ``<U_l, W_l>`` of block lists, concatenated: ``(sum_j k_j, 1, 1)``."""
+    return torch.cat([(u * w).sum(dim=(1, 2), keepdim=True) for u, w in zip(us, ws)])
 
 
 @dataclass(frozen=True)
@@ -244,15 +239,20 @@ def block_conjugate_gradient(
         :class:`CGResult` whose ``solution`` is a tuple with one ``(k_j, out_j, in_j)`` tensor per block
         and whose diagnostics concatenate the blocks' systems in order.
     """
-    sizes = [vj.shape[0] for vj in v]
+    bounds = [0]
+    for vj in v:
+        bounds.append(bounds[-1] + vj.shape[0])
+    blocks = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]  # systems of block j
 
     def operator(xs):
         return [kronecker_operator(gj, aj, xj, damping) for gj, aj, xj in zip(g, a, xs)]
 
-    def energy(xs, rs):  # CG objective -1/2 <X, V + R> (see _energy)
+    def energy(xs, rs):
+        # CG objective phi(X) = 1/2 <X, op(X)> - <V, X> = -1/2 <X, V + R>, R = V - op(X). CG lowers
+        # phi monotonically from phi(0) = 0, so phi > 0 flags a bad warm start or a breakdown.
         return _dots(xs, [vj + rj for vj, rj in zip(v, rs)]).mul_(-0.5)
 
-    b_norm = _dots(v, v).sqrt_()  # (L,)
+    b_norm = _dots(v, v).sqrt_()  # (L, 1, 1); per-system scalars keep the block's broadcast shape
     if x0 is None:
         x, r = [torch.zeros_like(vj) for vj in v], [vj.clone() for vj in v]
     else:
@@ -260,11 +260,11 @@ def block_conjugate_gradient(
         r = [vj - oj for vj, oj in zip(v, operator(x))]
         restart = energy(x, r) > 0  # a warm start worse than zero
         if bool(restart.any()):
-            for xj, rj, vj, mj in zip(x, r, v, _per_system(restart, sizes)):
-                xj.masked_fill_(mj, 0.0)
-                torch.where(mj, vj, rj, out=rj)
+            for xj, rj, vj, sl in zip(x, r, v, blocks):
+                xj.masked_fill_(restart[sl], 0.0)
+                torch.where(restart[sl], vj, rj, out=rj)
     p = [rj.clone() for rj in r]
-    rs = _dots(r, r)  # (L,)
+    rs = _dots(r, r)
     iterations = torch.zeros_like(b_norm, dtype=torch.long)
     healthy = torch.ones_like(b_norm, dtype=torch.bool)
     threshold = (tol * b_norm) ** 2
@@ -276,20 +276,20 @@ def block_conjugate_gradient(
         p_ap = _dots(p, ap)
         healthy &= ~active | (p_ap > 0)
         active &= healthy
-        alpha = torch.where(active, rs / torch.where(active, p_ap, 1.0), 0.0)
-        for xj, rj, pj, apj, alj in zip(x, r, p, ap, _per_system(alpha, sizes)):
-            xj.addcmul_(alj, pj)
-            rj.addcmul_(alj, apj, value=-1.0)
+        alpha = (rs / p_ap).masked_fill_(~active, 0.0)
+        for xj, rj, pj, apj, sl in zip(x, r, p, ap, blocks):
+            xj.addcmul_(alpha[sl], pj)
+            rj.addcmul_(alpha[sl], apj, value=-1.0)
         rs_new = _dots(r, r)
-        beta = torch.where(active, rs_new / torch.where(rs > 0, rs, 1.0), 0.0)
-        p = [torch.addcmul(rj, bj, pj) for rj, bj, pj in zip(r, _per_system(beta, sizes), p)]
+        beta = (rs_new / rs).masked_fill_(~active, 0.0)
+        p = [torch.addcmul(rj, beta[sl], pj) for rj, pj, sl in zip(r, p, blocks)]
         rs = torch.where(active, rs_new, rs)
         iterations += active
         active &= rs > threshold
-    rel = rs.sqrt() / b_norm.clamp_min(torch.finfo(b_norm.dtype).tiny)
+    rel = (rs.sqrt() / b_norm.clamp_min(torch.finfo(b_norm.dtype).tiny)).flatten()
     finite = torch.cat([torch.isfinite(xj).flatten(1).all(dim=1) for xj in x])
-    ok = healthy & finite & torch.isfinite(rel) & (energy(x, r) <= 0)
-    return CGResult(solution=tuple(x), iterations=iterations, relative_residual=rel, ok=ok)
+    ok = healthy.flatten() & finite & torch.isfinite(rel) & (energy(x, r) <= 0).flatten()
+    return CGResult(solution=tuple(x), iterations=iterations.flatten(), relative_residual=rel, ok=ok)
 
 
 def kl_clip_scale(vg_sum: torch.Tensor, *, lr: float, kl_clip: float | None) -> torch.Tensor:
