@@ -7,7 +7,10 @@ periods, and records optimizer-state memory, peak memory and CG iterations per s
 
     python benchmarks/optimizer_overhead.py --steps 40 --out results/benchmarks/optimizer_overhead.json
 
-Writes OUT (JSON) and OUT with suffix .md (a markdown table); prints the table.
+Every optimizer is measured --repeats times, interleaved (adamw, sgd, ..., adamw, sgd, ...), and each
+column reports the median over repeats, so a transient load on a shared machine moves one repeat,
+not the ratios. Writes OUT (JSON, with every repeat) and OUT with suffix .md (a markdown table);
+prints the table.
 """
 
 from __future__ import annotations
@@ -125,8 +128,8 @@ def measure(name: str, make, *, device, batch_size: int, steps: int, warmup: int
     row["total_ms"] = row["forward_backward_ms"] + row["step_ms"]
     if isinstance(opt, KFAC):
         spent = {k: 1e3 * (opt.timings[k] - timings0[k]) / steps for k in opt.timings}
-        # factor collection runs inside backward (hooks); report it separately
-        row["forward_backward_ms"] -= spent["factors"]
+        # the hooks only keep tensors during forward/backward (their cost stays in forward_backward_ms);
+        # factors, inverse/CG and apply are parts of step_ms
         row.update({f"{k}_ms": v for k, v in spent.items()})
         row["cg_iterations_per_layer_step"] = statistics.fmean(cg_iters) if cg_iters else None
         row["fallbacks"] = opt.last_stats.get("cg_fallbacks_total", 0)
@@ -137,12 +140,23 @@ def measure(name: str, make, *, device, batch_size: int, steps: int, warmup: int
     return row
 
 
+def _median_row(rows: list[dict]) -> dict:
+    """Column-wise median of one optimizer's repeats (the ratio: median of per-repeat ratios)."""
+    out = dict(rows[0])
+    for key, value in rows[0].items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and key != "steps":
+            values = [r[key] for r in rows if r.get(key) is not None]
+            out[key] = statistics.median(values) if values else None
+    return out
+
+
 def to_markdown(rows: list[dict], meta: dict) -> str:
     cols = ["optimizer", "total_ms", "ratio_to_adamw", "forward_backward_ms", "factors_ms", "inverse_ms",
             "apply_ms", "step_ms", "cg_iterations_per_layer_step", "state_mib"]
     fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
     lines = [f"device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
-             f"steps: {meta['steps']} (amortized over inverse_every={meta['inverse_every']})", "",
+             f"steps: {meta['steps']} (amortized over inverse_every={meta['inverse_every']}), "
+             f"median of {meta['repeats']} interleaved repeats, torch {meta['torch']}", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     lines += ["| " + " | ".join(fmt(r.get(c)) for c in cols) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -159,21 +173,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", help="optimizer names to run (default: all)")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats; medians reported")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))
     makers = make_optimizers(args.inverse_every)
     names = ["adamw"] + [n for n in makers if n != "adamw" and (not args.only or n in args.only)]
-    rows = [measure(n, makers[n], device=device, batch_size=args.batch_size, steps=args.steps,
-                    warmup=args.warmup, seed=args.seed) for n in names]
-    adamw_ms = rows[0]["total_ms"]
-    for row in rows:
-        row["ratio_to_adamw"] = row["total_ms"] / adamw_ms
+    repeats = [[measure(n, makers[n], device=device, batch_size=args.batch_size, steps=args.steps,
+                        warmup=args.warmup, seed=args.seed) for n in names] for _ in range(args.repeats)]
+    for rows in repeats:
+        for row in rows:
+            row["ratio_to_adamw"] = row["total_ms"] / rows[0]["total_ms"]
+    rows = [_median_row([rep[i] for rep in repeats]) for i in range(len(names))]
     meta = {"device": str(device), "threads": args.threads, "batch_size": args.batch_size, "steps": args.steps,
-            "inverse_every": args.inverse_every, "torch": torch.__version__, "platform": platform.platform()}
+            "inverse_every": args.inverse_every, "repeats": args.repeats, "torch": torch.__version__,
+            "platform": platform.platform()}
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
+    args.out.write_text(json.dumps({"meta": meta, "rows": rows, "repeats": repeats}, indent=2))
     table = to_markdown(rows, meta)
     args.out.with_suffix(".md").write_text(table)
     print(table)

@@ -79,14 +79,26 @@ class LayerGroup:
         return self.stacks["factor_a"], self.stacks["factor_g"]
 
     def restack(self, state: dict) -> None:
-        """Rebuild the stacks from per-layer state (after ``load_state_dict``); drop partial keys."""
+        """Rebuild the stacks from per-layer state (after ``load_state_dict``).
+
+        A key some members lack (a layer that never saw a batch) is filled with the identity
+        (factors) or zeros (CG solution, a cold start); partial eigendecompositions are dropped and
+        recomputed at the next step.
+        """
         self.stacks = {}
+        n_in = self.in_features + int(self.has_bias)
+        fill = {"factor_a": lambda: torch.eye(n_in, dtype=self.dtype, device=self.device),
+                "factor_g": lambda: torch.eye(self.out_features, dtype=self.dtype, device=self.device),
+                "cg_solution": lambda: torch.zeros(self.out_features, n_in, dtype=self.dtype, device=self.device)}
         for key in LAYER_KEYS:
             present = [key in state[m.module.weight] for m in self.layers]
-            if all(present):
-                stack = torch.stack([state[m.module.weight][key] for m in self.layers])
-                self.bind(state, key, stack.to(self.device, self.dtype))
-            elif any(present):  # inconsistent file: eigen/CG state is recomputed, factors restart
+            if not any(present):
+                continue
+            if all(present) or key in fill:
+                stack = torch.stack([state[m.module.weight][key].to(self.device, self.dtype) if here else fill[key]()
+                                     for m, here in zip(self.layers, present)])
+                self.bind(state, key, stack)
+            else:
                 for m in self.layers:
                     state[m.module.weight].pop(key, None)
 

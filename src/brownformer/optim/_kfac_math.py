@@ -165,6 +165,29 @@ def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat([(u * w).sum(dim=(1, 2), keepdim=True) for u, w in zip(us, ws)])
 
 
+def _energy(x: list[torch.Tensor], v: list[torch.Tensor], r: list[torch.Tensor]) -> torch.Tensor:
+    """CG objective ``phi(X) = 1/2 <X, op(X)> - <V, X> = -1/2 <X, V + R>`` with ``R = V - op(X)``.
+
+    CG decreases ``phi`` monotonically from ``phi(0) = 0`` (the residual norm need not decrease),
+    so ``phi > 0`` means a warm start worse than zero or a numerical breakdown.
+    """
+    return _dots(x, [vj + rj for vj, rj in zip(v, r)]).mul_(-0.5)
+
+
+def _start(operator, v, x0, blocks) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Initial iterates and residuals; a warm start worse than ``X = 0`` is replaced by zero."""
+    if x0 is None:
+        return [torch.zeros_like(vj) for vj in v], [vj.clone() for vj in v]
+    x = [torch.zeros_like(vj) if xj is None else xj.clone() for vj, xj in zip(v, x0)]
+    r = [vj - oj for vj, oj in zip(v, operator(x))]
+    restart = _energy(x, v, r) > 0
+    if bool(restart.any()):
+        for xj, rj, vj, sl in zip(x, r, v, blocks):
+            xj.masked_fill_(restart[sl], 0.0)
+            torch.where(restart[sl], vj, rj, out=rj)
+    return x, r
+
+
 @dataclass(frozen=True)
 class CGResult:
     """Batched conjugate-gradient outcome: solutions and per-system diagnostics.
@@ -247,22 +270,8 @@ def block_conjugate_gradient(
     def operator(xs):
         return [kronecker_operator(gj, aj, xj, damping) for gj, aj, xj in zip(g, a, xs)]
 
-    def energy(xs, rs):
-        # CG objective phi(X) = 1/2 <X, op(X)> - <V, X> = -1/2 <X, V + R>, R = V - op(X). CG lowers
-        # phi monotonically from phi(0) = 0, so phi > 0 flags a bad warm start or a breakdown.
-        return _dots(xs, [vj + rj for vj, rj in zip(v, rs)]).mul_(-0.5)
-
     b_norm = _dots(v, v).sqrt_()  # (L, 1, 1); per-system scalars keep the block's broadcast shape
-    if x0 is None:
-        x, r = [torch.zeros_like(vj) for vj in v], [vj.clone() for vj in v]
-    else:
-        x = [torch.zeros_like(vj) if xj is None else xj.clone() for vj, xj in zip(v, x0)]
-        r = [vj - oj for vj, oj in zip(v, operator(x))]
-        restart = energy(x, r) > 0  # a warm start worse than zero
-        if bool(restart.any()):
-            for xj, rj, vj, sl in zip(x, r, v, blocks):
-                xj.masked_fill_(restart[sl], 0.0)
-                torch.where(restart[sl], vj, rj, out=rj)
+    x, r = _start(operator, v, x0, blocks)
     p = [rj.clone() for rj in r]
     rs = _dots(r, r)
     iterations = torch.zeros_like(b_norm, dtype=torch.long)
@@ -288,7 +297,7 @@ def block_conjugate_gradient(
         active &= rs > threshold
     rel = (rs.sqrt() / b_norm.clamp_min(torch.finfo(b_norm.dtype).tiny)).flatten()
     finite = torch.cat([torch.isfinite(xj).flatten(1).all(dim=1) for xj in x])
-    ok = healthy.flatten() & finite & torch.isfinite(rel) & (energy(x, r) <= 0).flatten()
+    ok = healthy.flatten() & finite & torch.isfinite(rel) & (_energy(x, v, r) <= 0).flatten()
     return CGResult(solution=tuple(x), iterations=iterations.flatten(), relative_residual=rel, ok=ok)
 
 
