@@ -1,8 +1,10 @@
 """Shared helpers for the benchmark scripts: run one training job in a subprocess-safe way."""
 from __future__ import annotations
 
+import argparse
 import copy
 import tempfile
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
@@ -41,3 +43,26 @@ def prepare_data(raw: dict, model: str, root: Path) -> str:
     if not (out / "meta.json").exists():
         prepare_dataset(ds, out)
     return str(out)
+
+
+def base_parser(description: str, *, seeds: list[int], out: str) -> argparse.ArgumentParser:
+    """Arguments every training benchmark takes (config, model, optimizers, seeds, workers, output)."""
+    p = argparse.ArgumentParser(description=description)
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--model", default="vit-pre")
+    p.add_argument("--optimizers", nargs="+", default=["sgd", "adamw", "muon", "kfac-eigen", "kfac-iterative"])
+    p.add_argument("--seeds", nargs="+", type=int, default=seeds)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--data-root", default="results/data")
+    p.add_argument("--out", default=out)
+    return p
+
+
+def run_grid(args, lr_factors=(1.0,)) -> tuple[dict, list[dict]]:
+    """Train every (optimizer, lr factor, seed) of args in parallel; return the raw config and results."""
+    raw = load_raw(args.config)
+    data_dir = prepare_data(raw, args.model, Path(args.data_root))
+    jobs = [(raw, args.model, o, s, raw["optimizers"][o]["lr"] * f, data_dir)
+            for o in args.optimizers for f in lr_factors for s in args.seeds]
+    with ProcessPoolExecutor(args.workers) as pool:
+        return raw, list(pool.map(one_run, *zip(*jobs)))

@@ -9,38 +9,24 @@ optimizer_claim): median over seeds with bootstrap CIs. Ratios are to AdamW in t
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import load_raw, one_run, prepare_data  # noqa: E402
+from _runs import base_parser, run_grid  # noqa: E402
 
 from brownformer.io import to_jsonable  # noqa: E402
 from brownformer.stats import optimizer_claim  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="config/config.yaml")
-    p.add_argument("--model", default="vit-pre")
-    p.add_argument("--optimizers", nargs="+", default=["sgd", "adamw", "muon", "kfac-eigen", "kfac-iterative"])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--data-root", default="results/data")
-    p.add_argument("--out", default="results/benchmarks/time_to_target.md")
+    p = base_parser(__doc__.splitlines()[0], seeds=[0, 1, 2], out="results/benchmarks/time_to_target.md")
     args = p.parse_args(argv)
-
-    raw = load_raw(args.config)
-    data_dir = prepare_data(raw, args.model, Path(args.data_root))
-    jobs = [(raw, args.model, o, s, raw["optimizers"][o]["lr"], data_dir) for o in args.optimizers for s in args.seeds]
-    with ProcessPoolExecutor(args.workers) as pool:
-        results = list(pool.map(one_run, *zip(*jobs)))
+    _, results = run_grid(args)
     metrics = {f"{r['model']}__{r['optimizer']}__s{r['seed']}": pd.DataFrame(r["metrics"]) for r in results}
     claim = optimizer_claim(metrics, target_optimizer="adamw", proposed="kfac-iterative")
     model = claim["per_model"][args.model] if "per_model" in claim else claim

@@ -11,36 +11,21 @@ The grid is the config's learning rate times each factor. Reports the final vali
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import load_raw, one_run, prepare_data  # noqa: E402
+from _runs import base_parser, run_grid  # noqa: E402
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--config", default="config/config.yaml")
-    p.add_argument("--model", default="vit-pre")
-    p.add_argument("--optimizers", nargs="+", default=["sgd", "adamw", "muon", "kfac-eigen", "kfac-iterative"])
+    p = base_parser(__doc__.splitlines()[0], seeds=[0, 1], out="results/benchmarks/tune_lr.md")
     p.add_argument("--factors", nargs="+", type=float, default=[0.3, 1.0, 3.0])
-    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1])
-    p.add_argument("--workers", type=int, default=2)
-    p.add_argument("--data-root", default="results/data")
-    p.add_argument("--out", default="results/benchmarks/tune_lr.md")
     args = p.parse_args(argv)
-
-    raw = load_raw(args.config)
-    data_dir = prepare_data(raw, args.model, Path(args.data_root))
-    jobs = [(raw, args.model, o, s, raw["optimizers"][o]["lr"] * f, data_dir)
-            for o in args.optimizers for f in args.factors for s in args.seeds]
-    with ProcessPoolExecutor(args.workers) as pool:
-        results = list(pool.map(one_run, *zip(*jobs)))
+    _, results = run_grid(args, args.factors)
     rows = []
     for r in results:
         m = pd.DataFrame(r["metrics"])

@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 import pandas as pd
