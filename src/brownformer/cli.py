@@ -82,6 +82,7 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     p.add_argument("--traj-index", type=Path, nargs="*", default=[],
                    help="trajectories/index.json files whose shapes to simulate (default: built-in shapes)")
     p.add_argument("--replicates", type=int, default=None)
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (one shape each at a time)")
     p.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("summary", help="claims.json and summary.parquet over all runs")
     _common(p)

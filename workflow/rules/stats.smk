@@ -27,7 +27,7 @@ rule calibrate_tests:
         table="results/stats/calibration.parquet",
     params:
         config=CONFIG_FILE,
-    threads: CFG.resources.get("stats_threads", 1)
+    threads: CFG.resources.get("calibrate_threads", 2)
     log:
         "results/logs/calibrate_tests/calibrate_tests.log",
     benchmark:
@@ -36,7 +36,7 @@ rule calibrate_tests:
         ENV
     shell:
         "brownformer stats calibrate --config {params.config} --traj-index {input.indexes} "
-        "--out {output.table} --log {log} 2>> {log}"
+        "--jobs {threads} --out {output.table} --log {log} 2>> {log}"
 
 
 rule summarize_stats:

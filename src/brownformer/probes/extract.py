@@ -73,6 +73,14 @@ class _Writer:
         self._register(rel, sidecar, category, layer, tensor, capture)
         np.save(self.root / rel, array)
 
+    def link(self, rel: str, target_rel: str, sidecar: dict, *, category: str, layer=None, tensor: str) -> None:
+        """Register `rel` as the same array as `target_rel` (a hard link: no second copy on disk)."""
+        self._register(rel, sidecar, category, layer, tensor, None)
+        try:
+            os.link(self.root / target_rel, self.root / rel)
+        except OSError:  # filesystems without hard links get a copy
+            shutil.copyfile(self.root / target_rel, self.root / rel)
+
     def memmap(self, rel: str, shape: tuple[int, ...], sidecar: dict, *, category: str, layer=None,
                tensor: str) -> np.memmap:
         self._register(rel, sidecar, category, layer, tensor, None)
@@ -163,7 +171,7 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
         arr.flush()
     weights.clear(), noise.clear(), training.clear()  # drop the maps before rereading the files
     for l in range(L):  # the same array with cumulative learning rate as time
-        w.save(f"training/ln_l{l}_lrsum.npy", np.load(w.root / f"training/ln_l{l}.npy"),
+        w.link(f"training/ln_l{l}_lrsum.npy", f"training/ln_l{l}.npy",
                ln_sidecar("lr_sum", lr_sums, l), category="training", layer=l, tensor="ln")
     return [ks[i] for i in sorted(per_capture)]
 

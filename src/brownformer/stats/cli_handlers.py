@@ -8,16 +8,19 @@ from __future__ import annotations
 
 import json
 import logging
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
+
+from brownformer.io import atomic_path
 
 from .brownian import analyze_trajectory
 from .calibration import DEFAULT_SHAPES, run_calibration
 from .markov import analyze_attention
 from .pipeline import _write_json, stats_for_run, summarize
 from .trajectory_io import load_trajectory, sha256_file
-from brownformer.io import atomic_path
 
 log = logging.getLogger(__name__)
 
@@ -80,13 +83,22 @@ def _shapes_from_indexes(index_paths, max_walkers: int) -> list[tuple]:
     return sorted(shapes)
 
 
+def _calibrate_one(job):
+    shape, seed, kwargs = job
+    return run_calibration(shapes=[shape], rng=seed, **kwargs)
+
+
 def stats_calibrate(args, config=None):
     sc = _stats_config(config)
     n = getattr(args, "replicates", None) or sc.calibration_replicates
     shapes = _shapes_from_indexes(getattr(args, "traj_index", None) or [], sc.max_walkers) or DEFAULT_SHAPES
     log.info("calibrating %d shapes x %d replicates: %s", len(shapes), n, shapes)
-    df = run_calibration(shapes=shapes, n_replicates=n, rng=sc.seed, alpha=sc.alpha, margins=dict(sc.margins),
-                         n_resamples=min(sc.n_resamples, 199))
+    kwargs = dict(n_replicates=n, alpha=sc.alpha, margins=dict(sc.margins), n_resamples=min(sc.n_resamples, 199))
+    # One seed stream per shape ([seed, i]), so the table does not depend on how many workers ran it.
+    jobs = getattr(args, "jobs", None) or 1
+    with ProcessPoolExecutor(max_workers=jobs) as pool:
+        parts = list(pool.map(_calibrate_one, [(shape, [sc.seed, i], kwargs) for i, shape in enumerate(shapes)]))
+    df = pd.concat(parts, ignore_index=True)
     with atomic_path(Path(args.out)) as tmp:
         df.to_parquet(tmp, index=False)
     return df
