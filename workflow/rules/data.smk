@@ -12,4 +12,4 @@ rule prepare_data:
     conda:
         ENV
     shell:
-        "brownformer data --config {params.config} --dataset {wildcards.dataset} --out {params.out} --log {log} 2>> {log}"
+        "brownformer data --config {params.config} --dataset {wildcards.dataset} --out {params.out} 2>> {log}"

@@ -15,4 +15,4 @@ rule extract_trajectories:
         ENV
     shell:
         "brownformer extract --config {params.config} --run-dir {params.run_dir} "
-        "--out {params.run_dir}/trajectories --log {log} 2>> {log}"
+        "--out {params.run_dir}/trajectories 2>> {log}"

@@ -24,4 +24,4 @@ rule plot_figures:
     conda:
         ENV
     shell:
-        "brownformer figures --config {params.config} --results results --out figures --log {log} 2>> {log}"
+        "brownformer figures --config {params.config} --results results --out figures 2>> {log}"

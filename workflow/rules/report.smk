@@ -18,4 +18,4 @@ rule build_report:
         ENV
     shell:
         "brownformer report --config {params.config} --results results --figures figures "
-        "--out results/report --log {log} 2>> {log}"
+        "--out results/report 2>> {log}"

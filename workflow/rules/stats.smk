@@ -17,7 +17,7 @@ rule compute_stats:
     shell:
         "brownformer stats run --config {params.config} --run {wildcards.run} "
         "--traj-dir {params.run_dir}/trajectories --calibration {input.calibration} "
-        "--out {params.run_dir}/stats --log {log} 2>> {log}"
+        "--out {params.run_dir}/stats 2>> {log}"
 
 
 rule calibrate_tests:
@@ -36,7 +36,7 @@ rule calibrate_tests:
         ENV
     shell:
         "brownformer stats calibrate --config {params.config} --traj-index {input.indexes} "
-        "--jobs {threads} --out {output.table} --log {log} 2>> {log}"
+        "--jobs {threads} --out {output.table} 2>> {log}"
 
 
 rule summarize_stats:
@@ -57,4 +57,4 @@ rule summarize_stats:
         ENV
     shell:
         "brownformer stats summary --config {params.config} --results results "
-        "--calibration {input.calibration} --out results/stats --log {log} 2>> {log}"
+        "--calibration {input.calibration} --out results/stats 2>> {log}"

@@ -24,4 +24,4 @@ rule train_model:
         ENV
     shell:
         "brownformer train --config {params.config} --run {wildcards.run} --data {params.data} "
-        "--out {params.out} --set train.threads={threads} --log {log} 2>> {log}"
+        "--out {params.out} --set train.threads={threads} 2>> {log}"

@@ -78,7 +78,7 @@ def plot_depth_cosine(res: Results):
         ax_c.legend(loc="upper right", fontsize=6)
         ax_g.axhline(0, color="k", lw=0.6)
         ax_g.set(xlabel="layer l", ylabel="mean off-diagonal cos(u_i, u_j)",
-                 title=f"{model}: Gram off-diagonal (↑ clustering, → 0 diffusion)")
+                 title=f"{model}: Gram off-diagonal\n(↑ clustering, → 0 diffusion)")
     if not models:
         no_data(axes[0, 0], "the config has no runs")
     return fig
