@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from brownformer.config import ExperimentConfig
@@ -19,6 +20,14 @@ def train_with_probes(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, 
 
     spec = cfg.run(run_id)
     callbacks = []
+    out_dir = Path(out_dir)
+    ckpt, index = out_dir / "checkpoints" / "last.pt", out_dir / "probes" / "index.parquet"
+    if probes and cfg.probes.enabled and ckpt.exists() and not index.exists():
+        # A checkpoint whose probe index is gone (Snakemake deletes a job's outputs before rerunning it)
+        # would resume with a store missing every earlier capture: start over so the store is complete.
+        log.warning("%s: checkpoint without probe index; restarting from step 0", run_id)
+        ckpt.unlink()
+        shutil.rmtree(out_dir / "probes", ignore_errors=True)
     if probes and cfg.probes.enabled:
         from brownformer.probes import ProbeRecorder
         data = load_prepared(data_dir)

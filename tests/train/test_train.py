@@ -79,3 +79,21 @@ def test_baselines_reduce_the_loss(raw_config, digits_dir, tmp_path, optimizer):
     cfg = _cfg(raw, "train.steps=40")
     m = train_run(cfg, f"vit-pre__{optimizer}__s0", digits_dir, tmp_path / optimizer, progress=False)
     assert m["train_loss"].iloc[-3:].mean() < m["train_loss"].iloc[:3].mean()
+
+
+def test_rerun_without_probe_index_restarts_so_the_store_is_complete(raw_config, digits_dir, tmp_path):
+    """Snakemake deletes a job's outputs (probes/index.parquet) before rerunning it; the checkpoint stays."""
+    import pandas as pd
+
+    from brownformer.pipeline import train_with_probes
+
+    cfg = _cfg(raw_config)
+    out = tmp_path / RUN
+    train_with_probes(cfg, RUN, digits_dir, out, progress=False)
+    index = out / "probes" / "index.parquet"
+    n_captures = len(pd.read_parquet(index))
+    assert n_captures > 3
+    index.unlink()
+    (out / "metrics.parquet").unlink()
+    train_with_probes(cfg, RUN, digits_dir, out, progress=False)
+    assert len(pd.read_parquet(index)) == n_captures

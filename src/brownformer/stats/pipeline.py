@@ -286,6 +286,35 @@ def _rows_for(run: str, rel: str, res: dict) -> list[dict]:
     return rows
 
 
+_RULES = {
+    "1 sphere": "a run is supported when at least 99% of its LayerNorm outputs (before the affine map, captures "
+                "after initialisation) lie within the radius and hyperplane margins; LayerNorm's eps pulls "
+                "low-variance tokens below radius 0.99",
+    "2 markov": "a run is supported when the isotropic vMF kernel explains at least half of the attention's KL "
+                "and the chain is reversible within the margin",
+    "4 optimizer": "supported when iterative K-FAC's steps and seconds to the target lie below every baseline's "
+                   "(bootstrap CIs over seeds)",
+}
+
+
+def _verdict_reason(claim: dict) -> str:
+    """One sentence on how the headline verdict follows from the per-run verdicts (shown in the report)."""
+    per_run = claim.get("per_run") or claim.get("per_model") or {}
+    counts: dict[str, int] = {}
+    for rec in per_run.values():
+        v = rec.get("verdict") if isinstance(rec, dict) else None
+        if v:
+            counts[v] = counts.get(v, 0) + 1
+    parts = [f"{n} {v}" for v, n in sorted(counts.items())]
+    unit = "models" if "per_model" in claim and "per_run" not in claim else "runs"
+    text = f"Per-{unit[:-1]} verdicts: {', '.join(parts)}" if parts else ""
+    rule = next((r for k, r in _RULES.items() if str(claim.get("claim", "")).startswith(k)), None)
+    if rule is None and str(claim.get("claim", "")).startswith("3"):
+        rule = ("a run is supported when its trajectories are classified Brownian (every test inside its "
+                "equivalence margin, BH within the family) and the calibration shows power >= 0.9 at that shape")
+    return "; ".join(x for x in (text, f"rule: {rule}" if rule else "") if x)
+
+
 def summarize(run_stats_dirs: dict, calibration_path, out_dir, *, config, metrics_by_run: dict | None = None,
               target_optimizer: str = "adamw", proposed: str = "kfac-iterative") -> dict:
     """Collect every run's outputs into summary.parquet and decide each claim in claims.json.
@@ -332,6 +361,8 @@ def summarize(run_stats_dirs: dict, calibration_path, out_dir, *, config, metric
     claims["4"] = (optimizer_claim(metrics, target_optimizer=target_optimizer, proposed=proposed,
                                    confidence_level=config.confidence_level, rng=config.seed)
                    if metrics else {"claim": "4 optimizer", "verdict": "inconclusive", "reason": "no metrics"})
+    for claim in claims.values():
+        claim.setdefault("reason", _verdict_reason(claim))
     cal = _load_calibration(calibration_path)
     result = {"claims": claims, "calibration": {"path": str(calibration_path) if calibration_path else None,
                                                 "available": cal is not None,
