@@ -8,7 +8,6 @@ edited file is reported instead of silently training on it.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
@@ -20,6 +19,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
+
+from brownformer.io import sha256_file
 
 log = logging.getLogger(__name__)
 
@@ -58,15 +59,6 @@ class PreparedData:
         return tuple(shape) if shape is not None else None
 
 
-def file_sha256(path: str | Path, chunk_size: int = 1 << 20) -> str:
-    """Hex sha256 of a file, read in chunks (CIFAR-10 splits are hundreds of MB)."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(chunk_size):
-            digest.update(chunk)
-    return digest.hexdigest()
-
-
 def _save_npz(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
     """np.savez's format (uncompressed), but byte-reproducible: np.savez stamps the current time
     into the zip entries, which would change the files' sha256 on every rerun."""
@@ -100,7 +92,7 @@ def write_prepared(out_dir: str | Path, splits: Mapping[str, Mapping[str, np.nda
         for name in SPLITS:
             fname = f"{name}.npz"
             _save_npz(tmp_dir / fname, splits[name])
-            meta["sha256"][fname] = file_sha256(tmp_dir / fname)
+            meta["sha256"][fname] = sha256_file(tmp_dir / fname)
         with open(tmp_dir / META_FILE, "w", encoding="utf-8") as fh:
             json.dump(meta, fh, indent=2, ensure_ascii=False)
             fh.write("\n")
@@ -144,7 +136,7 @@ def load_prepared(data_dir: str | Path, *, verify: bool = True) -> PreparedData:
             raise DataError(f"prepared data incomplete: {str(path)!r} is missing; {hint}")
         if verify:
             expected = meta.get("sha256", {}).get(path.name)
-            actual = file_sha256(path)
+            actual = sha256_file(path)
             if actual != expected:
                 raise DataError(f"{str(path)!r} is corrupted: sha256 {actual} does not match "
                                 f"{expected} recorded in meta.json; {hint}")

@@ -82,7 +82,6 @@ def save_figure(fig, out_dir: Path, stem: str) -> list[Path]:
         path = out_dir / f"{stem}.{ext}"
         with atomic_path(path) as tmp:
             fig.savefig(tmp, format=ext, metadata=metadata)
-        path.chmod(0o644)  # mkstemp creates 0600; outputs are meant to be read by others
         paths.append(path)
     plt.close(fig)
     log.info("wrote %s.{png,svg}", out_dir / stem)

@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.plots._load import Results
+from brownformer.stats.claims import time_to_target_table
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 
 log = logging.getLogger(__name__)
@@ -30,15 +31,6 @@ def val_metric_of(kind: str) -> tuple[str, bool]:
     return ("val_accuracy", True) if kind == "image" else ("val_bpc", False)
 
 
-def _eval_rows(res: Results, model: str) -> tuple[pd.DataFrame, str, bool]:
-    col, higher = val_metric_of(res.dataset_kind(model))
-    m = res.metrics
-    if m.empty or col not in m.columns:
-        return pd.DataFrame(), col, higher
-    rows = m[(m["model"] == model) & m[col].notna()].sort_values(["run", "step"])
-    return rows, col, higher
-
-
 def time_to_target(res: Results) -> pd.DataFrame:
     """Steps and seconds each run needs to reach the target optimizer's final validation metric.
 
@@ -46,29 +38,17 @@ def time_to_target(res: Results) -> pd.DataFrame:
     AdamW by default) last evaluated metric on its weakest seed, the rule of claim 4
     (brownformer.stats.optimizer_claim), so every target seed reaches it. A run "reaches" it at its
     first evaluation with accuracy >= target (bits per char <= target); runs that never do get NaN.
+    Computed by brownformer.stats.claims.time_to_target_table, so figure, text and verdict agree.
 
     Returns:
         One row per run: model, optimizer, seed, metric, target, final, reached, steps, seconds.
     """
-    target_opt = res.cfg.report.get("target_optimizer", "adamw")
-    rows = []
-    for model in sorted({r.model for r in res.runs}):
-        ev, col, higher = _eval_rows(res, model)
-        if ev.empty:
-            continue
-        finals = ev.groupby("run").tail(1)
-        ref = finals[finals["optimizer"] == target_opt][col]
-        target = (float(ref.min() if higher else ref.max())) if len(ref) else np.nan
-        for run, g in ev.groupby("run", sort=True):
-            hit = g[g[col] >= target] if higher else g[g[col] <= target]
-            reached = bool(np.isfinite(target) and len(hit))
-            rows.append({"model": model, "optimizer": g["optimizer"].iat[0], "seed": int(g["seed"].iat[0]),
-                         "run": run, "metric": col, "target": target, "final": float(g[col].iat[-1]),
-                         "reached": reached,
-                         "steps": float(hit["step"].iat[0]) if reached else np.nan,
-                         "seconds": float(hit["wall_time"].iat[0]) if reached and "wall_time" in hit else np.nan,
-                         "total_seconds": float(g["wall_time"].iat[-1]) if "wall_time" in g else np.nan})
-    return pd.DataFrame(rows)
+    m = res.metrics
+    if m.empty:
+        return pd.DataFrame()
+    tt = time_to_target_table({run: g for run, g in m.groupby("run", sort=True)},
+                              target_optimizer=res.cfg.report.get("target_optimizer", "adamw"))
+    return tt.replace([np.inf, -np.inf], np.nan)  # "never reached" plots as missing
 
 
 def overhead_breakdown(res: Results) -> pd.DataFrame:

@@ -125,7 +125,5 @@ def build_report(cfg: ExperimentConfig, results_dir: Path, figures_dir: Path, ou
     html_path = out_dir / "report.html"
     with atomic_path(html_path) as tmp:
         tmp.write_text(_to_html(html_nb), encoding="utf-8")
-    for path in (html_path, out_dir / "report.ipynb"):
-        path.chmod(0o644)  # mkstemp creates 0600
     log.info("wrote %s and %s", html_path, out_dir / "report.ipynb")
     return html_path

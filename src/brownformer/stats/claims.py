@@ -338,12 +338,44 @@ def _time_to_target(df, col, higher, target):
     return float(row["step"]), float(row["wall_time"]) if "wall_time" in row and pd.notna(row["wall_time"]) else np.nan
 
 
+def time_to_target_table(metrics_by_run: dict, *, target_optimizer: str = "adamw") -> pd.DataFrame:
+    """Steps and seconds each run needs to reach its model's target (the rule of claim 4).
+
+    Per model: target = the target optimizer's final val metric on its weakest seed, so every
+    target seed reaches it by its last step (a median target leaves half its seeds "never").
+    A run reaches it at its first evaluation at least as good; runs that never do get inf.
+
+    Args:
+        metrics_by_run: run_id -> DataFrame with columns step, wall_time and val_accuracy | val_bpc | val_loss.
+    Returns:
+        One row per run: model, optimizer, seed, run, metric, higher_is_better, target, final, reached,
+        steps, seconds, total_seconds (target is NaN when the model has no target-optimizer run).
+    """
+    from brownformer.config import RunSpec
+    specs = {r: RunSpec.parse(r) for r in metrics_by_run}
+    rows = []
+    for model in sorted({s.model for s in specs.values()}):
+        runs = {r: df for r, df in sorted(metrics_by_run.items()) if specs[r].model == model}
+        col, higher = _metric(next(iter(runs.values())))
+        finals = [df[col].dropna().iloc[-1] for r, df in runs.items() if specs[r].optimizer == target_optimizer
+                  and df[col].notna().any()]
+        target = float(np.min(finals) if higher else np.max(finals)) if finals else np.nan
+        for r, df in runs.items():
+            s, w = _time_to_target(df, col, higher, target) if finals else (np.inf, np.inf)
+            final = df[col].dropna()
+            rows.append({"model": model, "optimizer": specs[r].optimizer, "seed": specs[r].seed, "run": r,
+                         "metric": col, "higher_is_better": higher, "target": target,
+                         "final": float(final.iat[-1]) if len(final) else np.nan, "reached": bool(np.isfinite(s)),
+                         "steps": s, "seconds": w,
+                         "total_seconds": float(df["wall_time"].iat[-1]) if "wall_time" in df else np.nan})
+    return pd.DataFrame(rows)
+
+
 def optimizer_claim(metrics_by_run: dict, *, target_optimizer: str = "adamw", proposed: str = "kfac-iterative",
                     confidence_level: float = 0.95, rng=0) -> dict:
     """Claim 4: does the proposed optimizer reach the target's final validation metric sooner?
 
-    Per model: target = the target optimizer's final val metric of its weakest seed; for every
-    run, steps and seconds until the metric first reaches it (inf if never); median over seeds
+    Per model: steps and seconds to the target of `time_to_target_table` (inf if never); median over seeds
     with a bootstrap CI over seeds. Supported when the proposed optimizer's CI lies entirely
     below every baseline's (steps AND seconds); not supported when some baseline's CI lies
     entirely below the proposed's or the proposed never reaches the target; else inconclusive.
@@ -351,26 +383,15 @@ def optimizer_claim(metrics_by_run: dict, *, target_optimizer: str = "adamw", pr
     Args:
         metrics_by_run: run_id -> DataFrame with columns step, wall_time and val_accuracy | val_bpc | val_loss.
     """
-    from brownformer.config import RunSpec
-    specs = {r: RunSpec.parse(r) for r in metrics_by_run}
+    table = time_to_target_table(metrics_by_run, target_optimizer=target_optimizer)
     per_model = {}
-    for model in sorted({s.model for s in specs.values()}):
-        runs = {r: df for r, df in metrics_by_run.items() if specs[r].model == model}
-        col, higher = _metric(next(iter(runs.values())))
-        finals = [df[col].dropna().iloc[-1] for r, df in runs.items() if specs[r].optimizer == target_optimizer
-                  and df[col].notna().any()]
-        if not finals:
+    for model, runs in table.groupby("model", sort=True):
+        col, higher, target = runs["metric"].iat[0], bool(runs["higher_is_better"].iat[0]), runs["target"].iat[0]
+        if not np.isfinite(target):
             per_model[model] = {"verdict": "inconclusive", "reason": f"no {target_optimizer} runs"}
             continue
-        # The weakest target seed's final value: every target seed reaches it by its last step, so the
-        # target optimizer's own time-to-target is finite (a median target leaves half its seeds "never").
-        target = float(np.min(finals) if higher else np.max(finals))
-        opts = {}
-        for r, df in runs.items():
-            s, w = _time_to_target(df, col, higher, target)
-            o = opts.setdefault(specs[r].optimizer, {"steps": [], "seconds": []})
-            o["steps"].append(s)
-            o["seconds"].append(w)
+        opts = {o: {"steps": g["steps"].tolist(), "seconds": g["seconds"].tolist()}
+                for o, g in runs.groupby("optimizer", sort=False)}
         summary = {}
         for o, v in opts.items():
             summary[o] = {}

@@ -1,27 +1,19 @@
 """Reading trajectory arrays (T, N, d) and their optional JSON sidecars (DESIGN.md contract)."""
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 from pathlib import Path
 
 import numpy as np
 
+from brownformer.io import sha256_file
+
 log = logging.getLogger(__name__)
 
 __all__ = ["load_trajectory", "validate_trajectory", "sha256_file", "KINDS"]
 
 KINDS = ("sphere", "euclidean")
-
-
-def sha256_file(path: str | Path) -> str:
-    """Hex sha256 of a file's bytes (recorded in every stats output)."""
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.ndarray]:
