@@ -8,7 +8,6 @@ bf16 operands between 1e-3 and 1e-2.
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 
 import numpy as np
@@ -27,8 +26,6 @@ BF16_RTOL = 2e-2  # bf16 autocast against float32
 KFAC_RTOL = 2e-3  # K-FAC update, float32 GPU against float64 CPU (an inverse with damping 3e-3)
 SEED = 0
 
-needs_kfac = pytest.mark.skipif(importlib.util.find_spec("brownformer.optim.kfac") is None,
-                                reason="brownformer.optim.kfac is not there yet")
 
 
 @pytest.fixture(autouse=True)
@@ -117,7 +114,6 @@ def _kfac_updates(model, x, y, kind: str, steps: int):
     return [p.detach() - b for p, b in zip(model.parameters(), before)], opt
 
 
-@needs_kfac
 @pytest.mark.parametrize("kind", ["kfac-eigen", "kfac-iterative"])
 def test_kfac_step_on_cuda_matches_cpu_float64(kind):
     """A tiny ViT: 3 K-FAC steps in float32 on the GPU against the same steps in float64 on the CPU."""
@@ -136,7 +132,6 @@ def test_kfac_step_on_cuda_matches_cpu_float64(kind):
         assert state["factor_a"].device.type == "cuda" and state["factor_a"].dtype == torch.float32
 
 
-@needs_kfac
 @pytest.mark.parametrize("kind", ["kfac-eigen", "kfac-iterative"])
 def test_kfac_under_bf16_autocast_on_cuda_keeps_float32_factors(kind):
     model = _vit().cuda()
@@ -158,8 +153,6 @@ def test_short_train_run_on_cuda_writes_metrics(tmp_path, ci_raw, digits_dir, op
     from brownformer.config import from_dict
     from brownformer.train import train_run
 
-    if optimizer.startswith("kfac") and importlib.util.find_spec("brownformer.optim.kfac") is None:
-        pytest.skip("brownformer.optim.kfac is not there yet")
     raw = copy.deepcopy(ci_raw)
     raw["device"] = "cuda"
     raw["train"].update(steps=40, eval_every=20, log_every=10, checkpoint_every=40, precision="bf16")

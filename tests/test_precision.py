@@ -5,7 +5,6 @@ The same code path runs on CUDA (tests/test_gpu.py); here it is checked where CI
 """
 from __future__ import annotations
 
-import importlib.util
 
 import pytest
 import torch
@@ -71,8 +70,6 @@ def test_bf16_training_steps_decrease_the_loss():
     assert losses[-1] < losses[0]
 
 
-@pytest.mark.skipif(importlib.util.find_spec("brownformer.optim.kfac") is None,
-                    reason="brownformer.optim.kfac is not there yet")
 @pytest.mark.parametrize("kind", ["kfac-eigen", "kfac-iterative"])
 def test_kfac_factors_and_solves_stay_float32_under_autocast(kind):
     model = _tiny_vit()

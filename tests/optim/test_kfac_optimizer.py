@@ -91,7 +91,7 @@ def test_trains_any_linear_model(case_builder, case, inverse):
 
 
 def test_trains_project_vit():
-    models = pytest.importorskip("brownformer.models")
+    from brownformer import models
     from brownformer.config import ModelConfig
 
     cfg = ModelConfig(name="vit-tiny", arch="vit", dataset="test", ln="pre", d_model=16, n_heads=2,

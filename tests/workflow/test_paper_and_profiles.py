@@ -106,8 +106,6 @@ def test_paper_optimizer_parameters_are_accepted(paper, name):
     from brownformer.models import build_model
     from brownformer.optim import build_optimizer
 
-    if name.startswith("kfac") and not _has("brownformer.optim.kfac"):
-        pytest.skip("brownformer.optim.kfac is not there yet")
     model = build_model(paper.models["vit-pre"], n_classes=10, image_shape=(3, 32, 32))
     o = paper.optimizers[name]
     opt = build_optimizer(model, o.type, o.lr, o.params)
