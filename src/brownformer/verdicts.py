@@ -1,0 +1,146 @@
+"""The claims.json contract: one typed schema shared by the statistics (writer) and the report (reader).
+
+claims.json (written by `brownformer stats summary`) is::
+
+    {"schema": 2,
+     "claims": {"1": ClaimRecord, "2": ..., "3a": ..., "3b": ..., "3c": ..., "4": ...},
+     "did_not_train": [{"run", "reason"}],          # runs left out of every claim, shown in the report
+     "calibration": {"path", "available", "sha256"},
+     "runs": [run ids analysed]}
+
+Each ClaimRecord::
+
+    {"claim": "3b", "title": "...", "verdict": one of VERDICTS, "reason": "one sentence",
+     "estimate": {"name", "value", "ci": [lo, hi], "confidence_level"} | null,
+     "margin": [lo, hi] | null,                  # equivalence margin the verdict used
+     "calibration": {"shape", "size", "size_se", "power": {alternative: value}, "n_replicates"} | null,
+     "p_value_holm": float | null,
+     "tests": [{"name", "statistic", "p_value", "reject"}],
+     "per_run": {run_id: ClaimRecord without per_run/per_optimizer},
+     "per_optimizer": {optimizer: ClaimRecord without per_run/per_optimizer},
+     "details": {...free-form, claim-specific...}}
+
+A verdict is never anything but the four strings in VERDICTS; `read_claims` rejects anything else
+with a ValueError naming the claim, instead of guessing what "yes" or "pass" meant.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+__all__ = ["VERDICTS", "Verdict", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
+           "Estimate", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
+
+SCHEMA_VERSION = 2
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, DID_NOT_TRAIN = "supported", "not supported", "inconclusive", "did not train"
+VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, DID_NOT_TRAIN)
+Verdict = Literal["supported", "not supported", "inconclusive", "did not train"]
+
+
+def _num(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else math.nan
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """An effect size with its confidence interval."""
+    name: str
+    value: float
+    ci: tuple[float, float]
+    confidence_level: float | None = None
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> Estimate | None:
+        if not d:
+            return None
+        ci = d.get("ci") or [None, None]
+        return cls(str(d.get("name", "")), _num(d.get("value")), (_num(ci[0]), _num(ci[1])),
+                   d.get("confidence_level"))
+
+    def to_dict(self) -> dict:
+        def clean(x):
+            return x if isinstance(x, float) and math.isfinite(x) else None
+        return {"name": self.name, "value": clean(self.value), "ci": [clean(self.ci[0]), clean(self.ci[1])],
+                "confidence_level": self.confidence_level}
+
+
+@dataclass(frozen=True)
+class ClaimRecord:
+    """One verdict: a headline claim, or the same claim on one run or one optimizer."""
+    claim: str
+    title: str
+    verdict: Verdict
+    reason: str = ""
+    estimate: Estimate | None = None
+    margin: tuple[float, float] | None = None
+    calibration: dict | None = None
+    p_value_holm: float | None = None
+    tests: list[dict] = field(default_factory=list)
+    per_run: dict[str, ClaimRecord] = field(default_factory=dict)
+    per_optimizer: dict[str, ClaimRecord] = field(default_factory=dict)
+    details: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if self.verdict not in VERDICTS:
+            raise ValueError(f"claim {self.claim!r}: verdict {self.verdict!r} is not one of {VERDICTS}")
+
+    @classmethod
+    def from_dict(cls, d: dict, *, claim: str | None = None, title: str | None = None) -> ClaimRecord:
+        cid = str(d.get("claim", claim or ""))
+        if "verdict" not in d:
+            raise ValueError(f"claim {cid!r} has no verdict")
+        ttl = str(d.get("title", title or cid))
+        margin = d.get("margin")
+        return cls(
+            claim=cid, title=ttl, verdict=d["verdict"], reason=str(d.get("reason") or ""),
+            estimate=Estimate.from_dict(d.get("estimate")),
+            margin=(float(margin[0]), float(margin[1])) if margin else None,
+            calibration=d.get("calibration"), p_value_holm=d.get("p_value_holm"),
+            tests=list(d.get("tests") or []),
+            per_run={k: cls.from_dict(v, claim=cid, title=ttl) for k, v in (d.get("per_run") or {}).items()},
+            per_optimizer={k: cls.from_dict(v, claim=cid, title=ttl)
+                           for k, v in (d.get("per_optimizer") or {}).items()},
+            details=dict(d.get("details") or {}))
+
+    def to_dict(self) -> dict:
+        return {"claim": self.claim, "title": self.title, "verdict": self.verdict, "reason": self.reason,
+                "estimate": self.estimate.to_dict() if self.estimate else None,
+                "margin": list(self.margin) if self.margin else None,
+                "calibration": self.calibration, "p_value_holm": self.p_value_holm, "tests": self.tests,
+                "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
+                "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
+                "details": self.details}
+
+
+@dataclass(frozen=True)
+class ClaimsFile:
+    """The whole claims.json."""
+    claims: dict[str, ClaimRecord]
+    did_not_train: list[dict] = field(default_factory=list)
+    calibration: dict = field(default_factory=dict)
+    runs: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> ClaimsFile:
+        if not isinstance(d, dict) or "claims" not in d:
+            raise ValueError("claims.json has no 'claims' mapping")
+        return cls(claims={str(k): ClaimRecord.from_dict(v, claim=str(k)) for k, v in d["claims"].items()},
+                   did_not_train=list(d.get("did_not_train") or []), calibration=dict(d.get("calibration") or {}),
+                   runs=list(d.get("runs") or []))
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA_VERSION, "claims": {k: v.to_dict() for k, v in self.claims.items()},
+                "did_not_train": self.did_not_train, "calibration": self.calibration, "runs": self.runs}
+
+
+def read_claims(path: str | Path) -> ClaimsFile:
+    """Read and validate claims.json (ValueError naming the problem on a malformed file)."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    return ClaimsFile.from_dict(data)
