@@ -1,4 +1,4 @@
-"""Shared helpers for the benchmark scripts: run one training job in a subprocess-safe way."""
+"""Shared helpers for the benchmark scripts: run training jobs without probes, in parallel."""
 from __future__ import annotations
 
 import argparse
@@ -18,20 +18,26 @@ def load_raw(path: str | Path) -> dict:
         return yaml.safe_load(fh)
 
 
-def one_run(raw: dict, model: str, optimizer: str, seed: int, lr: float, data_dir: str, threads: int = 1) -> dict:
-    """Train (model, optimizer, seed) at learning rate `lr` without probes; return its metrics rows."""
+def one_run(raw: dict, model: str, optimizer: str, seed: int, settings: dict | float, data_dir: str,
+            threads: int = 1, overrides: tuple[str, ...] = ()) -> dict:
+    """Train (model, optimizer, seed) with ``settings`` (a dict, or a bare learning rate) written to
+    ``tuned.<model>.<optimizer>`` so the config's resolver applies them, and extra ``overrides``;
+    no probes. Returns the metrics rows."""
     from brownformer.train import train_run
 
-    raw = apply_overrides(copy.deepcopy(raw), [
-        f"optimizers.{optimizer}.lr={lr}", f"seeds=[{seed}]", "probes.enabled=false",
-        f"train.threads={threads}", f"grid=[{{models: [{model}], optimizers: [{optimizer}]}}]"])
+    settings = dict(settings) if isinstance(settings, dict) else {"lr": float(settings)}
+    sets = [f"tuned.{model}.{optimizer}.{k}={v}" for k, v in settings.items()]
+    raw = apply_overrides(copy.deepcopy(raw), sets + [
+        f"seeds=[{seed}]", "probes.enabled=false", f"train.threads={threads}",
+        f"grid=[{{models: [{model}], optimizers: [{optimizer}]}}]", *overrides])
     raw.setdefault("probes", {})
     cfg = from_dict(raw)
     run_id = f"{model}__{optimizer}__s{seed}"
     with tempfile.TemporaryDirectory() as tmp:
         metrics = train_run(cfg, run_id, data_dir, Path(tmp) / run_id, progress=False)
-    return {"model": model, "optimizer": optimizer, "seed": seed, "lr": lr,
-            "metrics": metrics.to_dict("list"), "finite": bool(np.isfinite(metrics["train_loss"]).all())}
+    return {"model": model, "optimizer": optimizer, "seed": seed, "settings": settings, "lr": settings.get("lr"),
+            "overrides": list(overrides), "metrics": metrics.to_dict("list"),
+            "finite": bool(np.isfinite(metrics["train_loss"]).all())}
 
 
 def prepare_data(raw: dict, model: str, root: Path) -> str:
@@ -45,12 +51,22 @@ def prepare_data(raw: dict, model: str, root: Path) -> str:
     return str(out)
 
 
+def grid_pairs(raw: dict) -> list[tuple[str, str]]:
+    """Every (model, optimizer) pair of the config's grid, in order, without duplicates."""
+    pairs: dict = {}
+    for block in raw["grid"]:
+        for m in block["models"]:
+            for o in block["optimizers"]:
+                pairs.setdefault((m, o), None)
+    return list(pairs)
+
+
 def base_parser(description: str, *, seeds: list[int], out: str) -> argparse.ArgumentParser:
-    """Arguments every training benchmark takes (config, model, optimizers, seeds, workers, output)."""
+    """Arguments every training benchmark takes (config, models, optimizers, seeds, workers, output)."""
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--config", default="config/config.yaml")
-    p.add_argument("--model", default="vit-pre")
-    p.add_argument("--optimizers", nargs="+", default=["sgd", "adamw", "muon", "kfac-eigen", "kfac-iterative"])
+    p.add_argument("--models", nargs="+", help="default: every model of the config's grid")
+    p.add_argument("--optimizers", nargs="+", help="default: every optimizer the grid runs on each model")
     p.add_argument("--seeds", nargs="+", type=int, default=seeds)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--data-root", default="results/data")
@@ -58,11 +74,7 @@ def base_parser(description: str, *, seeds: list[int], out: str) -> argparse.Arg
     return p
 
 
-def run_grid(args, lr_factors=(1.0,)) -> tuple[dict, list[dict]]:
-    """Train every (optimizer, lr factor, seed) of args in parallel; return the raw config and results."""
-    raw = load_raw(args.config)
-    data_dir = prepare_data(raw, args.model, Path(args.data_root))
-    jobs = [(raw, args.model, o, s, raw["optimizers"][o]["lr"] * f, data_dir)
-            for o in args.optimizers for f in lr_factors for s in args.seeds]
-    with ProcessPoolExecutor(args.workers) as pool:
-        return raw, list(pool.map(one_run, *zip(*jobs)))
+def run_jobs(jobs: list[tuple], workers: int) -> list[dict]:
+    """Run ``one_run(*job)`` for every job in a process pool (results in job order)."""
+    with ProcessPoolExecutor(workers) as pool:
+        return list(pool.map(one_run, *zip(*jobs)))

@@ -5,9 +5,10 @@
 
 The model and optimizer settings come from config/paper.yaml; the data are CIFAR-shaped synthetic
 tensors (3x32x32, 10 classes) already on the device, so the step time is the model and optimizer
-alone. The CPU input pipeline of the training loop (stateless sampling + crop/flip augmentation +
-copy to the device, brownformer.data.sample_batch) is timed separately; brownformer.train runs the
-two serially, so an epoch takes steps_per_epoch * (step + input).
+alone. The input pipeline of the training loop (stateless draws on the host, gather + crop/flip on
+the device: brownformer.data.DeviceSampler) is timed separately; brownformer.train runs the two one
+after the other on the device, so an epoch takes about steps_per_epoch * (step + input).
+benchmarks/gpu_throughput.py times the loop's whole per-step path together.
 
 Model FLOPs per step are counted, not estimated: 2 * in * out per row through every nn.Linear and
 4 * T^2 * d per example and layer for QK^T and AV, times 3 for forward plus backward
@@ -112,29 +113,26 @@ class _Trainer:
     def __init__(self, mcfg, ocfg, grad_clip, device, bf16, batch_size, compile_model, seed=0, pool=8):
         from brownformer.models import build_model
         from brownformer.optim import build_optimizer
+        from brownformer.train_step import TrainStep, adamw_implementation
 
         torch.manual_seed(seed)
         self.model = build_model(mcfg, n_classes=10, image_shape=(3, 32, 32)).to(device)
-        self.opt = build_optimizer(self.model, ocfg.type, ocfg.lr, ocfg.params)
+        params = dict(ocfg.params)
+        if ocfg.type == "adamw":  # the implementation brownformer.train picks for the device
+            params.update(adamw_implementation(device, cuda_graphs=False))
+        self.opt = build_optimizer(self.model, ocfg.type, ocfg.lr, params)
         self.forward = torch.compile(self.model) if compile_model else self.model
+        self.step_fn = TrainStep(self.model, self.opt, device=device, forward=self.forward, grad_clip=grad_clip,
+                                 bf16=bf16)
         g = torch.Generator().manual_seed(seed)
         self.x = torch.randn(pool, batch_size, 3, 32, 32, generator=g).to(device)  # (pool, B, C, H, W)
         self.y = torch.randint(0, 10, (pool, batch_size), generator=g).to(device)
-        self.device, self.bf16, self.grad_clip, self.i = device, bf16, grad_clip, 0
+        self.device, self.i = device, 0
 
     def step(self) -> torch.Tensor:
-        from brownformer.models import loss_fn
-
         k = self.i % len(self.x)
         self.i += 1
-        with torch.autocast(device_type=self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-            loss = loss_fn(self.forward(self.x[k]), self.y[k])
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.grad_clip is not None:
-            nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
-        self.opt.step()
-        return loss.detach()
+        return self.step_fn(self.x[k], self.y[k])
 
 
 def _time_steps(tr: _Trainer, n: int) -> tuple[float, torch.Tensor]:
@@ -191,10 +189,10 @@ def bench_optimizer(name, cfg, args, device, flops_per_step) -> dict:
 
 
 def time_input_pipeline(cfg, args, device) -> float | None:
-    """ms per batch of brownformer.data.sample_batch (augmented) + copy to the device."""
+    """ms per batch of brownformer.data.DeviceSampler (host draws, gather + crop/flip on the device)."""
     if args.input_batches <= 0:
         return None
-    from brownformer.data import PreparedData, sample_batch
+    from brownformer.data import DeviceSampler, PreparedData
 
     rng = np.random.default_rng(0)
     x = rng.standard_normal((CIFAR_TRAIN_IMAGES, 3, 32, 32), dtype=np.float32)
@@ -203,11 +201,11 @@ def time_input_pipeline(cfg, args, device) -> float | None:
     data = PreparedData(kind="image", meta=meta,
                         splits={"train": {"x": x, "y": rng.integers(0, 10, CIFAR_TRAIN_IMAGES)}})
     augment = cfg.datasets[cfg.models[args.model].dataset].augment
+    sampler = DeviceSampler(data, "train", device, seed=0, batch_size=args.batch_size, augment=augment)
     _sync(device)
     t0 = time.perf_counter()
     for step in range(args.input_batches):
-        xb, yb = sample_batch(data, "train", step=step, seed=0, batch_size=args.batch_size, augment=augment)
-        xb, yb = xb.to(device, non_blocking=True), yb.to(device, non_blocking=True)
+        sampler.batch(step)
     _sync(device)
     return 1e3 * (time.perf_counter() - t0) / args.input_batches
 
@@ -218,7 +216,7 @@ def _markdown(report: dict) -> str:
              f"{', torch.compile' if r['compile'] else ''}) on {r['device_name']}", "",
              f"model FLOPs per step {r['model_flops_per_step'] / 1e9:.2f} GFLOP (counted); "
              f"peak taken as {r['peak_tflops']:.0f} TFLOP/s; {r['steps']} timed steps after {r['warmup']} warm-up; "
-             f"input pipeline {r['input_ms_per_batch'] if r['input_ms_per_batch'] is None else round(r['input_ms_per_batch'], 2)} ms/batch (CPU, serial with the step)",
+             f"input pipeline {r['input_ms_per_batch'] if r['input_ms_per_batch'] is None else round(r['input_ms_per_batch'], 2)} ms/batch (DeviceSampler, before each step)",
              "", "| optimizer | step ms | x AdamW | images/s | tokens/s | peak MiB | model TFLOP/s | % of peak "
              "| epoch s (step only) | epoch s (+ input) | first step s | notes |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]

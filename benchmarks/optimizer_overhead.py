@@ -1,4 +1,4 @@
-"""Per-step cost of each optimizer on the default ViT, as ratios to AdamW measured in the same process.
+"""Per-step cost of each optimizer on the default ViT (and a wider one), as ratios to AdamW measured in the same process.
 
 For sgd, adamw, muon (torch.optim.Muon on 2-D hidden weights, AdamW on the rest), kfac-eigen and
 kfac-iterative (plus K-FAC variants that collect factors only every `inverse_every` steps) it
@@ -6,10 +6,15 @@ times forward+backward, factor collection, inverse/CG and apply, amortized over 
 periods, and records optimizer-state memory, peak memory and CG iterations per step.
 
     python benchmarks/optimizer_overhead.py --steps 40 --out results/benchmarks/optimizer_overhead.json
+    python benchmarks/optimizer_overhead.py --width 64 --mlp-ratio 4 --out ...  # the paper ViT's width
+
+Shapes: the default vit-pre (width 32, 2x MLP, 4 blocks, 4 heads) and, with --width 64
+--mlp-ratio 4 --heads 8, the paper ViT's width on the same 8x8 digits input (17 tokens).
 
 Every optimizer is measured --repeats times, interleaved (adamw, sgd, ..., adamw, sgd, ...), and each
 column reports the median over repeats, so a transient load on a shared machine moves one repeat,
-not the ratios. Writes OUT (JSON, with every repeat) and OUT with suffix .md (a markdown table);
+not the ratios. Writes OUT (JSON, with every repeat) and OUT with suffix .md (a markdown table). On the CPU the clock is the thread's CPU
+time (``time.thread_time``, with ``--threads 1``), which a busy shared machine does not inflate;
 prints the table.
 """
 
@@ -30,51 +35,45 @@ import torch.nn.functional as F
 from brownformer.optim.kfac import KFAC
 
 
+SHAPE = {"d_model": 32, "mlp_ratio": 2, "n_heads": 4}  # set by main from the arguments
+
+
 def build_vit(device: torch.device) -> tuple[nn.Module, tuple[int, ...], int]:
-    """The default config's vit-pre (digits 8x8x1, 10 classes); returns model, image shape, classes."""
+    """vit-pre of the given width (digits 8x8x1, 10 classes); returns model, image shape, classes."""
     from brownformer.config import ModelConfig
     from brownformer.models import build_model
 
-    cfg = ModelConfig(name="vit-pre", arch="vit", dataset="digits", ln="pre", d_model=32, n_layers=4,
-                      n_heads=4, mlp_ratio=2, patch_size=2)
+    cfg = ModelConfig(name="vit-pre", arch="vit", dataset="digits", ln="pre", n_layers=4, patch_size=2, **SHAPE)
     return build_model(cfg, n_classes=10, image_shape=(1, 8, 8)).to(device), (1, 8, 8), 10
 
 
-class _Composite:
-    """Muon on 2-D hidden weights, AdamW on the rest (as the registry builds it)."""
-
-    def __init__(self, model: nn.Module, lr: float, adamw_lr: float):
-        hidden = [m.weight for n, m in model.named_modules() if isinstance(m, nn.Linear) and n.startswith("blocks.")]
-        ids = {id(p) for p in hidden}
-        rest = [p for p in model.parameters() if id(p) not in ids]
-        self.parts = [torch.optim.Muon(hidden, lr=lr), torch.optim.AdamW(rest, lr=adamw_lr)]
-
-    @property
-    def state(self) -> dict:
-        return {p: s for opt in self.parts for p, s in opt.state.items()}
-
-    def zero_grad(self, set_to_none: bool = True):
-        for opt in self.parts:
-            opt.zero_grad(set_to_none=set_to_none)
-
-    def step(self):
-        for opt in self.parts:
-            opt.step()
-
-
 def make_optimizers(inverse_every: int) -> dict:
-    kfac = dict(lr=0.05, damping=3e-3, inverse_every=inverse_every, cg_max_iter=10, cg_tol=1e-2)
+    """The registry's optimizers with the config's settings; K-FAC with its current defaults."""
+    from brownformer.optim import build_optimizer
+
+    # damping 0.03: random labels with the author's 3e-3 diverge, and a diverged run times the rare path
+    kfac = dict(damping=3e-2, inverse_every=inverse_every, cg_max_iter=10, cg_tol=1e-2)
+    fast_cg = {**kfac, "factor_every": inverse_every, "cg_max_iter": 5}
     makers = {
-        "sgd": lambda m: torch.optim.SGD(m.parameters(), lr=0.1, momentum=0.9),
-        "adamw": lambda m: torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.01),
-        "kfac-eigen": lambda m: KFAC(m, inverse="eigen", **kfac),
-        "kfac-iterative": lambda m: KFAC(m, inverse="cg", **kfac),
-        f"kfac-eigen (factors every {inverse_every})": lambda m: KFAC(m, inverse="eigen", factor_every=inverse_every, **kfac),
-        f"kfac-iterative (factors every {inverse_every})": lambda m: KFAC(m, inverse="cg", factor_every=inverse_every, **kfac),
+        "sgd": lambda m: build_optimizer(m, "sgd", 0.1, {"momentum": 0.9}),
+        "adamw": lambda m: build_optimizer(m, "adamw", 3e-3, {"weight_decay": 0.01}),
+        "muon": lambda m: build_optimizer(m, "muon", 0.02, {"adamw_lr": 3e-3}),
+        "kfac-eigen": lambda m: build_optimizer(m, "kfac-eigen", 0.05, kfac),
+        "kfac-iterative": lambda m: build_optimizer(m, "kfac-iterative", 0.05, kfac),
+        f"kfac-eigen (factors every {inverse_every})":
+            lambda m: build_optimizer(m, "kfac-eigen", 0.05, {**kfac, "factor_every": inverse_every}),
+        f"kfac-iterative (factors every {inverse_every})":
+            lambda m: build_optimizer(m, "kfac-iterative", 0.05, {**kfac, "factor_every": inverse_every}),
+        f"kfac-iterative (factors every {inverse_every}, cg_max_iter 5)":
+            lambda m: build_optimizer(m, "kfac-iterative", 0.05, fast_cg),
     }
-    if hasattr(torch.optim, "Muon"):
-        makers["muon"] = lambda m: _Composite(m, lr=0.02, adamw_lr=3e-3)
     return makers
+
+
+def _clock(device: torch.device) -> float:
+    """CPU: this thread's CPU time (2 cores shared by several jobs: wall-clock would time the
+    waiting, not the work; torch runs single-threaded here). GPU: wall-clock after a sync."""
+    return time.perf_counter() if device.type == "cuda" else time.thread_time()
 
 
 def _sync(device: torch.device) -> None:
@@ -84,7 +83,8 @@ def _sync(device: torch.device) -> None:
 
 def _state_bytes(opt) -> int:
     total = 0
-    for state in opt.state.values():
+    states = [s for part in getattr(opt, "parts", {"": opt}).values() for s in part.state.values()]
+    for state in states:
         if isinstance(state, dict):
             total += sum(v.numel() * v.element_size() for v in state.values() if isinstance(v, torch.Tensor))
     return total
@@ -107,16 +107,16 @@ def measure(name: str, make, *, device, batch_size: int, steps: int, warmup: int
             timings0 = dict(opt.timings)
         x, y = batches[i % len(batches)]
         _sync(device)
-        t0 = time.perf_counter()
+        t0 = _clock(device)
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         loss = loss.detach()
         _sync(device)
-        t1 = time.perf_counter()
+        t1 = _clock(device)
         opt.step()
         _sync(device)
-        t2 = time.perf_counter()
+        t2 = _clock(device)
         if i >= warmup:
             fwd_bwd.append(t1 - t0)
             step_time.append(t2 - t1)
@@ -132,7 +132,9 @@ def measure(name: str, make, *, device, batch_size: int, steps: int, warmup: int
         # factors, inverse/CG and apply are parts of step_ms
         row.update({f"{k}_ms": v for k, v in spent.items()})
         row["cg_iterations_per_layer_step"] = statistics.fmean(cg_iters) if cg_iters else None
-        row["fallbacks"] = opt.last_stats.get("cg_fallbacks_total", 0)
+        stats = opt.last_stats
+        row["fallbacks"] = stats.get("cg_fallbacks_total", 0)
+        row["rare_path_steps"] = stats.get("skipped_steps_total", 0) + stats.get("preconditioning_skipped_total", 0)
     if device.type == "cuda":
         row["peak_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
     else:
@@ -154,7 +156,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     cols = ["optimizer", "total_ms", "ratio_to_adamw", "forward_backward_ms", "factors_ms", "inverse_ms",
             "apply_ms", "step_ms", "cg_iterations_per_layer_step", "state_mib"]
     fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-    lines = [f"device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
+    lines = [f"shape: {meta['shape']}, device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
              f"steps: {meta['steps']} (amortized over inverse_every={meta['inverse_every']}), "
              f"median of {meta['repeats']} interleaved repeats, torch {meta['torch']}", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -174,7 +176,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", nargs="*", help="optimizer names to run (default: all)")
     parser.add_argument("--repeats", type=int, default=3, help="interleaved repeats; medians reported")
+    parser.add_argument("--width", type=int, default=32, help="d_model")
+    parser.add_argument("--mlp-ratio", type=float, default=2)
+    parser.add_argument("--heads", type=int, default=4)
     args = parser.parse_args(argv)
+    SHAPE.update(d_model=args.width, mlp_ratio=args.mlp_ratio, n_heads=args.heads)
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))
@@ -186,7 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         for row in rows:
             row["ratio_to_adamw"] = row["total_ms"] / rows[0]["total_ms"]
     rows = [_median_row([rep[i] for rep in repeats]) for i in range(len(names))]
-    meta = {"device": str(device), "threads": args.threads, "batch_size": args.batch_size, "steps": args.steps,
+    meta = {"device": str(device), "threads": args.threads, "shape": dict(SHAPE), "batch_size": args.batch_size, "steps": args.steps,
             "inverse_every": args.inverse_every, "repeats": args.repeats, "torch": torch.__version__,
             "platform": platform.platform()}
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ import pandas as pd
 
 from brownformer.config import load_config
 from brownformer.data import prepare_dataset
-from brownformer.pipeline import train_with_probes
+from brownformer.train import train_run
 
 
 def _dir_mb(path: Path) -> float:
@@ -42,7 +42,7 @@ def main(argv=None) -> int:
         for r in range(args.repeats):  # interleaved, so drifts in machine load hit both alike
             for probes in (False, True):
                 out = tmp / f"run_{r}_{probes}"
-                metrics = train_with_probes(cfg, args.run, data_dir, out, probes=probes, progress=False)
+                metrics = train_run(cfg, args.run, data_dir, out, probes=probes, progress=False)
                 index = out / "probes" / "index.parquet"
                 rows.append({"repeat": r, "probes": probes, "wall_s": float(metrics["wall_time"].iloc[-1]),
                              "capture_s": float(pd.read_parquet(index)["seconds"].sum()) if index.exists() else 0.0,

@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
-# Prepared GPU check (issue 6): install without dependencies, run the GPU tests, benchmark a training
-# epoch per optimizer on CIFAR-shaped tensors, run a short digits job end to end on CUDA, and write
-# a summary table. Finishes in under 8 minutes (each step has its own timeout and a shared deadline).
+# Prepared GPU check (issues 6, 14): install without dependencies, run the GPU tests, measure training
+# throughput through the training loop's per-step path (eager and CUDA graphs, 1/4/8 concurrent jobs on the
+# card: gpu_throughput.{json,md}), benchmark a training epoch per optimizer on CIFAR-shaped tensors, run a
+# short digits job end to end on CUDA, and write a summary table. Finishes in under 8 minutes (each step has
+# its own timeout and a shared deadline).
 #
 #   bash scripts/gpu_check.sh [OUT_DIR]        # OUT_DIR defaults to $OUT, else results/gpu_check
 #
 # On this workplace's device tool: run from the repo root with carry [".whl"], where .whl/ holds the
 # wheels of packages the GPU image lacks (jsonschema and its dependencies; docs/GPU_AND_CLUSTER.md).
-# Writes at most 8 flat files to OUT_DIR: summary.md (all tables), gpu_check.log, gpu_epoch.json,
-# gpu_epoch_compile.json, optimizer_overhead.{json,md} (written by that script), digits_metrics.csv.
+# Writes at most 10 flat files to OUT_DIR: summary.md (all tables), gpu_check.log, gpu_throughput.{json,md}
+# (also copied to benchmarks/results/), gpu_epoch.json, gpu_epoch_compile.json, optimizer_overhead.{json,md}
+# (written by that script), digits_metrics.csv.
+# Smoke test off the GPU (checks that the steps execute, not the numbers):
+#   GPU_CHECK_BENCH_ARGS="--device cpu --steps 3 --warmup 1" \
+#   GPU_CHECK_THROUGHPUT_ARGS="--device cpu --steps 3 --warmup 1 --jobs 1 2 --images 512 --batch-size 16" \
+#   bash scripts/gpu_check.sh /tmp/gpu_check
 set -euo pipefail
 
 OUT_DIR="${1:-${OUT:-results/gpu_check}}"
@@ -22,6 +29,7 @@ BF=("$PY" -m brownformer.cli)
 DEADLINE=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-460} ))
 # Extra arguments for both benchmark calls (a smoke test off the GPU: "--device cpu --steps 10 ...").
 read -r -a BENCH_EXTRA <<< "${GPU_CHECK_BENCH_ARGS:-}"
+read -r -a THROUGHPUT_EXTRA <<< "${GPU_CHECK_THROUGHPUT_ARGS:-}"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 exec > >(tee -a "$LOG") 2>&1
 
@@ -56,6 +64,7 @@ write_summary() {
         echo "|---|---|---|---|"
         printf '%s\n' "${STEPS[@]}"
         echo
+        [[ -f "$OUT_DIR/gpu_throughput.md" ]] && { cat "$OUT_DIR/gpu_throughput.md"; echo; }
         [[ -f "$WORK/utilisation.txt" ]] && { cat "$WORK/utilisation.txt"; echo; }
         [[ -f "$WORK/eager/gpu_epoch.md" ]] && { cat "$WORK/eager/gpu_epoch.md"; echo; }
         [[ -f "$WORK/compile/gpu_epoch_compile.md" ]] && { cat "$WORK/compile/gpu_epoch_compile.md"; echo; }
@@ -89,8 +98,18 @@ run_step "install (pip --no-deps -e .)" 90 bash -c "set -eo pipefail; $(declare 
 nvidia-smi || true
 
 # ---- 2. GPU tests of this issue (and the bf16 CPU path) ----
-run_step "pytest tests/test_gpu.py tests/test_precision.py" 150 \
-    "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_precision.py
+run_step "pytest tests/test_gpu.py tests/test_precision.py tests/data/test_device.py tests/train/test_sync_free.py" 150 \
+    "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_precision.py tests/data/test_device.py \
+    tests/train/test_sync_free.py
+
+# ---- 2b. throughput through brownformer.train's per-step path: every optimizer eager and under CUDA graphs,
+# then 1, 4 and 8 concurrent AdamW jobs on the card (worker processes released together) ----
+run_step "benchmarks/gpu_throughput.py (runs; 1, 4, 8 concurrent jobs)" 200 \
+    "$PY" benchmarks/gpu_throughput.py --out "$OUT_DIR" "${THROUGHPUT_EXTRA[@]}"
+# Only GPU numbers go to benchmarks/results/ (a CPU smoke run leaves the committed results alone).
+if [[ -f "$OUT_DIR/gpu_throughput.json" ]] && ! grep -q '"device": "cpu"' "$OUT_DIR/gpu_throughput.json"; then
+    mkdir -p benchmarks/results && cp "$OUT_DIR/gpu_throughput.json" "$OUT_DIR/gpu_throughput.md" benchmarks/results/ || true
+fi
 
 # ---- 3. epoch benchmark, eager, every optimizer; GPU utilisation sampled meanwhile ----
 nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv,noheader,nounits -lms 500 \

@@ -148,14 +148,15 @@ def test_kfac_under_bf16_autocast_on_cuda_keeps_float32_factors(kind):
                 assert value.dtype == torch.float32, (layer.name, key, value.dtype)
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "kfac-iterative"])
-def test_short_train_run_on_cuda_writes_metrics(tmp_path, ci_raw, digits_dir, optimizer):
+@pytest.mark.parametrize("optimizer,cuda_graphs", [("adamw", False), ("kfac-iterative", False), ("adamw", True)])
+def test_short_train_run_on_cuda_writes_metrics(tmp_path, ci_raw, digits_dir, optimizer, cuda_graphs):
     from brownformer.config import from_dict
     from brownformer.train import train_run
 
     raw = copy.deepcopy(ci_raw)
     raw["device"] = "cuda"
-    raw["train"].update(steps=40, eval_every=20, log_every=10, checkpoint_every=40, precision="bf16")
+    raw["train"].update(steps=40, eval_every=20, log_every=10, checkpoint_every=40, precision="bf16",
+                        cuda_graphs=cuda_graphs)
     cfg = from_dict(raw)
     run_id = f"vit-pre__{optimizer}__s0"
     metrics = train_run(cfg, run_id, digits_dir, tmp_path / run_id, progress=False)
@@ -165,3 +166,40 @@ def test_short_train_run_on_cuda_writes_metrics(tmp_path, ci_raw, digits_dir, op
     manifest = json.loads((tmp_path / run_id / "manifest.json").read_text())
     assert manifest["device"]["type"] == "cuda"
     assert (tmp_path / run_id / "metrics.parquet").exists()
+
+
+# ---- whole-step CUDA graph capture (train.cuda_graphs, brownformer.train_step) ----
+GRAPH_STEPS = 8  # CAPTURE_AFTER eager steps, the recorded step, then replays
+
+
+def _steps(kind: str, *, cuda_graphs: bool):
+    """Losses and final parameters of GRAPH_STEPS bf16 steps of the paper ViT on fixed batches."""
+    from brownformer.train_step import TrainStep, adamw_implementation
+
+    model = _vit().cuda()
+    params = {"weight_decay": 0.01, **adamw_implementation(torch.device("cuda"), cuda_graphs=cuda_graphs)} \
+        if kind == "adamw" else {"damping": 3e-3, "inverse_every": 2}
+    opt = build_optimizer(model, kind, 1e-3 if kind == "adamw" else 0.05, params)
+    step = TrainStep(model, opt, device=torch.device("cuda"), grad_clip=1.0, bf16=True, cuda_graphs=cuda_graphs)
+    g = torch.Generator().manual_seed(SEED)
+    losses = []
+    for i in range(GRAPH_STEPS):
+        step.set_lr(0.5 + 0.5 * i / GRAPH_STEPS)  # a changing lr must reach the graph
+        x, y = torch.randn(128, 3, 32, 32, generator=g).cuda(), torch.randint(0, 10, (128,), generator=g).cuda()
+        losses.append(step(x, y))
+    return torch.stack(losses).float().cpu(), torch.cat([p.detach().reshape(-1) for p in model.parameters()]), step
+
+
+@pytest.mark.parametrize("kind", ["adamw", "kfac-eigen", "kfac-iterative"])
+def test_captured_step_agrees_with_eager_to_bf16_rounding(kind):
+    from brownformer.train_step import capturable
+
+    eager_losses, eager_params, _ = _steps(kind, cuda_graphs=False)
+    losses, params, step = _steps(kind, cuda_graphs=True)
+    if not capturable(step.optimizer):
+        pytest.xfail(f"{kind}: the optimizer does not declare a capturable step (capturable=True in its "
+                     "param groups), so train.cuda_graphs runs it eagerly")
+    assert step.captured, "the step was never recorded"
+    assert torch.isfinite(losses).all()
+    assert _rel(losses, eager_losses) < BF16_RTOL, (losses.tolist(), eager_losses.tolist())
+    assert _rel(params, eager_params) < BF16_RTOL

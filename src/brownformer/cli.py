@@ -40,10 +40,10 @@ def _cmd_data(args) -> None:
 
 
 def _cmd_train(args) -> None:
-    from brownformer.pipeline import train_with_probes
+    from brownformer.train import train_run
     cfg = _load(args)
-    train_with_probes(cfg, args.run, args.data, args.out, probes=not args.no_probes,
-                      stop_after=args.stop_after, progress=not args.quiet)
+    train_run(cfg, args.run, args.data, args.out, probes=not args.no_probes,
+              stop_after=args.stop_after, progress=not args.quiet)
 
 
 def _cmd_extract(args) -> None:
@@ -53,15 +53,53 @@ def _cmd_extract(args) -> None:
 
 
 def _cmd_stats(args) -> None:
-    from brownformer.stats import cli_handlers
-    handler = getattr(cli_handlers, f"stats_{args.stats_cmd}")
     cfg = _load(args) if getattr(args, "config", None) else None
-    handler(args, cfg)
+    if args.stats_cmd == "attention":
+        from brownformer.stats.attention_stats import attention_file_stats
+        attention_file_stats(args.file, args.out, features=args.features, stats=cfg.stats if cfg else None)
+        return
+    if args.stats_cmd == "summary":
+        from brownformer.stats.summary import summarize_results
+        summarize_results(cfg, args.results, args.out, runs=_runs_option(args.runs), calibration_path=args.calibration)
+        return
+    from brownformer.stats import stages
+    if cfg is None:
+        from brownformer.config import StatsConfig
+        stats = StatsConfig()
+    else:
+        stats = cfg.stats
+    if args.stats_cmd == "trajectory":
+        stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind)
+    elif args.stats_cmd == "run":
+        stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id)
+    elif args.stats_cmd == "calibrate":
+        stages.stats_calibrate(args.run_stats, args.out, stats=stats, replicates=args.replicates, jobs=args.jobs)
+
+
+def _runs_option(items: list[str] | None) -> dict[str, str] | None:
+    """`--runs RUN=DIR ...` or `--runs DIR ...` (run id from DIR, or from its parent when DIR ends in /stats)."""
+    if not items:
+        return None
+    runs = {}
+    for item in items:
+        run, sep, path = str(item).partition("=")
+        if not sep:
+            p = Path(item)
+            run, path = (p.parent.name if p.name == "stats" else p.name), item
+        runs[run] = path
+    return runs
 
 
 def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     sub = parent.add_subparsers(dest="stats_cmd", required=True)
-    p = sub.add_parser("trajectory", help="Brownian-motion battery on any (T, N, d) array")
+    p = sub.add_parser("trajectory", help="Brownian-motion battery on any (T, N, d) array",
+                       description="Verdict 'brownian' | 'not brownian' | 'inconclusive' (equivalence: every key "
+                       "effect's (1 - 2 alpha) interval inside its margin) with a description. The optional sidecar "
+                       "FILE.json may give: kind, time and times (real clock values, irregular spacing honoured), "
+                       "groups (N ints) or n_inputs + n_tokens (walker i*n_tokens + t is token t of input i; walkers "
+                       "of one group are dependent and every interval resamples groups), sum_zero (vectors in the "
+                       "hyperplane sum(z) = 0, e.g. LayerNorm outputs), drift ('common' | 'per_walker' | 'none'). "
+                       "Without a sidecar: euclidean, times 0..T-1, independent walkers, common drift removed.")
     _common(p, config_required=False)
     p.add_argument("file", type=Path, help="FILE.npy of shape (time, walkers, dims); sidecar FILE.json optional")
     p.add_argument("--kind", choices=["sphere", "euclidean"], default=None, help="overrides the sidecar")
@@ -75,19 +113,22 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     _common(p)
     p.add_argument("--run", dest="run_id", required=True)
     p.add_argument("--traj-dir", type=Path, required=True)
-    p.add_argument("--calibration", type=Path, default=None, help="calibration.parquet used by the verdicts")
     p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("calibrate", help="size and power of the battery on simulated processes")
+    p = sub.add_parser("calibrate", help="size and power of the Brownian rule at the shapes of the runs' files")
     _common(p)
-    p.add_argument("--traj-index", type=Path, nargs="*", default=[],
-                   help="trajectories/index.json files whose shapes to simulate (default: built-in shapes)")
-    p.add_argument("--replicates", type=int, default=None)
-    p.add_argument("--jobs", type=int, default=1, help="worker processes (one shape each at a time)")
+    p.add_argument("--run-stats", type=Path, nargs="+", required=True,
+                   help="runs' stats/summary.json files; the shapes of their battery files are simulated")
+    p.add_argument("--replicates", type=int, default=None, help="default: stats.calibration_replicates")
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (one shape and process each at a time)")
     p.add_argument("--out", type=Path, required=True)
-    p = sub.add_parser("summary", help="claims.json and summary.parquet over all runs")
+    p = sub.add_parser("summary", help="claims.json, summary.parquet and training_status.json over all runs",
+                       description="Decides every claim over the runs of the config's grid. Runs that diverged or "
+                                   "ended at chance (metrics vs the prepared data in RESULTS/data) are 'did not train' "
+                                   "and left out of every claim.")
     _common(p)
-    p.add_argument("--results", type=Path, default=Path("results"))
-    p.add_argument("--runs", nargs="*", default=None, help="run stats folders (default: every run of the config)")
+    p.add_argument("--results", type=Path, default=Path("results"), help="results root (runs/, data/)")
+    p.add_argument("--runs", nargs="*", default=None,
+                   help="RUN=STATS_DIR or STATS_DIR items (default: every run of the config under RESULTS/runs)")
     p.add_argument("--calibration", type=Path, default=None)
     p.add_argument("--out", type=Path, required=True)
 

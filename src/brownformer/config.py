@@ -3,11 +3,11 @@
 The schema (workflow/schemas/config.schema.yaml, shipped inside the package as
 config.schema.yaml) is the one Snakemake validates with, so a config that passes one passes
 the other. Cross-references the schema cannot express (a model's dataset must exist, heads must
-divide the width, ...) are checked here and reported with the offending key.
+divide the width, ...) are checked in brownformer.config_checks and reported with the offending key.
 """
 from __future__ import annotations
 
-import copy
+import dataclasses
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -16,17 +16,13 @@ from typing import Any, Mapping
 
 import yaml
 
-SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, validate_dict
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
-    "TrainConfig", "ProbeConfig", "StatsConfig", "RunSpec", "load_config", "validate_dict",
-    "config_hash", "apply_overrides",
+    "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "load_config", "validate_dict",
+    "config_hash", "apply_overrides", "SCHEMA_PATH",
 ]
-
-
-class ConfigError(ValueError):
-    """A configuration problem; the message names the offending key."""
 
 
 @dataclass(frozen=True)
@@ -54,8 +50,10 @@ class ModelConfig:
     n_heads: int = 4
     mlp_ratio: float = 2.0
     patch_size: int = 2
+    pool: str = "cls"  # ViT readout: "cls" token or "mean" of the patch tokens
     seq_len: int = 64
     dropout: float = 0.0
+    steps: int | None = None  # overrides train.steps for this model (None: train.steps)
 
 
 @dataclass(frozen=True)
@@ -81,6 +79,7 @@ class TrainConfig:
     deterministic: bool = True
     precision: str = "fp32"
     compile: bool = False
+    cuda_graphs: bool = False  # CUDA only; a no-op on the CPU (brownformer.train_step)
     num_workers: int = 0
 
 
@@ -107,6 +106,16 @@ DEFAULT_MARGINS = {
     "hurst": (0.4, 0.6),
     "sphere_radius": (0.99, 1.01),
     "harmonic_ratio": (0.9, 1.1),
+    "increment_autocorrelation": (-0.1, 0.1),  # lag-1; AR(1) increments with |phi| <= 0.1 pass
+    "volatility_autocorrelation": (-0.1, 0.1),
+    "tail_index_ratio": (0.8, 10.0),  # Hill index relative to matched Gaussian surrogates
+    "drift_fraction": (0.0, 0.1),  # share of the final MSD explained by a common drift (descriptive)
+    # claims 1, 2 and 4 (stats/claims/): an interval inside the margin supports the claim
+    "fraction_on_sphere": (0.99, 1.0),  # LayerNorm's eps pulls a few low-variance tokens below radius 0.99
+    "vmf_explained": (0.5, 1.0),  # floor; raised per run to what the row-shuffled and step-0 nulls reach
+    "reversibility_residual": (0.0, 0.1),  # ceiling; lowered per run to half the row-shuffled null's residual
+    "time_to_target_steps_ratio": (0.0, 0.75),  # issue 11: <= 0.75x AdamW's steps
+    "time_to_target_seconds_ratio": (0.0, 1.0),  # and no more wall-clock than AdamW
 }
 
 
@@ -115,10 +124,24 @@ class StatsConfig:
     confidence_level: float = 0.95
     alpha: float = 0.05
     n_resamples: int = 999
-    calibration_replicates: int = 100
+    calibration_replicates: int = 400  # size SE sqrt(0.05 * 0.95 / 400) = 1.1%, fine enough for a [2%, 8%] window
     max_walkers: int = 512
     seed: int = 0
     margins: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+
+
+@dataclass(frozen=True)
+class ReportConfig:
+    """The report section: its title and the optimizers claim 4 compares (their defaults live in the schema)."""
+    target_optimizer: str
+    proposed: str
+    targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
+    title: str | None = None
+
+    def get(self, key: str, default: Any = None) -> Any:
+        """Mapping-style access for readers written against the former dict (prefer the attributes)."""
+        value = getattr(self, key, None)
+        return default if value is None else value
 
 
 @dataclass(frozen=True)
@@ -155,8 +178,10 @@ class ExperimentConfig:
     probes: ProbeConfig
     stats: StatsConfig
     resources: Mapping[str, Any]
-    report: Mapping[str, Any]
+    report: ReportConfig
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
+    paths: Mapping[str, str] = field(default_factory=lambda: {"results": "results", "figures": "figures"})
+    scaling: Mapping[str, int] | None = None  # {"width", "depth"} when the config is a depth x width study
 
     def runs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order, without duplicates."""
@@ -175,8 +200,23 @@ class ExperimentConfig:
             raise ConfigError(f"run {run_id!r} is not in the config's grid")
         return spec
 
+    def for_run(self, run_id: str) -> "ExperimentConfig":
+        """This config as one run sees it: the run's model may override `train.steps`."""
+        steps = self.models[self.run(run_id).model].steps
+        return self if steps is None else dataclasses.replace(self, train=dataclasses.replace(self.train, steps=steps))
+
     def dataset_of(self, model: str) -> DatasetConfig:
         return self.datasets[self.models[model].dataset]
+
+    def optimizer_for(self, model: str, optimizer: str) -> OptimizerConfig:
+        """The settings ``optimizer`` trains ``model`` with: its own, overridden by ``tuned.<model>.<optimizer>``
+        (the per-model values of the equal-budget tuning, benchmarks/results/tuning.md)."""
+        base = self.optimizers[optimizer]
+        tuned = _tuned_settings(self.raw, model, optimizer)
+        if not tuned:
+            return base
+        params = {**base.params, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in tuned.items() if k != "lr"}}
+        return OptimizerConfig(name=base.name, type=base.type, lr=float(tuned.get("lr", base.lr)), params=params)
 
     @property
     def hash(self) -> str:
@@ -187,106 +227,19 @@ class ExperimentConfig:
         spec = self.run(run_id)
         model = self.raw["models"][spec.model]
         return config_hash({"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
-                            "optimizer": self.raw["optimizers"][spec.optimizer], "train": self.raw["train"],
+                            "optimizer": {**self.raw["optimizers"][spec.optimizer],
+                                          **_tuned_settings(self.raw, spec.model, spec.optimizer)},
+                            "train": self.raw["train"],
                             "probes": self.raw["probes"], "device": self.raw["device"]})
+
+
+def _tuned_settings(raw: Mapping[str, Any], model: str, optimizer: str) -> dict:
+    return dict((raw.get("tuned") or {}).get(model, {}).get(optimizer, {}))
 
 
 def config_hash(raw: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of the validated config (defaults filled in)."""
     return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
-
-
-def _schema() -> dict:
-    with open(SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
-
-
-def _with_defaults(validator_cls):
-    """Extend a jsonschema validator to fill in `default` values (as Snakemake's validate does)."""
-    import jsonschema
-    validate_props = validator_cls.VALIDATORS["properties"]
-
-    def set_defaults(validator, properties, instance, schema):
-        if isinstance(instance, dict):
-            for prop, sub in properties.items():
-                if "default" in sub and prop not in instance:
-                    instance[prop] = copy.deepcopy(sub["default"])
-        yield from validate_props(validator, properties, instance, schema)
-
-    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
-
-
-def _key_path(error) -> str:
-    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
-
-
-def validate_dict(raw: Mapping[str, Any], *, source: str = "config") -> dict:
-    """Validate a config mapping against the schema, fill defaults, check cross-references.
-
-    Raises:
-        ConfigError: naming the key and what was expected.
-    """
-    import jsonschema  # imported here so models/optimizers import on machines without it
-
-    data = copy.deepcopy(dict(raw))
-    validator = _with_defaults(jsonschema.Draft202012Validator)(_schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
-    if errors:
-        e = errors[0]
-        raise ConfigError(f"{source}: key '{_key_path(e)}': {e.message}")
-    _check_references(data, source)
-    return data
-
-
-def _check_references(data: dict, source: str) -> None:
-    for name, m in data["models"].items():
-        if m["dataset"] not in data["datasets"]:
-            raise ConfigError(f"{source}: key 'models.{name}.dataset': unknown dataset {m['dataset']!r}; "
-                              f"known: {sorted(data['datasets'])}")
-        if m["d_model"] % m["n_heads"]:
-            raise ConfigError(f"{source}: key 'models.{name}.n_heads': {m['n_heads']} does not divide "
-                              f"d_model={m['d_model']}")
-        kind = data["datasets"][m["dataset"]]["source"]
-        if (m["arch"] == "vit") != (kind in ("digits", "cifar10")):
-            raise ConfigError(f"{source}: key 'models.{name}.arch': {m['arch']!r} does not fit dataset source {kind!r} "
-                              "(vit needs images, lm needs text)")
-    for name, ds in data["datasets"].items():
-        if ds.get("augment") and ds["source"] != "cifar10":
-            raise ConfigError(f"{source}: key 'datasets.{name}.augment': crop+flip augmentation is only defined "
-                              f"for cifar10 (flipping {ds['source']} changes what the input means)")
-        if ds["source"] == "textfile" and not ds.get("path"):
-            raise ConfigError(f"{source}: key 'datasets.{name}.path': a textfile dataset needs the path of a UTF-8 file")
-        if ds["source"] == "cifar10" and not ds.get("data_dir"):
-            raise ConfigError(f"{source}: key 'datasets.{name}.data_dir': cifar10 needs the folder holding "
-                              "cifar-10-python.tar.gz (set download: true to fetch it there)")
-    for i, block in enumerate(data["grid"]):
-        for m in block["models"]:
-            if m not in data["models"]:
-                raise ConfigError(f"{source}: key 'grid.{i}.models': unknown model {m!r}; known: {sorted(data['models'])}")
-        for o in block["optimizers"]:
-            if o not in data["optimizers"]:
-                raise ConfigError(f"{source}: key 'grid.{i}.optimizers': unknown optimizer {o!r}; "
-                                  f"known: {sorted(data['optimizers'])}")
-    for name in list(data["models"]) + list(data["optimizers"]):
-        if "__" in name or "/" in name:
-            raise ConfigError(f"{source}: name {name!r} may not contain '__' or '/' (used in run ids and paths)")
-
-
-def apply_overrides(raw: dict, overrides: list[str] | None) -> dict:
-    """Apply `key.sub=value` overrides (value parsed as YAML) to a raw config mapping."""
-    data = copy.deepcopy(raw)
-    for item in overrides or []:
-        if "=" not in item:
-            raise ConfigError(f"--set {item!r}: expected key=value")
-        key, value = item.split("=", 1)
-        node = data
-        parts = key.split(".")
-        for p in parts[:-1]:
-            node = node.setdefault(p, {})
-            if not isinstance(node, dict):
-                raise ConfigError(f"--set {item!r}: {p!r} is not a mapping")
-        node[parts[-1]] = yaml.safe_load(value)
-    return data
 
 
 def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentConfig:
@@ -310,8 +263,9 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         probes=ProbeConfig(**d.get("probes", {})),
         stats=StatsConfig(margins=margins, **stats),
         resources=d.get("resources", {}),
-        report=d.get("report", {}),
+        report=ReportConfig(**d.get("report", {})),
         raw=d,
+        paths=d.get("paths") or {"results": "results", "figures": "figures"}, scaling=d.get("scaling"),
     )
 
 
@@ -328,7 +282,4 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     raw = apply_overrides(raw, overrides)
-    # Schema defaults for the optional sections so that every consumer sees them.
-    for section in ("probes", "stats", "resources", "report"):
-        raw.setdefault(section, {})
     return from_dict(raw, source=str(path))

@@ -1,15 +1,20 @@
-"""Training loop: one run = (model variant, optimizer, seed).
+"""Training loop: one run = (model variant, optimizer, seed), with the trajectory probes if asked.
 
 Deterministic on CPU (seeded init, stateless batches indexed by step, deterministic kernels), so a
 killed run resumed from its last checkpoint ends with the same numbers as an uninterrupted one.
-Writes metrics.parquet, manifest.json and checkpoints/last.pt atomically; probes (if given) are
-called before every update with the model as it stands after `step` updates.
+The dataset is loaded once; the training split and the validation batches are moved to the device
+once, and each batch is gathered (and cropped/flipped) there (`brownformer.data.DeviceSampler`,
+equal to `sample_batch`). The per-step path reads nothing back from the device: the loss is
+accumulated there (`train_step.LossTracker`) and fetched, with the optimizer's diagnostics, only
+at log and eval steps. Writes metrics.parquet, manifest.json and checkpoints/last.pt atomically;
+probes and callbacks are called before every update with the model as it stands after `step` updates.
 """
 from __future__ import annotations
 
 import logging
 import math
 import os
+import shutil
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -21,11 +26,13 @@ import torch
 from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig, RunSpec, TrainConfig
-from brownformer.data import PreparedData, eval_batches, load_prepared, sample_batch, to_device
+from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
 from brownformer.io import atomic_path, write_json
 from brownformer.manifest import build_manifest, device_description
 from brownformer.models import build_model, loss_fn
 from brownformer.optim import build_optimizer
+from brownformer.probes import ProbeRecorder
+from brownformer.train_step import LossTracker, TrainStep, adamw_implementation
 
 log = logging.getLogger(__name__)
 
@@ -74,23 +81,44 @@ def _set_determinism(train: TrainConfig, device: torch.device) -> dict:
 
 
 @torch.no_grad()
-def _evaluate(model, batches, kind: str, device, autocast) -> dict:
+def _evaluate(model, batches, kind: str, autocast) -> dict:
+    """Validation loss (and accuracy or bits per character) over fixed batches already on the device.
+
+    Per-batch results stay on the device until one transfer at the end; the sums are then formed on
+    the host in float64, batch by batch, as `loss.item() * n` always was.
+    """
     model.eval()
-    total, correct, count = 0.0, 0, 0
+    losses, corrects, counts = [], [], []
     for x, y in batches:
-        x, y = x.to(device), y.to(device)
         with autocast():
             logits = model(x)
-        n = y.numel()
-        total += loss_fn(logits, y).item() * n
+        losses.append(loss_fn(logits, y).float())
         if kind == "image":
-            correct += (logits.argmax(-1) == y).sum().item()
-        count += n
+            corrects.append((logits.argmax(-1) == y).sum())
+        counts.append(y.numel())
     model.train()
+    losses = torch.stack(losses).tolist()
+    total, count = 0.0, 0
+    for loss, n in zip(losses, counts):
+        total += loss * n
+        count += n
     val_loss = total / count
     if kind == "image":
-        return {"val_loss": val_loss, "val_accuracy": correct / count}
+        return {"val_loss": val_loss, "val_accuracy": int(torch.stack(corrects).sum()) / count}
     return {"val_loss": val_loss, "val_bpc": val_loss / math.log(2)}
+
+
+def _optimizer_row(optimizer) -> dict:
+    """The optimizer's own diagnostics for a log row: numbers and 0-d tensors (fetched together)."""
+    stats = getattr(optimizer, "last_stats", None) or {}  # read only here: K-FAC's costs a host sync
+    row = {f"opt_{k}": float(v) for k, v in stats.items() if isinstance(v, (int, float))}
+    tensors = {k: v for k, v in stats.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+    if tensors:
+        values = torch.stack([v.reshape(()).double() for v in tensors.values()]).tolist()
+        row.update({f"opt_{k}": v for k, v in zip(tensors, values)})
+    for key, value in (getattr(optimizer, "timings", None) or {}).items():
+        row[f"opt_time_{key}_total"] = float(value)  # cumulative seconds; figures take differences
+    return row
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:
@@ -103,43 +131,61 @@ def _write_metrics(path: Path, rows: list[dict]) -> None:
         pd.DataFrame(rows).to_parquet(tmp, index=False)
 
 
+def _restart_if_probe_index_lost(out_dir: Path, run_id: str) -> None:
+    """Delete a checkpoint whose probe index is gone, so that the capture store comes out complete.
+
+    Snakemake deletes a job's outputs (probes/index.parquet among them) before rerunning it, but the
+    checkpoint stays; resuming from it would leave the store without every earlier capture.
+    """
+    ckpt, index = out_dir / "checkpoints" / "last.pt", out_dir / "probes" / "index.parquet"
+    if ckpt.exists() and not index.exists():
+        log.warning("%s: checkpoint without probe index; restarting from step 0", run_id)
+        ckpt.unlink()
+        shutil.rmtree(out_dir / "probes", ignore_errors=True)
+
+
 def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir: str | Path, *,
-              callbacks: list[StepCallback] | None = None, stop_after: int | None = None,
-              progress: bool = True) -> pd.DataFrame:
+              probes: bool = False, callbacks: list[StepCallback] | None = None,
+              stop_after: int | None = None, progress: bool = True) -> pd.DataFrame:
     """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists.
 
     Args:
         cfg: the validated experiment config.
         run_id: "<model>__<optimizer>__s<seed>", a run of cfg's grid.
-        data_dir: the prepared dataset of the run's model (results/data/<dataset>).
+        data_dir: the prepared dataset of the run's model (results/data/<dataset>), loaded once.
         out_dir: the run folder (results/runs/<run_id>).
+        probes: record the trajectory probes into out_dir/probes when the config enables them.
         callbacks: called as cb(step, model, lr_sum, lr_sq_sum) before each update and once at the end.
         stop_after: stop (with a checkpoint) after this many steps, as if killed; for tests.
     Returns:
         The metrics table (also written to out_dir/metrics.parquet when training completes).
     """
+    cfg = cfg.for_run(run_id)  # the run's model may override train.steps
     spec: RunSpec = cfg.run(run_id)
-    tcfg, ocfg, mcfg = cfg.train, cfg.optimizers[spec.optimizer], cfg.models[spec.model]
+    tcfg, ocfg, mcfg = cfg.train, cfg.optimizer_for(spec.model, spec.optimizer), cfg.models[spec.model]
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoints" / "last.pt"
     device = resolve_device(cfg.device)
     flags = _set_determinism(tcfg, device)
     data = load_prepared(data_dir)
     seq_len = mcfg.seq_len if data.kind == "text" else None
-    augment = cfg.dataset_of(spec.model).augment
+    callbacks = list(callbacks or [])
+    if probes and cfg.probes.enabled:
+        _restart_if_probe_index_lost(out_dir, run_id)
+        callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
+                                       model_factory=lambda: model_for_data(cfg, spec.model, data).to(device)))
 
     torch.manual_seed(spec.seed)
     model = model_for_data(cfg, spec.model, data).to(device)
-    optimizer = build_optimizer(model, ocfg.type, ocfg.lr, ocfg.params)
-    # Compile a forward function, not the module: state_dict keys stay plain (no "_orig_mod.") so
-    # checkpoints load into an uncompiled model for probes and extraction.
-    forward = torch.compile(model) if tcfg.compile else model
-    use_bf16 = tcfg.precision == "bf16"
-
-    def autocast():
-        return torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=use_bf16)
-
-    val = eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches, seq_len=seq_len)
+    opt_params = dict(ocfg.params)
+    if ocfg.type == "adamw":
+        opt_params.update(adamw_implementation(device, cuda_graphs=tcfg.cuda_graphs))
+    optimizer = build_optimizer(model, ocfg.type, ocfg.lr, opt_params)
+    sampler = DeviceSampler(data, "train", device, seed=spec.seed, batch_size=tcfg.batch_size, seq_len=seq_len,
+                            augment=cfg.dataset_of(spec.model).augment)
+    val = eval_batches_on(eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches,
+                                       seq_len=seq_len), device)
+    tracker = LossTracker(device)
     rows: list[dict] = []
     start_step, lr_sum, lr_sq_sum, wall_offset = 0, 0.0, 0.0, 0.0
     if ckpt_path.exists():
@@ -152,64 +198,46 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         torch.set_rng_state(state["rng"])
         start_step, lr_sum, lr_sq_sum = state["step"], state["lr_sum"], state["lr_sq_sum"]
         wall_offset, rows = state["wall_time"], state["metrics_rows"]
+        if "loss_tracker" in state:  # absent in checkpoints written before the tracker existed
+            tracker.load(state["loss_tracker"])
         log.info("resuming %s from step %d", run_id, start_step)
+    # Compile a forward function, not the module: state_dict keys stay plain (no "_orig_mod.") so
+    # checkpoints load into an uncompiled model for probes and extraction.
+    step_fn = TrainStep(model, optimizer, device=device, forward=torch.compile(model) if tcfg.compile else model,
+                        grad_clip=tcfg.grad_clip, bf16=tcfg.precision == "bf16", cuda_graphs=tcfg.cuda_graphs)
 
     n_train = int(data.meta["sizes"]["train"])
     tokens_per_example = seq_len or (getattr(model, "n_patches", 0) + 1)
-    callbacks = callbacks or []
     model.train()
     t0 = time.perf_counter() - wall_offset
     bar = tqdm(range(start_step, tcfg.steps), desc=run_id, disable=not progress, mininterval=5)
     for step in bar:
         for cb in callbacks:
             cb(step, model, lr_sum, lr_sq_sum)
-        factor = lr_factor(step, tcfg)
-        for group in optimizer.param_groups:
-            group["lr"] = group["initial_lr"] * factor
-        lr = optimizer.param_groups[0]["lr"]
-        x, y = sample_batch(data, "train", step=step, seed=spec.seed, batch_size=tcfg.batch_size,
-                            seq_len=seq_len, augment=augment)
-        x, y = to_device((x, y), device)
-        with autocast():
-            loss = loss_fn(forward(x), y)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if tcfg.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(model.parameters(), tcfg.grad_clip)
-        optimizer.step()
+        lr = step_fn.set_lr(lr_factor(step, tcfg))
+        tracker.add(step_fn(*sampler.batch(step)))  # no host sync in here: the loss stays on the device
         lr_sum += lr
         lr_sq_sum += lr * lr
         done = step + 1
         if done % tcfg.log_every == 0 or done % tcfg.eval_every == 0 or done == tcfg.steps:
+            train_loss, train_loss_mean = tracker.read()
             row = {"step": done, "epoch": done * tcfg.batch_size / n_train, "lr": lr, "lr_sum": lr_sum,
-                   "train_loss": loss.item(), "val_loss": np.nan, "val_accuracy": np.nan, "val_bpc": np.nan}
+                   "train_loss": train_loss, "train_loss_mean": train_loss_mean,
+                   "val_loss": np.nan, "val_accuracy": np.nan, "val_bpc": np.nan}
             if done % tcfg.eval_every == 0 or done == tcfg.steps:
-                row.update(_evaluate(model, val, data.kind, device, autocast))
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            row["wall_time"] = time.perf_counter() - t0
-            row["examples_per_s"] = tcfg.batch_size * (done - start_step) / max(row["wall_time"] - wall_offset, 1e-9)
-            row["tokens_per_s"] = row["examples_per_s"] * tokens_per_example
-            if device.type == "cuda":
-                row["gpu_mem_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-                try:
-                    row["gpu_utilization"] = float(torch.cuda.utilization(device))
-                except Exception:  # needs pynvml; utilisation is informative only
-                    pass
-            for key, value in (getattr(optimizer, "last_stats", None) or {}).items():
-                if isinstance(value, (int, float)):
-                    row[f"opt_{key}"] = float(value)
-            for key, value in (getattr(optimizer, "timings", None) or {}).items():
-                row[f"opt_time_{key}_total"] = float(value)  # cumulative seconds; figures take differences
+                row.update(_evaluate(model, val, data.kind, step_fn.autocast))
+            row.update(_speed_row(device, t0, wall_offset, tcfg.batch_size * (done - start_step), tokens_per_example))
+            row.update(_optimizer_row(optimizer))
             rows.append(row)
-            if not math.isfinite(row["train_loss"]):
-                log.warning("%s: non-finite training loss at step %d", run_id, done)
+            if not (math.isfinite(row["train_loss"]) and math.isfinite(row["train_loss_mean"])):
+                log.warning("%s: non-finite training loss by step %d", run_id, done)
             bar.set_postfix(loss=f"{row['train_loss']:.3f}")
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after:
             _save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
                 "step": done, "lr_sum": lr_sum, "lr_sq_sum": lr_sq_sum, "wall_time": time.perf_counter() - t0,
-                "metrics_rows": rows, "config_hash": cfg.run_hash(run_id), "run_id": run_id})
+                "metrics_rows": rows, "loss_tracker": tracker.state(), "config_hash": cfg.run_hash(run_id),
+                "run_id": run_id})
         if stop_after is not None and done >= stop_after:
             log.info("%s: stopping after %d steps as asked", run_id, done)
             return pd.DataFrame(rows)
@@ -228,3 +256,19 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         final={k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rows[-1].items()} if rows else {}))
     log.info("%s: done in %.1fs, final %s", run_id, wall, rows[-1] if rows else {})
     return metrics
+
+
+def _speed_row(device: torch.device, t0: float, wall_offset: float, examples: int, tokens_per_example: int) -> dict:
+    """Wall time, throughput since this process started, and (CUDA) memory and utilisation."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    wall = time.perf_counter() - t0
+    row = {"wall_time": wall, "examples_per_s": examples / max(wall - wall_offset, 1e-9)}
+    row["tokens_per_s"] = row["examples_per_s"] * tokens_per_example
+    if device.type == "cuda":
+        row["gpu_mem_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
+        try:
+            row["gpu_utilization"] = float(torch.cuda.utilization(device))
+        except Exception:  # needs pynvml; utilisation is informative only
+            pass
+    return row

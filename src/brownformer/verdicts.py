@@ -18,6 +18,7 @@ Each ClaimRecord::
      "tests": [{"name", "statistic", "p_value", "reject"}],
      "per_run": {run_id: ClaimRecord without per_run/per_optimizer},
      "per_optimizer": {optimizer: ClaimRecord without per_run/per_optimizer},
+     "per_model": {model variant: ClaimRecord} (claim 4: one verdict per model variant),
      "details": {...free-form, claim-specific...}}
 
 A verdict is never anything but the four strings in VERDICTS; `read_claims` rejects anything else
@@ -81,6 +82,7 @@ class ClaimRecord:
     tests: list[dict] = field(default_factory=list)
     per_run: dict[str, ClaimRecord] = field(default_factory=dict)
     per_optimizer: dict[str, ClaimRecord] = field(default_factory=dict)
+    per_model: dict[str, ClaimRecord] = field(default_factory=dict)
     details: dict = field(default_factory=dict)
 
     def __post_init__(self):
@@ -103,6 +105,7 @@ class ClaimRecord:
             per_run={k: cls.from_dict(v, claim=cid, title=ttl) for k, v in (d.get("per_run") or {}).items()},
             per_optimizer={k: cls.from_dict(v, claim=cid, title=ttl)
                            for k, v in (d.get("per_optimizer") or {}).items()},
+            per_model={k: cls.from_dict(v, claim=cid, title=ttl) for k, v in (d.get("per_model") or {}).items()},
             details=dict(d.get("details") or {}))
 
     def to_dict(self) -> dict:
@@ -112,6 +115,7 @@ class ClaimRecord:
                 "calibration": self.calibration, "p_value_holm": self.p_value_holm, "tests": self.tests,
                 "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
                 "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
+                "per_model": {k: v.to_dict() for k, v in self.per_model.items()},
                 "details": self.details}
 
 

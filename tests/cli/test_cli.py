@@ -52,3 +52,19 @@ def test_unknown_run_is_refused(tmp_path, capsys):
     code = main(["train", "--config", cfg, "--run", "vit-pre__lion__s0", "--data", str(tmp_path),
                  "--out", str(tmp_path / "run")])
     assert code == 2 and "vit-pre__lion__s0" in capsys.readouterr().err
+
+
+def test_figures_subcommand_draws_the_catalog_even_without_results(tmp_path):
+    from brownformer.results import FIGURES
+
+    code = main(["figures", "--config", str(ROOT / "config/ci.yaml"), "--results", str(tmp_path / "none"),
+                 "--out", str(tmp_path / "figs")])
+    assert code == 0
+    assert sorted(p.name for p in (tmp_path / "figs").iterdir()) == sorted(
+        f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg"))
+
+
+def test_report_subcommand_refuses_a_missing_config(tmp_path, capsys):
+    code = main(["report", "--config", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "out")])
+    assert code == 2 and "missing.yaml" in capsys.readouterr().err
+    assert not (tmp_path / "out").exists()

@@ -68,3 +68,13 @@ def test_reference_attention_matches_sdpa(causal):
 def test_bad_patch_size():
     with pytest.raises(ValueError, match="patch_size"):
         build_model(_cfg("vit", "pre", patch_size=3), n_classes=10, image_shape=(1, 8, 8))
+
+
+@pytest.mark.parametrize("pool", ["cls", "mean"])
+def test_vit_readout_is_the_configured_token(pool):
+    torch.manual_seed(0)
+    model = build_model(_cfg("vit", "post", patch_size=2, pool=pool), n_classes=10, image_shape=(1, 8, 8)).eval()
+    images = torch.randn(3, 1, 8, 8)
+    tokens = model.run_blocks(model.embed(images))  # (B, n_patches + 1, d)
+    feature = tokens[:, 0] if pool == "cls" else tokens[:, 1:].mean(dim=1)
+    torch.testing.assert_close(model(images), model.head(feature), atol=ATOL, rtol=0)

@@ -98,3 +98,40 @@ def case_builder():
 @pytest.fixture
 def tiny_transformer():
     return TinyTransformer
+
+
+def _reference_factors(model, x, y, *, weight_sharing):
+    """A, G per Linear layer from inputs/output-gradients captured with retain_grad (no optimizer)."""
+    captured = {}
+
+    def keep(name):
+        def hook(module, args, out):
+            captured[name] = (args[0], out)
+        return hook
+
+    handles = [m.register_forward_hook(keep(name)) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
+    logits = model(x)
+    for _, out in captured.values():
+        out.retain_grad()
+    loss = F.cross_entropy(logits.mean(dim=1) if logits.dim() == 3 else logits, y)
+    loss.backward()
+    for h in handles:
+        h.remove()
+    B = x.shape[0]
+    refs = {}
+    for name, (a, s) in captured.items():
+        a = a.detach().reshape(B, -1, a.shape[-1])  # (B, T, in)
+        g = s.grad.reshape(B, -1, s.shape[-1])  # (B, T, out)
+        if weight_sharing == "reduce":
+            a, g = a.mean(1, keepdim=True), g.sum(1, keepdim=True)
+        a = torch.cat([a, torch.ones_like(a[..., :1])], dim=-1)
+        factor_a = torch.einsum("nti,ntj->ij", a, a) / (a.shape[0] * a.shape[1])
+        factor_g = B * torch.einsum("nti,ntj->ij", g, g)
+        refs[name] = (factor_a, factor_g)
+    return refs
+
+
+@pytest.fixture
+def reference_factors():
+    """A, G per nn.Linear layer of a mean-over-batch loss, from retain_grad (no optimizer involved)."""
+    return _reference_factors

@@ -14,45 +14,15 @@ ATOL = 1e-14
 MC_RTOL = 0.1  # Monte-Carlo Fisher from one sample per row of 4000 rows
 
 
-def _reference_factors(model, x, y, *, weight_sharing):
-    """A, G per Linear layer from inputs/output-gradients captured with retain_grad (no optimizer)."""
-    captured = {}
-
-    def keep(name):
-        def hook(module, args, out):
-            captured[name] = (args[0], out)
-        return hook
-
-    handles = [m.register_forward_hook(keep(name)) for name, m in model.named_modules() if isinstance(m, nn.Linear)]
-    logits = model(x)
-    for _, out in captured.values():
-        out.retain_grad()
-    loss = F.cross_entropy(logits.mean(dim=1) if logits.dim() == 3 else logits, y)
-    loss.backward()
-    for h in handles:
-        h.remove()
-    B = x.shape[0]
-    refs = {}
-    for name, (a, s) in captured.items():
-        a = a.detach().reshape(B, -1, a.shape[-1])  # (B, T, in)
-        g = s.grad.reshape(B, -1, s.shape[-1])  # (B, T, out)
-        if weight_sharing == "reduce":
-            a, g = a.mean(1, keepdim=True), g.sum(1, keepdim=True)
-        a = torch.cat([a, torch.ones_like(a[..., :1])], dim=-1)
-        factor_a = torch.einsum("nti,ntj->ij", a, a) / (a.shape[0] * a.shape[1])
-        factor_g = B * torch.einsum("nti,ntj->ij", g, g)
-        refs[name] = (factor_a, factor_g)
-    return refs
-
-
 @pytest.mark.parametrize("case", ["mlp", "mlp-tokens", "transformer"])
 @pytest.mark.parametrize("weight_sharing", ["expand", "reduce"])
-def test_hook_factors_equal_independent_expectations(case_builder, case, weight_sharing):
+def test_hook_factors_equal_independent_expectations(case_builder, reference_factors, case, weight_sharing):
     model, batch, loss_fn = case_builder(case)
     x, y = batch(0)
-    refs = _reference_factors(model, x, y, weight_sharing=weight_sharing)
+    refs = reference_factors(model, x, y, weight_sharing=weight_sharing)
     model.zero_grad()
-    opt = KFAC(model, lr=1e-3, factor_decay=0.0, weight_sharing=weight_sharing)
+    # the loss averages mean-pooled logits over the batch: R = B, whatever the model's output rows
+    opt = KFAC(model, lr=1e-3, factor_decay=0.0, weight_sharing=weight_sharing, loss_reduction="batch")
     loss_fn(model, x, y).backward()
     opt.step()
     for layer in opt.layers:
@@ -113,12 +83,12 @@ def test_factors_stay_float32_under_bf16_autocast():
 
 
 @pytest.mark.parametrize("case", ["mlp-tokens", "transformer"])
-def test_accumulated_passes_average_their_factors(case_builder, case):
+def test_accumulated_passes_average_their_factors(case_builder, reference_factors, case):
     """Two backward passes before one step: the batch factor is the mean of the passes' factors."""
     model, batch, loss_fn = case_builder(case)
-    refs = [_reference_factors(model, *batch(step), weight_sharing="expand") for step in (0, 1)]
+    refs = [reference_factors(model, *batch(step), weight_sharing="expand") for step in (0, 1)]
     model.zero_grad()
-    opt = KFAC(model, lr=1e-3, factor_decay=0.0)
+    opt = KFAC(model, lr=1e-3, factor_decay=0.0, loss_reduction="batch")
     for step in (0, 1):
         loss_fn(model, *batch(step)).backward()
     opt.step()

@@ -6,7 +6,8 @@ import pytest
 import torch
 from torch.func import jacrev
 
-from brownformer.optim._kfac_math import (block_conjugate_gradient, block_diagonal, conjugate_gradient, eigen_solve,
+from brownformer.optim._kfac_blocks import pad, plan_blocks, unpad
+from brownformer.optim._kfac_math import (padded_eigh, block_conjugate_gradient, block_diagonal, conjugate_gradient, eigen_solve,
                                           input_factor, stacked_input_factor, stacked_output_factor,
                                           kl_clip_scale, kronecker_operator, output_factor, symmetric_eigh)
 
@@ -167,3 +168,28 @@ def test_stacked_factors_equal_per_layer_factors():
         for j, t in enumerate(inputs):
             assert torch.allclose(stacked_a[j], input_factor(t, bias=True, weight_sharing=sharing), rtol=1e-12)
             assert torch.allclose(stacked_g[j], output_factor(t, weight_sharing=sharing), rtol=1e-12)
+
+
+def test_padded_eigh_equals_eigh_of_each_factor():
+    gen = torch.Generator().manual_seed(3)
+    mats = []
+    for k, n in ((2, 3), (3, 9), (1, 8), (2, 1)):
+        x = torch.randn(k, n, n + 2, generator=gen, dtype=torch.float64)
+        mats.append(x @ x.transpose(1, 2) / n)
+    mats[1][0] = 0.0  # a zero factor: all eigenvalues 0, as before the first batch
+    for m, (d, q) in zip(mats, padded_eigh(mats)):
+        torch.testing.assert_close(q @ torch.diag_embed(d) @ q.transpose(1, 2), m, rtol=1e-10, atol=1e-12)
+        torch.testing.assert_close(q.transpose(1, 2) @ q, torch.eye(m.shape[-1], dtype=m.dtype).expand_as(m),
+                                   rtol=0, atol=1e-12)
+        assert q.is_contiguous() and (d >= 0).all()
+
+
+def test_padded_blocks_round_trip_and_keep_the_big_shapes_apart():
+    shapes = [(1, 32, 5), (16, 32, 33), (4, 64, 33), (4, 32, 65), (1, 10, 33)]
+    blocks = plan_blocks(shapes)
+    assert sorted(len(m) for _, _, m in blocks) == [2, 3] and {(o, n) for o, n, _ in blocks} == {(64, 65), (32, 33)}
+    wide = plan_blocks([(1, 64, 5), (16, 64, 65), (4, 256, 65), (4, 64, 257), (1, 10, 65)])
+    assert all(o * n <= 2.1 * 64 * 257 for o, n, _ in wide) and len(wide) == 3
+    xs = [torch.randn(*s, dtype=torch.float64) for s in shapes]
+    for x, back in zip(xs, unpad(pad(xs, blocks, shapes, "x"), blocks, shapes)):
+        assert torch.equal(x, back)

@@ -4,6 +4,7 @@ Numbers are simulated (fixed seeds) and only need the right shapes and plausible
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.config import from_dict
+from brownformer.verdicts import ClaimRecord, ClaimsFile, Estimate
 
 RAW_CONFIG = {
     "seeds": [0, 1],
@@ -31,6 +33,7 @@ RAW_CONFIG = {
 }
 
 D, L, N, T = 8, 2, 6, 7
+DID_NOT_TRAIN_RUN = "lm-pre__adamw__s1"
 
 
 def fake_config():
@@ -167,35 +170,43 @@ def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
 
 
 def _write_claims(root: Path, cfg) -> None:
-    """claims.json in the shape brownformer.stats.pipeline.summarize writes."""
+    """claims.json in the verdicts contract (brownformer.verdicts), with one run that did not train."""
     runs = [s.run_id for s in cfg.runs()]
+    trained = [r for r in runs if r != DID_NOT_TRAIN_RUN]
+    cal = {"shape": {"T": T, "N": N, "d": D, "kind": "sphere"}, "size": 0.045, "size_se": 0.01,
+           "power": {"iid_sphere": 0.97, "exponent_0.9": 0.81}, "n_replicates": 400}
+
+    def rec(cid, title, verdict, est=None, margin=None, calibration=None, reason="", per_run=None):
+        return ClaimRecord(cid, title, verdict, reason=reason, estimate=est, margin=margin, calibration=calibration,
+                           per_run={r: ClaimRecord(cid, title, v) for r, v in (per_run or {}).items()})
+
     claims = {
-        "1": {"claim": "1 sphere", "verdict": "supported",
-              "effect_size": {"name": "fraction of tokens on the sphere", "estimate": 1.0, "ci": [1.0, 1.0]},
-              "tests": ["equivalence margins on |z|/sqrt(d) and 1^T z/sqrt(d)"],
-              "per_run": {r: {"min_fraction_on_sphere": 1.0, "verdict": "supported"} for r in runs}},
-        "2": {"claim": "2 markov", "verdict": "not supported",
-              "effect_size": {"name": "reversibility residual", "estimate": 0.2, "ci": [0.15, 0.25]},
-              "tests": ["vMF kernel fit (KL explained)", "detailed-balance residual"],
-              "per_run": {r: {"reversibility_residual": 0.2, "verdict": "not supported"} for r in runs}},
-        "3a": {"claim": "3a depth-brownian", "verdict": "inconclusive", "fraction_brownian": 0.7,
-               "effect_size": {"name": "MSD exponent", "estimate": 0.7, "ci": [0.4, 1.0]}, "p_value": 0.2,
-               "p_value_holm": 0.4, "tests": ["msd_exponent", "variance_ratio"],
-               "per_run": {r: {"n_files": 2, "n_brownian": 1, "classes": {"brownian": 1}} for r in runs}},
-        "4": {"claim": "4 optimizer", "verdict": "inconclusive", "proposed": "kfac-iterative",
-              "tests": ["steps and seconds to the target's final val metric"],
-              "per_model": {"vit-pre": {"verdict": "inconclusive", "verdict_by_unit": {"steps": "supported",
-                                                                                       "seconds": "inconclusive"}}}},
+        "1": rec("1", "tokens on the sphere", "supported", Estimate("fraction on the sphere", 1.0, (0.99, 1.0), 0.95),
+                 (0.99, 1.01), cal, "every LN output within the margin", {r: "supported" for r in trained}),
+        "2": rec("2", "attention is a reversible isotropic kernel", "not supported",
+                 Estimate("reversibility residual", 0.2, (0.15, 0.25), 0.95), (0.0, 0.1), None,
+                 "residual CI above the margin", {r: "not supported" for r in trained}),
+        "3a": rec("3a", "Brownian over depth", "inconclusive", Estimate("MSD exponent", 0.7, (0.4, 1.0), 0.9),
+                  (0.9, 1.1), cal, "fewer than 8 layers", {r: "inconclusive" for r in trained}),
+        "4": rec("4", "iterative K-FAC trains faster", "did not train", reason="the K-FAC runs diverged"),
     }
-    _write_json(root / "stats" / "claims.json", {"claims": claims, "calibration": {"available": True}, "runs": runs})
+    claims["4"] = dataclasses.replace(claims["4"], per_model={"vit-pre": ClaimRecord(
+        "4", "iterative K-FAC trains faster", "inconclusive", reason="too few seeds for a CI",
+        estimate=Estimate("steps ratio", 0.75, (0.5, 1.1), 0.95), margin=(0.0, 0.75))})
+    claims_file = ClaimsFile(claims, did_not_train=[{"run": DID_NOT_TRAIN_RUN, "reason": "diverged: loss NaN at step 20"}],
+                             calibration={"available": True}, runs=runs)
+    _write_json(root / "stats" / "claims.json", claims_file.to_dict())
     rows = [{"run": r, "file": "depth/ln_c0.npy", "category": "depth", "quantity": "msd_exponent", "estimate": 0.7,
              "ci_low": 0.4, "ci_high": 1.0, "p_value": 0.2, "reject": False} for r in runs]
     pd.DataFrame(rows).to_parquet(root / "stats" / "summary.parquet", index=False)
-    cal = []
-    for test in ("msd_exponent", "variance_ratio", "hurst", "tail_index"):
-        for process in ("brownian", "ou", "fbm_0.3", "fbm_0.7", "stable_1.5"):
-            rate = 0.05 if process == "brownian" else 0.9
-            cal.append({"process": process, "kind": "euclidean", "T": T, "N": N, "d": D, "test": test,
-                        "rejection_rate": rate, "n_replicates": 20, "role": "size" if process == "brownian" else "power",
-                        "goal_met": True})
+    cal = []  # the layout of brownformer.stats.calibration.run_calibration: per-test rows and the rule's row
+    for process in ("brownian", "ou", "fbm_0.3", "iid_sphere"):
+        null = process == "brownian"
+        rates = ({"rate_brownian": 0.9, "rate_not_brownian": 0.04, "rate_inconclusive": 0.06} if null else
+                 {"rate_brownian": 0.05, "rate_not_brownian": 0.85, "rate_inconclusive": 0.1})
+        common = {"shape_id": "abc123", "process": process, "kind": "sphere", "T": T, "N": N, "d": D,
+                  "n_replicates": 400, "role": "size" if null else "power", **rates}
+        cal.append({**common, "test": "verdict", "rejection_rate": 1 - rates["rate_brownian"], "goal_met": True})
+        for test in ("msd_exponent", "variance_ratio", "hurst", "tail_index"):
+            cal.append({**common, "test": test, "rejection_rate": 0.05 if null else 0.9, "goal_met": None})
     pd.DataFrame(cal).to_parquet(root / "stats" / "calibration.parquet", index=False)

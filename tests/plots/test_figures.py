@@ -1,13 +1,16 @@
 """make_figures: every catalogued figure as png + svg, byte-identical across runs, honest when inputs are missing."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from brownformer.plots import FIGURES, make_figures
-from brownformer.plots._load import Results
-from brownformer.plots.training import time_to_target
+from brownformer.plots import drawing_function, make_figures
+from brownformer.results import FIGURES, Results, time_to_target
 
 from .fake_results import build_fake_results, fake_config
+
+CAPTIONS = Path(__file__).resolve().parents[2] / "workflow" / "report"
 
 
 @pytest.fixture(scope="module")
@@ -22,6 +25,13 @@ def first_figures(fake_tree, tmp_path_factory):
     return out, make_figures(fake_config(), fake_tree, out)
 
 
+@pytest.mark.parametrize("stem", list(FIGURES))
+def test_catalog_entry_resolves_to_a_drawing_function_and_a_caption(stem):
+    figure = FIGURES[stem]
+    assert callable(drawing_function(figure))
+    assert (CAPTIONS / figure.caption).read_text().strip(), f"{figure.caption} is empty"
+
+
 def test_every_figure_written_as_png_and_svg(first_figures):
     out, written = first_figures
     expected = {out / f"{stem}.{ext}" for stem in FIGURES for ext in ("png", "svg")}
@@ -29,6 +39,12 @@ def test_every_figure_written_as_png_and_svg(first_figures):
     for path in expected:
         assert path.stat().st_size > 1000, path
         assert not list(out.glob(".*")), "temporary files left behind"
+
+
+def test_no_figure_fell_back_to_the_error_panel(first_figures):
+    out, _ = first_figures
+    failed = [p.name for p in sorted(out.glob("*.svg")) if "drawing failed" in p.read_text()]
+    assert failed == []
 
 
 def test_figures_are_byte_identical_across_runs(first_figures, fake_tree, tmp_path):
@@ -52,11 +68,18 @@ def test_missing_inputs_draw_no_data_panels(tmp_path):
         assert "no data" in (tmp_path / "figs" / f"{stem}.svg").read_text(), stem
 
 
-def test_time_to_target_uses_adamw_median_final(fake_tree):
+def test_overview_shows_the_did_not_train_verdict(first_figures):
+    out, _ = first_figures
+    assert "did not train" in (out / "claims_overview.svg").read_text()
+
+
+def test_time_to_target_reaches_the_weakest_adamw_seed(fake_tree):
     tt = time_to_target(Results(fake_config(), fake_tree))
     vit = tt[tt["model"] == "vit-pre"]
     adamw_finals = vit[vit["optimizer"] == "adamw"]["final"]
-    assert vit["target"].unique().tolist() == [pytest.approx(adamw_finals.median())]
+    # the target is reached by every AdamW seed by its last evaluation
+    assert vit[vit["optimizer"] == "adamw"]["reached"].all()
+    assert vit["target"].iat[0] <= adamw_finals.max()
     kfac = vit[vit["optimizer"] == "kfac-iterative"]
     assert kfac["reached"].all() and (kfac["steps"] < 40).all()
     lm = tt[tt["model"] == "lm-pre"]

@@ -44,7 +44,7 @@ def test_index_lists_every_file_with_a_sidecar(extracted):
     paths = {e["path"] for e in index["files"]}
     assert paths == {str(p.relative_to(out)) for p in out.rglob("*.npy")}
     L, C = 2, len(CaptureStore(run_dir / "probes").index)
-    assert summary["counts"] == {"training": 2 * L, "weights": 4 * L, "gradnoise": 4 * L,
+    assert summary["counts"] == {"training": L, "weights": 4 * L, "gradnoise": 4 * L,
                                  "depth": 3 * min(C, 8), "attention": 2 * min(C, 8)}
     for entry in index["files"]:
         arr, side = _load(out, entry["path"])
@@ -65,11 +65,17 @@ def test_trajectories_equal_the_captured_tensors(extracted):
     meta = store.read_meta()
     d, ks = meta["d_model"], list(store.index["capture"])
     training, side = _load(out, "training/ln_l1.npy")
-    assert side["times"] == list(store.index["step"])
-    lrsum, side_lr = _load(out, "training/ln_l1_lrsum.npy")
-    assert np.array_equal(training, lrsum) and side_lr["time"] == "lr_sum"
-    assert side_lr["times"] == pytest.approx(list(store.index["lr_sum"]))
-    weights, _ = _load(out, "weights/l0_k.npy")
+    # one array per layer on the primary clock (sum of lr^2), the other clocks recorded beside it
+    assert side["time"] == "lr_sq_sum" and side["times"] == pytest.approx(list(store.index["lr_sq_sum"]))
+    assert side["clocks"]["step"] == list(store.index["step"])
+    assert side["clocks"]["lr_sum"] == pytest.approx(list(store.index["lr_sum"]))
+    assert np.all(np.diff(side["times"]) > 0) and side["warmup"] and side["clock_reason"]
+    assert side["n_inputs"] * side["n_tokens"] == training.shape[1]  # groups of dependent walkers
+    assert side["sum_zero"] is (meta["ln"] != "none")
+    if side["sum_zero"]:  # LayerNorm output before the affine lies in the hyperplane sum(z) = 0
+        assert np.abs(training.sum(-1)).max() < 2e-3  # up to the captures' storage rounding
+    weights, side_w = _load(out, "weights/l0_k.npy")
+    assert side_w["time"] == "lr_sq_sum" and side_w["drift"] == "per_walker" and "groups" not in side_w
     noise, side_noise = _load(out, "gradnoise/l1_o.npy")
     noise_ks = [k for k, h in zip(ks, store.index["has_noise"]) if h]
     assert side_noise["source"]["captures"] == noise_ks and noise.shape[0] == len(noise_ks)
@@ -83,6 +89,7 @@ def test_trajectories_equal_the_captured_tensors(extracted):
     cap = store.load(k)
     depth, side = _load(out, f"depth/ln_c{k}.npy")
     assert side["time"] == "layer" and side["times"] == [0, 1] and side["kind"] == "sphere"
+    assert side["n_inputs"] * side["n_tokens"] == depth.shape[1] and side["sum_zero"] is (meta["ln"] != "none")
     np.testing.assert_array_equal(depth, cap["ln_hat"].reshape(2, -1, d).astype(np.float32) / math.sqrt(d))
     resid, side = _load(out, f"depth/resid_c{k}.npy")
     assert resid.shape[0] == 3 and side["kind"] == "euclidean"
@@ -130,6 +137,6 @@ def test_missing_store_is_an_error(config_of, tmp_path):
 
 def test_layout_text_names_every_family():
     text = describe_layout()
-    for family in ("depth/ln_c", "depth/lnaff_c", "depth/resid_c", "training/ln_l", "_lrsum", "weights/l", "gradnoise/l",
+    for family in ("depth/ln_c", "depth/lnaff_c", "depth/resid_c", "training/ln_l", "lr_sq_sum", "weights/l", "gradnoise/l",
                    "attention/c", "index.json", "summary.json"):
         assert family in text

@@ -1,4 +1,5 @@
-"""build_report on a fake results tree: every figure embedded, every claim with a verdict, the appendix fields."""
+"""build_report on a fake results tree: every figure embedded, every claim with its verdict, estimate, margin,
+calibration and reason, the did-not-train runs, the appendix fields."""
 from __future__ import annotations
 
 import importlib.util
@@ -9,8 +10,11 @@ import nbformat
 import pytest
 import yaml
 
-from brownformer.plots import FIGURES, make_figures
+from brownformer.plots import make_figures
 from brownformer.report import build_report
+from brownformer.report.sections import SECTIONS
+from brownformer.results import FIGURES
+from brownformer.verdicts import read_claims
 
 _spec = importlib.util.spec_from_file_location("fake_results", Path(__file__).parents[1] / "plots" / "fake_results.py")
 fake = importlib.util.module_from_spec(_spec)
@@ -28,28 +32,58 @@ def report(tmp_path_factory):
     cfg = fake.fake_config()
     make_figures(cfg, results, root / "figures")
     html = build_report(cfg, results, root / "figures", root / "out", config_path=config_path)
-    return cfg, html.read_text(), root / "out"
+    return cfg, html.read_text(), root / "out", results
+
+
+def _row(html: str, *cells: str) -> str:
+    """The HTML table row whose first cells are `cells`."""
+    start = r"\s*".join(rf"<td>{re.escape(c)}</td>" for c in cells)
+    m = re.search(rf"{start}.*?</tr>", html, flags=re.S)
+    assert m, f"no table row starting with {cells!r}"
+    return m.group(0)
 
 
 def test_every_figure_is_embedded_with_a_numbered_caption(report):
-    _, html, _ = report
-    for n, (stem, title) in enumerate(FIGURES.items(), start=1):
+    _, html, _, _ = report
+    for n, stem in enumerate(FIGURES, start=1):
         assert f"id='fig-{stem}'" in html or f'id="fig-{stem}"' in html, stem
         assert f"Figure {n}." in html
     assert len(re.findall(r"data:image/png;base64,", html)) >= len(FIGURES)
     assert "src=\"figures/" not in html and "src='figures/" not in html  # self-contained
 
 
-def test_every_claim_has_a_verdict(report):
-    _, html, _ = report
-    for claim, verdict in (("1 sphere", "SUPPORTED"), ("2 markov", "NOT SUPPORTED"), ("3a depth-brownian", "INCONCLUSIVE"),
-                           ("4 optimizer", "INCONCLUSIVE")):
-        row = re.search(rf"<td>{claim}</td>.*?</tr>", html, flags=re.S)
-        assert row and verdict in row.group(0), claim
+def test_every_figure_group_has_a_report_section():
+    keys = {s.key for s in SECTIONS}
+    assert {f.group for f in FIGURES.values()} <= keys
+
+
+def test_each_claim_row_shows_what_claims_json_says(report):
+    _, html, _, results = report
+    claims = read_claims(results / "stats" / "claims.json")
+    for cid, rec in claims.claims.items():
+        row = _row(html, cid, rec.title)
+        assert rec.verdict.upper() in row, cid
+        assert (rec.reason or "") in row
+        if rec.estimate:
+            assert f"{rec.estimate.ci[0]:g}" in row and f"{rec.estimate.ci[1]:g}" in row, cid
+        if rec.margin:
+            assert f"[{rec.margin[0]:g}, {rec.margin[1]:g}]" in row, cid
+        if rec.calibration:
+            assert f"size {rec.calibration['size']:g}" in row and "400 replicates" in row, cid
+            assert f"power ≥ {min(rec.calibration['power'].values()):g}" in row, cid
+        else:
+            assert "not calibrated" in row, cid
+
+
+def test_did_not_train_runs_are_listed(report):
+    _, html, _, _ = report
+    row = _row(html, fake.DID_NOT_TRAIN_RUN)
+    assert "diverged" in row
+    assert "DID NOT TRAIN" in html  # the headline verdict of claim 4 in the fake tree
 
 
 def test_appendix_fields(report):
-    cfg, html, _ = report
+    cfg, html, _, _ = report
     assert cfg.hash in html
     assert "0123456789abcdef" in html  # git SHA recorded by the runs
     assert "Git SHA at report time" in html and "dirty" in html
@@ -60,7 +94,7 @@ def test_appendix_fields(report):
 
 
 def test_no_code_in_html_and_notebook_kept(report):
-    _, html, out = report
+    _, html, out, _ = report
     assert "ReportContext.load" not in html and "display(Markdown" not in html
     nb = nbformat.read(out / "report.ipynb", as_version=4)
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
@@ -77,4 +111,16 @@ def test_missing_inputs_say_not_available(tmp_path):
     html = build_report(fake.fake_config(), tmp_path / "none", tmp_path / "nofigs", tmp_path / "out",
                         config_path=config_path).read_text()
     assert "not available" in html
-    assert "Figure 9 is not available" in html
+    assert f"Figure {len(FIGURES)} is not available" in html
+
+
+def test_a_claims_file_breaking_the_contract_is_reported_not_reinterpreted(tmp_path):
+    results = fake.build_fake_results(tmp_path / "results")
+    path = results / "stats" / "claims.json"
+    path.write_text(path.read_text().replace('"verdict": "supported"', '"verdict": "yes"'))
+    config_path = tmp_path / "config.yaml"
+    config_path.write_text(yaml.safe_dump(fake.RAW_CONFIG))
+    html = build_report(fake.fake_config(), results, tmp_path / "nofigs", tmp_path / "out",
+                        config_path=config_path).read_text()
+    assert "does not follow the verdicts contract" in html
+    assert "SUPPORTED" not in html

@@ -1,16 +1,18 @@
-"""Estimators of the Brownian battery against simulated processes with known answers."""
+"""Estimators of the Brownian battery against simulated processes with known answers, and bad input."""
 import numpy as np
 import pytest
 from scipy import stats
 
-from brownformer.stats import analyze_trajectory, simulate
-from brownformer.stats.battery import hill_estimator
-from brownformer.stats.bootstrap import WalkerBootstrap
-from brownformer.stats.simulate import spherical_brownian_motion
+from brownformer.stats.bootstrap import ClusterBootstrap, group_labels
+from brownformer.stats.brownian import analyze_trajectory
+from brownformer.stats.descriptive import drift_test, hill_estimator
+from brownformer.stats.simulate import simulate, simulate_batch
 
-EXPONENT_TOL = 0.05  # |alpha_hat - alpha| on (T=40, N=256, d=8)
+EXPONENT_TOL = 0.05  # |alpha_hat - alpha| at (T=40, N=256, d=8)
+LOG_TIMES_TOL = 0.1  # issue 10: Brownian motion at log-spaced times gets exponent 1 +- 0.1
 D_REL_TOL = 0.05
 HURST_TOL = 0.08
+LOG_TIMES = np.r_[0.0, np.geomspace(1, 1000, 20)]
 
 
 def _test(out, name):
@@ -22,21 +24,41 @@ def bm():
     return analyze_trajectory(simulate("brownian", 40, 256, 8, rng=1), kind="euclidean", rng=0, n_resamples=199)
 
 
-def test_bm_euclidean_exponent_and_D(bm):
+def test_bm_euclidean_exponent_D_and_contract_fields(bm):
     e = bm["msd_exponent"]
     assert abs(e["estimate"] - 1) < EXPONENT_TOL and e["ci"][0] < 1 < e["ci"][1]
+    assert e["tost_ci"][0] > e["ci"][0]  # the 90% TOST interval sits inside the 95% one
     # unit-variance increments per coordinate: MSD = d t = 2 d D t -> D = 1/2
     assert abs(bm["diffusion_coefficient"] / 0.5 - 1) < D_REL_TOL
-    assert bm["classification"] == "brownian" and bm["brownian"] is True
-    for key in ("kind", "n_times", "n_walkers", "dim", "tests", "classification"):
+    assert bm["verdict"] == "brownian" and bm["brownian"] is True and bm["classification"] == "brownian"
+    for key in ("kind", "n_times", "n_walkers", "dim", "tests", "classification", "verdict", "reason"):
         assert key in bm
+    assert {"name", "statistic", "p_value", "reject"} <= set(bm["tests"][0])
 
 
-def test_drift_is_removed_but_reported():
-    X = simulate("drift", 40, 256, 8, rng=2)
-    out = analyze_trajectory(X, kind="euclidean", rng=0, n_resamples=199)
+@pytest.mark.parametrize("kind", ["euclidean", "sphere"])
+def test_brownian_motion_at_log_spaced_times(kind):
+    X = simulate_batch("brownian", times=LOG_TIMES, labels=np.arange(200), d=16, kind=kind, replicates=1, rng=2,
+                       decay=0.5)[0]
+    out = analyze_trajectory(X, kind=kind, times=LOG_TIMES, n_resamples=99)
+    assert abs(out["msd_exponent"]["estimate"] - 1) < LOG_TIMES_TOL
+
+
+def test_common_drift_is_removed_but_reported():
+    out = analyze_trajectory(simulate("drift", 40, 256, 8, rng=2), kind="euclidean", rng=0, n_resamples=199)
     assert abs(out["msd_exponent"]["estimate"] - 1) < EXPONENT_TOL
-    assert _test(out, "drift")["reject"] and out["classification"] == "superdiffusive"
+    assert _test(out, "drift")["reject"] and _test(out, "drift")["estimate"] > 0.5
+
+
+def test_per_walker_drift_leaves_a_brownian_bridge_that_is_corrected():
+    """Each walker its own drift (weights' rows): removing it exactly leaves a Brownian bridge, whose MSD
+    s^2 t (1 - t/L) the bridge factor turns back into s^2 t."""
+    rng = np.random.default_rng(3)
+    X = simulate("brownian", 40, 200, 8, rng=3) + rng.normal(0, 2, (1, 200, 8)) * np.arange(40)[:, None, None]
+    common = analyze_trajectory(X, kind="euclidean", drift="common", n_resamples=99)
+    own = analyze_trajectory(X, kind="euclidean", drift="per_walker", n_resamples=99)
+    assert common["msd_exponent"]["estimate"] > 1.5
+    assert abs(own["msd_exponent"]["estimate"] - 1) < EXPONENT_TOL and own["verdict"] == "brownian"
 
 
 @pytest.mark.parametrize("hurst", [0.3, 0.7])
@@ -44,63 +66,83 @@ def test_fbm_exponent_and_hurst(hurst):
     out = analyze_trajectory(simulate(f"fbm_{hurst}", 40, 256, 8, rng=3), kind="euclidean", rng=0, n_resamples=199)
     assert abs(out["msd_exponent"]["estimate"] - 2 * hurst) < 2 * EXPONENT_TOL
     assert abs(_test(out, "hurst")["estimate"] - hurst) < HURST_TOL
+    assert out["verdict"] == "not brownian"
     assert out["classification"] == ("subdiffusive" if hurst < 0.5 else "superdiffusive")
 
 
-@pytest.mark.parametrize("process,expected", [("ou", "mean-reverting"), ("stable_1.5", "heavy-tailed"),
+@pytest.mark.parametrize("process,expected", [("ou", {"mean-reverting"}), ("stable_1.5", {"heavy-tailed"}),
                                               ("correlated", {"correlated", "superdiffusive"})])
 def test_alternatives_classified(process, expected):
     out = analyze_trajectory(simulate(process, 40, 256, 8, rng=4), kind="euclidean", rng=0, n_resamples=199)
-    assert not out["brownian"]
-    assert out["classification"] in (expected if isinstance(expected, set) else {expected})
+    assert not out["brownian"] and out["classification"] in expected
 
 
-def test_spherical_bm_recovers_D_and_laws():
-    D = 0.01
-    U = spherical_brownian_motion(30, 400, 8, diffusion=D, rng=5)
-    out = analyze_trajectory(U, kind="sphere", rng=0, n_resamples=199)
-    assert abs(out["diffusion_coefficient"] / D - 1) < 2 * D_REL_TOL
-    assert abs(out["msd_exponent"]["estimate"] - 1) < EXPONENT_TOL
-    assert abs(_test(out, "harmonic_ratio")["estimate"] - 1) < 0.1
-    assert out["brownian"]
+def test_layernorm_sphere_uses_its_intrinsic_dimension():
+    """On S^(d-2) (LayerNorm's hyperplane) E<u_0, u_t> = exp(-(d-2) D t); the ambient d would bias D by 1/(d-2)."""
+    d, decay = 8, 1.0
+    times = np.arange(30, dtype=float)
+    X = simulate_batch("brownian", times=times, labels=np.arange(400), d=d, kind="sphere", replicates=1, rng=5,
+                       hyperplane=True, decay=decay)[0]
+    out = analyze_trajectory(X, kind="sphere", times=times, n_resamples=99)
+    assert out["hyperplane"] and out["span_dimension"] == d - 1
+    true_D = decay / (d - 2) / (times[-1] - times[0])
+    assert abs(out["diffusion_coefficient"] / true_D - 1) < 2 * D_REL_TOL
+    assert abs(_test(out, "harmonic_ratio")["estimate"] - 1) < 0.1 and out["verdict"] == "brownian"
     g = out["curves"]["gram_offdiagonal"]
     assert len(g) == 30 and abs(g[0]) < 0.05
 
 
-def test_sphere_uses_nonuniform_times():
-    D, times = 0.02, np.array([0, 1, 2, 4, 8, 16], float)
-    U = spherical_brownian_motion(6, 400, 8, diffusion=D, rng=6, times=times)
-    out = analyze_trajectory(U, kind="sphere", times=times, rng=0, n_resamples=199)
-    assert abs(out["diffusion_coefficient"] / D - 1) < 2 * D_REL_TOL
+def test_groups_from_sidecar_fields():
+    assert group_labels(6, n_inputs=2, n_tokens=3).tolist() == [0, 0, 0, 1, 1, 1]
+    assert group_labels(4, groups=[7, 7, 2, 2]).tolist() == [1, 1, 0, 0]
+    with pytest.raises(ValueError, match="n_inputs"):
+        group_labels(7, n_inputs=2, n_tokens=3)
+    out = analyze_trajectory(simulate("brownian", 12, 40, 4, rng=6), kind="euclidean", n_inputs=8, n_tokens=5,
+                             n_resamples=49)
+    assert out["n_groups"] == 8 and all(_test(out, t)["n"] == 8 for t in out["key_effects"])  # groups resampled
+
+
+def test_cluster_bootstrap_of_singletons_matches_scipy_standard_error():
+    x = np.random.default_rng(9).exponential(size=200)
+    ours = ClusterBootstrap(np.arange(200), n_resamples=4000, rng=1).estimate(x, lambda m: m[..., 0])
+    ref = stats.bootstrap((x,), np.mean, n_resamples=4000, method="percentile", rng=2).standard_error
+    assert ours.standard_error[0] == pytest.approx(ref, rel=0.05)
 
 
 def test_hill_estimator_on_pareto():
-    alpha = 1.5
-    x = stats.pareto.rvs(alpha, size=200_000, random_state=7)
-    assert abs(hill_estimator(x, 2000) - alpha) < 0.1
+    x = stats.pareto.rvs(1.5, size=200_000, random_state=7)
+    assert abs(hill_estimator(x, 2000) - 1.5) < 0.1
 
 
-def test_walker_bootstrap_matches_scipy_percentile():
-    x = np.random.default_rng(9).exponential(size=200)
-    ours = WalkerBootstrap(200, n_resamples=4000, rng=1).estimate(x, lambda m: m[..., 0])
-    ref = stats.bootstrap((x,), np.mean, n_resamples=4000, method="percentile", rng=2).confidence_interval
-    assert np.allclose(ours.confidence_interval, (ref.low, ref.high), atol=0.02)
+def test_drift_test_equals_statsmodels_hotelling():
+    from statsmodels.stats.multivariate import test_mvmean
+    disp = np.random.default_rng(10).normal(0.3, 1, (40, 3))
+    ours = drift_test(disp, np.arange(40))
+    ref = test_mvmean(disp, np.zeros(3))
+    assert ours.statistic == pytest.approx(float(ref.statistic)) and ours.pvalue == pytest.approx(float(ref.pvalue))
 
 
-def test_subsampling_and_depth_shape_fast_enough_to_run():
-    X = simulate("brownian", 4, 700, 32, kind="sphere", rng=10)
-    out = analyze_trajectory(X, kind="sphere", max_walkers=300, rng=0, n_resamples=99)
-    assert out["n_walkers"] == 300 and out["n_walkers_total"] == 700
+@pytest.mark.parametrize("make", [
+    lambda r: np.ones((12, 16, 3)),  # constant: no increments to test
+    lambda r: r.standard_normal((12, 16, 1)).cumsum(0),  # d = 1
+    lambda r: np.repeat(r.standard_normal((1, 16, 3)), 12, 0) + 1e-300,  # still constant up to rounding
+], ids=["constant", "d1", "constant-rounding"])
+def test_degenerate_input_is_inconclusive_or_decided_without_a_crash(make):
+    out = analyze_trajectory(make(np.random.default_rng(11)), kind="euclidean", n_resamples=49)
+    assert out["verdict"] in ("inconclusive", "not brownian", "brownian") and out["reason"]
+    if np.ptp(make(np.random.default_rng(11))) == 0:
+        assert out["verdict"] == "inconclusive" and not out["brownian"]
 
 
-def test_bad_kind_refused():
-    with pytest.raises(ValueError, match="kind"):
-        analyze_trajectory(np.ones((4, 3, 2)), kind="torus")
+@pytest.mark.parametrize("shape,kind,match", [((12, 3, 4), "euclidean", "4 walkers"), ((2, 16, 4), "euclidean", "3 time"),
+                                              ((12, 16, 1), "sphere", "d >= 2"), ((12, 16, 4), "torus", "kind")])
+def test_bad_input_refused_with_a_message(shape, kind, match):
+    with pytest.raises(ValueError, match=match):
+        analyze_trajectory(np.random.default_rng(0).standard_normal(shape), kind=kind)
 
 
-def test_supplements_do_not_change_the_battery():
-    X = simulate("brownian", 12, 64, 4, rng=11)
-    on = analyze_trajectory(X, kind="euclidean", rng=0, n_resamples=49)
-    off = analyze_trajectory(X, kind="euclidean", rng=0, n_resamples=49, supplements=False)
-    assert on["tests"] == off["tests"] and off["supplements"] == {}
-    assert on["supplements"]["arch_variance_ratio"]["n_walkers"] == 16
+def test_all_nan_column_refused():
+    X = np.random.default_rng(0).standard_normal((6, 8, 3))
+    X[..., 1] = np.nan
+    with pytest.raises(ValueError, match=r"dimension\(s\) \[1\]"):
+        analyze_trajectory(X, kind="euclidean")

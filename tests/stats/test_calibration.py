@@ -1,35 +1,76 @@
-"""Battery size on Brownian motion and power against each alternative, at small sizes."""
+"""Size and power of the exact Brownian rule at a real file's shape, and the lookup by shape."""
+import json
+
 import numpy as np
 import pytest
 
-from brownformer.stats import run_calibration
-from brownformer.stats.calibration import calibration_for
+from brownformer.stats.calibration import processes_for, run_calibration
+from brownformer.stats.shapes import CalibrationShape, calibration_for, select_walkers, shape_of
 
-N_REP = 12
-SIZE_MAX = 0.2  # classification size bound at 12 replicates (goal 8%, ~3 SE slack)
-POWER_MIN = 0.8
-
-
-@pytest.fixture(scope="module")
-def table():
-    return run_calibration(shapes=[(30, 96, 8, "euclidean"), (30, 96, 8, "sphere")], n_replicates=N_REP, rng=0,
-                           n_resamples=99)
+N_REP = 40
+SIZE_MAX = 0.15  # rate of "not brownian" on Brownian motion at 40 replicates (goal 8%, ~2 SE slack)
+TIMES = np.unique(np.r_[np.round(np.geomspace(1, 200, 10)), np.arange(0, 201, 25)]).astype(float)
+LABELS = np.repeat(np.arange(8), 6)
 
 
-def test_columns(table):
-    for col in ("process", "kind", "T", "N", "d", "test", "rejection_rate", "n_replicates", "brownian_rate"):
-        assert col in table
+@pytest.fixture(scope="module", params=["euclidean", "sphere"])
+def table(request):
+    shape = shape_of(kind=request.param, times=TIMES, labels=LABELS, d=8, hyperplane=request.param == "sphere",
+                     drift="common" if request.param == "euclidean" else "none", rho=0.3, decay=1.0)
+    return shape, run_calibration([shape], n_replicates=N_REP, rng=0, n_resamples=49)
 
 
-@pytest.mark.parametrize("kind", ["euclidean", "sphere"])
-def test_size_and_power(table, kind):
-    cls = table[(table.test == "classification") & (table.kind == kind)].set_index("process")["rejection_rate"]
-    assert cls["brownian"] <= SIZE_MAX
-    for process, rate in cls.drop("brownian").items():
-        assert rate >= POWER_MIN, f"power {rate:.2f} against {process} on {kind}"
+def test_columns_and_processes(table):
+    shape, t = table
+    for col in ("shape_id", "process", "kind", "T", "N", "d", "G", "rho", "test", "rejection_rate", "n_replicates",
+                "rate_brownian", "rate_not_brownian", "rate_inconclusive", "role", "seconds"):
+        assert col in t
+    assert set(t["process"]) == set(processes_for(shape.kind)) and set(t["shape_id"]) == {shape.id}
+    assert json.loads(t["times"].iloc[0]) == list(shape.times)
 
 
-def test_calibration_lookup(table):
-    c = calibration_for(table, kind="sphere", T=32, N=100, d=8)
-    assert c["shape"] == {"T": 30, "N": 96, "d": 8, "kind": "sphere"} and not c["exact_match"]
-    assert "classification" in c["size"] and np.isfinite(c["classification_min_power"])
+def test_size_and_power_of_the_rule(table):
+    shape, t = table
+    v = t[t.test == "verdict"].set_index("process")
+    assert v.loc["brownian", "rate_not_brownian"] <= SIZE_MAX
+    rates = v[["rate_brownian", "rate_not_brownian", "rate_inconclusive"]].sum(axis=1)
+    np.testing.assert_allclose(rates, 1.0)
+    assert v.loc["iid", "rate_brownian"] == 0.0  # a non-walk is never certified
+    for edge in ("clock_0.9", "clock_1.1"):  # at the margin edges TOST certifies at most ~alpha
+        assert v.loc[edge, "rate_brownian"] <= 0.15
+
+
+def test_lookup_needs_the_exact_shape(table):
+    shape, t = table
+    cal = calibration_for(t, shape)
+    assert cal["shape"]["id"] == shape.id and cal["n_replicates"] == N_REP
+    assert set(cal["power"]) == set(processes_for(shape.kind)) - {"brownian"}
+    p = (cal["size"] * N_REP + 1) / (N_REP + 2)
+    assert cal["size_se"] == pytest.approx(np.sqrt(p * (1 - p) / N_REP)) and cal["size_se"] > 0
+    other = CalibrationShape(shape.kind, shape.times, shape.group_sizes, shape.d, shape.hyperplane, shape.drift,
+                             0.8, shape.decay)
+    assert calibration_for(t, other) is None and calibration_for(None, shape) is None
+
+
+def test_shape_round_trip_and_buckets():
+    s = shape_of(kind="sphere", times=TIMES, labels=LABELS, d=8, hyperplane=True, drift="none", rho=0.33, decay=0.7)
+    assert CalibrationShape.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert s.rho == 0.4 and s.decay == 1.0 and s.times[0] == 0.0 and s.times[-1] == 1.0  # decays on a x4 grid
+    assert shape_of(kind="sphere", times=TIMES, labels=LABELS, d=8, hyperplane=True, drift="none", rho=0.0,
+                    decay=None).decay == 16.0  # decorrelated: the largest decay
+    # common-drift removal lowers the estimated correlation; the shape records the generating one
+    assert shape_of(kind="euclidean", times=TIMES, labels=LABELS, d=8, hyperplane=False, drift="common", rho=0.52,
+                    decay=None).rho == 0.6
+
+
+def test_select_walkers_keeps_whole_groups():
+    idx = select_walkers(LABELS, 20, rng=0)
+    kept = LABELS[idx]
+    assert idx.size <= 20 and all(np.sum(kept == g) in (0, 6) for g in range(8))
+    assert select_walkers(LABELS, 100, rng=0).size == LABELS.size
+
+
+def test_short_shapes_are_not_simulated():
+    s = shape_of(kind="euclidean", times=np.arange(5.0), labels=LABELS, d=4, hyperplane=False, drift="common",
+                 rho=0.0, decay=None)
+    assert run_calibration([s], n_replicates=5).empty

@@ -3,53 +3,52 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from brownformer.stats.battery import (_pooled_acf_test, arch_variance_ratio, gaussianity_test, hill_estimator,
-                                       lagged_msd, variance_ratio)
-from brownformer.stats.bootstrap import WalkerBootstrap
+from brownformer.stats.battery import autocorrelation, kurtosis, levels, variance_ratio
+from brownformer.stats.bootstrap import ClusterBootstrap
+from brownformer.stats.descriptive import hill_estimator, normality_test
 from brownformer.stats.sphere import sphere_geometry
 
 EXACT = 1e-10  # the same formula evaluated two ways
 
 
-def _two_copies(x):
-    """One series as two identical walkers (our pooled statistics need N >= 2; copies leave them unchanged)."""
-    return np.stack([x, x], axis=1)
+def _copies(x, n=4):
+    """One series as n identical walkers, shape (1, T, n, 1): pooled statistics are unchanged by copies."""
+    return np.repeat(np.asarray(x, float)[None, :, None, None], n, axis=2)
 
 
 def test_variance_ratio_equals_arch_up_to_the_overlap_count():
-    """arch divides the sum of the nq - q + 1 overlapping q-differences by nq q; we average them (divide
-    by (nq - q + 1) q). Same demeaning (mu = (y_T - y_0)/nq), so ours = arch.vr * nq / (nq - q + 1) exactly."""
+    """arch divides the sum of the nq - q + 1 overlapping q-differences by nq q; we average them. Same
+    demeaning (mu = (y_T - y_0)/nq, our per-walker drift with unit spacing), so ours = arch.vr * nq/(nq - q + 1)."""
     from arch.unitroot import VarianceRatio
     y = np.cumsum(np.random.default_rng(8).standard_normal(400))
-    for q in (2, 4, 8):
-        inc = np.diff(y) - np.diff(y).mean()
-        Y = np.concatenate([[0.0], np.cumsum(inc)])[:, None, None]  # (T, 1, 1) drift-removed levels
-        times = np.arange(Y.shape[0], dtype=float)
-        num, den = lagged_msd(Y, times, q), lagged_msd(Y, times, 1)  # as _euclidean_part calls it
-        ours = variance_ratio(np.r_[num, num], np.r_[den, den], WalkerBootstrap(2, n_resamples=5, rng=0), q=q).estimate
-        ref = VarianceRatio(y, lags=q, trend="c", debiased=False, robust=False, overlap=True).vr
-        nq = y.size - 1
-        assert ours == pytest.approx(ref * nq / (nq - q + 1), rel=EXACT)
+    times = np.arange(y.size, dtype=float)
+    Y, _, _ = levels(_copies(y), times, "per_walker")
+    boot = ClusterBootstrap(np.arange(4), n_resamples=5, rng=0)
+    ours = variance_ratio(Y, times, lambda dlt: np.ones_like(np.asarray(dlt, float)), boot)
+    q = ours.extra["q"]
+    ref = VarianceRatio(y, lags=q, trend="c", debiased=False, robust=False, overlap=True).vr
+    nq = y.size - 1
+    assert ours.estimate[0] == pytest.approx(ref * nq / (nq - q + 1), rel=EXACT)
 
 
-def test_pooled_acf_equals_statsmodels_adjusted_acf_and_ljung_box():
-    """Ours: rho_k = [sum_t e_t e_{t+k}/(n-k)] / [sum_t e_t^2/n] = statsmodels acf(adjusted=True) on a demeaned
-    series; rescaled by (n-k)/n it is the plain acf, and Ljung-Box Q = n(n+2) sum rho_k^2/(n-k) matches."""
-    from statsmodels.stats.diagnostic import acorr_ljungbox
+def test_pooled_acf_equals_statsmodels_adjusted_acf():
+    """Ours: rho_k = [sum_t z_t z_{t+k}/(n-k)] / [sum_t z_t^2/n] = statsmodels acf(adjusted=True) on a demeaned series."""
     from statsmodels.tsa.stattools import acf
-    rng = np.random.default_rng(3)
-    x = rng.standard_normal(300)
-    x[1:] += 0.3 * x[:-1]  # some autocorrelation to compare
+    x = np.random.default_rng(3).standard_normal(300)
+    x[1:] += 0.3 * x[:-1]
     x -= x.mean()
-    h, n = 5, x.size
-    res = _pooled_acf_test(_two_copies(x)[..., None], h, WalkerBootstrap(2, n_resamples=5, rng=0), "acf", "x")
-    ours = np.array(res.extra["acf"])
-    np.testing.assert_allclose(ours, acf(x, adjusted=True, nlags=h, fft=False)[1:], rtol=EXACT)
-    k = np.arange(1, h + 1)
-    plain = ours * (n - k) / n
-    np.testing.assert_allclose(plain, acf(x, nlags=h, fft=False)[1:], rtol=EXACT)
-    lb = n * (n + 2) * np.sum(plain**2 / (n - k))
-    assert lb == pytest.approx(acorr_ljungbox(x, lags=[h])["lb_stat"].iloc[0], rel=EXACT)
+    res = autocorrelation(_copies(x), ClusterBootstrap(np.arange(4), n_resamples=5, rng=0))
+    np.testing.assert_allclose(res.extra["acf"][0], acf(x, adjusted=True, nlags=5, fft=False)[1:], rtol=EXACT)
+
+
+def test_kurtosis_equals_scipy_and_normaltest_is_scipys():
+    z = stats.t.rvs(6, size=2000, random_state=4)
+    z -= z.mean()  # our moments are about 0 (increments have mean 0 under the null); scipy's about the mean
+    res = kurtosis(_copies(z), ClusterBootstrap(np.arange(4), n_resamples=5, rng=0), n_free=10**9)
+    assert res.estimate[0] == pytest.approx(stats.kurtosis(z, fisher=True, bias=True), rel=1e-6)
+    ref = stats.normaltest(z)
+    nt = normality_test(z)
+    assert nt.statistic == pytest.approx(ref.statistic, rel=EXACT) and nt.pvalue == pytest.approx(ref.pvalue, rel=EXACT)
 
 
 def test_hill_estimator_equals_the_direct_formula_and_recovers_pareto_index():
@@ -59,16 +58,6 @@ def test_hill_estimator_equals_the_direct_formula_and_recovers_pareto_index():
     direct = 1.0 / np.mean(np.log(top[:k] / top[k]))
     assert hill_estimator(x, k) == pytest.approx(direct, rel=EXACT)
     assert abs(direct - alpha) < 3 * alpha / np.sqrt(k)  # Hill's standard error alpha / sqrt(k)
-
-
-def test_gaussianity_uses_scipy_normaltest_and_kurtosis():
-    z = stats.t.rvs(6, size=2000, random_state=4)
-    z = (z - z.mean()) / z.std()
-    mom = np.array([[np.mean(z**2), np.mean(z**4)]] * 2)  # one walker's moments, as two copies
-    res = gaussianity_test(z, mom, WalkerBootstrap(2, n_resamples=5, rng=0))
-    ref = stats.normaltest(z)
-    assert res.statistic == pytest.approx(ref.statistic, rel=EXACT) and res.pvalue == pytest.approx(ref.pvalue, rel=EXACT)
-    assert res.estimate == pytest.approx(stats.kurtosis(z, fisher=True, bias=True), rel=1e-8)
 
 
 def test_sphere_geometry_matches_scipy_variation_and_direct_offset():
@@ -81,12 +70,14 @@ def test_sphere_geometry_matches_scipy_variation_and_direct_offset():
                                                                          rel=1e-10)
 
 
-def test_arch_supplement_is_one_arch_call_per_walker():
-    from arch.unitroot import VarianceRatio
-    rng = np.random.default_rng(6)
-    E = rng.standard_normal((30, 4, 3)) * np.array([3.0, 1.0, 0.5])  # top PC ~ first axis
-    Y = np.concatenate([np.zeros((1, 4, 3)), np.cumsum(E, 0)])
-    out = arch_variance_ratio(Y, E, 4, rng=0)
-    direction = np.linalg.svd(E.reshape(-1, 3) - E.reshape(-1, 3).mean(0), full_matrices=False)[2][0]
-    ref = [VarianceRatio(Y[:, i] @ direction, lags=4, trend="c", debiased=True, robust=True).vr for i in range(4)]
-    assert out["available"] and out["vr"] == pytest.approx(ref, rel=EXACT)
+def test_kurtosis_of_walker_standardised_gaussians_is_centred():
+    """Standardising each step by the sd over n walkers gives E[m4/m2^2] = 3n/(n+2) (uniform directions); the
+    battery subtracts exactly that, so Gaussian increments have excess kurtosis 0 at any walker count."""
+    from brownformer.stats.battery import standardize
+    for n in (6, 16):
+        e = np.random.default_rng(n).standard_normal((1, 4000, n, 2))
+        res = kurtosis(standardize(e), ClusterBootstrap(np.arange(n), n_resamples=5, rng=0))
+        assert abs(res.estimate[0]) < 0.05, n
+        centred = e - e.mean(axis=2, keepdims=True)  # common drift removed: n - 1 free values per step
+        res = kurtosis(standardize(centred), ClusterBootstrap(np.arange(n), n_resamples=5, rng=0), n_free=n - 1)
+        assert abs(res.estimate[0]) < 0.05, n

@@ -28,7 +28,7 @@ def test_sidecar_and_kind_override(tmp_path):
 @pytest.mark.parametrize("shape,fill,match", [
     ((5, 4), 0.0, "ndim"),
     ((2, 4, 3), 0.0, "at least 3 time"),
-    ((5, 1, 3), 0.0, "at least 2 walkers"),
+    ((5, 3, 3), 0.0, "at least 4 walkers"),
     ((5, 4, 3), np.nan, "non-finite"),
 ], ids=["ndim", "short", "one-walker", "nan"])
 def test_bad_arrays_refused(tmp_path, shape, fill, match):
@@ -41,7 +41,7 @@ def test_bad_arrays_refused(tmp_path, shape, fill, match):
 
 
 def test_bad_times_refused(tmp_path):
-    np.save(tmp_path / "d.npy", np.random.default_rng(0).standard_normal((4, 3, 2)))
+    np.save(tmp_path / "d.npy", np.random.default_rng(0).standard_normal((4, 4, 2)))
     (tmp_path / "d.json").write_text(json.dumps({"kind": "euclidean", "times": [0, 2, 1, 3]}))
     with pytest.raises(ValueError, match="increasing"):
         load_trajectory(tmp_path / "d.npy")

@@ -83,17 +83,32 @@ def test_baselines_reduce_the_loss(raw_config, digits_dir, tmp_path, optimizer):
 
 def test_rerun_without_probe_index_restarts_so_the_store_is_complete(raw_config, digits_dir, tmp_path):
     """Snakemake deletes a job's outputs (probes/index.parquet) before rerunning it; the checkpoint stays."""
-    import pandas as pd
-
-    from brownformer.pipeline import train_with_probes
-
     cfg = _cfg(raw_config)
     out = tmp_path / RUN
-    train_with_probes(cfg, RUN, digits_dir, out, progress=False)
+    train_run(cfg, RUN, digits_dir, out, probes=True, progress=False)
     index = out / "probes" / "index.parquet"
     n_captures = len(pd.read_parquet(index))
     assert n_captures > 3
     index.unlink()
     (out / "metrics.parquet").unlink()
-    train_with_probes(cfg, RUN, digits_dir, out, progress=False)
+    train_run(cfg, RUN, digits_dir, out, probes=True, progress=False)
     assert len(pd.read_parquet(index)) == n_captures
+
+
+def test_training_with_probes_loads_the_dataset_once(raw_config, digits_dir, tmp_path, monkeypatch):
+    """The recorder gets the loop's dataset: one read (and one checksum pass) of the prepared files."""
+    import brownformer.data.store as store
+    import brownformer.train as train
+
+    calls = []
+    real = store.load_prepared
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(train, "load_prepared", counting)
+    monkeypatch.setattr(store, "load_prepared", counting)
+    train_run(_cfg(raw_config), RUN, digits_dir, tmp_path / RUN, probes=True, progress=False)
+    assert len(calls) == 1
+    assert (tmp_path / RUN / "probes" / "index.parquet").exists()

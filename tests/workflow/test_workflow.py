@@ -69,7 +69,7 @@ def test_whole_dag_on_ci_config(tmp_path):
     out = _snakemake("--cores", "2", "--directory", str(work), timeout=1500)
     assert out.returncode == 0, out.stderr[-5000:]
     from brownformer.config import load_config
-    from brownformer.plots.catalog import FIGURES
+    from brownformer.results.catalog import FIGURES
 
     cfg = load_config(work / "config" / "config.yaml")
     for run in cfg.runs():

@@ -5,7 +5,7 @@ from pathlib import Path
 import yaml
 
 from brownformer.config import ConfigError, from_dict
-from brownformer.plots.catalog import FIGURES
+from brownformer.results.catalog import FIGURES
 
 try:
     # Cross-reference checks the schema cannot express; fails before any job runs, naming the key.
@@ -16,13 +16,32 @@ except ConfigError as exc:
 RUNS = [r.run_id for r in CFG.runs()]
 DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
 ENV = "../../envs/brownformer.yaml"
+# Output roots (config `paths`): another config (config/scaling.yaml) writes beside the default, never over it.
+RESULTS = CFG.paths["results"]
+FIGURES_DIR = CFG.paths["figures"]
+
+
+def in_results(path):
+    return f"{RESULTS}/{path}"
+
+
+def in_figures(path):
+    return f"{FIGURES_DIR}/{path}"
+
+
+def results_root(wildcards):
+    return RESULTS
+
+
+def figures_root(wildcards):
+    return FIGURES_DIR
 
 
 def _effective_config_path():
     """The merged config (configfile + --config overrides) as one file the CLI can read.
     Rewritten only when its content changes, so timestamps do not trigger reruns."""
     text = yaml.safe_dump(dict(config), sort_keys=True)
-    path = Path("results/config") / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
+    path = Path(in_results("config")) / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
@@ -40,7 +59,7 @@ wildcard_constraints:
 
 
 def data_dir_of_run(wildcards):
-    return f"results/data/{CFG.models[CFG.run(wildcards.run).model].dataset}"
+    return in_results(f"data/{CFG.models[CFG.run(wildcards.run).model].dataset}")
 
 
 def data_meta_of_run(wildcards):
@@ -58,16 +77,16 @@ def train_resources_gpu(wildcards):
 
 
 def all_run_stats(wildcards):
-    return expand("results/runs/{run}/stats/summary.json", run=RUNS)
+    return expand(in_results("runs/{run}/stats/summary.json"), run=RUNS)
 
 
 def all_run_metrics(wildcards):
-    return expand("results/runs/{run}/metrics.parquet", run=RUNS)
+    return expand(in_results("runs/{run}/metrics.parquet"), run=RUNS)
 
 
 def data_out_dir(wildcards):
-    return f"results/data/{wildcards.dataset}"
+    return in_results(f"data/{wildcards.dataset}")
 
 
 def run_dir(wildcards):
-    return f"results/runs/{wildcards.run}"
+    return in_results(f"runs/{wildcards.run}")

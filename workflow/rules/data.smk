@@ -1,14 +1,14 @@
 rule prepare_data:
     output:
-        meta="results/data/{dataset}/meta.json",
-        splits=multiext("results/data/{dataset}/", "train.npz", "val.npz", "test.npz"),
+        meta=in_results("data/{dataset}/meta.json"),
+        splits=multiext(in_results("data/{dataset}/"), "train.npz", "val.npz", "test.npz"),
     params:
         config=CONFIG_FILE,
         out=data_out_dir,
     log:
-        "results/logs/prepare_data/{dataset}.log",
+        in_results("logs/prepare_data/{dataset}.log"),
     benchmark:
-        "results/benchmarks/prepare_data/{dataset}.tsv"
+        in_results("benchmarks/prepare_data/{dataset}.tsv")
     conda:
         ENV
     shell:

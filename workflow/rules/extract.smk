@@ -1,16 +1,16 @@
 rule extract_trajectories:
     input:
-        metrics="results/runs/{run}/metrics.parquet",
-        probes="results/runs/{run}/probes/index.parquet",
+        metrics=in_results("runs/{run}/metrics.parquet"),
+        probes=in_results("runs/{run}/probes/index.parquet"),
     output:
-        index="results/runs/{run}/trajectories/index.json",
+        index=in_results("runs/{run}/trajectories/index.json"),
     params:
         config=CONFIG_FILE,
         run_dir=run_dir,
     log:
-        "results/logs/extract_trajectories/{run}.log",
+        in_results("logs/extract_trajectories/{run}.log"),
     benchmark:
-        "results/benchmarks/extract_trajectories/{run}.tsv"
+        in_results("benchmarks/extract_trajectories/{run}.tsv")
     conda:
         ENV
     shell:

@@ -1,27 +1,29 @@
 rule plot_figures:
     input:
-        claims="results/stats/claims.json",
-        summary="results/stats/summary.parquet",
-        calibration="results/stats/calibration.parquet",
+        claims=in_results("stats/claims.json"),
+        summary=in_results("stats/summary.parquet"),
+        calibration=in_results("stats/calibration.parquet"),
         metrics=all_run_metrics,
         stats=all_run_stats,
     output:
         png=[
             report(
-                f"figures/{name}.png",
-                caption=f"../report/{name}.rst",
+                in_figures(f"{figure.stem}.png"),
+                caption=f"../report/{figure.caption}",
                 category="Figures",
             )
-            for name in FIGURES
+            for figure in FIGURES.values()
         ],
-        svg=expand("figures/{figure}.svg", figure=FIGURES),
+        svg=expand(in_figures("{figure}.svg"), figure=FIGURES),
     params:
         config=CONFIG_FILE,
+        results=results_root,
+        figures=figures_root,
     log:
-        "results/logs/plot_figures/plot_figures.log",
+        in_results("logs/plot_figures/plot_figures.log"),
     benchmark:
-        "results/benchmarks/plot_figures/plot_figures.tsv"
+        in_results("benchmarks/plot_figures/plot_figures.tsv")
     conda:
         ENV
     shell:
-        "brownformer figures --config {params.config} --results results --out figures 2>> {log}"
+        "brownformer figures --config {params.config} --results {params.results} --out {params.figures} 2>> {log}"

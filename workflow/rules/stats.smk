@@ -1,41 +1,41 @@
 rule compute_stats:
     input:
-        index="results/runs/{run}/trajectories/index.json",
-        calibration="results/stats/calibration.parquet",
+        index=in_results("runs/{run}/trajectories/index.json"),
     output:
-        summary="results/runs/{run}/stats/summary.json",
+        summary=in_results("runs/{run}/stats/summary.json"),
     params:
         config=CONFIG_FILE,
         run_dir=run_dir,
     threads: CFG.resources.get("stats_threads", 1)
     log:
-        "results/logs/compute_stats/{run}.log",
+        in_results("logs/compute_stats/{run}.log"),
     benchmark:
-        "results/benchmarks/compute_stats/{run}.tsv"
+        in_results("benchmarks/compute_stats/{run}.tsv")
     conda:
         ENV
     shell:
         "brownformer stats run --config {params.config} --run {wildcards.run} "
-        "--traj-dir {params.run_dir}/trajectories --calibration {input.calibration} "
-        "--out {params.run_dir}/stats 2>> {log}"
+        "--traj-dir {params.run_dir}/trajectories --out {params.run_dir}/stats 2>> {log}"
 
 
+# The calibration simulates the exact shapes (capture times, groups, correlation) of the battery files,
+# which the per-run statistics record; the claims then cite size and power at each file's shape.
 rule calibrate_tests:
     input:
-        indexes=expand("results/runs/{run}/trajectories/index.json", run=RUNS),
+        stats=all_run_stats,
     output:
-        table="results/stats/calibration.parquet",
+        table=in_results("stats/calibration.parquet"),
     params:
         config=CONFIG_FILE,
     threads: CFG.resources.get("calibrate_threads", 2)
     log:
-        "results/logs/calibrate_tests/calibrate_tests.log",
+        in_results("logs/calibrate_tests/calibrate_tests.log"),
     benchmark:
-        "results/benchmarks/calibrate_tests/calibrate_tests.tsv"
+        in_results("benchmarks/calibrate_tests/calibrate_tests.tsv")
     conda:
         ENV
     shell:
-        "brownformer stats calibrate --config {params.config} --traj-index {input.indexes} "
+        "brownformer stats calibrate --config {params.config} --run-stats {input.stats} "
         "--jobs {threads} --out {output.table} 2>> {log}"
 
 
@@ -43,18 +43,21 @@ rule summarize_stats:
     input:
         stats=all_run_stats,
         metrics=all_run_metrics,
-        calibration="results/stats/calibration.parquet",
+        data=expand(in_results("data/{dataset}/meta.json"), dataset=DATASETS),  # chance levels: did the runs train?
+        calibration=in_results("stats/calibration.parquet"),
     output:
-        claims="results/stats/claims.json",
-        summary="results/stats/summary.parquet",
+        claims=in_results("stats/claims.json"),
+        summary=in_results("stats/summary.parquet"),
+        training_status=in_results("stats/training_status.json"),
     params:
         config=CONFIG_FILE,
+        results=results_root,
     log:
-        "results/logs/summarize_stats/summarize_stats.log",
+        in_results("logs/summarize_stats/summarize_stats.log"),
     benchmark:
-        "results/benchmarks/summarize_stats/summarize_stats.tsv"
+        in_results("benchmarks/summarize_stats/summarize_stats.tsv")
     conda:
         ENV
     shell:
-        "brownformer stats summary --config {params.config} --results results "
-        "--calibration {input.calibration} --out results/stats 2>> {log}"
+        "brownformer stats summary --config {params.config} --results {params.results} "
+        "--calibration {input.calibration} --out {params.results}/stats 2>> {log}"

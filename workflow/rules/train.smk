@@ -2,9 +2,9 @@ rule train_model:
     input:
         meta=data_meta_of_run,
     output:
-        metrics="results/runs/{run}/metrics.parquet",
-        manifest="results/runs/{run}/manifest.json",
-        probes="results/runs/{run}/probes/index.parquet",
+        metrics=in_results("runs/{run}/metrics.parquet"),
+        manifest=in_results("runs/{run}/manifest.json"),
+        probes=in_results("runs/{run}/probes/index.parquet"),
     params:
         config=CONFIG_FILE,
         data=data_dir_of_run,
@@ -17,9 +17,9 @@ rule train_model:
         mem_mb=CFG.resources.get("train_mem_mb", 2000),
         runtime=CFG.resources.get("train_runtime_min", 60),
     log:
-        "results/logs/train_model/{run}.log",
+        in_results("logs/train_model/{run}.log"),
     benchmark:
-        "results/benchmarks/train_model/{run}.tsv"
+        in_results("benchmarks/train_model/{run}.tsv")
     conda:
         ENV
     shell:

@@ -6,6 +6,8 @@ never depends on how many batches were drawn before it.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import torch
 
@@ -42,23 +44,65 @@ def _windows(stream: np.ndarray, starts: np.ndarray, seq_len: int) -> tuple[torc
     return torch.from_numpy(stream[pos]), torch.from_numpy(stream[pos + 1])  # y: the next characters
 
 
-def _augment(x: np.ndarray, rng: np.random.Generator, meta) -> np.ndarray:
+@dataclass(frozen=True)
+class BatchDraw:
+    """The random choices behind batch `step` of a run: which examples and how each is augmented.
+
+    Attributes:
+        index: (B,) example indices (images) or window starts (text).
+        top: (B,) crop offsets in 0..2*CROP_PAD (rows), or None without augmentation.
+        left: (B,) crop offsets (columns), or None.
+        flip: (B,) bool, horizontal flip, or None.
+    """
+    index: np.ndarray
+    top: np.ndarray | None = None
+    left: np.ndarray | None = None
+    flip: np.ndarray | None = None
+
+
+def draw_batch(data: PreparedData, split: str, *, step: int, seed: int, batch_size: int,
+               seq_len: int | None = None, augment: bool = False) -> BatchDraw:
+    """The draws of `sample_batch` (same arguments, same errors), without touching any pixel.
+
+    Both the numpy path (`sample_batch`) and the on-device path (`DeviceSampler`) gather with these
+    indices, so they give the same batch for the same (seed, step).
+    """
+    arrays = _split(data, split)
+    rng = _rng(seed, step, _SPLIT_SALT[split])
+    if data.kind == "text":
+        return BatchDraw(rng.integers(0, _window_count(arrays["x"], seq_len, split), size=batch_size))
+    N = len(arrays["y"])
+    if batch_size > N:
+        raise DataError(f"batch_size {batch_size} exceeds the {N} examples of split {split!r}")
+    index = rng.choice(N, size=batch_size, replace=False)
+    if not augment:
+        return BatchDraw(index)
+    if not data.meta.get("augmentation"):
+        raise DataError(f"dataset {data.meta.get('dataset')!r} has no augmentation "
+                        "(flips and shifts would change what small digits show)")
+    top = rng.integers(0, 2 * CROP_PAD + 1, size=batch_size)
+    left = rng.integers(0, 2 * CROP_PAD + 1, size=batch_size)
+    return BatchDraw(index, top, left, rng.random(batch_size) < 0.5)
+
+
+def padding_fill(meta) -> np.ndarray:
+    """(C,) float32 value of a black pixel after standardisation: -mean/std per channel."""
+    return -np.asarray(meta["mean"], dtype=np.float32) / np.asarray(meta["std"], dtype=np.float32)
+
+
+def _augment(x: np.ndarray, draw: BatchDraw, meta) -> np.ndarray:
     """Random crop with 4 black pixels of padding, then a random horizontal flip, per image.
 
     As torchvision's RandomCrop(padding=4) + RandomHorizontalFlip before Normalize: the padding
     is black in [0, 1] pixel space, i.e. -mean/std per channel after standardisation.
     """
     B, C, H, W = x.shape
-    fill = -np.asarray(meta["mean"], dtype=np.float32) / np.asarray(meta["std"], dtype=np.float32)  # (C,)
     padded = np.empty((B, C, H + 2 * CROP_PAD, W + 2 * CROP_PAD), dtype=x.dtype)
-    padded[:] = fill[None, :, None, None]
+    padded[:] = padding_fill(meta)[None, :, None, None]
     padded[:, :, CROP_PAD:CROP_PAD + H, CROP_PAD:CROP_PAD + W] = x
-    top = rng.integers(0, 2 * CROP_PAD + 1, size=B)
-    left = rng.integers(0, 2 * CROP_PAD + 1, size=B)
-    flip = rng.random(B) < 0.5
-    rows = top[:, None] + np.arange(H)  # (B, H)
-    cols = left[:, None] + np.arange(W)  # (B, W)
-    cols = np.where(flip[:, None], cols[:, ::-1], cols)  # flipping = reading columns backwards
+    rows = draw.top[:, None] + np.arange(H)  # (B, H)
+    cols = draw.left[:, None] + np.arange(W)  # (B, W)
+    cols = np.where(draw.flip[:, None], cols[:, ::-1], cols)  # flipping = reading columns backwards
     out = padded[np.arange(B)[:, None, None, None], np.arange(C)[None, :, None, None],
                  rows[:, None, :, None], cols[:, None, None, :]]  # (B, C, H, W)
     return np.ascontiguousarray(out)
@@ -78,23 +122,14 @@ def sample_batch(data: PreparedData, split: str, *, step: int, seed: int, batch_
         DataError: unknown split, batch larger than the split, too-short text, or augment on
             a dataset without augmentation.
     """
+    draw = draw_batch(data, split, step=step, seed=seed, batch_size=batch_size, seq_len=seq_len, augment=augment)
     arrays = _split(data, split)
-    rng = _rng(seed, step, _SPLIT_SALT[split])
     if data.kind == "text":
-        stream = arrays["x"]
-        starts = rng.integers(0, _window_count(stream, seq_len, split), size=batch_size)
-        return _windows(stream, starts, seq_len)
-    N = len(arrays["y"])
-    if batch_size > N:
-        raise DataError(f"batch_size {batch_size} exceeds the {N} examples of split {split!r}")
-    idx = rng.choice(N, size=batch_size, replace=False)
-    x = arrays["x"][idx]  # (B, C, H, W), a copy
+        return _windows(arrays["x"], draw.index, seq_len)
+    x = arrays["x"][draw.index]  # (B, C, H, W), a copy
     if augment:
-        if not data.meta.get("augmentation"):
-            raise DataError(f"dataset {data.meta.get('dataset')!r} has no augmentation "
-                            "(flips and shifts would change what small digits show)")
-        x = _augment(x, rng, data.meta)
-    return torch.from_numpy(x), torch.from_numpy(arrays["y"][idx])
+        x = _augment(x, draw, data.meta)
+    return torch.from_numpy(x), torch.from_numpy(arrays["y"][draw.index])
 
 
 def eval_batches(data: PreparedData, split: str, *, batch_size: int, n_batches: int,

@@ -1,10 +1,18 @@
-"""Optimizers: the registry used by training, and K-FAC (eigen and iterative/CG)."""
-from brownformer.optim.registry import OPTIMIZERS, CompositeOptimizer, build_optimizer
+"""Optimizers: the registry used by training, and K-FAC (eigen and iterative/CG).
 
-__all__ = ["OPTIMIZERS", "CompositeOptimizer", "build_optimizer", "KFAC"]
+Attributes are imported lazily so that ``brownformer.config`` can read the registry's keys
+without importing torch.
+"""
+__all__ = ["OPTIMIZERS", "REGISTRY", "CompositeOptimizer", "build_optimizer", "KFAC"]
 
 
-def __getattr__(name):  # lazy so the registry works while kfac.py is being developed
+def __getattr__(name):
+    if name in ("OPTIMIZERS", "REGISTRY", "build_optimizer"):
+        from brownformer.optim import registry
+        return getattr(registry, name)
+    if name == "CompositeOptimizer":
+        from brownformer.optim._composite import CompositeOptimizer
+        return CompositeOptimizer
     if name == "KFAC":
         from brownformer.optim.kfac import KFAC
         return KFAC

@@ -25,7 +25,7 @@ model) with autocast disabled, so bf16 autocast never reaches the factors.
 ``fisher="mc"``: a forward hook on the model keeps the logits ``z`` (``(B, ..., classes)``) and
 registers a tensor hook on them. When ``loss.backward()`` reaches ``z`` the hook samples
 ``y ~ softmax(z)`` and runs ``torch.autograd.grad(z, [s_l], grad_outputs=(softmax(z) -
-onehot(y)) / B, retain_graph=True)``: the gradients of the sampled-label cross-entropy (the
+onehot(y)) / R, retain_graph=True)`` (``R`` as the loss reduction, ``FactorCapture``): the gradients of the sampled-label cross-entropy (the
 true Fisher, Martens & Grosse 2015 sec. 5) w.r.t. every captured layer output. That costs one
 extra backward pass to the layer outputs (no weight gradients), i.e. roughly a third of a
 forward+backward, on factor-update steps only. It assumes the model returns the logits of a
@@ -37,6 +37,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+import weakref
 from dataclasses import dataclass, field
 
 import torch
@@ -46,6 +47,7 @@ logger = logging.getLogger(__name__)
 
 SCOPES = ("all", "attention", "mlp")
 FISHERS = ("empirical", "mc")
+LOSS_REDUCTIONS = ("mean", "batch")
 _ATTENTION = re.compile(r"attn|attention")
 _MLP = re.compile(r"mlp|ffn|feed_?forward")
 _HEAD_PROJECTIONS = {"q", "k", "v", "q_proj", "k_proj", "v_proj", "query", "key", "value"}
@@ -120,63 +122,99 @@ def find_layers(model: nn.Module, *, scope: str, per_head: bool, n_heads: int | 
     return layers
 
 
-class FactorCapture:
-    """Registers the hooks and keeps each layer's inputs and output gradients until ``step``."""
+def _remove_handles(handles: list) -> None:
+    for handle in handles:
+        handle.remove()
+    handles.clear()
 
-    def __init__(self, model: nn.Module, layers: list[KFACLayer], *, fisher: str,
+
+# model -> the capture whose hooks are on it: a second K-FAC on the same model takes the hooks over
+_ACTIVE: "weakref.WeakKeyDictionary[nn.Module, weakref.ref]" = weakref.WeakKeyDictionary()
+
+
+class FactorCapture:
+    """Registers the hooks and keeps each layer's inputs and output gradients until ``step``.
+
+    The hooks reach the capture through a weak reference, so a deleted optimizer leaves no hook that
+    keeps capturing (its hooks are removed when it is garbage-collected), and a second capture on
+    the same model removes the first one's hooks (one K-FAC preconditions a model at a time).
+
+    ``loss_reduction`` fixes ``R``, the number of terms the loss averages (``_kfac_math``): ``"mean"``
+    counts every row of the model output (``B`` for ``(B, C)`` logits, ``B T`` for ``(B, T, C)``:
+    ``F.cross_entropy``'s default), ``"batch"`` only its leading dimension ``B`` (a per-example loss
+    summed over tokens). ``scale`` holds the ``R`` of the last forward pass.
+    """
+
+    def __init__(self, model: nn.Module, layers: list[KFACLayer], *, fisher: str, loss_reduction: str = "mean",
                  generator: torch.Generator | None = None):
-        self.model, self.layers = model, layers
-        self.fisher, self.generator = fisher, generator
+        if loss_reduction not in LOSS_REDUCTIONS:
+            raise ValueError(f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}")
+        self.layers = layers
+        self.fisher, self.generator, self.loss_reduction = fisher, generator, loss_reduction
         self.enabled = True
         self.seconds = 0.0
+        self.scale: int | None = None
         self._outputs: list[tuple[KFACLayer, torch.Tensor]] = []  # mc: outputs awaiting the logits
-        self._handles = [layer.module.register_forward_hook(self._make_hook(layer)) for layer in layers]
-        if fisher == "mc":
-            self._handles.append(model.register_forward_hook(self._on_model_output))
+        previous = _ACTIVE.get(model)
+        if previous is not None and previous() is not None:
+            logger.warning("a second K-FAC on the same model: the first one's hooks are removed")
+            previous().remove()
+        ref = weakref.ref(self)
+        self._handles = [layer.module.register_forward_hook(_layer_hook(ref, layer)) for layer in layers]
+        self._handles.append(model.register_forward_hook(_model_hook(ref)))
+        _ACTIVE[model] = ref
+        self._finalizer = weakref.finalize(self, _remove_handles, self._handles)
 
     def remove(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles = []
+        """Remove every hook; the optimizer then only uses the factors it already has."""
+        _remove_handles(self._handles)
+
+    @property
+    def n_hooks(self) -> int:
+        return len(self._handles)
 
     def _active(self, module: nn.Module) -> bool:
         return self.enabled and module.training and torch.is_grad_enabled()
 
-    def _make_hook(self, layer: KFACLayer):
-        def hook(module, args, output):
-            if not self._active(module):
-                return
-            layer.inputs.append(args[0].detach())
-            if not output.requires_grad:
-                return
-            if self.fisher == "mc":
-                self._outputs.append((layer, output))
-            else:
-                output.register_hook(layer.output_grads.append)
-        return hook
+    def _on_layer(self, layer: KFACLayer, module, args, output) -> None:
+        if not self._active(module):
+            return
+        layer.inputs.append(args[0].detach())
+        if not output.requires_grad:
+            return
+        if self.fisher == "mc":
+            self._outputs.append((layer, output))
+        else:
+            output.register_hook(layer.output_grads.append)
 
-    def _on_model_output(self, module, args, output):
-        if not self._active(module) or not self._outputs:
+    def _on_model_output(self, module, args, output) -> None:
+        if not self._active(module):
+            return
+        if isinstance(output, torch.Tensor) and output.dim() >= 1:
+            self.scale = output.shape[0] if self.loss_reduction == "batch" or output.dim() == 1 \
+                else output.numel() // output.shape[-1]
+        if self.fisher != "mc" or not self._outputs:
             return
         if not isinstance(output, torch.Tensor) or not output.requires_grad:
             raise TypeError("fisher='mc' needs a model that returns a logits tensor")
         outputs, self._outputs = self._outputs, []
         handles = []
+        scale = self.scale
 
         def once(grad):
             handles.pop().remove()  # the inner backward below passes through the logits again
-            self._mc_backward(output, outputs)
+            self._mc_backward(output, outputs, scale)
 
         handles.append(output.register_hook(once))
 
-    def _mc_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]]) -> None:
-        """Backpropagate the sampled-label cross-entropy gradient to the layer outputs."""
+    def _mc_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]], scale: int) -> None:
+        """Backpropagate the sampled-label cross-entropy gradient (divided by ``R``, as the loss) to the layer outputs."""
         start = time.perf_counter()
-        B, n_classes = logits.shape[0], logits.shape[-1]
+        n_classes = logits.shape[-1]
         with torch.no_grad(), torch.autocast(logits.device.type, enabled=False):
             probs = logits.detach().float().softmax(dim=-1).reshape(-1, n_classes)  # (rows, classes)
             sampled = torch.multinomial(probs, 1, generator=self.generator)  # (rows, 1)
-            grad = probs.scatter_add(1, sampled, -torch.ones_like(probs[:, :1])) / B
+            grad = probs.scatter_add(1, sampled, -torch.ones_like(probs[:, :1])) / scale
             grad = grad.reshape(logits.shape).to(logits.dtype)
         with torch.enable_grad():
             grads = torch.autograd.grad(logits, [s for _, s in outputs], grad_outputs=grad,
@@ -185,3 +223,19 @@ class FactorCapture:
         for (layer, _), g in zip(outputs, grads):
             if g is not None:
                 layer.output_grads.append(g)
+
+
+def _layer_hook(ref: weakref.ref, layer: KFACLayer):
+    def hook(module, args, output):
+        capture = ref()
+        if capture is not None:
+            capture._on_layer(layer, module, args, output)
+    return hook
+
+
+def _model_hook(ref: weakref.ref):
+    def hook(module, args, output):
+        capture = ref()
+        if capture is not None:
+            capture._on_model_output(module, args, output)
+    return hook

@@ -70,12 +70,12 @@ class LayerGroup:
         return stack
 
     def factors(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
-        """Stacked running ``(A, G)``, created as identities on first use."""
+        """Stacked running ``(A, G)``, created as zeros on first use: the first batch factor replaces
+        them exactly (``_kfac_math.factor_weight``)."""
         if "factor_a" not in self.stacks:
             n_in = self.in_features + int(self.has_bias)
             for key, n in (("factor_a", n_in), ("factor_g", self.out_features)):
-                eye = torch.eye(n, dtype=self.dtype, device=self.device)
-                self.bind(state, key, eye.expand(len(self), n, n).clone())
+                self.bind(state, key, torch.zeros(len(self), n, n, dtype=self.dtype, device=self.device))
         return self.stacks["factor_a"], self.stacks["factor_g"]
 
     def restack(self, state: dict) -> None:
@@ -121,21 +121,23 @@ class LayerGroup:
         return directions
 
     # ---- batch factors -----------------------------------------------------------------------
-    def batch_factors(self, weight_sharing: str) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
+    def batch_factors(self, weight_sharing: str, scale: int | None = None
+                      ) -> tuple[torch.Tensor, torch.Tensor, list[bool]]:
         """Batch ``(A, G)`` ``(k, ., .)`` from the kept tensors, and which layers have both.
 
-        A layer without a kept input or output gradient gets a placeholder and ``False``.
+        ``scale`` is ``R`` of ``_kfac_math.output_factor`` (default: the batch size). A layer without a
+        kept input or output gradient gets a placeholder and ``False``.
         """
         inputs = [m.inputs for m in self.layers]
         grads = [m.output_grads for m in self.layers]
         with torch.autocast(self.device.type, enabled=False):
             single = all(len(a) == 1 for a in inputs) and all(len(g) == 1 for g in grads)
             if single and len({a[0].shape for a in inputs}) == 1 and len({g[0].shape for g in grads}) == 1:
-                batch_a, batch_g = self._stacked([a[0] for a in inputs], [g[0] for g in grads], weight_sharing)
+                batch_a, batch_g = self._stacked([a[0] for a in inputs], [g[0] for g in grads], weight_sharing, scale)
                 return batch_a, batch_g, [True] * len(self)
-            return self._per_layer(inputs, grads, weight_sharing)
+            return self._per_layer(inputs, grads, weight_sharing, scale)
 
-    def _stacked(self, inputs, grads, weight_sharing):
+    def _stacked(self, inputs, grads, weight_sharing, scale):
         position, unique, index = {}, [], []
         for a in inputs:  # Q, K and V read the same memory: one A for the three (all kept alive here)
             key = (a.data_ptr(), a.dtype, a.shape, a.stride())
@@ -146,12 +148,12 @@ class LayerGroup:
         batch_a = stacked_input_factor(unique, bias=self.has_bias, weight_sharing=weight_sharing, dtype=self.dtype)
         if len(unique) < len(inputs):
             batch_a = batch_a[index]  # (k, in+1, in+1)
-        batch_g = stacked_output_factor(grads, weight_sharing=weight_sharing, dtype=self.dtype)
+        batch_g = stacked_output_factor(grads, weight_sharing=weight_sharing, dtype=self.dtype, scale=scale)
         if self.head_mask is not None:
             batch_g.mul_(self.head_mask)
         return batch_a, batch_g
 
-    def _per_layer(self, inputs, grads, weight_sharing):
+    def _per_layer(self, inputs, grads, weight_sharing, scale):
         a_list, g_list, updated = [], [], []
         for m, a_kept, g_kept in zip(self.layers, inputs, grads):
             if not a_kept or not g_kept:
@@ -162,7 +164,8 @@ class LayerGroup:
                 continue
             a_list.append(sum(input_factor(a.to(self.dtype), bias=self.has_bias, weight_sharing=weight_sharing)
                               for a in a_kept) / len(a_kept))
-            g = sum(output_factor(g.to(self.dtype), weight_sharing=weight_sharing) for g in g_kept) / len(g_kept)
+            g = sum(output_factor(g.to(self.dtype), weight_sharing=weight_sharing, scale=scale)
+                    for g in g_kept) / len(g_kept)
             g_list.append(g if m.head_size is None else block_diagonal(g, m.head_size))
             updated.append(True)
         return torch.stack(a_list), torch.stack(g_list), updated

@@ -5,13 +5,15 @@ appended when the layer has a bias, ``g = dL/ds`` the gradient of the backpropag
 with respect to the output, ``V = dL/d[W, b]`` the gradient as an ``(out, in[+1])`` matrix.
 Every function here is a pure function of tensors so it can be tested on its own.
 
-Scale convention: ``L`` is a mean over the leading (batch) dimension ``B`` of the layer input,
-``L = (1/B) sum_n l_n``; each per-example loss ``l_n`` may sum (or mean) over its tokens. Then
-``B g`` is the per-example gradient and ``G = B sum_rows g g^T`` estimates the per-example factor,
-so ``A (x) G`` matches the GGN of ``L`` exactly in the known exact cases (Eschenhagen et al. 2023):
-deep linear networks with a per-token loss summed over tokens (``expand``) or a loss on
-token-pooled outputs (``reduce``). A loss that is a mean over ``B * T`` tokens makes ``G`` ``T``
-times smaller than that GGN block, which acts like a ``T`` times larger damping.
+Scale convention: ``L`` is a mean over ``R`` loss terms, ``L = (1/R) sum_i l_i``: ``R = B`` for a
+loss averaged over the batch (each ``l_n`` may sum over its tokens), ``R = B T`` for a per-token
+loss averaged over every token (``F.cross_entropy`` on ``(B, T, C)`` logits). Then ``R g`` is the
+gradient of one loss term and ``G = R sum_rows g g^T`` (``scale = R``) estimates the factor of the
+GGN/Fisher of ``L``, so ``A (x) G`` matches the GGN of ``L`` exactly in the known exact cases
+(Eschenhagen et al. 2023): deep linear networks with a per-token loss (``expand``) or a loss on
+token-pooled outputs (``reduce``). The empirical and the Monte-Carlo Fisher use the same ``R``
+(the sampled-label gradient is divided by ``R`` as the loss is), so switching the Fisher type
+keeps ``G``'s scale and the meaning of the damping.
 """
 
 from __future__ import annotations
@@ -82,27 +84,28 @@ def stacked_input_factor(a: list[torch.Tensor], *, bias: bool, weight_sharing: s
     return factor.div_(n)
 
 
-def output_factor(g: torch.Tensor, *, weight_sharing: str = "expand") -> torch.Tensor:
-    """Output-gradient Kronecker factor ``G`` of one batch, for a loss averaged over ``B``.
+def output_factor(g: torch.Tensor, *, weight_sharing: str = "expand", scale: float | None = None) -> torch.Tensor:
+    """Output-gradient Kronecker factor ``G`` of one batch, for a loss averaged over ``R`` terms.
 
-    ``expand``: ``G = B sum_{n,t} g_nt g_nt^T``; ``reduce``: ``G = B sum_n gsum_n gsum_n^T`` with
-    ``gsum_n = sum_t g_nt`` (Eschenhagen et al. 2023); the factor ``B`` undoes the ``1/B`` of the
+    ``expand``: ``G = R sum_{n,t} g_nt g_nt^T``; ``reduce``: ``G = R sum_n gsum_n gsum_n^T`` with
+    ``gsum_n = sum_t g_nt`` (Eschenhagen et al. 2023); the factor ``R`` undoes the ``1/R`` of the
     mean-reduced loss (see the module docstring).
 
     Args:
         g: Gradient of the loss w.r.t. the layer output, ``(B, ..., out)``.
         weight_sharing: ``"expand"`` or ``"reduce"``.
+        scale: ``R``, the number of terms the loss averages (default ``B = g.shape[0]``).
 
     Returns:
         ``(out, out)`` symmetric PSD matrix.
     """
-    return stacked_output_factor([g], weight_sharing=weight_sharing, dtype=g.dtype)[0]
+    return stacked_output_factor([g], weight_sharing=weight_sharing, dtype=g.dtype, scale=scale)[0]
 
 
 def stacked_output_factor(g: list[torch.Tensor], *, weight_sharing: str = "expand",
-                          dtype: torch.dtype = torch.float32) -> torch.Tensor:
+                          dtype: torch.dtype = torch.float32, scale: float | None = None) -> torch.Tensor:
     """:func:`output_factor` of ``k`` layers whose output gradients have one shape: ``(k, out, out)``."""
-    B = g[0].shape[0]
+    B = g[0].shape[0] if scale is None else scale
     rows = [_rows(t.to(dtype), weight_sharing, torch.sum) for t in g]  # k x (rows, out)
     factor = rows[0].new_empty(len(rows), rows[0].shape[1], rows[0].shape[1])
     for j, x in enumerate(rows):
@@ -117,12 +120,16 @@ def block_diagonal(m: torch.Tensor, block: int) -> torch.Tensor:
     return m * (idx[:, None] == idx[None, :])
 
 
-def kronecker_operator(g: torch.Tensor, a: torch.Tensor, x: torch.Tensor, damping: float) -> torch.Tensor:
+def kronecker_operator(g: torch.Tensor, a: torch.Tensor, x: torch.Tensor,
+                       damping: float | torch.Tensor) -> torch.Tensor:
     """Apply the damped Kronecker operator ``X -> G X A + damping X`` (batched over dim 0).
 
     ``G X A`` is ``(A (x) G) vec(X)`` in column-major ``vec``; with ``G, A`` PSD and
-    ``damping > 0`` the operator is symmetric positive definite.
+    ``damping > 0`` the operator is symmetric positive definite. ``damping`` is a number or a
+    per-system ``(k, 1, 1)`` tensor.
     """
+    if isinstance(damping, torch.Tensor):
+        return torch.bmm(torch.bmm(g, x), a).addcmul_(damping, x)
     return torch.baddbmm(x, torch.bmm(g, x), a, beta=damping)
 
 
@@ -130,14 +137,15 @@ def eigen_solve(
     eig_g: tuple[torch.Tensor, torch.Tensor],
     eig_a: tuple[torch.Tensor, torch.Tensor],
     v: torch.Tensor,
-    damping: float,
+    damping: float | torch.Tensor,
 ) -> torch.Tensor:
     """Solve ``G X A + damping X = V`` exactly from eigendecompositions (batched over dim 0).
 
     With ``G = Q_g diag(d_g) Q_g^T`` and ``A = Q_a diag(d_a) Q_a^T``:
     ``X = Q_g [(Q_g^T V Q_a) / (d_g d_a^T + damping)] Q_a^T`` (Martens & Grosse 2015, with the
     exact Kronecker damping instead of the factored Tikhonov split, so it solves the same system
-    as :func:`conjugate_gradient`; George et al. 2018 use the same eigenbasis form).
+    as :func:`conjugate_gradient`; George et al. 2018 use the same eigenbasis form). ``damping``
+    is a number or a per-system ``(k, 1, 1)`` tensor.
     """
     (dg, qg), (da, qa) = eig_g, eig_a
     rotated = qg.transpose(1, 2) @ v @ qa  # (k, out, in)
@@ -151,18 +159,62 @@ def symmetric_eigh(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     Raises:
         torch.linalg.LinAlgError: If ``eigh`` fails in float64 as well.
     """
+    d, q = symmetric_eigh_raw(m)
+    # contiguous: eigh returns column-major eigenvectors, a reloaded copy would be row-major, and
+    # BLAS may round the two layouts differently (a resumed run must be bit-identical)
+    return d.clamp_min(0.0).contiguous(), q.contiguous()
+
+
+def padded_eigh(mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`symmetric_eigh` of stacks of different sizes in at most two batched calls.
+
+    ``eigh`` reads its error flags on the host once per call, so one call per factor shape costs a
+    host synchronisation each. Here every ``(k_i, n_i, n_i)`` stack is embedded in a block-diagonal
+    ``(M, M)`` matrix whose padding block is ``-I``: its eigenvalues ``-1`` sort first and are apart
+    from the PSD spectrum, so the last ``n_i`` eigenpairs are those of the factor. Sizes above
+    ``M / 2.5`` (``M`` the largest) share one call padded to ``M``; the rest share a second call padded
+    to their own largest size, so small factors never pay for the big ones.
+
+    Returns:
+        ``[(eigenvalues (k_i, n_i), eigenvectors (k_i, n_i, n_i))]`` in the order of ``mats``.
+    """
+    sizes = [m.shape[-1] for m in mats]
+    big = max(sizes)
+    buckets = [[i for i, n in enumerate(sizes) if n * 2.5 > big], [i for i, n in enumerate(sizes) if n * 2.5 <= big]]
+    out: list = [None] * len(mats)
+    for bucket in (b for b in buckets if b):
+        size = max(sizes[i] for i in bucket)
+        parts = []
+        for i in bucket:
+            m, n = mats[i], sizes[i]
+            padded = torch.zeros(m.shape[0], size, size, dtype=m.dtype, device=m.device)
+            padded[:, :n, :n] = m
+            padded[:, n:, n:] = -torch.eye(size - n, dtype=m.dtype, device=m.device)
+            parts.append(padded)
+        d, q = symmetric_eigh_raw(torch.cat(parts))
+        start = 0
+        for i in bucket:
+            k, n = mats[i].shape[0], sizes[i]
+            out[i] = (d[start:start + k, size - n:].clamp_min(0.0).contiguous(),
+                      q[start:start + k, :n, size - n:].contiguous())
+            start += k
+    return out
+
+
+def symmetric_eigh_raw(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``eigh`` with a float64 retry, eigenvalues unclamped (see :func:`symmetric_eigh`)."""
     try:
-        d, q = torch.linalg.eigh(m)
+        return torch.linalg.eigh(m)
     except torch.linalg.LinAlgError:
         logger.warning("eigh failed in %s; retrying in float64", m.dtype)
         d, q = torch.linalg.eigh(m.double())
-        d, q = d.to(m.dtype), q.to(m.dtype)
-    return d.clamp_min(0.0), q
+        return d.to(m.dtype), q.to(m.dtype)
 
 
 def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
     """Per-system inner products ``<U_l, W_l>`` of block lists, concatenated: ``(sum_j k_j, 1, 1)``."""
-    return torch.cat([(u * w).sum(dim=(1, 2), keepdim=True) for u, w in zip(us, ws)])
+    # one batched product per block: (k, 1, n) @ (k, n, 1) -> (k, 1, 1)
+    return torch.cat([torch.bmm(u.reshape(u.shape[0], 1, -1), w.reshape(w.shape[0], -1, 1)) for u, w in zip(us, ws)])
 
 
 def _energy(x: list[torch.Tensor], v: list[torch.Tensor], r: list[torch.Tensor]) -> torch.Tensor:
@@ -180,11 +232,10 @@ def _start(operator, v, x0, blocks) -> tuple[list[torch.Tensor], list[torch.Tens
         return [torch.zeros_like(vj) for vj in v], [vj.clone() for vj in v]
     x = [torch.zeros_like(vj) if xj is None else xj.clone() for vj, xj in zip(v, x0)]
     r = [vj - oj for vj, oj in zip(v, operator(x))]
-    restart = _energy(x, v, r) > 0
-    if bool(restart.any()):
-        for xj, rj, vj, sl in zip(x, r, v, blocks):
-            xj.masked_fill_(restart[sl], 0.0)
-            torch.where(restart[sl], vj, rj, out=rj)
+    restart = _energy(x, v, r) > 0  # masked unconditionally: no host check of the flags
+    for xj, rj, vj, sl in zip(x, r, v, blocks):
+        xj.masked_fill_(restart[sl], 0.0)
+        torch.where(restart[sl], vj, rj, out=rj)
     return x, r
 
 
@@ -206,7 +257,7 @@ def conjugate_gradient(
     g: torch.Tensor,
     a: torch.Tensor,
     v: torch.Tensor,
-    damping: float,
+    damping: float | torch.Tensor,
     *,
     x0: torch.Tensor | None = None,
     max_iter: int = 10,
@@ -243,11 +294,12 @@ def block_conjugate_gradient(
     g: list[torch.Tensor],
     a: list[torch.Tensor],
     v: list[torch.Tensor],
-    damping: float,
+    damping: float | torch.Tensor,
     *,
     x0: list[torch.Tensor | None] | None = None,
     max_iter: int = 10,
     tol: float = 1e-2,
+    check_at: int | None = None,
 ) -> CGResult:
     """:func:`conjugate_gradient` on several blocks of differently shaped systems in one loop.
 
@@ -256,7 +308,13 @@ def block_conjugate_gradient(
     together, so the per-iteration scalar work (step sizes, stopping tests) is one tensor operation
     over every system instead of one per block, and a single host check per iteration ends the loop.
     Every system follows exactly the recurrence and stopping rule of :func:`conjugate_gradient`.
-    ``x0`` is None or a list with a warm start (or None for a cold start) per block.
+    ``x0`` is None or a list with a warm start (or None for a cold start) per block; ``damping`` is a
+    number or a ``(sum_j k_j, 1, 1)`` tensor (one value per system).
+
+    The loop runs ``max_iter`` iterations with converged systems masked (their step sizes are
+    zero), asking the device whether every system has converged only once, after ``check_at``
+    iterations (None: never): at most one host synchronisation, and most steps of a warm-started
+    solve stop there.
 
     Returns:
         :class:`CGResult` whose ``solution`` is a tuple with one ``(k_j, out_j, in_j)`` tensor per block
@@ -267,8 +325,10 @@ def block_conjugate_gradient(
         bounds.append(bounds[-1] + vj.shape[0])
     blocks = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]  # systems of block j
 
+    lam = [damping[sl] if isinstance(damping, torch.Tensor) else damping for sl in blocks]
+
     def operator(xs):
-        return [kronecker_operator(gj, aj, xj, damping) for gj, aj, xj in zip(g, a, xs)]
+        return [kronecker_operator(gj, aj, xj, lj) for gj, aj, xj, lj in zip(g, a, xs, lam)]
 
     b_norm = _dots(v, v).sqrt_()  # (L, 1, 1); per-system scalars keep the block's broadcast shape
     x, r = _start(operator, v, x0, blocks)
@@ -278,19 +338,19 @@ def block_conjugate_gradient(
     healthy = torch.ones_like(b_norm, dtype=torch.bool)
     threshold = (tol * b_norm) ** 2
     active = rs > threshold
-    for _ in range(max_iter):
-        if not bool(active.any()):
+    for it in range(max_iter):
+        if it == check_at and not bool(active.any()):
             break
         ap = operator(p)
         p_ap = _dots(p, ap)
         healthy &= ~active | (p_ap > 0)
         active &= healthy
-        alpha = (rs / p_ap).masked_fill_(~active, 0.0)
+        alpha = torch.where(active, rs / p_ap, 0.0)
         for xj, rj, pj, apj, sl in zip(x, r, p, ap, blocks):
             xj.addcmul_(alpha[sl], pj)
             rj.addcmul_(alpha[sl], apj, value=-1.0)
         rs_new = _dots(r, r)
-        beta = (rs_new / rs).masked_fill_(~active, 0.0)
+        beta = torch.where(active, rs_new / rs, 0.0)
         p = [torch.addcmul(rj, beta[sl], pj) for rj, pj, sl in zip(r, p, blocks)]
         rs = torch.where(active, rs_new, rs)
         iterations += active
@@ -301,11 +361,12 @@ def block_conjugate_gradient(
     return CGResult(solution=tuple(x), iterations=iterations.flatten(), relative_residual=rel, ok=ok)
 
 
-def kl_clip_scale(vg_sum: torch.Tensor, *, lr: float, kl_clip: float | None) -> torch.Tensor:
+def kl_clip_scale(vg_sum: torch.Tensor, *, lr: float = 1.0, kl_clip: float | None) -> torch.Tensor:
     """KL-clip factor ``nu = min(1, sqrt(kl_clip / |lr^2 sum_l <V_l, X_l>|))`` (kfac-pytorch).
 
     ``vg_sum`` is ``sum_l <V_l, X_l>`` over preconditioned layers (raw gradient ``V``,
-    preconditioned ``X``): ``lr^2`` times it approximates the KL divergence of the step
+    preconditioned ``X``), or ``sum_l lr_l^2 <V_l, X_l>`` with ``lr=1`` when layers have their own
+    learning rates: ``lr^2`` times it approximates the KL divergence of the step
     (Ba et al. 2017). A zero or non-finite sum, or ``kl_clip=None``, gives ``nu = 1``.
     """
     one = torch.ones((), dtype=vg_sum.dtype, device=vg_sum.device)
@@ -314,3 +375,17 @@ def kl_clip_scale(vg_sum: torch.Tensor, *, lr: float, kl_clip: float | None) -> 
     vg = (vg_sum * lr**2).abs()
     nu = torch.sqrt(kl_clip / vg).clamp(max=1.0)
     return torch.where(torch.isfinite(nu) & (vg > 0), nu, one)
+
+
+def factor_weight(n_updates: int, *, decay: float, every: int) -> float:
+    """Weight of the ``n``-th batch factor in the running average (``n`` counts from 1).
+
+    ``F_n = (1 - w_n) F_{n-1} + w_n F_batch`` with ``w_n = max(1 - decay^every, 1/n)``: the plain
+    mean of the batch factors while ``n <= 1 / (1 - decay^every)`` (Martens & Grosse 2015, sec. 5:
+    ``min(1 - 1/k, 0.95)``), then an exponential average whose decay per *step* is ``decay``
+    whatever ``every`` is. So the first update replaces the (zero) start exactly: there is no
+    identity start that switches the curvature off early, and no bias to correct.
+    """
+    if n_updates < 1:
+        raise ValueError(f"n_updates counts from 1, got {n_updates}")
+    return max(1.0 - decay ** every, 1.0 / n_updates)

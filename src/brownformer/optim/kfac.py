@@ -3,28 +3,32 @@
 One step, for every preconditioned layer with gradient ``V = dL/d[W, b]`` (Martens & Grosse 2015;
 Grosse & Martens 2016; the iterative variant of arXiv 2101.00218):
 
-1. factors: ``A <- rho A + (1 - rho) A_batch``, ``G <- rho G + (1 - rho) G_batch`` (running
-   averages from the identity; batch factors from hooks, see ``_kfac_capture``), every
-   ``factor_every`` steps;
+1. factors, every ``factor_every`` steps: ``F <- (1 - w) F + w F_batch`` from zero, with
+   ``w = max(1 - rho^factor_every, 1/n)`` at the ``n``-th update (``_kfac_math.factor_weight``): the
+   plain mean of the batches seen while ``n`` is small, then a decay of ``rho`` per step. ``G`` is
+   scaled by the loss's reduction (``loss_reduction``), the same for both Fisher types;
 2. solve ``G X A + lambda X = V``: ``inverse="eigen"`` from eigendecompositions refreshed every
-   ``inverse_every`` steps; ``inverse="cg"`` by conjugate gradient on the current factors,
-   warm-started from the previous solution, batched over same-shaped layers;
-3. KL-clip (kfac-pytorch): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / (lr^2 sum_l <V_l, X_l>)))``;
-4. base update on every parameter (``X`` for preconditioned layers, the raw gradient otherwise):
-   ``d <- d + weight_decay p``; ``buf <- momentum buf + d``; ``p <- p - lr buf`` (SGD).
+   ``inverse_every`` steps (and at factor updates 1, 2, 4, ... while the factors are a plain mean),
+   all factors in at most two batched ``eigh`` calls (``padded_eigh``); ``inverse="cg"`` by a fixed number of masked conjugate-gradient
+   iterations on the current factors, warm-started from the previous solution;
+3. optional KL-clip (kfac-pytorch, off by default): ``X <- nu X``,
+   ``nu = min(1, sqrt(kl_clip / sum_l lr_l^2 <V_l, X_l>))``; how often it binds is counted;
+4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
+   group's ``update`` rule (``"sgd"`` or ``"adamw"``) on the raw gradient of every other parameter.
 
-Robustness: a non-finite gradient skips the whole step; a non-finite batch factor is dropped (a
-non-finite running factor is reset to the identity); an eigendecomposition failure or a
-non-finite eigen update makes that step use the raw gradients and multiplies the damping by 10
-(logged); a CG system that diverges falls back to its raw gradient and is counted.
+Settings per parameter group (``param_groups``, like ``lr``; a schedule edits them between steps):
+``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
+A layer uses the group that holds its weight.
 
-Cost (CPU, where per-call overhead of a few dozen small layers dominates): the hooks only keep
-references; each step computes the batch factors of all layers of one shape together
-(``_kfac_groups``, Q/K/V share one ``A``), keeps factors and solutions stacked per shape group, runs
-the CG of all groups in one loop (``block_conjugate_gradient``) with one host check per iteration
-and one finiteness check per step in the common case, and applies the base update with
-``torch._foreach`` kernels. The arithmetic is unchanged (float64 runs agree with the per-layer
-implementation to round-off).
+Robustness, decided by ONE host check per step (all finiteness flags of the step together):
+a non-finite gradient skips the step; a non-finite batch factor is dropped (a non-finite running
+factor restarts from the batch factor); a failed eigendecomposition or a non-finite solve makes
+the step use the raw gradients and multiplies the damping by 10; the boost then halves on every
+healthy step back to 1 (so the damping recovers). A CG system that diverges falls back to its raw
+gradient on the device, without a host check, and is counted.
+
+Hooks (``_kfac_capture``) only keep tensors; ``remove_hooks()`` removes them, and a second K-FAC on
+the same model (or the garbage collection of this one) removes this one's hooks.
 """
 
 from __future__ import annotations
@@ -37,117 +41,137 @@ import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from brownformer.optim._kfac_capture import FISHERS, SCOPES, FactorCapture, find_layers
-from brownformer.optim._kfac_groups import LAYER_KEYS, LayerGroup, group_layers
-from brownformer.optim._kfac_math import (WEIGHT_SHARING, block_conjugate_gradient, eigen_solve,
-                                          kl_clip_scale, symmetric_eigh)
+from brownformer.optim._base_update import apply_param_groups
+from brownformer.optim._kfac_blocks import pad, per_system, plan_blocks, unpad
+from brownformer.optim._kfac_capture import FactorCapture, find_layers
+from brownformer.optim._kfac_groups import EIGEN_KEYS, LAYER_KEYS, group_layers
+from brownformer.optim._kfac_math import block_conjugate_gradient, eigen_solve, factor_weight, kl_clip_scale, padded_eigh
+from brownformer.optim._kfac_step import check_arguments, fold_per_layer, materialise_stats, partial_view
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["KFAC"]
 
-INVERSES = ("eigen", "cg")
 _DAMPING_GROWTH = 10.0  # one order of magnitude per failure: a failure means the damping was far too small
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
+_DAMPING_RECOVERY = 0.5  # per healthy step, until the boost is back at 1
+_CG_CHECK_AT = 5  # one host check after 5 CG iterations (a warm-started solve needs ~3.4 on the ViT)
+SETTINGS = ("inverse", "factor_decay", "factor_every", "inverse_every", "cg_max_iter", "cg_tol", "warm_start",
+            "weight_sharing", "fisher", "loss_reduction")
 
 
 class KFAC(Optimizer):
     """K-FAC optimizer (eigen or iterative/CG inverse) for any model made of ``nn.Linear`` layers.
 
     Usage is that of any ``torch.optim`` optimizer: ``opt.zero_grad(); loss.backward(); opt.step()``.
-    The loss must be a mean over the batch (dimension 0 of the layer inputs) for ``G`` to have its
-    documented scale (``_kfac_math``). Gradient accumulation over several backward passes averages
-    the batch factors of the passes.
 
     Args:
         model: The model; hooks are registered on its in-scope ``nn.Linear`` layers.
-        lr: Learning rate (``> 0``).
+        lr: Learning rate (``>= 0``) of the preconditioned layers.
+        params: Optional param groups (dicts with ``"params"`` and any group setting), as for
+            ``torch.optim``; default: one group for the preconditioned layers and one for the rest.
         damping: ``lambda`` in ``G X A + lambda X = V`` (author's code: 3e-3).
         inverse: ``"eigen"`` or ``"cg"`` (the paper's iterative K-FAC).
-        factor_decay: Running-average decay ``rho`` in ``[0, 1)`` (0.95).
+        factor_decay: Decay ``rho`` per step of the running factors, in ``[0, 1)`` (0.95).
         factor_every: Collect factors every this many steps (1).
-        inverse_every: Eigendecompose every this many steps (10, author's code); unused by ``cg``,
-            which always solves with the current factors.
-        cg_max_iter: CG iteration cap (10, author's code).
-        cg_tol: CG relative-residual tolerance (1e-2, author's code).
+        inverse_every: Eigendecompose every this many steps (10); unused by ``cg``.
+        cg_max_iter: CG iterations, always run with converged systems masked (10, author's code).
+        cg_tol: CG relative-residual tolerance that freezes a system (1e-2, author's code).
         warm_start: Start CG from the previous step's solution (True).
-        weight_sharing: ``"expand"`` (every token an example) or ``"reduce"`` (tokens averaged
-            per sequence), Eschenhagen et al. 2023.
+        weight_sharing: ``"expand"`` or ``"reduce"`` (Eschenhagen et al. 2023).
         per_head: Block-diagonal ``G`` per head for the attention Q, K, V projections.
         scope: ``"all"``, ``"attention"`` or ``"mlp"`` (rule in ``_kfac_capture``).
         momentum: SGD momentum in ``[0, 1)`` (0.9).
-        weight_decay: Coupled (L2) weight decay ``>= 0`` applied after preconditioning.
-        kl_clip: KL-clip bound ``> 0`` or None to disable (1e-3, author's code).
-        fisher: ``"empirical"`` (training labels, the default by measurement on the
-            ill-conditioned test problem) or ``"mc"`` (labels sampled from the model).
+        weight_decay: Weight decay ``>= 0`` (coupled for SGD, decoupled for AdamW).
+        kl_clip: KL-clip bound ``> 0`` or None (default: off; it made ``lr`` meaningless when it bound).
+        fisher: ``"empirical"`` (training labels) or ``"mc"`` (labels sampled from the model).
+        loss_reduction: ``"mean"`` (the loss averages every row of the model output, e.g.
+            ``F.cross_entropy`` on ``(B, T, C)`` logits) or ``"batch"`` (it averages over dim 0 only).
+        rest_update: ``"sgd"`` or ``"adamw"`` for parameters K-FAC does not precondition.
+        rest_lr: Learning rate of those parameters (default ``lr``).
+        betas, eps: AdamW settings of ``rest_update="adamw"``.
         n_heads: Head count for ``per_head`` (else read from the attention module).
         seed: Seed of the generator that samples ``mc`` labels.
 
     Raises:
         ValueError: On an invalid argument or when no ``nn.Linear`` layer is in scope.
 
-    The per-layer state tensors (``factor_a``, ``factor_g``, ``cg_solution``, ``eigen*``) are views of
-    per-shape stacks: edit them in place (or through ``load_state_dict``), do not rebind them.
-
     Attributes:
-        last_stats: Diagnostics of the last step (damping, nu, cg iterations, fallbacks...).
-        timings: Accumulated seconds ``{"factors", "inverse", "apply"}`` (host clock; synchronize
-            the device before reading them on a GPU).
+        last_stats: Diagnostics of the last step (read on access: reading them costs one host sync).
+        timings: Accumulated host seconds ``{"factors", "inverse", "apply"}``.
     """
 
-    def __init__(self, model: nn.Module, lr: float, *, damping: float = 3e-3, inverse: str = "eigen",
-                 factor_decay: float = 0.95, factor_every: int = 1, inverse_every: int = 10,
+    def __init__(self, model: nn.Module, lr: float, *, params: list[dict] | None = None, damping: float = 3e-3,
+                 inverse: str = "eigen", factor_decay: float = 0.95, factor_every: int = 1, inverse_every: int = 10,
                  cg_max_iter: int = 10, cg_tol: float = 1e-2, warm_start: bool = True,
                  weight_sharing: str = "expand", per_head: bool = False, scope: str = "all",
-                 momentum: float = 0.9, weight_decay: float = 0.0, kl_clip: float | None = 1e-3,
-                 fisher: str = "empirical", n_heads: int | None = None, seed: int = 0):
-        _check(lr > 0, f"lr must be > 0, got {lr}")
-        _check(damping > 0, f"damping must be > 0, got {damping}")
-        _check(inverse in INVERSES, f"inverse must be one of {INVERSES}, got {inverse!r}")
-        _check(0 <= factor_decay < 1, f"factor_decay must be in [0, 1), got {factor_decay}")
-        _check(int(factor_every) == factor_every >= 1, f"factor_every must be an int >= 1, got {factor_every}")
-        _check(int(inverse_every) == inverse_every >= 1, f"inverse_every must be an int >= 1, got {inverse_every}")
-        _check(int(cg_max_iter) == cg_max_iter >= 1, f"cg_max_iter must be an int >= 1, got {cg_max_iter}")
-        _check(cg_tol > 0, f"cg_tol must be > 0, got {cg_tol}")
-        _check(weight_sharing in WEIGHT_SHARING, f"weight_sharing must be one of {WEIGHT_SHARING}, got {weight_sharing!r}")
-        _check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
-        _check(0 <= momentum < 1, f"momentum must be in [0, 1), got {momentum}")
-        _check(weight_decay >= 0, f"weight_decay must be >= 0, got {weight_decay}")
-        _check(kl_clip is None or kl_clip > 0, f"kl_clip must be > 0 or None, got {kl_clip}")
-        _check(fisher in FISHERS, f"fisher must be one of {FISHERS}, got {fisher!r}")
-        _check(n_heads is None or n_heads >= 1, f"n_heads must be >= 1, got {n_heads}")
+                 momentum: float = 0.9, weight_decay: float = 0.0, kl_clip: float | None = None,
+                 fisher: str = "empirical", loss_reduction: str = "mean", rest_update: str = "sgd",
+                 rest_lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 n_heads: int | None = None, seed: int = 0):
+        check_arguments(lr=lr, damping=damping, inverse=inverse, factor_decay=factor_decay,
+                        factor_every=factor_every, inverse_every=inverse_every, cg_max_iter=cg_max_iter,
+                        cg_tol=cg_tol, weight_sharing=weight_sharing, scope=scope, momentum=momentum,
+                        weight_decay=weight_decay, kl_clip=kl_clip, fisher=fisher, loss_reduction=loss_reduction,
+                        rest_update=rest_update, rest_lr=rest_lr, n_heads=n_heads)
         self.layers = find_layers(model, scope=scope, per_head=per_head, n_heads=n_heads)
-        params = [p for p in model.parameters() if p.requires_grad]
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, damping=damping, step=0)
+        if params is None:
+            mine = {id(p) for m in self.layers for p in m.module.parameters() if p.requires_grad}
+            rest = [p for p in model.parameters() if p.requires_grad and id(p) not in mine]
+            params = [{"params": [p for m in self.layers for p in m.module.parameters() if p.requires_grad]}]
+            if rest:
+                params.append({"params": rest, "update": rest_update, "lr": lr if rest_lr is None else rest_lr})
+        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, damping=damping, kl_clip=kl_clip,
+                        update="sgd", betas=tuple(betas), eps=eps, step=0)
         super().__init__(params, defaults)
-        self.inverse, self.factor_decay, self.kl_clip = inverse, factor_decay, kl_clip
+        self.inverse, self.factor_decay = inverse, factor_decay
         self.factor_every, self.inverse_every = int(factor_every), int(inverse_every)
         self.cg_max_iter, self.cg_tol, self.warm_start = int(cg_max_iter), cg_tol, warm_start
+        self.weight_sharing, self.fisher, self.loss_reduction = weight_sharing, fisher, loss_reduction
         device = self.layers[0].module.weight.device
         self.generator = torch.Generator(device=device).manual_seed(seed) if fisher == "mc" else None
-        self.weight_sharing = weight_sharing
         self.groups = group_layers(self.layers)
-        self.capture = FactorCapture(model, self.layers, fisher=fisher, generator=self.generator)
-        self.last_stats: dict[str, float] = {}
+        self.capture = FactorCapture(model, self.layers, fisher=fisher, loss_reduction=loss_reduction,
+                                     generator=self.generator)
+        self.factor_updates, self.damping_boost = 0, 1.0
         self.timings = {"factors": 0.0, "inverse": 0.0, "apply": 0.0}
-        self._totals = defaultdict(int)
+        self._stats: dict = {}
+        self._blocks: dict = {}  # CG block plan per tuple of item shapes
+        self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
+
+    # ---- API ---------------------------------------------------------------------------------
+    def remove_hooks(self) -> None:
+        """Remove the factor-collecting hooks from the model (the optimizer keeps its factors)."""
+        self.capture.remove()
+
+    def _group_of(self, layer) -> dict:
+        w = layer.module.weight
+        for group in self.param_groups:
+            if any(p is w for p in group["params"]):
+                return group
+        raise ValueError(f"layer {layer.name!r} is in no param group")
+
+    @property
+    def last_stats(self) -> dict:
+        """The last step's diagnostics as plain numbers (materialised here, not in ``step``)."""
+        return materialise_stats(self._stats, self._totals)
 
     # ---- persistence -------------------------------------------------------------------------
     def state_dict(self) -> dict:
+        """torch's state dict plus ``"kfac"``: every setting and counter the next steps use."""
         state = super().state_dict()
+        state["kfac"] = {**{k: getattr(self, k) for k in SETTINGS}, "factor_updates": self.factor_updates,
+                         "damping_boost": self.damping_boost,
+                         "totals": {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in self._totals.items()}}
         if self.generator is not None:
             state["generator"] = self.generator.get_state()
         return state
 
     def load_state_dict(self, state_dict: dict) -> None:
-        """Restore; K-FAC tensors are restored in the factor dtype (torch would cast them to the
-        param's) and re-stacked per shape group."""
+        """Restore; K-FAC tensors keep the factor dtype and are re-stacked per shape group; the saved
+        eigenbases are used as they are (never recomputed), so a resumed run is bit-identical."""
         state_dict = dict(state_dict)
         generator_state = state_dict.pop("generator", None)
+        settings = state_dict.pop("kfac", None)
         params = [p for group in self.param_groups for p in group["params"]]
         keep = {i: {k: v for k, v in s.items() if k in LAYER_KEYS}
                 for i, s in state_dict["state"].items() if isinstance(s, dict)}
@@ -156,111 +180,115 @@ class KFAC(Optimizer):
             self.state[params[i]].update({k: v.to(params[i].device, copy=True) for k, v in tensors.items()})
         for group in self.groups:
             group.restack(self.state)
+        if settings is not None:
+            for key in SETTINGS:
+                setattr(self, key, settings[key])
+            self.capture.fisher, self.capture.loss_reduction = self.fisher, self.loss_reduction
+            if self.fisher == "mc" and self.generator is None:
+                self.generator = self.capture.generator = torch.Generator(device=self.layers[0].module.weight.device)
+            self.factor_updates, self.damping_boost = settings["factor_updates"], settings["damping_boost"]
+            self._totals = defaultdict(int, settings["totals"])
         if generator_state is not None and self.generator is not None:
             self.generator.set_state(generator_state)
         self.capture.enabled = self.param_groups[0]["step"] % self.factor_every == 0
 
     # ---- one step ----------------------------------------------------------------------------
-    def _update_factors(self) -> None:
-        """Fold the kept batch statistics into the running factors, one batched update per group."""
+    def _new_factors(self) -> tuple[dict, list]:
+        """Running factors after folding this step's batch: ``{group: (A, G)}`` (temporaries) and the
+        batch factors ``[(group, A_b, G_b, updated)]`` (empty when nothing was collected)."""
         start = time.perf_counter()
+        batches = []
         if any(m.inputs or m.output_grads for m in self.layers):
-            batches = [(group, *group.batch_factors(self.weight_sharing)) for group in self.groups]
+            batches = [(g, *g.batch_factors(self.weight_sharing, self.capture.scale)) for g in self.groups]
             for layer in self.layers:
                 layer.reset()
-            self._fold(batches)
+        new = {}
+        if batches:
+            w = factor_weight(self.factor_updates + 1, decay=self.factor_decay, every=self.factor_every)
+            for g, a, gg, updated in batches:
+                old = g.factors(self.state)
+                if all(updated):
+                    new[g] = tuple(f.lerp(b, w) for f, b in zip(old, (a, gg)))
+                else:  # a layer without a batch this step keeps its factors
+                    mask = torch.tensor(updated, device=g.device)[:, None, None]
+                    new[g] = tuple(torch.where(mask, f.lerp(b, w), f) for f, b in zip(old, (a, gg)))
         self.timings["factors"] += time.perf_counter() - start + self.capture.seconds
         self.capture.seconds = 0.0
+        return new, batches
 
-    def _fold(self, batches: list) -> None:
-        """``F <- rho F + (1 - rho) F_batch`` on every stack; per layer only when something is off.
-
-        One host check covers all batch factors. A non-finite batch factor is dropped; a
-        non-finite running factor restarts from the identity (the rules of the module docstring).
-        """
-        rho = self.factor_decay
-        sums = torch.stack([t.sum() for _, a, g, _ in batches for t in (a, g)])
-        if bool(torch.isfinite(sums).all()) and all(all(updated) for *_, updated in batches):
-            for group, a, g, _ in batches:
-                for factor, batch in zip(group.factors(self.state), (a, g)):
-                    factor.mul_(rho).add_(batch, alpha=1 - rho)
-            running = torch.stack([f.sum() for group, *_ in batches for f in group.factors(self.state)])
-            if bool(torch.isfinite(running).all()):
-                return
-            for group, a, g, _ in batches:  # a running factor was non-finite before this update
-                for factor, batch in zip(group.factors(self.state), (a, g)):
-                    for j in (~torch.isfinite(factor).flatten(1).all(dim=1)).nonzero().flatten().tolist():
-                        eye = torch.eye(factor.shape[1], dtype=factor.dtype, device=factor.device)
-                        factor[j] = eye.mul_(rho).add_(batch[j], alpha=1 - rho)
-            return
-        for group, a, g, updated in batches:
-            for j, layer in enumerate(group.layers):
-                if not updated[j]:
-                    continue
-                for key, factor, batch in zip(("factor_a", "factor_g"), group.factors(self.state), (a, g)):
-                    factor, batch = factor[j], batch[j]
-                    if not bool(torch.isfinite(factor).all()):
-                        factor.copy_(torch.eye(factor.shape[0], dtype=factor.dtype, device=factor.device))
-                    if not bool(torch.isfinite(batch).all()):
-                        logger.warning("non-finite %s batch factor in %s: dropped", key, layer.name)
-                        self._totals["dropped_factors"] += 1
-                        continue
-                    factor.mul_(rho).add_(batch, alpha=1 - rho)
-
-    def _eigendecompose(self) -> None:
-        for group in self.groups:
-            for side, factor in zip("ag", group.factors(self.state)):
-                d, q = symmetric_eigh(factor)
-                group.bind(self.state, f"eigenvalues_{side}", d)
-                group.bind(self.state, f"eigenvectors_{side}", q)
-
-    def _refresh_inverse(self, step: int) -> bool:
-        """eigen: eigendecompose every ``inverse_every`` steps (or when missing); False on failure."""
-        if self.inverse != "eigen":
-            return True
+    def _current(self, new: dict, step: int) -> dict:
+        """Per shape group, the tensors this step solves with (new factors, fresh eigenbases)."""
+        cur = {}
         start = time.perf_counter()
-        try:
-            if any("eigenvalues_a" not in g.stacks for g in self.groups) or step % self.inverse_every == 0:
-                self._eigendecompose()
-        except torch.linalg.LinAlgError:
-            return False
-        finally:
-            self.timings["inverse"] += time.perf_counter() - start
-        return True
-
-    def _solve(self, groups: list[LayerGroup], v: list[torch.Tensor], damping: float, stats: dict
-               ) -> list[torch.Tensor] | None:
-        """Preconditioned gradients ``X`` (one ``(k, out, in[+1])`` per group), None on failure."""
-        if self.inverse == "eigen":
-            start = time.perf_counter()
-            xs = [eigen_solve((g.stacks["eigenvalues_g"], g.stacks["eigenvectors_g"]),
-                              (g.stacks["eigenvalues_a"], g.stacks["eigenvectors_a"]), vj, damping)
-                  for g, vj in zip(groups, v)]
-            finite = bool(torch.stack([torch.isfinite(x).all() for x in xs]).all())
-            self.timings["apply"] += time.perf_counter() - start
-            return xs if finite else None
-        start = time.perf_counter()
-        factors = [g.factors(self.state) for g in groups]
-        x0 = None
-        if self.warm_start:
-            x0 = [g.stacks.get("cg_solution") for g in groups]
-        result = block_conjugate_gradient([f[1] for f in factors], [f[0] for f in factors], v, damping, x0=x0,
-                                          max_iter=self.cg_max_iter, tol=self.cg_tol)
-        xs = []
-        for g, vj, solution, ok in zip(groups, v, result.solution, result.ok.split([len(g) for g in groups])):
-            ok = ok[:, None, None]
-            xs.append(torch.where(ok, solution, vj))  # a diverged system falls back to its gradient
-            kept = torch.where(ok, solution, 0.0)
-            if not g.persistent:
-                continue
-            if "cg_solution" in g.stacks:
-                g.stacks["cg_solution"].copy_(kept)
-            else:
-                g.bind(self.state, "cg_solution", kept)
-        stats["cg_iterations"] = result.iterations.tolist()
-        stats["cg_fallbacks"] = int((~result.ok).sum())
+        n = self.factor_updates + 1
+        # while the running factors are a plain mean of few batches they change fast, and an
+        # eigenbasis of the first batch kept for inverse_every steps would divide new directions by
+        # lambda: refresh at factor updates 1, 2, 4, 8, ... until the average settles
+        warming = factor_weight(n, decay=self.factor_decay, every=self.factor_every) \
+            > 1 - self.factor_decay ** self.factor_every and n & (n - 1) == 0
+        refresh = []
+        for g in self.groups:
+            a, gg = new.get(g) or g.factors(self.state)
+            cur[g] = {"factor_a": a, "factor_g": gg}
+            if self.inverse == "eigen":
+                if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming):
+                    refresh.append(g)
+                else:
+                    cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
+            elif self.warm_start and "cg_solution" in g.stacks:
+                cur[g]["cg_solution"] = g.stacks["cg_solution"]
+        if refresh:  # every factor in at most two eigh calls: each call is a host sync
+            pairs = padded_eigh([cur[g][k] for g in refresh for k in ("factor_a", "factor_g")])
+            for j, g in enumerate(refresh):
+                (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
+                                                                      cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
         self.timings["inverse"] += time.perf_counter() - start
-        return xs
+        return cur
+
+    def _layer_tensor(self, layers, key: str, dtype, device, scale: float = 1.0) -> torch.Tensor:
+        return torch.tensor([self._group_of(m)[key] * scale for m in layers], dtype=dtype, device=device)
+
+    def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
+        """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
+        start = time.perf_counter()
+        dtype, device = v[0].dtype, v[0].device
+        lam = [self._layer_tensor(g.layers, "damping", dtype, device, self.damping_boost)[:, None, None]
+               for g, _, _ in items]
+        info: dict = {}
+        if self.inverse == "eigen":
+            xs = [eigen_solve((c["eigenvalues_g"], c["eigenvectors_g"]), (c["eigenvalues_a"], c["eigenvectors_a"]),
+                              vj, lj) for (g, c, _), vj, lj in zip(items, v, lam)]
+        else:
+            shapes = [tuple(vj.shape) for vj in v]
+            blocks = self._blocks.get(tuple(shapes)) or self._blocks.setdefault(tuple(shapes), plan_blocks(shapes))
+            x0 = [c.get("cg_solution") for _, c, _ in items] if self.warm_start else [None] * len(items)
+            result = block_conjugate_gradient(
+                pad([c["factor_g"] for _, c, _ in items], blocks, shapes, "g"),
+                pad([c["factor_a"] for _, c, _ in items], blocks, shapes, "a"), pad(v, blocks, shapes, "x"),
+                torch.cat([torch.cat([lam[i] for i in members]) for _, _, members in blocks]),
+                x0=pad(x0, blocks, shapes, "x"), max_iter=self.cg_max_iter, tol=self.cg_tol,
+                check_at=min(self.cg_max_iter, _CG_CHECK_AT))
+            xs = []
+            for (g, c, _), vj, solution, ok in zip(items, v, unpad(list(result.solution), blocks, shapes),
+                                                   per_system(result.ok, blocks, shapes)):
+                ok = ok[:, None, None]
+                xs.append(torch.where(ok, solution, vj))  # a diverged system falls back to its gradient
+                c["cg_solution"] = torch.where(ok, solution, 0.0)
+            info = {"cg_iterations": result.iterations, "cg_fallbacks": (~result.ok).sum()}
+        self.timings["inverse"] += time.perf_counter() - start
+        return xs, info
+
+    def _items(self, cur: dict) -> list:
+        """``(group, tensors, persistent)`` for every shape group with gradients (sub-groups for the
+        rare layers without one, which are solved but never written back)."""
+        items = []
+        for g in self.groups:
+            present = [j for j, m in enumerate(g.layers) if m.module.weight.grad is not None]
+            if len(present) == len(g):
+                items.append((g, cur[g], True))
+            elif present:
+                items.append(partial_view(g, cur[g], present))
+        return items
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -269,94 +297,96 @@ class KFAC(Optimizer):
         if closure is not None:
             with torch.enable_grad():
                 loss = closure()
-        group = self.param_groups[0]
-        step, lr, damping = group["step"], group["lr"], group["damping"]
-        params = [p for g in self.param_groups for p in g["params"] if p.grad is not None]
-        stats = {"step": step, "cg_iterations": [], "cg_fallbacks": 0, "preconditioned": False, "nu": 1.0}
-        grad_max = torch._foreach_norm([p.grad for p in params], float("inf")) if params else []
-        if params and not bool(torch.isfinite(torch.stack(grad_max)).all()):
-            logger.warning("step %d: non-finite gradient; step skipped", step)
-            self._totals["skipped_steps"] += 1
-            for layer in self.layers:
-                layer.reset()
-            self._finish(group, stats)
-            return loss
-        self._update_factors()
-        healthy = self._refresh_inverse(step)
-        groups = [g for g in self.groups if all(m.module.weight.grad is not None for m in g.layers)]
-        if len(groups) < len(self.groups):
-            groups += self._partial_groups()
-        v = [g.gradients() for g in groups]
-        xs = (self._solve(groups, v, damping, stats) if healthy else None) if groups else []
-        start = time.perf_counter()
-        if xs is None:
-            logger.warning("step %d: preconditioning failed; raw gradients used, damping %.3g -> %.3g",
-                           step, damping, damping * _DAMPING_GROWTH)
-            self._totals["preconditioning_skipped"] += 1
-            group["damping"] = damping * _DAMPING_GROWTH
-            xs = v
-        directions = {}
-        if groups:
-            vg_sum = torch.stack([torch.dot(vj.reshape(-1), x.reshape(-1)) for vj, x in zip(v, xs)]).sum()
-            nu = kl_clip_scale(vg_sum, lr=lr, kl_clip=self.kl_clip)
-            for g, x in zip(groups, xs):
-                directions.update(g.split(x * nu))
-            stats.update(preconditioned=xs is not v, nu=float(nu))
-        self._base_update(params, directions, group)
-        self.timings["apply"] += time.perf_counter() - start
-        self._finish(group, stats)
+        step = self.param_groups[0]["step"]
+        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        new, batches = self._new_factors()
+        flags = [torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all()] if grads else []
+        flags += [torch.isfinite(f.sum()) for pair in new.values() for f in pair]
+        try:
+            cur = self._current(new, step)
+            items = self._items(cur)
+            v = [sub.gradients() for sub, _, _ in items]
+            xs, info = self._solve(items, v) if items else ([], {})
+            flags += [torch.isfinite(x.sum()) for x in xs]
+        except torch.linalg.LinAlgError:
+            flags.append(torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device))
+        healthy = bool(torch.stack(flags).all()) if flags else True  # the one host check of the step
+        if not healthy:
+            return self._slow_step(step, grads, new, batches, loss)
+        self._commit(new, cur, batches)
+        self.damping_boost = max(1.0, self.damping_boost * _DAMPING_RECOVERY)
+        self._apply(items, v, xs, info, step)
         return loss
 
-    def _partial_groups(self) -> list[LayerGroup]:
-        """Layers without a gradient this step, removed from their groups (rare: unused layers).
-
-        The sub-groups get copies of the stacks; their solutions are not written back, so their
-        CG restarts cold next step, which changes speed, not results beyond the CG tolerance.
-        """
-        subgroups = []
+    def _commit(self, new: dict, cur: dict, batches: list) -> None:
         for g in self.groups:
-            present = [j for j, m in enumerate(g.layers) if m.module.weight.grad is not None]
-            if 0 < len(present) < len(g):
-                g.factors(self.state)
-                sub = LayerGroup([g.layers[j] for j in present], persistent=False)
-                scratch: dict = defaultdict(dict)
-                for key, stack in g.stacks.items():
-                    if key != "cg_solution":
-                        sub.bind(scratch, key, stack[present])
-                subgroups.append(sub)
-        return subgroups
+            for key, value in cur[g].items():
+                if key in g.stacks and value is g.stacks[key]:
+                    continue
+                if key in ("factor_a", "factor_g") and g not in new:
+                    continue
+                g.bind(self.state, key, value)
+        if batches:
+            self.factor_updates += 1
 
-    def _base_update(self, params, directions: dict, group: dict) -> None:
-        """SGD with momentum and coupled weight decay on ``directions`` (raw grads by default)."""
-        lr, momentum, weight_decay = group["lr"], group["momentum"], group["weight_decay"]
-        ds = [directions[p].to(p.dtype) if p in directions else p.grad for p in params]
-        if weight_decay:
-            ds = torch._foreach_add(ds, params, alpha=weight_decay)  # never in place: ds may be p.grad
-        if momentum:
-            bufs, new = [], []
-            for p, d in zip(params, ds):
-                state = self.state[p]
-                if "momentum_buffer" not in state:
-                    state["momentum_buffer"] = d.clone()
-                    new.append(True)
-                else:
-                    new.append(False)
-                bufs.append(state["momentum_buffer"])
-            old = [(b, d) for b, d, n in zip(bufs, ds, new) if not n]
-            if old:
-                old_bufs, old_ds = zip(*old)
-                torch._foreach_mul_(list(old_bufs), momentum)
-                torch._foreach_add_(list(old_bufs), list(old_ds))
-            ds = bufs
-        torch._foreach_add_(params, ds, alpha=-lr)
+    def _apply(self, items, v, xs, info, step, preconditioned: bool = True) -> None:
+        start = time.perf_counter()
+        directions, nu = {}, None
+        if items:
+            lr = [self._layer_tensor(sub.layers, "lr", vj.dtype, vj.device) for (sub, _, _), vj in zip(items, v)]
+            vg = torch.stack([(l ** 2 * (vj * x).sum(dim=(1, 2))).sum() for l, vj, x in zip(lr, v, xs)]).sum()
+            kl_clip = self._group_of(self.layers[0])["kl_clip"]
+            nu = kl_clip_scale(vg, kl_clip=kl_clip)
+            for (sub, _, _), x in zip(items, xs):
+                directions.update(sub.split(x * nu if kl_clip is not None else x))
+            if kl_clip is not None:
+                self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + (nu < 1).long()
+        apply_param_groups(self.param_groups, self.state, directions)
+        if "cg_fallbacks" in info:
+            self._totals["cg_fallbacks"] = self._totals["cg_fallbacks"] + info["cg_fallbacks"]
+        self.timings["apply"] += time.perf_counter() - start
+        self._finish({"step": step, "preconditioned": preconditioned, "nu": 1.0 if nu is None else nu,
+                      "kl_clip_binding": False if nu is None else (nu < 1), **info})
 
-    def _finish(self, group: dict, stats: dict) -> None:
-        group["step"] += 1
-        self.capture.enabled = group["step"] % self.factor_every == 0
-        iters = stats.pop("cg_iterations")
-        self._totals["cg_fallbacks"] += stats["cg_fallbacks"]
-        stats.update(damping=group["damping"],
-                     cg_iterations_mean=sum(iters) / len(iters) if iters else 0.0,
-                     cg_iterations_max=max(iters) if iters else 0,
-                     **{f"{k}_total": v for k, v in self._totals.items()})
-        self.last_stats = stats
+    def _slow_step(self, step, grads, new, batches, loss):
+        """The rare path after a failed check: find what failed and apply the robustness rules."""
+        if grads and not bool(torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all()):
+            logger.warning("step %d: non-finite gradient; step skipped", step)
+            self._totals["skipped_steps"] += 1
+            self._finish({"step": step, "preconditioned": False, "nu": 1.0})
+            return loss
+        if batches:
+            dropped = fold_per_layer(self.groups, self.state, batches,
+                                     factor_weight(self.factor_updates + 1, decay=self.factor_decay,
+                                                   every=self.factor_every))
+            self._totals["dropped_factors"] += dropped
+            self.factor_updates += 1
+        try:
+            cur = self._current({}, step)
+            items = self._items(cur)
+            v = [sub.gradients() for sub, _, _ in items]
+            xs, info = self._solve(items, v) if items else ([], {})
+            healthy = all(bool(torch.isfinite(x).all()) for x in xs)
+        except torch.linalg.LinAlgError:
+            healthy = False
+        if healthy:
+            self._commit({}, cur, [])
+            self.damping_boost = max(1.0, self.damping_boost * _DAMPING_RECOVERY)
+            self._apply(items, v, xs, info, step)
+            return loss
+        damping = self._group_of(self.layers[0])["damping"] * self.damping_boost
+        logger.warning("step %d: preconditioning failed; raw gradients used, damping %.3g -> %.3g",
+                       step, damping, damping * _DAMPING_GROWTH)
+        self._totals["preconditioning_skipped"] += 1
+        self.damping_boost *= _DAMPING_GROWTH
+        items = self._items({g: {} for g in self.groups})
+        v = [sub.gradients() for sub, _, _ in items]
+        self._apply(items, v, v, {}, step, preconditioned=False)
+        return loss
+
+    def _finish(self, stats: dict) -> None:
+        for group in self.param_groups:
+            group["step"] += 1
+        self.capture.enabled = self.param_groups[0]["step"] % self.factor_every == 0
+        stats["damping"] = self._group_of(self.layers[0])["damping"] * self.damping_boost
+        self._stats = stats

@@ -1,97 +1,94 @@
-"""Optimizer registry: config name -> torch.optim.Optimizer for a model.
+"""Optimizer registry: config name -> builder and the config keys it takes (registered once).
 
-Every optimizer exposes `param_groups` whose groups carry `initial_lr`, so one learning-rate
-schedule (brownformer.train.lr_factor) drives all of them, composite ones included.
+Each :class:`OptimizerEntry` carries the keys a config may give the optimizer besides ``type`` and
+``lr``; the schema's ``optimizers`` properties and ``type`` enum are checked against this registry
+by a test (tests/optim/test_registry.py), and ``brownformer.config`` rejects a key the entry does
+not list. To add an optimizer: one entry here (a builder and its keys), its keys in the schema.
+
+Every optimizer exposes ``param_groups`` whose groups carry ``initial_lr``, so one learning-rate
+schedule (brownformer.train.lr_factor) drives all of them, composite ones included. This module
+imports torch only inside the builders, so ``brownformer.config`` can read the keys cheaply.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
 
-import torch
-import torch.nn as nn
+__all__ = ["OPTIMIZERS", "REGISTRY", "OptimizerEntry", "build_optimizer"]
 
-__all__ = ["OPTIMIZERS", "build_optimizer", "CompositeOptimizer"]
-
-OPTIMIZERS = ("sgd", "adamw", "muon", "kfac-eigen", "kfac-iterative")
-
-
-class CompositeOptimizer(torch.optim.Optimizer):
-    """Several optimizers stepping disjoint parameter sets as one (Muon + AdamW).
-
-    Subclasses Optimizer only for isinstance checks and the usual API; the state lives in the parts.
-    """
-
-    def __init__(self, parts: Mapping[str, torch.optim.Optimizer]):
-        self.parts = dict(parts)
-        self.defaults = {}
-        self.state = {}
-
-    @property
-    def param_groups(self) -> list[dict]:  # type: ignore[override]
-        return [g for opt in self.parts.values() for g in opt.param_groups]
-
-    @torch.no_grad()
-    def step(self, closure=None):
-        for opt in self.parts.values():
-            opt.step()
-
-    def zero_grad(self, set_to_none: bool = True) -> None:
-        for opt in self.parts.values():
-            opt.zero_grad(set_to_none=set_to_none)
-
-    def state_dict(self) -> dict:
-        return {name: opt.state_dict() for name, opt in self.parts.items()}
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        for name, opt in self.parts.items():
-            opt.load_state_dict(state_dict[name])
-
-    def __repr__(self) -> str:
-        return f"CompositeOptimizer({', '.join(f'{k}: {type(v).__name__}' for k, v in self.parts.items())})"
+_KFAC_KEYS = ("momentum", "weight_decay", "damping", "factor_decay", "factor_every", "inverse_every", "cg_max_iter",
+              "cg_tol", "warm_start", "weight_sharing", "per_head", "scope", "kl_clip", "fisher", "loss_reduction",
+              "rest_update", "rest_lr", "betas", "eps")
 
 
-def _muon_split(model: nn.Module) -> tuple[list, list]:
+@dataclass(frozen=True)
+class OptimizerEntry:
+    """One optimizer type: how to build it and which config keys (besides type, lr) it takes."""
+
+    name: str
+    build: Callable[..., Any]  # (model, lr, params: dict) -> torch.optim.Optimizer
+    keys: tuple[str, ...]
+
+
+def _sgd(model, lr, params):
+    import torch
+    return torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=lr, **params)
+
+
+def _adamw(model, lr, params):
+    import torch
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, **params)
+
+
+def _muon_split(model) -> tuple[list, list]:
     """Muon takes 2-D weights of hidden nn.Linear layers; embeddings, the patch embedding, the
     head, biases, LayerNorm and positional parameters go to AdamW (Jordan et al. 2024)."""
-    hidden, rest = [], []
-    hidden_ids = set()
-    for name, module in model.named_modules():
-        if isinstance(module, nn.Linear) and name.startswith("blocks."):
-            hidden_ids.add(id(module.weight))
-    for p in model.parameters():
-        if p.requires_grad:
-            (hidden if id(p) in hidden_ids else rest).append(p)
+    import torch.nn as nn
+    hidden_ids = {id(m.weight) for name, m in model.named_modules()
+                  if isinstance(m, nn.Linear) and name.startswith("blocks.")}
+    hidden = [p for p in model.parameters() if p.requires_grad and id(p) in hidden_ids]
+    rest = [p for p in model.parameters() if p.requires_grad and id(p) not in hidden_ids]
     return hidden, rest
 
 
-def build_optimizer(model: nn.Module, type: str, lr: float, params: Mapping[str, Any] | None = None
-                    ) -> torch.optim.Optimizer:
-    """Build the optimizer `type` with learning rate `lr` and the config's extra `params`.
+def _muon(model, lr, params):
+    import torch
+    from brownformer.optim._composite import CompositeOptimizer
+    adamw_lr = params.pop("adamw_lr", 3e-3)
+    wd = params.pop("weight_decay", 0.0)
+    hidden, rest = _muon_split(model)
+    return CompositeOptimizer({"muon": torch.optim.Muon(hidden, lr=lr, weight_decay=wd, **params),
+                               "adamw": torch.optim.AdamW(rest, lr=adamw_lr, weight_decay=wd)})
+
+
+def _kfac(inverse: str):
+    def build(model, lr, params):
+        from brownformer.optim.kfac import KFAC
+        return KFAC(model, lr=lr, inverse=inverse, **params)
+    return build
+
+
+REGISTRY: dict[str, OptimizerEntry] = {e.name: e for e in (
+    OptimizerEntry("sgd", _sgd, ("momentum", "nesterov", "weight_decay")),
+    OptimizerEntry("adamw", _adamw, ("betas", "eps", "weight_decay")),
+    OptimizerEntry("muon", _muon, ("adamw_lr", "weight_decay", "momentum", "nesterov")),
+    OptimizerEntry("kfac-eigen", _kfac("eigen"), _KFAC_KEYS),
+    OptimizerEntry("kfac-iterative", _kfac("cg"), _KFAC_KEYS),
+)}
+OPTIMIZERS = tuple(REGISTRY)
+
+
+def build_optimizer(model, type: str, lr: float, params: Mapping[str, Any] | None = None):
+    """Build the optimizer ``type`` with learning rate ``lr`` and the config's extra ``params``.
 
     Raises:
         ValueError: unknown type or a parameter the optimizer does not take (names the key).
     """
-    params = dict(params or {})
-    trainable: Iterable = [p for p in model.parameters() if p.requires_grad]
+    if type not in REGISTRY:
+        raise ValueError(f"unknown optimizer type {type!r}; known: {', '.join(OPTIMIZERS)}")
+    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in (params or {}).items()}
     try:
-        if type == "sgd":
-            opt = torch.optim.SGD(trainable, lr=lr, **params)
-        elif type == "adamw":
-            opt = torch.optim.AdamW(trainable, lr=lr, **params)
-        elif type == "muon":
-            adamw_lr = params.pop("adamw_lr", 3e-3)
-            wd = params.pop("weight_decay", 0.0)
-            hidden, rest = _muon_split(model)
-            opt = CompositeOptimizer({
-                "muon": torch.optim.Muon(hidden, lr=lr, weight_decay=wd, **params),
-                "adamw": torch.optim.AdamW(rest, lr=adamw_lr, weight_decay=wd),
-            })
-        elif type in ("kfac-eigen", "kfac-iterative"):
-            from brownformer.optim.kfac import KFAC
-            inverse = "eigen" if type == "kfac-eigen" else "cg"
-            opt = KFAC(model, lr=lr, inverse=inverse, **params)
-        else:
-            raise ValueError(f"unknown optimizer type {type!r}; known: {', '.join(OPTIMIZERS)}")
+        opt = REGISTRY[type].build(model, lr, params)
     except TypeError as exc:
         raise ValueError(f"optimizer {type!r}: bad parameter ({exc})") from None
     for group in opt.param_groups:

@@ -9,17 +9,9 @@ import re
 
 import numpy as np
 
-from brownformer.plots._load import Results, dig
+from brownformer.results import dig
 
-__all__ = ["files_of", "unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_msd",
-           "find_test", "capture_number"]
-
-
-def files_of(res: Results, run_id: str, category: str) -> list[dict]:
-    """Index entries of one category (depth, training, weights, gradnoise, attention), path-sorted."""
-    entries = [f for f in res.trajectory_index(run_id) if f.get("category") == category
-               or str(f.get("path", "")).startswith(category + "/")]
-    return sorted(entries, key=lambda f: f["path"])
+__all__ = ["unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_msd", "find_test", "capture_number"]
 
 
 def capture_number(path: str) -> int:
@@ -41,12 +33,16 @@ def mean_cosine_from_start(X: np.ndarray) -> np.ndarray:
 
 
 def gram_offdiagonal(X: np.ndarray) -> np.ndarray:
-    """Mean off-diagonal cosine between walkers at each time; X (T, N, d) -> (T,)."""
-    U = unit(X)
-    T, N, _ = U.shape
-    G = np.einsum("tnd,tmd->tnm", U, U)  # (T, N, N)
-    off = ~np.eye(N, dtype=bool)
-    return G[:, off].mean(axis=1) if N > 1 else np.full(T, np.nan)
+    """Mean off-diagonal cosine between walkers at each time; X (T, N, d) -> (T,), NaN for one walker.
+
+    The statistic is the statistics stage's (brownformer.stats.sphere.gram_offdiagonal, O(T N d));
+    this only normalises the rows first, since the figures also draw non-unit arrays.
+    """
+    # Imported here so that only the figures that need it depend on the statistics package importing.
+    from brownformer.stats.sphere import gram_offdiagonal as unit_gram_offdiagonal
+
+    T, N, _ = np.shape(X)
+    return unit_gram_offdiagonal(unit(X)) if N > 1 else np.full(T, np.nan)
 
 
 def displacement_msd(X: np.ndarray) -> np.ndarray:

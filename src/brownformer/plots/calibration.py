@@ -5,30 +5,16 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.colors import ListedColormap
 
-from brownformer.plots._load import Results
 from brownformer.plots._style import new_figure, no_data
-from brownformer.report.claims import claims_table
+from brownformer.results import Results, calibration_matrix, claims_frame
+from brownformer.results.tables import goal_text
+from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED
 
-__all__ = ["calibration_matrix", "plot_calibration", "plot_claims_overview", "VERDICTS"]
+__all__ = ["plot_calibration", "plot_claims_overview"]
 
-VERDICTS = ("not supported", "inconclusive", "supported")
-_VERDICT_COLORS = ["#d55e00", "#bbbbbb", "#009e73"]
-
-
-def _first(df: pd.DataFrame, *names: str) -> str | None:
-    return next((n for n in names if n in df.columns), None)
-
-
-def calibration_matrix(res: Results) -> pd.DataFrame:
-    """Rejection rate pivoted to rows = test, columns = simulated process (mean over kinds and sizes)."""
-    cal = res.calibration
-    if cal.empty:
-        return pd.DataFrame()
-    test, proc = _first(cal, "test", "test_name", "name"), _first(cal, "process", "alternative", "simulated")
-    rate = _first(cal, "rejection_rate", "rate", "reject_rate", "power")
-    if not (test and proc and rate):
-        return pd.DataFrame()
-    return cal.pivot_table(index=test, columns=proc, values=rate, aggfunc="mean").sort_index()
+#: colour scale order of the overview heatmap (worst to best, "did not train" apart)
+_VERDICT_ORDER = (DID_NOT_TRAIN, NOT_SUPPORTED, INCONCLUSIVE, SUPPORTED)
+_VERDICT_COLORS = ["#000000", "#d55e00", "#bbbbbb", "#009e73"]
 
 
 def plot_calibration(res: Results):
@@ -46,28 +32,28 @@ def plot_calibration(res: Results):
                 annot_kws={"fontsize": 7})
     alpha = res.cfg.stats.alpha
     ax.set(xlabel="simulated process (brownian column = size, others = power)", ylabel="test",
-           title=f"Size (goal [0.02, 0.08] at α={alpha}) and power (goal ≥ 0.9)")
+           title=f"Size and power at α={alpha}, mean over the simulated shapes\n(goals: {goal_text()})")
     return fig
 
 
 def plot_claims_overview(res: Results):
-    table = claims_table(res.claims, res.summary)
-    per = table[table["scope"] == "run"] if not table.empty else table
-    fig, axes = new_figure(1, 1, width=max(6.0, 0.45 * per["run"].nunique() + 3) if not per.empty else 6.0,
-                           height=max(2.5, 0.5 * (per["claim"].nunique() if not per.empty else 3) + 1.8))
+    table = claims_frame(res.claims)
+    per = table[table["scope"] == "run"]
+    fig, axes = new_figure(1, 1, width=max(6.0, 0.45 * per["key"].nunique() + 3) if not per.empty else 6.0,
+                           height=max(2.5, 0.5 * (table["claim"].nunique() if not table.empty else 3) + 1.8))
     ax = axes[0, 0]
     if table.empty:
-        no_data(ax, "claims.json missing or without verdicts", title="verdict per claim, run and optimizer")
+        no_data(ax, "claims.json missing or not following the verdicts contract",
+                title="verdict per claim, run and optimizer")
         return fig
-    head = table[table["scope"] == "headline"].assign(run="headline (all runs)", optimizer="")
+    head = table[table["scope"] == "headline"].assign(key="headline (all runs)", optimizer="")
     per = pd.concat([head, per], ignore_index=True)
-    codes = per.assign(code=per["verdict"].map({v: i for i, v in enumerate(VERDICTS)}))
-    order = codes.sort_values(["optimizer", "run"], na_position="first")["run"].drop_duplicates().tolist()
-    mat = codes.pivot_table(index="claim", columns="run", values="code", aggfunc="min").reindex(columns=order)
-    sns.heatmap(mat, vmin=-0.5, vmax=2.5, cmap=ListedColormap(_VERDICT_COLORS), ax=ax, linewidths=0.5,
-                linecolor="white", cbar_kws={"ticks": [0, 1, 2]})
-    ax.collections[0].colorbar.set_ticklabels(list(VERDICTS))
+    codes = per.assign(code=per["verdict"].map({v: i for i, v in enumerate(_VERDICT_ORDER)}))
+    order = codes.sort_values(["optimizer", "key"], na_position="first")["key"].drop_duplicates().tolist()
+    mat = codes.pivot_table(index="claim", columns="key", values="code", aggfunc="min").reindex(columns=order)
+    sns.heatmap(mat, vmin=-0.5, vmax=len(_VERDICT_ORDER) - 0.5, cmap=ListedColormap(_VERDICT_COLORS), ax=ax,
+                linewidths=0.5, linecolor="white", cbar_kws={"ticks": list(range(len(_VERDICT_ORDER)))})
+    ax.collections[0].colorbar.set_ticklabels(list(_VERDICT_ORDER))
     ax.set(xlabel="run (grouped by optimizer)", ylabel="claim", title="Verdict per claim and run (blank: not evaluated)")
     ax.tick_params(axis="x", labelrotation=60)
     return fig
-

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from brownformer.plots._load import Results, dig
+from brownformer.results import Results, dig
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
-from brownformer.plots._traj import capture_number, files_of, gram_offdiagonal, mean_cosine_from_start
+from brownformer.plots._traj import capture_number, gram_offdiagonal, mean_cosine_from_start
 
 __all__ = ["depth_table", "plot_depth_cosine"]
 
@@ -15,11 +15,12 @@ def depth_table(res: Results) -> pd.DataFrame:
     """Per run, capture (first and last) and layer: mean cosine to layer 0, Gram off-diagonal, D from stats.
 
     D (diffusion coefficient) is the statistics stage's estimate for that trajectory file when
-    present, else NaN (the figure then fits the law at layer 1 and says so).
+    present, else NaN (the figure then fits the law at layer 1 and says so); dim is the dimension
+    k the tokens span, so the law is exp(-(k-1) D l) on S^(k-1).
     """
     rows = []
     for spec in res.runs:
-        entries = [f for f in files_of(res, spec.run_id, "depth") if f["path"].startswith("depth/ln_c")
+        entries = [f for f in res.trajectory_files(spec.run_id, "depth") if f["path"].startswith("depth/ln_c")
                    and not f["path"].endswith("_features.npy")]
         if not entries:
             continue
@@ -31,11 +32,15 @@ def depth_table(res: Results) -> pd.DataFrame:
                 continue
             times = side.get("times") or list(range(X.shape[0]))
             cos, gram = mean_cosine_from_start(X), gram_offdiagonal(X)
-            D = dig(stats, entry["path"].removesuffix(".npy"), "diffusion_coefficient")
+            key = entry["path"].removesuffix(".npy")
+            D = dig(stats, key, "diffusion_coefficient")
+            # The sphere the walk lives on: S^(k-1) with k the dimension the tokens span (d - 1 for
+            # LayerNorm outputs, which lie in the hyperplane sum(z) = 0), as the statistics stage used.
+            span = dig(stats, key, "span_dimension", default=X.shape[-1] - 1 if side.get("sum_zero") else X.shape[-1])
             for t in range(X.shape[0]):
                 rows.append({"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed, "capture": label,
                              "layer": float(times[t]), "mean_cos": float(cos[t]), "gram_off": float(gram[t]),
-                             "dim": X.shape[-1], "D": float(D) if isinstance(D, (int, float)) else np.nan})
+                             "dim": int(span), "D": float(D) if isinstance(D, (int, float)) else np.nan})
     return pd.DataFrame(rows)
 
 
@@ -55,7 +60,7 @@ def plot_depth_cosine(res: Results):
         for opt, g in sub.groupby("optimizer", sort=True):
             for cap, ls in (("trained", "-"), ("init", ":")):
                 gc = g[g["capture"] == cap].groupby("layer").agg(c=("mean_cos", "mean"), go=("gram_off", "mean"),
-                                                                 D=("D", "median"), d=("dim", "first")).reset_index()
+                                                                 D=("D", "median"), k=("dim", "first")).reset_index()
                 if gc.empty:
                     continue
                 lab = f"{opt} ({cap})"
@@ -63,16 +68,16 @@ def plot_depth_cosine(res: Results):
                 ax_g.plot(gc["layer"], gc["go"], ls, marker="o", ms=3, color=palette[opt], label=lab)
                 if cap != "trained" or len(gc) < 2:
                     continue
-                d = int(gc["d"].iat[0])
+                k = int(gc["k"].iat[0])
                 D = gc["D"].iat[0]
                 if not np.isfinite(D) and 0 < gc["c"].iat[1] < 1:
                     # Display-only: the law through the first step, labelled as such.
-                    D = -np.log(gc["c"].iat[1]) / ((d - 1) * (gc["layer"].iat[1] - gc["layer"].iat[0]))
+                    D = -np.log(gc["c"].iat[1]) / ((k - 1) * (gc["layer"].iat[1] - gc["layer"].iat[0]))
                     fitted_here = True
                 if np.isfinite(D):
                     ls_ = np.linspace(gc["layer"].min(), gc["layer"].max(), 50)
-                    ax_c.plot(ls_, np.exp(-(d - 1) * D * (ls_ - ls_[0])), "--", color=palette[opt], lw=0.8, alpha=0.7)
-        note = "dashed: exp(-(d-1) D l)" + (" with D fitted at the first layer" if fitted_here else " with D from stats")
+                    ax_c.plot(ls_, np.exp(-(k - 1) * D * (ls_ - ls_[0])), "--", color=palette[opt], lw=0.8, alpha=0.7)
+        note = "dashed: exp(-(k-1) D l), k = dimension spanned" + (" with D fitted at the first layer" if fitted_here else " with D from stats")
         ax_c.set(xlabel="layer l", ylabel="E⟨u₀, u_l⟩", title=f"{model}: mean cosine to layer 0")
         ax_c.text(0.02, 0.02, note, transform=ax_c.transAxes, fontsize=6, color="0.3")
         ax_c.legend(loc="upper right", fontsize=6)

@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from brownformer.plots._load import Results, dig
+from brownformer.results import Results, dig
 from brownformer.plots._style import new_figure, no_data
-from brownformer.plots._traj import capture_number, files_of
+from brownformer.plots._traj import capture_number
 
 __all__ = ["sphere_norm_table", "plot_sphere_norms"]
 
@@ -23,7 +23,7 @@ def sphere_norm_table(res: Results) -> pd.DataFrame:
     for spec in res.runs:
         ln = res.cfg.models[spec.model].ln
         for prefix, source, scale in (("depth/ln_c", "LN before affine", False), ("depth/resid_c", "residual stream", True)):
-            entries = [f for f in files_of(res, spec.run_id, "depth") if f["path"].startswith(prefix)
+            entries = [f for f in res.trajectory_files(spec.run_id, "depth") if f["path"].startswith(prefix)
                        and not f["path"].endswith("_features.npy")]
             if not entries:
                 continue

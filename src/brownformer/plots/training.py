@@ -1,7 +1,7 @@
-"""Figures 1 and 2: training curves, and time to AdamW's final validation metric.
+"""Figures 1 and 2: training curves, and steps and seconds to claim 4's target.
 
-`time_to_target` is also what the report's optimizer comparison quotes, so the figure and the
-text cannot disagree.
+The time-to-target table comes from brownformer.results.time_to_target, which the report's
+optimizer comparison quotes too, so the figure and the text cannot disagree.
 """
 from __future__ import annotations
 
@@ -11,44 +11,19 @@ import re
 import numpy as np
 import pandas as pd
 
-from brownformer.plots._load import Results
-from brownformer.stats.claims import time_to_target_table
+from brownformer.metrics import val_metric
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
+from brownformer.results import Results, report_setting, time_to_target
 
 log = logging.getLogger(__name__)
 
-__all__ = ["val_metric_of", "time_to_target", "overhead_breakdown", "plot_training_curves",
-           "plot_time_to_target"]
+__all__ = ["overhead_breakdown", "plot_training_curves", "plot_time_to_target"]
 
+_METRIC_LABELS = {"val_accuracy": "val accuracy", "val_bpc": "val bits per char", "val_loss": "val loss"}
 # Optimizer diagnostics that are timings, by component (matched on the opt_* column name).
 _TIMING = re.compile(r"(time|_s$|_ms$|seconds)")
 _COMPONENTS = (("factors", re.compile(r"factor|cov|stat")), ("inverse / CG", re.compile(r"inv|eig|cg|solve")),
                ("apply", re.compile(r"apply|precond|update|step")))
-
-
-def val_metric_of(kind: str) -> tuple[str, bool]:
-    """(metrics column, higher_is_better) of the validation metric for a dataset kind."""
-    return ("val_accuracy", True) if kind == "image" else ("val_bpc", False)
-
-
-def time_to_target(res: Results) -> pd.DataFrame:
-    """Steps and seconds each run needs to reach the target optimizer's final validation metric.
-
-    The target for a model variant is the target optimizer's (config `report.target_optimizer`,
-    AdamW by default) last evaluated metric on its weakest seed, the rule of claim 4
-    (brownformer.stats.optimizer_claim), so every target seed reaches it. A run "reaches" it at its
-    first evaluation with accuracy >= target (bits per char <= target); runs that never do get NaN.
-    Computed by brownformer.stats.claims.time_to_target_table, so figure, text and verdict agree.
-
-    Returns:
-        One row per run: model, optimizer, seed, metric, target, final, reached, steps, seconds.
-    """
-    m = res.metrics
-    if m.empty:
-        return pd.DataFrame()
-    tt = time_to_target_table({run: g for run, g in m.groupby("run", sort=True)},
-                              target_optimizer=res.cfg.report.get("target_optimizer", "adamw"))
-    return tt.replace([np.inf, -np.inf], np.nan)  # "never reached" plots as missing
 
 
 def overhead_breakdown(res: Results) -> pd.DataFrame:
@@ -94,11 +69,14 @@ def plot_training_curves(res: Results):
     m = res.metrics
     palette = optimizer_palette(r.optimizer for r in res.runs)
     for i, model in enumerate(models):
-        col, _ = val_metric_of(res.dataset_kind(model))
-        label = "val accuracy" if col == "val_accuracy" else "val bits per char"
+        g_model = m[m["model"] == model] if not m.empty else m
+        try:
+            col = val_metric(g_model).column
+        except ValueError:  # no evaluation logged yet: the panels below say "no data"
+            col = "val metric"
+        label = _METRIC_LABELS.get(col, col)
         panels = [("step", "train_loss", "steps", "train loss"), ("step", col, "steps", label),
                   ("wall_time", "train_loss", "wall-clock (s)", "train loss"), ("wall_time", col, "wall-clock (s)", label)]
-        g_model = m[m["model"] == model] if not m.empty else m
         for j, (x, y, xl, yl) in enumerate(panels):
             ax = axes[i, j]
             title = f"{model}: {yl}"
@@ -159,17 +137,17 @@ def plot_time_to_target(res: Results):
     """Figure 2: steps and seconds to the target, per optimizer and model, seeds as points; K-FAC overhead."""
     fig, axes = new_figure(1, 3, width=4.0, height=3.3)
     tt = time_to_target(res)
-    target_opt = res.cfg.report.get("target_optimizer", "adamw")
+    target_opt = report_setting(res.cfg, "target_optimizer")
     palette = optimizer_palette(r.optimizer for r in res.runs)
     if tt.empty or not np.isfinite(tt["target"]).any():
-        why = ("no validation metrics" if tt.empty else f"no finished {target_opt} run to set the target")
+        why = ("no validation metrics" if tt.empty else f"no claim-4 target (no {target_opt} run to set it)")
         no_data(axes[0, 0], why, title="steps to target")
         no_data(axes[0, 1], why, title="seconds to target")
     else:
         _strip(axes[0, 0], tt, "steps", palette, "steps to target")
-        axes[0, 0].set_title(f"steps to {target_opt}'s final val metric")
+        axes[0, 0].set_title(f"steps to the target ({target_opt} baseline)")
         _strip(axes[0, 1], tt, "seconds", palette, "seconds to target")
-        axes[0, 1].set_title(f"wall-clock to {target_opt}'s final val metric")
+        axes[0, 1].set_title(f"wall-clock to the target ({target_opt} baseline)")
     ov = overhead_breakdown(res)
     ax = axes[0, 2]
     if ov.empty:

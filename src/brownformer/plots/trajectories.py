@@ -5,9 +5,9 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from brownformer.plots._load import Results, dig
+from brownformer.results import Results, dig
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
-from brownformer.plots._traj import displacement_msd, files_of, find_test, mean_cosine_from_start
+from brownformer.plots._traj import displacement_msd, find_test, mean_cosine_from_start
 
 __all__ = ["estimates_table", "plot_training_msd", "plot_increments_tails"]
 
@@ -72,7 +72,7 @@ def _ci_panel(ax, table: pd.DataFrame, palette, *, margin=None, reference=None, 
 def _msd_panel(ax, res: Results, palette, category: str) -> bool:
     drew = False
     for spec in res.runs:
-        for entry in files_of(res, spec.run_id, category):
+        for entry in res.trajectory_files(spec.run_id, category):
             if category == "training" and entry["path"].endswith("_lrsum.npy"):
                 continue
             X, side = res.load_trajectory(spec.run_id, entry["path"])
@@ -151,7 +151,7 @@ def plot_training_msd(res: Results):
 def _standardized_increments(res: Results, category: str, *, per_optimizer: bool = True) -> dict[str, np.ndarray]:
     pooled: dict[str, list[np.ndarray]] = {}
     for spec in res.runs:
-        for entry in files_of(res, spec.run_id, category):
+        for entry in res.trajectory_files(spec.run_id, category):
             X, _ = res.load_trajectory(spec.run_id, entry["path"])
             if X is None or X.ndim != 3 or X.shape[0] < 2:
                 continue

@@ -31,6 +31,15 @@ log = logging.getLogger(__name__)
 __all__ = ["extract_trajectories", "N_PER_CAPTURE_FILES"]
 
 N_PER_CAPTURE_FILES = 8  # depth and attention files for the first, last and ~6 evenly spaced captures
+#: the clock of training-time trajectories (tokens and weights); the other clocks ride along in "clocks"
+PRIMARY_CLOCK = "lr_sq_sum"
+_CLOCK_REASON = ("sum of lr^2: SGD noise adds a variance proportional to lr^2 per step, so under the Brownian "
+                 "null the weights (and the tokens they move) diffuse linearly in this clock; lr_sum (the drift's "
+                 "clock) and step are kept as checks")
+_WARMUP = ("handled by the clock: while the learning rate ramps up, lr^2 and hence the clock grow slowly, so "
+           "warm-up steps count for little time")
+_DRIFT_WEIGHTS = ("per_walker: each row of W follows its own gradient, so each row's linear drift over the clock "
+                  "is removed (a shared drift would leave most of it in)")
 _RADIUS_NOTE = ("not renormalised: LayerNorm's eps gives |z| = sqrt(var / (var + eps)) <= 1, below 1 where a "
                 "token's variance is small (claim 1 is measured on these values); ln 'none' is exactly 1")
 
@@ -72,14 +81,6 @@ class _Writer:
              capture=None) -> None:
         self._register(rel, sidecar, category, layer, tensor, capture)
         np.save(self.root / rel, array)
-
-    def link(self, rel: str, target_rel: str, sidecar: dict, *, category: str, layer=None, tensor: str) -> None:
-        """Register `rel` as the same array as `target_rel` (a hard link: no second copy on disk)."""
-        self._register(rel, sidecar, category, layer, tensor, None)
-        try:
-            os.link(self.root / target_rel, self.root / rel)
-        except OSError:  # filesystems without hard links get a copy
-            shutil.copyfile(self.root / target_rel, self.root / rel)
 
     def memmap(self, rel: str, shape: tuple[int, ...], sidecar: dict, *, category: str, layer=None,
                tensor: str) -> np.memmap:
@@ -134,7 +135,8 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
     L, d, B, n = meta["n_layers"], meta["d_model"], meta["n_inputs"], meta["n_tokens"]
     N, C, run = B * n, len(index), meta["run"]
     ks, steps = [int(k) for k in index["capture"]], [int(s) for s in index["step"]]
-    lr_sums = [float(v) for v in index["lr_sum"]]
+    clocks = {"step": steps, "lr_sum": [float(v) for v in index["lr_sum"]],
+              "lr_sq_sum": [float(v) for v in index["lr_sq_sum"]]}
     noise_rows = [i for i, has in enumerate(index["has_noise"]) if has]
     per_capture = set(depth_subset(C, N_PER_CAPTURE_FILES))
     centered = meta["ln"] != "none"
@@ -142,11 +144,13 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
                      + ("; token 0 of each input is the CLS token" if meta.get("cls_index") == 0 else ""))
     src = lambda **kw: {"run": run, "head": None, **kw}  # noqa: E731
 
-    def ln_sidecar(time: str, times: list, layer: int) -> dict:
-        return _sidecar("sphere", time, times, token_walkers, src(layer=layer, tensor="ln_hat/sqrt(d)", captures=ks,
-                        steps=steps), ln=meta["ln"], ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE)
+    def ln_sidecar(layer: int) -> dict:
+        return _sidecar("sphere", PRIMARY_CLOCK, clocks[PRIMARY_CLOCK], token_walkers,
+                        src(layer=layer, tensor="ln_hat/sqrt(d)", captures=ks, steps=steps), ln=meta["ln"],
+                        ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, n_inputs=B, n_tokens=n,
+                        sum_zero=centered, clocks=clocks, clock_reason=_CLOCK_REASON, warmup=_WARMUP)
 
-    training = {l: w.memmap(f"training/ln_l{l}.npy", (C, N, d), ln_sidecar("step", steps, l),
+    training = {l: w.memmap(f"training/ln_l{l}.npy", (C, N, d), ln_sidecar(l),
                             category="training", layer=l, tensor="ln") for l in range(L)}
     weights, noise = {}, {}
     for i, k in enumerate(tqdm(ks, desc=f"extract {run}", mininterval=5, disable=not log.isEnabledFor(logging.INFO))):
@@ -155,7 +159,7 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
         for l in range(L):
             training[l][i] = ln[l].reshape(N, d)
         if not weights:
-            weights = _open_weights(w, meta, cap["weights"].shape, C, ks, steps)
+            weights = _open_weights(w, meta, cap["weights"].shape, ks, clocks)
         for (l, m), arr in weights.items():
             arr[i] = cap["weights"][l, MATRICES.index(m)]
         if "noise" in cap:
@@ -169,22 +173,22 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
             _write_capture_files(w, meta, cap, k, steps[i], token_walkers, centered)
     for arr in [*training.values(), *weights.values(), *noise.values()]:
         arr.flush()
-    weights.clear(), noise.clear(), training.clear()  # drop the maps before rereading the files
-    for l in range(L):  # the same array with cumulative learning rate as time
-        w.link(f"training/ln_l{l}_lrsum.npy", f"training/ln_l{l}.npy",
-               ln_sidecar("lr_sum", lr_sums, l), category="training", layer=l, tensor="ln")
+    weights.clear(), noise.clear(), training.clear()
     return [ks[i] for i in sorted(per_capture)]
 
 
-def _open_weights(w: _Writer, meta: dict, shape: tuple, C: int, ks: list, steps: list) -> dict:
+def _open_weights(w: _Writer, meta: dict, shape: tuple, ks: list, clocks: dict) -> dict:
     L, _, rows, cols = shape
+    C, steps = len(ks), clocks["step"]
     proj = meta["projection"]
     walkers = (f"row r of W_<m> ({rows} output units), projected to {cols} dims ({proj.get('kind')}, seed "
                f"{proj.get('seed')})" if proj["projected"] else f"row r of W_<m> ({rows} output units) over {cols} inputs")
+    # rows of one matrix are treated as independent walkers (no groups): they share inputs but not parameters
     return {(l, m): w.memmap(f"weights/l{l}_{m}.npy", (C, rows, cols), _sidecar(
-        "euclidean", "step", steps, walkers.replace("<m>", m.upper()),
+        "euclidean", PRIMARY_CLOCK, clocks[PRIMARY_CLOCK], walkers.replace("<m>", m.upper()),
         {"run": meta["run"], "layer": l, "head": None, "tensor": f"W_{m.upper()}", "captures": ks, "steps": steps},
-        projection=proj), category="weights", layer=l, tensor=m)
+        projection=proj, clocks=clocks, clock_reason=_CLOCK_REASON, warmup=_WARMUP, drift="per_walker",
+        drift_reason=_DRIFT_WEIGHTS), category="weights", layer=l, tensor=m)
         for l in range(L) for m in MATRICES}
 
 
@@ -209,7 +213,7 @@ def _write_capture_files(w: _Writer, meta: dict, cap: dict, k: int, step: int, w
     ln = cap["ln_hat"].astype(np.float32) / math.sqrt(d)  # (L, B, n, d)
     w.save(f"depth/ln_c{k}.npy", ln.reshape(L, B * n, d), _sidecar(
         "sphere", "layer", list(range(L)), walkers, {**source, "layer": None, "tensor": "ln_hat/sqrt(d)"},
-        ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, **common),
+        ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, sum_zero=centered, **common),
         category="depth", tensor="ln", capture=k)
     if "ln_out" in cap:
         ln_out = cap["ln_out"].astype(np.float32)  # (L, B, n, d), after gamma and beta, not rescaled

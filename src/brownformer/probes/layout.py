@@ -12,9 +12,9 @@ OUT/ (replaced as a whole; built beside it, then swapped in):
                                              raw (not divided by sqrt(d))
   depth/resid_c<k>.npy         (L+1, N, d)   euclidean, time layer: residual stream entering each block,
                                              last time = output of the last block
-  training/ln_l<l>.npy         (C, N, d)     sphere, time step: layer l's normalised LN output across captures
-  training/ln_l<l>_lrsum.npy   (C, N, d)     the same array, time = cumulative learning rate (lr_sum)
-  weights/l<l>_<q|k|v|o>.npy   (C, R, c)     euclidean, time step: rows of W_Q/W_K/W_V/W_O (or Gaussian
+  training/ln_l<l>.npy         (C, N, d)     sphere, time lr_sq_sum: layer l's normalised LN output across
+                                             captures (sidecar "clocks": step, lr_sum, lr_sq_sum)
+  weights/l<l>_<q|k|v|o>.npy   (C, R, c)     euclidean, time lr_sq_sum: rows of W_Q/W_K/W_V/W_O (or Gaussian
                                              row projections above probes.max_weight_size)
   gradnoise/l<l>_<q|k|v|o>.npy (Cn, M, p)    euclidean, time step: M minibatch gradients minus the
                                              large-batch gradient, flattened, at the noise captures

@@ -8,7 +8,8 @@ import pandas as pd
 import yaml
 
 from brownformer.manifest import git_state, package_versions
-from brownformer.report.context import ReportContext, fmt, md_table
+from brownformer.report.context import ReportContext
+from brownformer.report.markdown import fmt, md_table
 
 log = logging.getLogger(__name__)
 
@@ -17,13 +18,14 @@ __all__ = ["appendix", "stage_times", "provenance"]
 
 def provenance(ctx: ReportContext) -> dict:
     """Git state, versions and device recorded by the runs (the first manifest), else measured now."""
-    manifests = ctx.results.manifests
-    first = next(iter(manifests.values()), {})
-    now_git = git_state(ctx.config_path.resolve().parent)
-    shas = sorted({str((m.get("git") or {}).get("sha")) for m in manifests.values()})
-    return {"git_runs": shas, "git_dirty_runs": sorted({str((m.get("git") or {}).get("dirty")) for m in manifests.values()}),
-            "git_report": now_git, "versions_runs": first.get("versions") or {}, "versions_report": package_versions(),
-            "device": first.get("device") or {}, "config_hashes": sorted({str(m.get("config_hash")) for m in manifests.values()})}
+    manifests = list(ctx.results.manifests.values())
+    first = manifests[0] if manifests else None
+    return {"git_runs": sorted({str(m.git_sha) for m in manifests}),
+            "git_dirty_runs": sorted({str(m.git_dirty) for m in manifests}),
+            "git_report": git_state(ctx.config_path.resolve().parent),
+            "versions_runs": first.versions if first else {}, "versions_report": package_versions(),
+            "device": first.device if first else {},
+            "config_hashes": sorted({str(m.config_hash) for m in manifests})}
 
 
 def stage_times(ctx: ReportContext) -> pd.DataFrame:
@@ -38,11 +40,12 @@ def stage_times(ctx: ReportContext) -> pd.DataFrame:
 def _seeds(ctx: ReportContext) -> pd.DataFrame:
     rows = []
     for spec in ctx.cfg.runs():
-        m = ctx.results.manifests.get(spec.run_id, {})
-        seeds = m.get("seeds") or {}
-        rows.append({"run": spec.run_id, "seeds": ", ".join(f"{k}={v}" for k, v in sorted(seeds.items())) or "not available",
-                     "wall time s": fmt(m.get("wall_time_s")),
-                     "git": ((m.get("git") or {}).get("sha") or "n/a")[:12] + ("+dirty" if (m.get("git") or {}).get("dirty") else "")})
+        m = ctx.results.manifests.get(spec.run_id)
+        rows.append({"run": spec.run_id,
+                     "seeds": ", ".join(f"{k}={v}" for k, v in sorted(m.seeds.items())) if m and m.seeds
+                     else "not available",
+                     "wall time s": fmt(m.wall_time_s if m else None),
+                     "git": ((m.git_sha if m else None) or "n/a")[:12] + ("+dirty" if m and m.git_dirty else "")})
     return pd.DataFrame(rows)
 
 

@@ -1,133 +1,112 @@
-"""Verdicts of the statistics stage (claims.json) as one flat table for the figures and the report.
+"""The verdicts of claims.json as report text: per claim its verdict, estimate with CI, margin,
+the calibrated size and power of the exact rule at its shape, and the reason.
 
-claims.json is read leniently: a list of claim records, or a mapping holding such lists
-("claims" for the headline verdicts, "per_run"/"runs" for verdicts per run). A record needs
-at least a claim name and a verdict; effect size, CI, tests and p-value are carried when present.
+Everything comes from brownformer.results (claims_frame over the typed ClaimsFile): this module
+formats, it never decides or re-spells a verdict.
 """
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import pandas as pd
 
-__all__ = ["claims_table", "normalize_verdict", "VERDICT_LABELS"]
+from brownformer.report.context import ReportContext
+from brownformer.report.markdown import fmt, fmt_ci, md_table
+from brownformer.results import claims_frame, did_not_train_frame
+from brownformer.verdicts import VERDICTS
 
-VERDICT_LABELS = ("supported", "not supported", "inconclusive")
-
-COLUMNS = ["claim", "title", "scope", "run", "model", "optimizer", "seed", "verdict", "estimate_name",
-           "effect_size", "ci_low", "ci_high", "p_value", "tests", "reason"]
-
-
-def normalize_verdict(v: Any) -> str:
-    """Map spellings ("not_supported", "Supported", True/False) onto VERDICT_LABELS."""
-    if isinstance(v, bool):
-        return "supported" if v else "not supported"
-    s = str(v or "").strip().lower().replace("_", " ").replace("-", " ")
-    if s in ("supported", "yes", "true", "pass"):
-        return "supported"
-    if s in ("not supported", "unsupported", "rejected", "no", "false", "refuted", "fail"):
-        return "not supported"
-    return "inconclusive"
+__all__ = ["claim_table", "headline_table", "claim_lines", "scope_table", "did_not_train_text", "counts_by_optimizer",
+           "calibration_text"]
 
 
-def _num(x: Any) -> float:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return math.nan
-    return v if math.isfinite(v) else math.nan
+def claim_table(ctx: ReportContext) -> pd.DataFrame:
+    """All verdicts of claims.json as rows (brownformer.results.claims_frame)."""
+    return claims_frame(ctx.results.claims)
 
 
-def _tests_text(t: Any) -> str:
-    if isinstance(t, str):
-        return t
-    if isinstance(t, dict):
-        return ", ".join(str(k) for k in t)
-    if isinstance(t, (list, tuple)):
-        return ", ".join(str(x.get("name", x)) if isinstance(x, dict) else str(x) for x in t)
-    return ""
+def calibration_text(row: pd.Series) -> str:
+    """"size 0.05 ± 0.01, power ≥ 0.93 (...) at shape ..., 400 replicates" or "not calibrated"."""
+    if not row["calibrated"]:
+        return "not calibrated"
+    size = fmt(row["size"]) + (f" ± {fmt(row['size_se'])}" if math.isfinite(row["size_se"]) else "")
+    power = (f"power ≥ {fmt(row['power'])}" + (f" ({row['power_by_alternative']})" if row["power_by_alternative"] else "")
+             if math.isfinite(row["power"]) else "power not measured")
+    parts = [f"size {size}", power]
+    if math.isfinite(row["equivalence_power"]):
+        parts.append(f"certifies Brownian motion in {fmt(row['equivalence_power'])}")
+    if row["calibration_shape"]:
+        parts.append(f"at shape {row['calibration_shape']}")
+    if math.isfinite(row["n_replicates"]):
+        parts.append(f"{fmt(row['n_replicates'])} replicates")
+    return ", ".join(parts)
 
 
-def _record(rec: dict, scope: str, key: str | None = None) -> dict | None:
-    claim = rec.get("claim", rec.get("name", rec.get("id", key)))
-    if claim is None or not any(k in rec for k in ("verdict", "supported", "status")):
-        return None
-    verdict = rec.get("verdict", rec.get("status", rec.get("supported")))
-    effect = rec.get("effect_size", rec.get("estimate"))
-    if isinstance(effect, dict):
-        ci = effect.get("ci", effect.get("confidence_interval"))
-        name = effect.get("name")
-        effect = effect.get("estimate", effect.get("value"))
-    else:
-        ci, name = None, None
-    ci = ci or rec.get("ci") or rec.get("confidence_interval") or [None, None]
-    return {"claim": str(claim), "title": str(rec.get("title", rec.get("statement", claim))), "scope": scope,
-            "run": rec.get("run"), "model": rec.get("model"), "optimizer": rec.get("optimizer"),
-            "seed": rec.get("seed"), "verdict": normalize_verdict(verdict),
-            "estimate_name": str(rec.get("estimate_name", name or rec.get("effect", "")) or ""),
-            "effect_size": _num(effect), "ci_low": _num(ci[0]) if len(ci) > 0 else math.nan,
-            "ci_high": _num(ci[1]) if len(ci) > 1 else math.nan,
-            "p_value": _num(next((rec[k] for k in ("p_value_holm", "p_value", "pvalue", "p_adjusted")
-                                  if rec.get(k) is not None), None)),
-            "tests": _tests_text(rec.get("tests", rec.get("test", ""))), "reason": str(rec.get("reason", "") or "")}
+def _estimate_text(row: pd.Series) -> str:
+    if not row["estimate_name"] and not math.isfinite(row["estimate"]):
+        return "n/a"
+    level = f" ({row['confidence_level']:.0%} CI)" if math.isfinite(row["confidence_level"]) else ""
+    name = f"{row['estimate_name']} " if row["estimate_name"] else ""
+    return f"{name}{fmt(row['estimate'])}, CI {fmt_ci(row['ci_low'], row['ci_high'])}{level}"
 
 
-def _records(obj: Any, scope: str) -> list[dict]:
-    """Records of a list of claims, or of a mapping key -> claim (the key names the claim if it has no name)."""
-    items = obj.items() if isinstance(obj, dict) else ((None, rec) for rec in obj or []) if isinstance(obj, list) else ()
-    out = []
-    for key, rec in items:
-        if not isinstance(rec, dict):
+def headline_table(ctx: ReportContext) -> pd.DataFrame:
+    """One row per claim: verdict, estimate with CI, margin, calibration of its rule, Holm p, reason."""
+    t = claim_table(ctx)
+    head = t[t["scope"] == "headline"]
+    return pd.DataFrame({"claim": head["claim"], "statement": head["title"], "verdict": head["verdict"].str.upper(),
+                         "estimate (CI)": [_estimate_text(r) for _, r in head.iterrows()],
+                         "margin": [fmt_ci(lo, hi) for lo, hi in zip(head["margin_low"], head["margin_high"])],
+                         "size and power of the rule": [calibration_text(r) for _, r in head.iterrows()],
+                         "Holm p": [fmt(p) for p in head["p_value_holm"]], "reason": head["reason"]})
+
+
+def claim_lines(ctx: ReportContext, claim_ids: tuple[str, ...]) -> list[str]:
+    """Markdown bullets for the headline verdicts of `claim_ids` (absent claims say so)."""
+    t = claim_table(ctx)
+    head = t[t["scope"] == "headline"].set_index("claim", drop=False)
+    lines = []
+    for cid in claim_ids:
+        if cid not in head.index:
+            lines.append(f"- **Claim {cid}**: verdict not available (no entry in claims.json).")
             continue
-        r = _record(rec, "run" if rec.get("run") else scope, key)
-        if r:
-            out.append(r)
-            if r["scope"] == "headline":
-                out += _children(rec, r)
-    return out
+        r = head.loc[cid]
+        lines.append(f"- **Claim {cid}** — {r['title']}: **{r['verdict']}**. Estimate: {_estimate_text(r)}; "
+                     f"margin {fmt_ci(r['margin_low'], r['margin_high'])}; calibration of the rule: "
+                     f"{calibration_text(r)}" + (f"; Holm p = {fmt(r['p_value_holm'])}"
+                                                 if math.isfinite(r["p_value_holm"]) else "")
+                     + (f". Reason: {r['reason']}" if r["reason"] else "") + ".")
+    return lines
 
 
-def _children(rec: dict, parent: dict) -> list[dict]:
-    """Verdicts nested under a headline claim: per_run {run_id: {...}} or per_model {model: {...}}."""
-    from brownformer.config import ConfigError, RunSpec
-
-    out = []
-    for sub, scope in (("per_run", "run"), ("per_model", "model")):
-        nested = rec.get(sub)
-        items = nested.items() if isinstance(nested, dict) else \
-            ((c.get("run") or c.get("model"), c) for c in nested or [] if isinstance(c, dict))
-        for key, child in items:
-            if not isinstance(child, dict) or "verdict" not in child:
-                continue
-            row = _record({**child, "claim": parent["claim"], "title": parent["title"]}, scope)
-            if scope == "run":
-                row["run"] = child.get("run", key)
-                try:
-                    spec = RunSpec.parse(str(row["run"]))
-                    row.update(model=spec.model, optimizer=spec.optimizer, seed=spec.seed)
-                except ConfigError:
-                    pass
-            else:
-                row["model"] = key
-            out.append(row)
-    return out
+def scope_table(ctx: ReportContext, claim_id: str, scope: str) -> pd.DataFrame:
+    """A claim's verdicts per "run", "optimizer" or "model": key, verdict, estimate (CI), margin, reason."""
+    t = claim_table(ctx)
+    rows = t[(t["claim"] == claim_id) & (t["scope"] == scope)]
+    return pd.DataFrame({scope: rows["key"], "verdict": rows["verdict"],
+                         "estimate (CI)": [_estimate_text(r) for _, r in rows.iterrows()],
+                         "margin": [fmt_ci(lo, hi) for lo, hi in zip(rows["margin_low"], rows["margin_high"])],
+                         "reason": rows["reason"]})
 
 
-def claims_table(claims: Any, summary: pd.DataFrame | None = None) -> pd.DataFrame:
-    """Flatten claims.json (and, if it holds no per-run verdicts, summary.parquet) into COLUMNS.
+def did_not_train_text(ctx: ReportContext) -> str:
+    """The runs left out of every claim because they did not train, as a table (or a sentence)."""
+    dnt = did_not_train_frame(ctx.results.claims)
+    if ctx.results.claims is None:
+        return "Runs left out as “did not train”: not available (claims.json missing or unreadable)."
+    if dnt.empty:
+        return "No run was left out as “did not train” (diverged or ended at chance)."
+    return ("Runs left out of every claim because they did not train (diverged or ended at chance); "
+            "they are never pooled into a verdict:\n\n" + md_table(dnt))
 
-    scope is "headline" for a claim's overall verdict and "run" for a verdict on one run.
-    """
-    rows: list[dict] = []
-    if isinstance(claims, dict) and not any(isinstance(v, dict) and "verdict" in v for v in claims.values()):
-        for key in ("claims", "headline", "headlines"):
-            rows += _records(claims.get(key), "headline")
-        for key in ("per_run", "per_optimizer"):
-            rows += _records(claims.get(key), "run")
-    else:
-        rows += _records(claims, "headline")
-    if summary is not None and not summary.empty and not any(r["scope"] == "run" for r in rows):
-        rows += _records(summary.to_dict("records"), "run")
-    df = pd.DataFrame(rows, columns=COLUMNS)
-    return df
+
+def counts_by_optimizer(ctx: ReportContext) -> pd.DataFrame:
+    """Per claim and optimizer: number of runs with each of the four verdicts."""
+    t = claim_table(ctx)
+    per = t[t["scope"] == "run"]
+    if per.empty or per["optimizer"].isna().all():
+        return pd.DataFrame()
+    counts = per.groupby(["claim", "optimizer", "verdict"]).size().unstack(fill_value=0)
+    for v in VERDICTS:
+        if v not in counts:
+            counts[v] = 0
+    return counts[list(VERDICTS)].reset_index()

@@ -1,288 +1,246 @@
-"""Component tests of the Brownian battery, each on prepared arrays, each a TestResult.
+"""The Brownian battery on euclidean trajectories, batched over R replicates (STATISTICS.md 2.b).
 
-Notation: increments e (n, N, d) = (steps, walkers, dims), already drift-removed and divided
-by sqrt(dt) so that under the null they are i.i.d. over steps within a walker. Walkers are
-independent; tests pool over walkers through walker means, and standard errors come from
-the walker-level spread (delta method or the shared WalkerBootstrap). STATISTICS.md 2.b.
+Input X has shape (R, T, N, d) = (replicates, time, walkers, dims) on real capture times (irregular
+spacing honoured). Every statistic is a smooth function of walker means of per-walker features, so its
+interval comes from the shared cluster bootstrap (bootstrap.py) over groups of dependent walkers.
+
+Drift. "common": the mean increment over walkers at each step is removed (a drift shared by all
+walkers, e.g. tokens moved by one update). "per_walker": each walker's own linear drift
+b_i = (X_T - X_0)/(t_T - t_0) is removed (weights: each row of W has its own gradient direction). The
+remainder of a Brownian motion is then a Brownian bridge, E|Y_j - Y_i|^2 = s^2 D (1 - D/L) with
+D = t_j - t_i, L = t_T - t_0; every squared displacement is divided by that factor (exact under the
+null) and the last time, where it vanishes, is dropped.
+
+Real clocks. MSD is taken over real elapsed time; the variance ratio compares squared displacements
+per unit of real time q captures apart with those of adjacent captures (1 for Brownian motion at any
+spacing); the Hurst exponent regresses them on the mean real lag.
 """
 from __future__ import annotations
 
-import functools
-
 import numpy as np
-from scipy import stats
-from statsmodels.stats.multivariate import test_mvmean
 
-from .bootstrap import WalkerBootstrap
-from .results import TestResult
+from .bootstrap import ClusterBootstrap
+from .results import BatchStat
+from .rule import MIN_TIME_POINTS
 
-__all__ = ["log_slope", "msd_exponent", "lagged_msd", "variance_ratio", "hurst_from_vr", "autocorrelation_test",
-           "volatility_test", "gaussianity_test", "hill_estimator", "tail_test", "isotropy_test",
-           "drift_test", "default_vr_lag", "p_two_sided", "arch_variance_ratio"]
+__all__ = ["log_slope", "default_vr_lag", "hurst_lags", "levels", "msd_exponent", "variance_ratio", "hurst",
+           "standardize", "autocorrelation", "volatility", "kurtosis", "within_group_correlation", "bridge_acf",
+           "undefined", "DRIFT_MODES", "MAX_ACF_LAG"]
 
-
-def p_two_sided(z: float) -> float:
-    return float(2 * stats.norm.sf(abs(z))) if np.isfinite(z) else np.nan
+DRIFT_MODES = ("common", "per_walker", "none")
+MAX_ACF_LAG = 5
 
 
-def log_slope(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """OLS slope of log y on log x along the last axis (broadcasts over leading axes)."""
-    lx = np.log(x)
-    ly = np.log(y)
-    lxc = lx - lx.mean()
-    return ((ly - ly.mean(axis=-1, keepdims=True)) * lxc).sum(axis=-1) / (lxc**2).sum()
+def log_slope(x: np.ndarray, y: np.ndarray, mask: np.ndarray | None = None) -> np.ndarray:
+    """OLS slope of log y on log x along the last axis (broadcasts); `mask` selects the points used."""
+    lx = np.log(np.asarray(x, float))
+    if mask is None:
+        lxc = lx - lx.mean()
+        ly = np.log(y)
+        return ((ly - ly.mean(axis=-1, keepdims=True)) * lxc).sum(axis=-1) / (lxc**2).sum()
+    w = np.broadcast_to(mask, np.broadcast_shapes(np.shape(mask), np.shape(y))).astype(float)
+    with np.errstate(all="ignore"):
+        ly = np.where(w > 0, np.log(np.where(w > 0, y, 1.0)), 0.0)
+        sw = w.sum(-1, keepdims=True)
+        lxc = lx - (w * lx).sum(-1, keepdims=True) / sw
+        lyc = ly - (w * ly).sum(-1, keepdims=True) / sw
+        return (w * lxc * lyc).sum(-1) / (w * lxc**2).sum(-1)
 
 
 def default_vr_lag(n_steps: int) -> int:
     """q for the variance ratio: 8 when there is room (Lo & MacKinlay 1988 use 2..16), at least 2."""
-    return int(max(2, min(8, n_steps // 4, n_steps)))
+    return int(max(2, min(8, n_steps // 4)))
 
 
-def msd_exponent(sq_disp: np.ndarray, tau: np.ndarray, boot: WalkerBootstrap, *, name="msd_exponent",
-                 dim: int = 1) -> tuple[TestResult, TestResult, dict]:
-    """MSD exponent and diffusion coefficient from displacements since t_0.
+def hurst_lags(n_steps: int) -> np.ndarray:
+    lags = 2 ** np.arange(0, 8)
+    return lags[lags <= max(1, n_steps // 2)]
 
-    MSD(tau) = mean_i |X_i(tau) - X_i(0)|^2 = 2 d D tau^a for Brownian motion (a = 1). The
-    exponent is the OLS slope of log MSD on log tau over all lags; D is the least-squares fit
-    of MSD = 2 d D tau through the origin. H0: a = 1, Wald test with the bootstrap SE.
 
-    Args:
-        sq_disp: (N, n) squared displacements per walker and lag.
-        tau: (n,) elapsed times.
+def levels(X: np.ndarray, times: np.ndarray, drift: str):
+    """Drift-handled levels Y (R, T, N, d) starting at 0, increments E (R, n, N, d) and the bridge factor.
+
+    Returns:
+        (Y, E, bridge) where bridge(delta) is the null variance factor of a displacement over delta.
     """
-    est = boot.estimate(sq_disp, lambda m: log_slope(tau, m))
-    z = est.z(1.0)
-    exp_res = TestResult(name, z, p_two_sided(z), est.estimate, est.confidence_interval, boot.confidence_level,
-                         "OLS slope of log MSD on log t; Wald z with walker-bootstrap SE; H0 exponent = 1",
-                         boot.n, 1.0)
-    dest = boot.estimate(sq_disp, lambda m: (m * tau).sum(axis=-1) / (2 * dim * (tau**2).sum()))
-    d_res = TestResult("diffusion_coefficient", np.nan, np.nan, dest.estimate, dest.confidence_interval,
-                       boot.confidence_level, "least squares MSD = 2 d D t through the origin", boot.n)
-    m = sq_disp.mean(axis=0)
-    half = max(2, (len(tau) + 1) // 2)
-    curv = {"early_slope": float(log_slope(tau[:half], m[:half])) if half >= 2 else np.nan,
-            "late_slope": float(log_slope(tau[half - 1:], m[half - 1:])) if len(tau) - half + 1 >= 2 else np.nan,
-            "msd": m.tolist(), "tau": tau.tolist()}
-    return exp_res, d_res, curv
+    if drift not in DRIFT_MODES:
+        raise ValueError(f"drift must be one of {DRIFT_MODES}, got {drift!r}")
+    inc = np.diff(X, axis=1)
+    L = float(times[-1] - times[0])
+    if drift == "common":
+        E = inc - inc.mean(axis=2, keepdims=True)
+    elif drift == "per_walker":
+        E = inc - ((X[:, -1] - X[:, 0]) / L)[:, None] * np.diff(times).astype(X.dtype)[None, :, None, None]
+    else:
+        E = inc
+    Y = np.concatenate([np.zeros_like(X[:, :1]), np.cumsum(E, axis=1)], axis=1)
+
+    def bridge(delta):
+        return 1.0 - np.asarray(delta, float) / L if drift == "per_walker" else np.ones_like(np.asarray(delta, float))
+
+    return Y, E, bridge
 
 
-def lagged_msd(Y: np.ndarray, times: np.ndarray, q: int) -> np.ndarray:
-    """(N,) per-walker time-averaged q-step squared displacement per unit time of levels Y (T, N, d):
-    mean_t |Y_{t+q} - Y_t|^2 / (t_{t+q} - t_t), over the T - q overlapping pairs."""
-    return np.mean(np.sum((Y[q:] - Y[:-q]) ** 2, -1) / (times[q:] - times[:-q])[:, None], axis=0)
+def undefined(name: str, R: int, null: float, why: str, method: str) -> BatchStat:
+    return BatchStat(name, None, np.full(R, np.nan), null, method, why_undefined=why)
 
 
-def variance_ratio(num: np.ndarray, den: np.ndarray, boot: WalkerBootstrap, *, q: int) -> TestResult:
-    """Lo-MacKinlay variance ratio VR(q) pooled over walkers.
+def msd_exponent(Y, times, bridge, boot: ClusterBootstrap) -> tuple[BatchStat, BatchStat, np.ndarray]:
+    """MSD exponent and diffusion coefficient from displacements since t_0 over real elapsed time.
 
-    VR(q) = [sum |X_{t+q} - X_t|^2 / (q dt)] / [sum |X_{t+1} - X_t|^2 / dt] with overlapping
-    q-step differences of the drift-removed levels; VR = 1 for Brownian motion, > 1 for
-    persistence, < 1 for mean reversion (Lo & MacKinlay 1988; arch.unitroot.VarianceRatio with
-    overlap=True, debiased=False computes the same for one series). Wald z with walker-bootstrap SE.
+    MSD(tau) = mean_i |Y_i(tau)|^2 / bridge(tau) = 2 d D tau^a; a = OLS slope of log MSD on log tau
+    (1 for Brownian motion), D = least squares through the origin. Wald test of a = 1 (t, G - 1 df).
 
-    Args:
-        num, den: (N,) per-walker mean normalised q-step and 1-step squared displacements.
+    Returns:
+        (exponent, diffusion coefficient, per-replicate mean MSD curve (R, n_used)).
     """
-    est = boot.estimate(np.stack([num, den], axis=1), lambda m: m[..., 0] / m[..., 1])
-    z = est.z(1.0)
-    return TestResult("variance_ratio", z, p_two_sided(z), est.estimate, est.confidence_interval,
-                      boot.confidence_level, f"Lo-MacKinlay VR(q={q}), overlapping, pooled over walkers; "
-                      "Wald z with walker-bootstrap SE; H0 VR = 1", boot.n, 1.0, {"q": q})
+    R, T, N, d = Y.shape
+    tau = times[1:] - times[0]
+    use = bridge(tau) > 1e-9
+    method = "OLS slope of log MSD on log t (real elapsed time); t-test with cluster-bootstrap SE; H0 exponent = 1"
+    if use.sum() < MIN_TIME_POINTS:
+        why = f"{int(use.sum())} time points < {MIN_TIME_POINTS}"
+        return (undefined("msd_exponent", R, 1.0, why, method),
+                undefined("diffusion_coefficient", R, np.nan, why, "least squares MSD = 2 d D t"), np.empty((R, 0)))
+    t = tau[use]
+    F = np.einsum("rtnd,rtnd->rnt", Y[:, 1:][:, use], Y[:, 1:][:, use]) / bridge(t)  # (R, N, n_used)
+    expo = boot.estimate(F, lambda m: log_slope(t, m))
+    dcoef = boot.estimate(F, lambda m: (m * t).sum(-1) / (2 * d * (t**2).sum()))
+    return (BatchStat("msd_exponent", expo, expo.pvalue(1.0), 1.0, method, n_points=int(use.sum())),
+            BatchStat("diffusion_coefficient", dcoef, np.full(R, np.nan), np.nan, "least squares MSD = 2 d D t"),
+            F.mean(1))
 
 
-def hurst_from_vr(sq_by_lag: np.ndarray, lags: np.ndarray, boot: WalkerBootstrap) -> TestResult:
-    """Aggregated-variance Hurst exponent: Var(X_{t+q} - X_t) ~ q^{2H}, so H = slope / 2.
+def _pair_sq(Y, times, bridge, q: int) -> np.ndarray:
+    """(R, N) per-walker mean over t of |Y_{t+q} - Y_t|^2 / bridge(t_{t+q} - t_t)."""
+    delta = times[q:] - times[:-q]
+    sq = np.einsum("rtnd,rtnd->rnt", Y[:, q:] - Y[:, :-q], Y[:, q:] - Y[:, :-q])
+    return (sq / bridge(delta)).mean(-1)
 
-    Args:
-        sq_by_lag: (N, L) per-walker mean squared q-step displacement for q in `lags`.
+
+def variance_ratio(Y, times, bridge, boot: ClusterBootstrap) -> BatchStat:
+    """VR(q) = mean_t[|Y_{t+q} - Y_t|^2 / D_q(t)] / mean_t[|Y_{t+1} - Y_t|^2 / D_1(t)], D = real lag.
+
+    Lo & MacKinlay (1988) on real time: 1 for Brownian motion at any capture spacing, < 1 for mean
+    reversion, > 1 for persistence. t-test of VR = 1 with the cluster-bootstrap SE.
     """
-    est = boot.estimate(sq_by_lag, lambda m: 0.5 * log_slope(lags.astype(float), m))
-    z = est.z(0.5)
-    return TestResult("hurst", z, p_two_sided(z), est.estimate, est.confidence_interval, boot.confidence_level,
-                      f"aggregated variance over lags {lags.tolist()}; H0 H = 1/2", boot.n, 0.5)
+    R, T = Y.shape[:2]
+    q = default_vr_lag(T - 1)
+    method = f"variance ratio on real time, captures q={q} apart vs adjacent; H0 VR = 1"
+    if T < MIN_TIME_POINTS:
+        return undefined("variance_ratio", R, 1.0, f"{T} time points < {MIN_TIME_POINTS}", method)
+    tq, t1 = times[q:] - times[:-q], np.diff(times)
+    F = np.stack([_pair_sq(Y, times, lambda x: bridge(x) * x, q), _pair_sq(Y, times, lambda x: bridge(x) * x, 1)], -1)
+    est = boot.estimate(F, lambda m: m[..., 0] / m[..., 1])
+    return BatchStat("variance_ratio", est, est.pvalue(1.0), 1.0, method, extra={"q": q, "mean_real_lag_q": float(tq.mean()),
+                                                                               "mean_real_lag_1": float(t1.mean())})
 
 
-def _pooled_acf_test(e: np.ndarray, max_lag: int, boot: WalkerBootstrap, name: str, what: str) -> TestResult:
-    """Walker-robust portmanteau: rho_k = mean_i c_ik / mean_i v_i, Q = sum_k z_k^2 ~ chi2(h).
+def hurst(Y, times, bridge, boot: ClusterBootstrap) -> BatchStat:
+    """Aggregated-variance Hurst exponent on real lags: mean |Y_{t+k} - Y_t|^2 ~ (mean real lag_k)^{2H}."""
+    R, T = Y.shape[:2]
+    lags = hurst_lags(T - 1)
+    method = f"slope/2 of log mean squared displacement on log mean real lag, index lags {lags.tolist()}; H0 H = 1/2"
+    if T < MIN_TIME_POINTS or lags.size < 3:
+        return undefined("hurst", R, 0.5, f"{T} time points < {MIN_TIME_POINTS}", method)
+    x = np.array([np.mean(times[k:] - times[:-k]) for k in lags])
+    F = np.stack([_pair_sq(Y, times, bridge, int(k)) for k in lags], -1)
+    est = boot.estimate(F, lambda m: 0.5 * log_slope(x, m))
+    return BatchStat("hurst", est, est.pvalue(0.5), 0.5, method)
 
-    c_ik = mean_t <e_{t,i}, e_{t+k,i}>, v_i = mean_t |e_{t,i}|^2; z_k uses the delta-method
-    standard error of the ratio over walkers (a Ljung-Box statistic in which walkers, not time
-    points, carry the sampling variability).
+
+def standardize(e: np.ndarray) -> np.ndarray:
+    """Divide by the root mean square over walkers at each step and coordinate (schedules, anisotropy);
+    NaN where it is 0 (a constant trajectory has no increments to test). Not centred: increments have
+    mean 0 under the null (drift removed), and the uncentred scale makes `kurtosis`'s null value exact."""
+    sd = np.sqrt(np.mean(np.square(e), axis=2, keepdims=True))
+    with np.errstate(all="ignore"):
+        return e * np.where(sd > 0, 1.0 / sd, np.nan)
+
+
+def _acf_features(z: np.ndarray, k: int) -> np.ndarray:
+    """(R, N, 2): mean_t <z_t, z_{t+k}>, mean_t |z_t|^2 for z (R, n, N, m)."""
+    return np.stack([np.einsum("rtnd,rtnd->rn", z[:, :-k], z[:, k:]) / (z.shape[1] - k),
+                     np.einsum("rtnd,rtnd->rn", z, z) / z.shape[1]], -1)
+
+
+def bridge_acf(times: np.ndarray, K: int) -> np.ndarray:
+    """(K,) null autocorrelations of standardised increments after removing each walker's linear drift.
+
+    For Brownian motion the remainder is a bridge: Cov(E_s, E_t) = delta_st D_s - D_s D_t / L, so
+    z_t = E_t / sqrt(D_t (1 - D_t/L)) has E[z_t z_{t+k}] = -sqrt(D_t D_{t+k}) / (L sqrt((1 - D_t/L)(1 - D_{t+k}/L))),
+    averaged over t (the pooled estimator's expectation).
     """
-    n, N = e.shape[:2]
-    e = e.reshape(n, N, -1)
-    v = np.einsum("tid,tid->i", e, e) / n
-    zs, rhos, cis = [], [], []
-    for k in range(1, max_lag + 1):
-        c = np.einsum("tid,tid->i", e[:-k], e[k:]) / (n - k)
-        rho = c.mean() / v.mean()
-        infl = (c - rho * v) / v.mean()
-        se = infl.std(ddof=1) / np.sqrt(N)
-        rhos.append(rho)
-        zs.append(rho / se if se > 0 else np.nan)
-        if k == 1:
-            cis = boot.estimate(np.stack([c, v], 1), lambda m: m[..., 0] / m[..., 1]).confidence_interval
-    Q = float(np.nansum(np.square(zs)))
-    h = int(np.isfinite(zs).sum())
-    p = float(stats.chi2.sf(Q, h)) if h else np.nan
-    return TestResult(name, Q, p, float(rhos[0]), cis, boot.confidence_level,
-                      f"walker-robust portmanteau on {what}, lags 1..{max_lag}; Q ~ chi2({h}); estimate = lag-1 autocorrelation",
-                      N, 0.0, {"acf": [float(r) for r in rhos], "z": [float(x) for x in zs]})
+    dt = np.diff(times)
+    L = times[-1] - times[0]
+    c = np.sqrt(dt / (1 - dt / L)) / np.sqrt(L)
+    return np.array([-np.mean(c[:-k] * c[k:]) if k < c.size else np.nan for k in range(1, K + 1)])
 
 
-def autocorrelation_test(e: np.ndarray, boot: WalkerBootstrap, *, max_lag: int) -> TestResult:
-    """Independence of increments (Ljung-Box analogue pooled over walkers)."""
-    return _pooled_acf_test(e, max_lag, boot, "increment_autocorrelation", "increments")
+def autocorrelation(z: np.ndarray, boot: ClusterBootstrap, *, name="increment_autocorrelation",
+                    what="standardised increments", null_acf: np.ndarray | None = None) -> BatchStat:
+    """Pooled autocorrelation rho_k = sum_i c_ik / sum_i v_i of increments, lags 1..K; estimate rho_1.
 
-
-def volatility_test(e: np.ndarray, boot: WalkerBootstrap, *, max_lag: int) -> TestResult:
-    """ARCH effects / volatility clustering (McLeod-Li analogue) on |e_t|^2.
-
-    The squared norms are centred by their cross-sectional mean at each step so that a
-    deterministic variance schedule (learning-rate decay) is not mistaken for clustering.
+    Reported as the excess over its null expectation `null_acf` (0 for independent increments; negative
+    after per-walker drift removal, `bridge_acf`). Portmanteau Q = sum_k z_k^2 ~ chi2(K) with z_k = excess_k /
+    cluster-bootstrap SE (a Ljung-Box statistic in which groups of walkers, not time points, carry the
+    sampling variability). 0 under the null.
     """
-    q = np.einsum("tid,tid->ti", e, e)
-    q = q - q.mean(axis=1, keepdims=True)
-    return _pooled_acf_test(q[..., None], max_lag, boot, "volatility_clustering", "squared increment norms")
+    from scipy.special import chdtrc  # chi-square survival function
+    R, n = z.shape[:2]
+    K = int(min(MAX_ACF_LAG, n - 2))
+    if K < 1:
+        return undefined(name, R, 0.0, f"{n} increments are too few", "portmanteau")
+    null = np.zeros(K) if null_acf is None else np.asarray(null_acf, float)[:K]
+    ests = [boot.estimate(_acf_features(z, k), lambda m, c=null[k - 1]: m[..., 0] / m[..., 1] - c)
+            for k in range(1, K + 1)]
+    zs = np.stack([e.z(0.0) for e in ests], -1)  # (R, K)
+    Q = np.nansum(zs**2, -1)
+    h = np.isfinite(zs).sum(-1)
+    p = np.where(h > 0, chdtrc(np.maximum(h, 1), Q), np.nan)
+    return BatchStat(name, ests[0], p, 0.0, f"portmanteau on {what}, lags 1..{K}; Q ~ chi2(K) with cluster-bootstrap "
+                     "SEs; estimate = lag-1 autocorrelation", statistic=Q,
+                     extra={"acf": np.stack([e.estimate for e in ests], -1)})
 
 
-def gaussianity_test(z_indep: np.ndarray, z_all_walker_moments: np.ndarray, boot: WalkerBootstrap) -> TestResult:
-    """D'Agostino-Pearson K^2 (scipy.stats.normaltest) with pooled excess kurtosis as effect size.
+def volatility(z: np.ndarray, boot: ClusterBootstrap) -> BatchStat:
+    """Volatility clustering (McLeod-Li analogue): lag-1 autocorrelation of |z_t|^2 centred per step."""
+    q = np.einsum("rtnd,rtnd->rtn", z, z)
+    q = (q - q.mean(axis=2, keepdims=True))[..., None]
+    return autocorrelation(q, boot, name="volatility_clustering", what="squared increment norms")
 
-    Args:
-        z_indep: standardised increments that are independent under the null (one coordinate or
-            projection per walker, all steps).
-        z_all_walker_moments: (N, 2) per-walker means of z^2 and z^4 over all steps and coordinates.
+
+def kurtosis(z: np.ndarray, boot: ClusterBootstrap, *, n_free: int | None = None) -> BatchStat:
+    """Pooled excess kurtosis m4/m2^2 - 3n/(n+2) of standardised increment coordinates (0 for Gaussian).
+
+    Each (step, coordinate) is standardised by its sd over the walkers, which makes the n values a
+    uniform direction times a scale for Gaussian increments, so E[m4/m2^2] = 3n/(n+2), not 3 (-6/(n+2):
+    -0.33 at 16 walkers). n = `n_free` (walkers, minus 1 when the common drift was removed).
     """
-    res = stats.normaltest(z_indep)
-    est = boot.estimate(z_all_walker_moments, lambda m: m[..., 1] / m[..., 0] ** 2 - 3.0)
-    return TestResult("gaussianity", float(res.statistic), float(res.pvalue), est.estimate,
-                      est.confidence_interval, boot.confidence_level,
-                      "D'Agostino-Pearson K^2 (scipy.stats.normaltest); estimate = pooled excess kurtosis",
-                      int(z_indep.size), 0.0)
+    n = int(n_free or z.shape[2])
+    z2 = np.square(z)
+    F = np.stack([z2.mean(axis=(1, 3)), np.square(z2).mean(axis=(1, 3))], -1)  # (R, N, 2)
+    est = boot.estimate(F, lambda m: m[..., 1] / m[..., 0] ** 2 - 3.0 * n / (n + 2))
+    return BatchStat("gaussianity", est, est.pvalue(0.0), 0.0, f"pooled excess kurtosis of standardised increments "
+                     f"over its Gaussian value 3n/(n+2), n={n}; t-test with cluster-bootstrap SE; H0 = 0")
 
 
-def hill_estimator(x: np.ndarray, k: int, axis: int = -1) -> np.ndarray:
-    """Hill (1975) tail index alpha = [k^-1 sum_{i<=k} ln(X_(i) / X_(k+1))]^-1 of |x| (largest order statistics)."""
-    a = np.abs(np.asarray(x, dtype=float))
-    a = np.moveaxis(a, axis, -1)
-    top = -np.sort(-np.partition(a, a.shape[-1] - k - 1, axis=-1)[..., -(k + 1):], axis=-1)
-    with np.errstate(divide="ignore"):
-        return 1.0 / np.mean(np.log(top[..., :k] / top[..., k:k + 1]), axis=-1)
+def within_group_correlation(z: np.ndarray, labels: np.ndarray) -> np.ndarray:
+    """(R,) mean correlation of standardised increments between walkers of one group (0 without groups).
 
-
-@functools.lru_cache(maxsize=64)
-def _gaussian_hill_null(n: int, k: int, n_resamples: int) -> np.ndarray:
-    """Hill indices of `n_resamples` standard Gaussian samples of size n (fixed seed, cached).
-
-    The null law of a scale-free statistic depends only on (n, k), so one Monte Carlo null per
-    shape serves every analysis of that shape (the calibration runs thousands).
+    rho = sum_g [|sum_{i in g} z_i|^2 - sum_i |z_i|^2] / sum_g (n_g - 1) sum_{i in g} |z_i|^2, summed over
+    steps and coordinates: the intra-class correlation the calibration reproduces.
     """
-    rng = np.random.default_rng(np.random.SeedSequence([n, k, n_resamples, 20210712]))
-    out = np.empty(n_resamples)
-    for b0 in range(0, n_resamples, 50):  # batches keep memory at 50 n floats
-        b1 = min(n_resamples, b0 + 50)
-        out[b0:b1] = hill_estimator(rng.standard_normal((b1 - b0, n)), k)
-    return out
-
-
-def tail_test(z_indep: np.ndarray, *, n_resamples: int = 199, rng=None, confidence_level=0.95) -> TestResult:
-    """Hill tail index against matched Gaussian surrogates (never against a bare 2).
-
-    Monte Carlo test of H0: the standardised increments are Gaussian, against a smaller tail
-    index (heavier tails): p = (1 + #{surrogates <= observed}) / (1 + B), the convention of
-    scipy.stats.monte_carlo_test(alternative="less"); the surrogate null is cached per (n, k).
-    Effect size: the ratio of the data's Hill index to the surrogates' median (1 under the null,
-    < 1 for heavy tails). k = max(10, 2% of n).
-    """
-    z = np.asarray(z_indep, dtype=float).ravel()
-    k = int(min(max(10, 0.02 * z.size), z.size - 2))
-    null = _gaussian_hill_null(z.size, k, int(n_resamples))
-    stat = float(hill_estimator(z, k))
-    p = float((1 + np.sum(null <= stat)) / (1 + null.size))
-    med = float(np.median(null))
-    ratio = stat / med
-    a = (1 - confidence_level) / 2
-    # interval of the ratio from the surrogates' spread (Hill's sampling sd ~ alpha / sqrt(k))
-    lo, hi = ratio * med / np.quantile(null, [1 - a, a])
-    return TestResult("tail_index", stat, p, ratio, (float(lo), float(hi)), confidence_level,
-                      f"Hill estimator (k={k}) vs {n_resamples} matched Gaussian surrogates, one-sided "
-                      "(heavier tails); estimate = Hill / surrogate median", int(z.size), 1.0,
-                      {"hill": stat, "surrogate_median": med, "k": k})
-
-
-def isotropy_test(e: np.ndarray) -> TestResult:
-    """Sphericity of the increment covariance (John 1971; Ledoit & Wolf 2002).
-
-    U = (1/d) tr[(C / (tr C / d) - I)^2]; under isotropy n U - d -> N(1, 4) as n, d grow.
-    One-sided p-value; effect size = participation ratio (sum lambda)^2 / sum lambda^2 divided by d
-    (1 for isotropic increments).
-    """
-    Y = e.reshape(-1, e.shape[-1])
-    n, d = Y.shape
-    if d < 2:
-        return TestResult("isotropy", np.nan, np.nan, 1.0, method="undefined for d = 1", n=n, null_value=1.0)
-    C = np.cov(Y, rowvar=False)
-    tr = np.trace(C)
-    M = C / (tr / d) - np.eye(d)
-    U = np.trace(M @ M) / d
-    zstat = (n * U - d - 1.0) / 2.0
-    lam = np.linalg.eigvalsh(C)
-    pr = tr**2 / np.sum(lam**2) / d
-    return TestResult("isotropy", float(zstat), float(stats.norm.sf(zstat)), float(pr), method=
-                      "John/Ledoit-Wolf sphericity: (n U - d - 1)/2 ~ N(0,1); estimate = participation ratio / d",
-                      n=n, null_value=1.0)
-
-
-def drift_test(disp: np.ndarray, *, rng=None) -> TestResult:
-    """Hotelling T^2 test of zero mean displacement X_T - X_0 over walkers (statsmodels test_mvmean).
-
-    With d >= N - 1 the displacements are first projected onto (N - 1) // 2 random directions.
-    Effect size: drift fraction |mean disp|^2 / mean |disp|^2 (share of the final MSD due to drift;
-    about d/N under the null).
-    """
-    N, d = disp.shape
-    Y = disp
-    if d >= N - 1:
-        k = max(1, (N - 1) // 2)
-        P = np.linalg.qr(np.random.default_rng(rng).standard_normal((d, k)))[0]
-        Y = disp @ P
-    res = test_mvmean(Y, np.zeros(Y.shape[1]))
-    frac = float(np.sum(disp.mean(0) ** 2) / np.mean(np.sum(disp**2, axis=1)))
-    return TestResult("drift", float(res.statistic), float(res.pvalue), frac, method=
-                      "Hotelling T^2 of mean displacement = 0 (statsmodels test_mvmean, F law); estimate = drift fraction of final MSD",
-                      n=N, null_value=0.0)
-
-
-def arch_variance_ratio(Y: np.ndarray, E: np.ndarray, q: int, *, max_walkers: int = 16, alpha: float = 0.05,
-                        rng=None) -> dict:
-    """Supplement: arch's Lo-MacKinlay test per walker on the top principal component of the increments.
-
-    For up to `max_walkers` walkers (seeded subsample), the drift-removed levels Y (T, N, d) are projected
-    onto the first principal direction of the pooled increments E (n, N, d), and
-    arch.unitroot.VarianceRatio(levels, lags=q, trend="c", debiased=True, robust=True, overlap=True)
-    is run on each 1-D series. Reported, not used in the classification: one series of T points has
-    far less power than the walker-pooled VR.
-    """
-    from arch.unitroot import VarianceRatio
-    from arch.utility.exceptions import InfeasibleTestException
-    T, N, d = Y.shape
-    flat = E.reshape(-1, d)
-    direction = np.linalg.svd(flat - flat.mean(0), full_matrices=False)[2][0] if d > 1 else np.ones(1)
-    idx = np.arange(N)
-    if N > max_walkers:
-        idx = np.sort(np.random.default_rng(rng).choice(N, max_walkers, replace=False))
-    vr, pv = [], []
-    for i in idx:
-        try:
-            res = VarianceRatio(Y[:, i] @ direction, lags=q, trend="c", debiased=True, robust=True, overlap=True)
-            vr.append(float(res.vr))
-            pv.append(float(res.pvalue))
-        except (InfeasibleTestException, ValueError, ZeroDivisionError, np.linalg.LinAlgError):
-            continue  # too short for q, or a constant series
-    if not vr:
-        return {"available": False, "reason": f"arch VarianceRatio needs a longer series (T={T}, q={q})"}
-    return {"available": True, "q": q, "n_walkers": len(vr), "vr_median": float(np.median(vr)),
-            "pvalue_median": float(np.median(pv)), "fraction_reject": float(np.mean(np.asarray(pv) < alpha)),
-            "vr": vr, "method": "arch.unitroot.VarianceRatio(trend='c', debiased=True, robust=True, overlap=True) "
-                                "per walker on the top principal component of the increments"}
+    G = int(labels.max()) + 1
+    sizes = np.bincount(labels, minlength=G)
+    if sizes.max() < 2:
+        return np.zeros(z.shape[0])
+    zz = np.nan_to_num(z)
+    onehot = np.zeros((G, labels.size))
+    onehot[labels, np.arange(labels.size)] = 1.0
+    S = np.einsum("gn,rtnd->rtgd", onehot, zz)  # (R, n, G, m) group sums
+    own = np.einsum("rtnd,rtnd->rn", zz, zz)  # (R, N)
+    num = np.einsum("rtgd,rtgd->r", S, S) - own.sum(1)
+    den = (own * (sizes[labels] - 1)[None]).sum(1)
+    with np.errstate(all="ignore"):
+        return np.where(den > 0, num / den, np.nan)

@@ -1,104 +1,126 @@
-"""Size and power of the battery on simulated processes of the same shape as the real data.
+"""Size and power of the exact Brownian rule at the exact shapes of the real trajectory files.
 
-For each shape (T, N, d, kind) and each process of simulate.PROCESSES, `n_replicates`
-independent trajectories go through the identical `analyze_trajectory`; a test's rejection
-rate on "brownian" is its empirical size (goal: within [2%, 8%] at nominal 5%), on the others
-its power (goal: >= 0.9). The row test == "classification" gives the rate at which the verdict
-is not "brownian" (size for the null, power for the alternatives).
+For each CalibrationShape (shapes.py: real capture times, group sizes, within-group correlation,
+dimension, sphere/hyperplane, drift handling, decay) and each process of
+simulate.CALIBRATION_PROCESSES, `n_replicates` trajectories go through `battery_batch`, which applies
+rule.decide: the very rule the verdicts use. Rows per (shape, process):
+
+- test "verdict": rate_brownian / rate_not_brownian / rate_inconclusive of the verdict, and
+  rejection_rate = rate of a verdict other than "brownian" (on the null: 1 - equivalence power; on an
+  alternative: the power not to certify it);
+- one row per key test: rejection_rate = share of p < alpha (its size on the null, power otherwise).
+
+Shapes with fewer than rule.MIN_TIME_POINTS times are not simulated: their verdict is "inconclusive"
+whatever the data. Replicates are simulated and analysed CHUNK at a time (vectorised).
 """
 from __future__ import annotations
 
+import json
 import logging
+import time
 
 import numpy as np
 import pandas as pd
 
-from .brownian import analyze_trajectory
-from .simulate import PROCESSES, simulate
+from .brownian import battery_batch
+from .rule import KEY_EFFECTS, MIN_TIME_POINTS
+from .shapes import CalibrationShape
+from .simulate import CALIBRATION_PROCESSES, simulate_batch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_calibration", "calibration_for", "SIZE_GOAL", "POWER_GOAL", "DEFAULT_SHAPES"]
+__all__ = ["run_calibration", "processes_for", "SIZE_GOAL", "POWER_GOAL", "CHUNK"]
 
-SIZE_GOAL = (0.02, 0.08)
-POWER_GOAL = 0.9
-#: shapes of the default pipeline: a training-time trajectory and a depth trajectory
-DEFAULT_SHAPES = [(50, 256, 16, "euclidean"), (50, 256, 16, "sphere"), (5, 256, 32, "sphere"), (5, 256, 32, "euclidean")]
+SIZE_GOAL = (0.0, 0.08)  # rate of "not brownian" on Brownian motion
+POWER_GOAL = 0.9  # rate of a verdict other than "brownian" at each margin edge and on i.i.d. points
+CHUNK = 50
+#: alternatives get this share of the null's replicates: power near 0.9-1 needs fewer than a size near 0.05
+#: (SE <= 2.2% at 200 replicates), and they are most of the calibration's cost
+POWER_REPLICATES_SHARE = 0.5
 
 
-def run_calibration(*, shapes=None, n_replicates: int = 50, rng=0, alpha: float = 0.05, processes=None,
-                    n_resamples: int = 199, margins: dict | None = None) -> pd.DataFrame:
-    """Simulate every process at every shape and record rejection rates of the battery.
+def processes_for(kind: str) -> list[str]:
+    """The null and the alternatives simulated for a kind (OU at the edge is euclidean only)."""
+    return [p for p in CALIBRATION_PROCESSES if kind == "euclidean" or p != "ou_edge"]
+
+
+def _one_cell(shape: CalibrationShape, process: str, *, n_replicates: int, seed, margins: dict, alpha: float,
+              n_resamples: int) -> dict:
+    """Verdict counts and key-test rejection counts of one (shape, process)."""
+    labels = shape.labels()
+    times = np.asarray(shape.times)
+    counts = {"brownian": 0, "not brownian": 0, "inconclusive": 0}
+    rejects = {t: 0 for t in KEY_EFFECTS[shape.kind]}
+    estimates = {t: [] for t in KEY_EFFECTS[shape.kind]}
+    for c, child in enumerate(np.random.SeedSequence(seed).spawn(-(-n_replicates // CHUNK))):
+        R = min(CHUNK, n_replicates - c * CHUNK)
+        sim_rng, boot_rng = (np.random.default_rng(s) for s in child.spawn(2))
+        X = simulate_batch(process, times=times, labels=labels, d=shape.d, kind=shape.kind, replicates=R, rng=sim_rng,
+                           rho=shape.rho, hyperplane=shape.hyperplane, decay=shape.decay, drift=shape.drift)
+        bat = battery_batch(X, kind=shape.kind, times=times, labels=labels, margins=margins, alpha=alpha,
+                            drift=shape.drift if shape.kind == "euclidean" else "none", hyperplane=shape.hyperplane,
+                            n_resamples=n_resamples, rng=boot_rng)
+        for v in bat.verdicts:
+            counts[str(v)] += 1
+        for t in rejects:
+            p = bat.stats[t].pvalue
+            rejects[t] += int(np.sum(np.isfinite(p) & (p < alpha)))
+            estimates[t].extend(bat.stats[t].estimate.tolist())
+    return {"counts": counts, "rejects": rejects, "estimates": estimates}
+
+
+def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, rng=0, alpha: float = 0.05,
+                    margins: dict | None = None, n_resamples: int = 199, processes: list[str] | None = None) -> pd.DataFrame:
+    """Simulate every process at every shape through the verdict rule and tabulate rates.
 
     Args:
-        shapes: list of (T, N, d, kind); default DEFAULT_SHAPES.
-        n_replicates: trajectories per (shape, process).
-        rng: seed; replicate r of a cell uses an independent child seed.
-        alpha: nominal level of every test.
-        processes: subset of PROCESSES (default all).
-        n_resamples: walker-bootstrap resamples inside each analysis.
-        margins: equivalence margins passed to analyze_trajectory.
+        shapes: calibration shapes (shapes.shape_of); duplicates are simulated once.
+        n_replicates: trajectories per shape on the null (400 gives a size SE of 1.1% at 5%); each
+            alternative gets POWER_REPLICATES_SHARE of them (at least CHUNK).
+        rng: seed; each (shape, process) cell has its own stream from (rng, shape id, process).
+        alpha: the rule's level; margins: StatsConfig.margins (default config.DEFAULT_MARGINS).
+        n_resamples: cluster-bootstrap resamples inside each analysis.
+        processes: a subset of processes_for(kind) (default all).
 
     Returns:
-        DataFrame with columns process, kind, T, N, d, test, rejection_rate, n_replicates,
-        brownian_rate, mean_estimate, role ("size" for the null, "power" otherwise), goal_met.
+        DataFrame with columns shape_id, kind, T, N, d, G, rho, decay, drift, hyperplane, times (JSON),
+        process, role ("size" for the null, "power" otherwise), test, rejection_rate, rate_brownian,
+        rate_not_brownian, rate_inconclusive, n_replicates, mean_estimate, goal_met, seconds.
     """
-    shapes = shapes or DEFAULT_SHAPES
-    processes = list(processes or PROCESSES)
-    seeds = np.random.SeedSequence(rng)
+    from brownformer.config import DEFAULT_MARGINS
+    margins = {**DEFAULT_MARGINS, **(margins or {})}
+    base_seed = int(rng) if np.isscalar(rng) else 0
     rows = []
-    for T, N, d, kind in shapes:
-        for process in processes:
-            cell = seeds.spawn(1)[0]
-            rejects: dict[str, list] = {}
-            estimates: dict[str, list] = {}
-            brown = []
-            for child in cell.spawn(n_replicates):
-                g = np.random.default_rng(child)
-                X = simulate(process, T, N, d, kind=kind, rng=g)
-                out = analyze_trajectory(X, kind=kind, alpha=alpha, n_resamples=n_resamples, rng=g, supplements=False,
-                                         margins=margins, max_walkers=N)
-                brown.append(out["brownian"])
-                for t in out["tests"]:
-                    rejects.setdefault(t["name"], []).append(bool(t["reject"]))
-                    estimates.setdefault(t["name"], []).append(np.nan if t["estimate"] is None else t["estimate"])
-            rejects["classification"] = [not b for b in brown]
-            estimates["classification"] = [float(b) for b in brown]
+    for shape in {s.id: s for s in shapes}.values():
+        if len(shape.times) < MIN_TIME_POINTS:
+            log.info("calibration: shape %s has %d times < %d: not simulated (its verdict is inconclusive)",
+                     shape.id, len(shape.times), MIN_TIME_POINTS)
+            continue
+        info = {**{k: v for k, v in shape.to_dict(full=False).items() if k != "id"}, "shape_id": shape.id,
+                "times": json.dumps(list(shape.times)), "group_sizes": json.dumps(list(shape.group_sizes))}
+        for p_i, process in enumerate(processes_for(shape.kind)):
+            if processes is not None and process not in processes:
+                continue
+            t0 = time.perf_counter()
+            seed = [base_seed, int(shape.id, 16) % 2**32, p_i]
+            n_rep = n_replicates if process == "brownian" else max(CHUNK, int(n_replicates * POWER_REPLICATES_SHARE))
+            n_rep = min(n_rep, n_replicates)
+            cell = _one_cell(shape, process, n_replicates=n_rep, seed=seed, margins=margins, alpha=alpha,
+                             n_resamples=n_resamples)
+            secs = time.perf_counter() - t0
+            rates = {f"rate_{k.replace(' ', '_')}": v / n_rep for k, v in cell["counts"].items()}
             role = "size" if process == "brownian" else "power"
-            for test, r in rejects.items():
-                rate = float(np.mean(r))
-                goal = (SIZE_GOAL[0] <= rate <= SIZE_GOAL[1]) if role == "size" else rate >= POWER_GOAL
-                if test == "classification" and role == "size":
-                    goal = rate <= SIZE_GOAL[1]
-                rows.append({"process": process, "kind": kind, "T": T, "N": N, "d": d, "test": test,
-                             "rejection_rate": rate, "n_replicates": n_replicates, "brownian_rate": float(np.mean(brown)),
-                             "mean_estimate": float(np.nanmean(estimates[test])) if np.isfinite(estimates[test]).any() else np.nan,
-                             "role": role, "goal_met": bool(goal)})
-            log.info("calibration %s %s T=%d N=%d d=%d: brownian rate %.2f", process, kind, T, N, d, np.mean(brown))
+            not_certified = 1.0 - rates["rate_brownian"]
+            goal = (rates["rate_not_brownian"] <= SIZE_GOAL[1]) if role == "size" else not_certified >= POWER_GOAL
+            common = {**info, "process": process, "role": role, **rates, "n_replicates": n_rep, "seconds": secs}
+            rows.append({**common, "test": "verdict", "rejection_rate": not_certified, "mean_estimate": np.nan,
+                         "goal_met": bool(goal)})
+            for t, r in cell["rejects"].items():
+                est = np.asarray(cell["estimates"][t], float)
+                rows.append({**common, "test": t, "rejection_rate": r / n_rep,
+                             "mean_estimate": float(np.nanmean(est)) if np.isfinite(est).any() else np.nan,
+                             "goal_met": None})
+            log.info("calibration %s %s (T=%d N=%d G=%d d=%d rho=%.1f): %s in %.1fs", shape.id, process,
+                     len(shape.times), shape.n_walkers, len(shape.group_sizes), shape.d, shape.rho,
+                     cell["counts"], secs)
     return pd.DataFrame(rows)
-
-
-def calibration_for(table: pd.DataFrame, *, kind: str, T: int, N: int, d: int) -> dict | None:
-    """Rows of the calibration table for the simulated shape nearest to (T, N, d) of the same kind.
-
-    Distance: |log T ratio| + |log N ratio| + |log d ratio|. Returns size per test, power per
-    process and test, the classification's size and minimum power, and the matched shape.
-    """
-    if table is None or len(table) == 0:
-        return None
-    sub = table[table["kind"] == kind]
-    if sub.empty:
-        return None
-    shapes = sub[["T", "N", "d"]].drop_duplicates()
-    dist = (np.abs(np.log(shapes["T"] / T)) + np.abs(np.log(shapes["N"] / N)) + np.abs(np.log(shapes["d"] / d)))
-    best = shapes.iloc[int(np.argmin(dist.to_numpy()))]
-    cell = sub[(sub["T"] == best["T"]) & (sub["N"] == best["N"]) & (sub["d"] == best["d"])]
-    size = cell[cell["role"] == "size"].set_index("test")["rejection_rate"].to_dict()
-    power = {p: g.set_index("test")["rejection_rate"].to_dict() for p, g in cell[cell["role"] == "power"].groupby("process")}
-    cls_power = [v.get("classification", np.nan) for v in power.values()]
-    return {"shape": {"T": int(best["T"]), "N": int(best["N"]), "d": int(best["d"]), "kind": kind},
-            "exact_match": bool(best["T"] == T and best["N"] == N and best["d"] == d),
-            "size": size, "power": power,
-            "classification_size": size.get("classification"),
-            "classification_min_power": float(np.nanmin(cls_power)) if cls_power else None,
-            "n_replicates": int(cell["n_replicates"].iloc[0])}

@@ -11,14 +11,15 @@ from __future__ import annotations
 import logging
 
 import numpy as np
-from scipy import optimize, special
 
+from .kernel_fit import fit_bilinear_kernel, fit_vmf_kernel, vmf_scores
 from .results import to_jsonable
 
 log = logging.getLogger(__name__)
 
-__all__ = ["validate_attention", "chain_statistics", "fit_vmf_kernel", "analyze_attention", "weight_isotropy",
-           "attention_null_models", "is_causal", "QUANTITIES"]
+__all__ = ["validate_attention", "row_sum_error", "dobrushin", "chain_statistics", "fit_vmf_kernel",
+           "fit_bilinear_kernel", "vmf_scores", "analyze_attention", "weight_isotropy", "attention_null_models",
+           "is_causal", "QUANTITIES"]
 
 QUANTITIES = ("spectral_gap", "stationary_entropy", "entropy_rate", "reversibility_residual", "dobrushin",
               "doubly_stochastic_deviation")
@@ -51,6 +52,29 @@ def validate_attention(A, *, atol: float = 1e-3) -> np.ndarray:
     return A / A.sum(-1, keepdims=True)
 
 
+def row_sum_error(A) -> float:
+    """max |sum_j A_ij - 1| over every row of the input as given (before `validate_attention` renormalises)."""
+    A = np.asarray(A, dtype=np.float64)
+    return float(np.max(np.abs(A.sum(-1) - 1.0))) if A.size else 0.0
+
+
+def dobrushin(A: np.ndarray, *, max_elements: int = 2**22) -> np.ndarray:
+    """Dobrushin coefficient delta(A) = 1/2 max_{i,j} ||A_i. - A_j.||_1 of each matrix of A (M, n, n).
+
+    Rows are compared in chunks of c rows against all n rows, so memory is c * n * n
+    (<= max_elements floats) instead of n^3 per matrix.
+    """
+    M, n, _ = A.shape
+    chunk = max(1, min(n, max_elements // (n * n)))
+    out = np.zeros(M)
+    for m in range(M):
+        for i0 in range(0, n, chunk):
+            rows = A[m, i0:i0 + chunk]  # (c, n)
+            l1 = np.abs(rows[:, None, :] - A[m][None, :, :]).sum(-1)  # (c, n)
+            out[m] = max(out[m], 0.5 * l1.max())
+    return out
+
+
 def is_causal(A: np.ndarray, atol: float = 1e-6) -> bool:
     """True when every matrix is lower triangular (a causal mask)."""
     return bool(np.all(np.abs(np.triu(A, 1)) <= atol))
@@ -81,7 +105,7 @@ def chain_statistics(A: np.ndarray, *, causal: bool = False) -> dict:
     M, n, _ = A.shape
     ev = np.sort(np.abs(np.linalg.eigvals(A)), axis=-1)[:, ::-1]
     out = {"spectral_gap": 1.0 - ev[:, 1]}
-    out["dobrushin"] = np.array([0.5 * np.abs(a[:, None, :] - a[None, :, :]).sum(-1).max() for a in A])
+    out["dobrushin"] = dobrushin(A)
     out["doubly_stochastic_deviation"] = np.linalg.norm(A.sum(-2) - 1.0, axis=-1) / np.sqrt(n)
     if causal:
         for k in UNDEFINED_CAUSAL:
@@ -101,38 +125,6 @@ def chain_statistics(A: np.ndarray, *, causal: bool = False) -> dict:
         out["entropy_production"] = 0.5 * np.sum((flow - np.swapaxes(flow, -1, -2)) * lr, axis=(-2, -1))
     out["stationary_entropy_normalized"] = out["stationary_entropy"] / np.log(n)
     return out
-
-
-def _vmf_ce(kappa, A, G, mask):
-    """Cross-entropy -mean_i sum_j A_ij log softmax_j(kappa G_ij) (masked entries excluded)."""
-    logits = np.where(mask, kappa * G, -1e30)  # finite so 0 * masked stays 0
-    return -np.sum(np.where(mask, A * (logits - special.logsumexp(logits, axis=-1, keepdims=True)), 0.0)) / A.shape[0]
-
-
-def fit_vmf_kernel(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa_max: float = 1e3,
-                   key_order: np.ndarray | None = None) -> dict:
-    """One-parameter von Mises-Fisher kernel fit A_ij ~ softmax_j(kappa <u_i, u_j>) for one matrix.
-
-    kappa_hat = argmax sum_ij A_ij log softmax_j(kappa <u_i,u_j>) (a one-parameter softmax regression,
-    STATISTICS.md 2.c); u = features normalised to unit length. Fit quality: mean row KL(A_i. || P_i.)
-    and the fraction of the KL to the uniform kernel (kappa = 0) that the fit removes.
-
-    Args:
-        A: (n, n) attention; U: (n, d) token features.
-        key_order: optional permutation of the key tokens (the shuffled-keys null model).
-    """
-    U = U / np.linalg.norm(U, axis=-1, keepdims=True)
-    G = U @ (U if key_order is None else U[key_order]).T
-    n = A.shape[0]
-    mask = np.tril(np.ones((n, n), bool)) if causal else np.ones((n, n), bool)
-    res = optimize.minimize_scalar(_vmf_ce, bounds=(-kappa_max, kappa_max), args=(A, G, mask), method="bounded",
-                                   options={"xatol": 1e-4})
-    with np.errstate(divide="ignore", invalid="ignore"):
-        negent = np.sum(np.where(A > 0, A * np.log(np.where(A > 0, A, 1.0)), 0.0)) / n
-    kl = res.fun + negent
-    kl0 = _vmf_ce(0.0, A, G, mask) + negent
-    return {"kappa": float(res.x), "kl": float(kl), "kl_uniform": float(kl0),
-            "explained": float(1 - kl / kl0) if kl0 > 0 else np.nan, "at_bound": bool(abs(res.x) > 0.99 * kappa_max)}
 
 
 def _broadcast_features(features, A_shape):
@@ -183,6 +175,7 @@ def analyze_attention(A, *, features=None, causal: bool | None = None, confidenc
     Raises:
         ValueError: non-row-stochastic, negative, non-finite or non-square input.
     """
+    A_in = A
     A = validate_attention(A, atol=atol)
     shape = A.shape
     n = shape[-1]
@@ -191,12 +184,10 @@ def analyze_attention(A, *, features=None, causal: bool | None = None, confidenc
     per = chain_statistics(flat, causal=causal)
     if features is not None:
         F = _broadcast_features(features, shape).reshape(-1, n, np.shape(features)[-1])
-        fits = [fit_vmf_kernel(a, u, causal=causal, key_order=key_order) for a, u in zip(flat, F)]
-        for key in ("kappa", "kl", "kl_uniform", "explained"):
-            per["vmf_" + key] = np.array([f[key] for f in fits])
+        per.update(vmf_scores(flat, F, causal=causal, key_order=key_order))
     rng = np.random.default_rng(rng)
     out = {"shape": list(shape), "n_matrices": int(flat.shape[0]), "n": n, "causal": causal,
-           "max_row_sum_error": 0.0,
+           "max_row_sum_error": row_sum_error(A_in),
            "undefined": ({k: "causal mask: token 1 is absorbing, pi = e_1" for k in UNDEFINED_CAUSAL} if causal else {}),
            "per_matrix": {k: v.tolist() for k, v in per.items()},
            "aggregate": {k: _aggregate(v, confidence_level, rng) for k, v in per.items()},
@@ -244,7 +235,8 @@ def attention_null_models(A, *, features=None, init_attention=None, rng=0, n_shu
     out = {}
     if not causal:
         shuf = np.take_along_axis(flat, rng.random(flat.shape).argsort(-1), axis=-1)
-        out["row_shuffled"] = analyze_attention(shuf.reshape(A.shape), rng=rng)["aggregate"]
+        out["row_shuffled"] = analyze_attention(shuf.reshape(A.shape), features=features, causal=False,
+                                                rng=rng)["aggregate"]
     if features is not None:
         perm = rng.permutation(n)
         out["shuffled_keys"] = analyze_attention(A, features=features, causal=causal, rng=rng, key_order=perm)["aggregate"]

@@ -1,8 +1,9 @@
 """Result objects in the shape of scipy.stats results, and JSON helpers.
 
-Every test or estimator in this package returns a frozen dataclass with `statistic`,
-`pvalue`, `estimate`, `confidence_interval` (low, high), `confidence_level`, `method` and `n`;
-`to_dict()` gives plain floats and lists (NaN -> None) ready for `json.dump`.
+`TestResult` is one test on one data set (scipy.stats' shape: `statistic`, `pvalue`, `estimate`,
+`confidence_interval`, ...). `BatchStat` is one statistic of the battery on R trajectories at once
+(the calibration analyses hundreds of simulated trajectories in one call); `BatchStat.result(r, ...)`
+turns replicate r into a TestResult.
 """
 from __future__ import annotations
 
@@ -12,27 +13,20 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TestResult", "to_jsonable"]
+from brownformer.io import to_jsonable as _plain
+
+__all__ = ["TestResult", "BatchStat", "to_jsonable"]
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Recursively convert numpy scalars/arrays, tuples and dataclasses to JSON types; NaN/inf -> None."""
+    """brownformer.io.to_jsonable that also unpacks objects with a `to_dict()` (result objects)."""
     if hasattr(obj, "to_dict") and callable(obj.to_dict):
         return obj.to_dict()
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return [to_jsonable(v) for v in obj.tolist()]
-    if isinstance(obj, (bool, np.bool_)):
-        return bool(obj)
-    if isinstance(obj, (int, np.integer)):
-        return int(obj)
-    if isinstance(obj, (float, np.floating)):
-        x = float(obj)
-        return x if math.isfinite(x) else None
-    return obj
+    return _plain(obj)
 
 
 @dataclass(frozen=True)
@@ -44,11 +38,13 @@ class TestResult:
         statistic: the test statistic (z, chi-square, ...).
         pvalue: p-value under the stated null.
         estimate: the effect size the test is about (e.g. VR(q) itself).
-        confidence_interval: (low, high) for `estimate`.
+        confidence_interval: (low, high) for `estimate` at `confidence_level`.
         confidence_level: level of the interval.
         method: a human-readable description including the null distribution.
-        n: number of independent units (walkers) the test used.
+        n: number of independent units (groups of walkers) the test used.
         null_value: the value of `estimate` under the null.
+        tost_interval: the (1 - 2 alpha) interval the equivalence rule uses.
+        why_undefined: why the estimate is undefined (empty when defined).
         extra: anything else worth recording (plain JSON types).
     """
 
@@ -61,6 +57,8 @@ class TestResult:
     method: str = ""
     n: int = 0
     null_value: float = math.nan
+    tost_interval: tuple[float, float] = (math.nan, math.nan)
+    why_undefined: str = ""
     extra: dict = field(default_factory=dict)
 
     def reject(self, alpha: float = 0.05) -> bool:
@@ -69,5 +67,49 @@ class TestResult:
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["p_value"] = out["pvalue"]  # the DESIGN.md spelling
+        out["p_value"] = out.pop("pvalue")  # the DESIGN.md spelling
+        out["ci"] = out.pop("confidence_interval")
+        out["tost_ci"] = out.pop("tost_interval")
         return to_jsonable(out)
+
+
+@dataclass(frozen=True)
+class BatchStat:
+    """One statistic on R trajectories: cluster-bootstrap estimate (None if undefined) and p-values (R,)."""
+
+    name: str
+    boot: Any  # bootstrap.BootstrapEstimate | None
+    pvalue: np.ndarray
+    null_value: float
+    method: str
+    why_undefined: str = ""
+    statistic: np.ndarray | None = None
+    n_points: int | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def estimate(self) -> np.ndarray:
+        return self.boot.estimate if self.boot is not None else np.full(np.shape(self.pvalue), np.nan)
+
+    def interval(self, confidence_level: float) -> tuple[np.ndarray, np.ndarray]:
+        if self.boot is None:
+            nan = np.full(np.shape(self.pvalue), np.nan)
+            return nan, nan
+        return self.boot.interval(confidence_level)
+
+    def result(self, r: int, *, confidence_level: float, alpha: float) -> TestResult:
+        """Replicate r as a TestResult with its confidence_level and (1 - 2 alpha) intervals."""
+        lo, hi = self.interval(confidence_level)
+        tlo, thi = self.interval(1 - 2 * alpha)
+        est = float(self.estimate[r])
+        stat = self.statistic[r] if self.statistic is not None else (self.boot.z(self.null_value)[r] if self.boot is not None
+                                                                     and np.isfinite(self.null_value) else np.nan)
+        why = self.why_undefined or ("" if np.isfinite(est) and np.isfinite(tlo[r]) else
+                                     "estimate or bootstrap degenerate (noise floor, constant or too few groups)")
+        extra = {k: (v[r] if isinstance(v, np.ndarray) and v.ndim >= 1 and v.shape[0] == self.pvalue.shape[0] else v)
+                 for k, v in self.extra.items()}
+        if self.n_points is not None:
+            extra["n_time_points"] = self.n_points
+        return TestResult(self.name, float(stat), float(self.pvalue[r]), est, (float(lo[r]), float(hi[r])),
+                          confidence_level, self.method, self.boot.n_groups if self.boot is not None else 0,
+                          self.null_value, (float(tlo[r]), float(thi[r])), why, extra)

@@ -1,7 +1,12 @@
 """Simulated processes with known answers, used for tests and for calibrating the battery.
 
 Every simulator returns an array of shape (T, N, d) = (time, walkers, dims), like the
-trajectory files, so the identical analysis runs on simulated and real data.
+trajectory files, or (R, T, N, d) for R replicates at once (`simulate_batch`, the calibration), so
+the identical analysis runs on simulated and real data.
+
+`simulate_batch` reproduces a real file's shape: its capture times (irregular spacing honoured),
+its groups of dependent walkers with a within-group correlation rho of the increments (shared noise
+sqrt(rho) xi_g + sqrt(1 - rho) xi_i), and on the sphere its total decay and LayerNorm's hyperplane.
 
 Euclidean processes have unit-variance increments per coordinate. On the sphere, increments
 of the euclidean process are projected onto the tangent plane and scaled so that spherical
@@ -12,7 +17,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-__all__ = ["PROCESSES", "simulate", "spherical_brownian_motion", "fgn_increments", "sphere_step_scale"]
+__all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
+           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent"]
 
 #: process name -> short description; the calibration simulates all of them.
 PROCESSES = {
@@ -152,3 +158,126 @@ def simulate(process: str, T: int, N: int, d: int, *, kind: str = "euclidean", r
         u = _normalize(u + step)
         out[t] = u
     return out
+
+
+#: processes of the calibration: the null, the margin edges and a non-walk (simulate_batch)
+CALIBRATION_PROCESSES = {
+    "brownian": "Brownian motion on the file's clock (spherical BM on the sphere), the null",
+    "clock_0.9": "Brownian motion on the clock t^0.9: MSD exponent 0.9, the lower margin edge",
+    "clock_1.1": "Brownian motion on the clock t^1.1: MSD exponent 1.1, the upper margin edge",
+    "ou_edge": "Ornstein-Uhlenbeck whose MSD log-slope over the capture times, after the battery's drift "
+               "handling, is 0.9: the weakest mean reversion the exponent margin allows (euclidean only)",
+    "iid": "independent points at every time (i.i.d. Gaussian; uniform on the sphere): not a walk",
+}
+#: largest decay (k-1) D dt of one spherical substep (its discretisation bias in D is about half of it, the same
+#: for every substep, so the exponent is unbiased); at most this many substeps in total
+_SUBSTEP_DECAY, _MAX_SUBSTEPS = 0.02, 200
+
+
+def _ou_msd(theta: float, s: np.ndarray, drift: str) -> tuple[np.ndarray, np.ndarray]:
+    """(times used, expected MSD the battery fits) of a stationary OU process with rate theta at times s (0..1).
+
+    C(u) = exp(-theta u)/(2 theta). "per_walker": Y_t = (X_t - X_0) - t (X_1 - X_0) divided by the bridge factor
+    1 - t, as battery.levels and battery.msd_exponent do; otherwise E|X_t - X_0|^2 = 2 (C(0) - C(t)).
+    """
+    c = lambda u: np.exp(-theta * u) / (2 * theta)  # noqa: E731
+    t = s[1:]
+    var_a = 2 * (c(0) - c(t))
+    if drift != "per_walker":
+        return t, var_a
+    t = t[:-1]
+    var_a = var_a[:-1]
+    var_b = 2 * (c(0) - c(1.0))
+    cov_ab = c(1.0 - t) - c(t) - c(1.0) + c(0)
+    return t, (var_a - 2 * t * cov_ab + t * t * var_b) / (1 - t)
+
+
+def ou_rate_at_exponent(s: np.ndarray, exponent: float, drift: str = "common") -> float:
+    """theta whose expected MSD, as the battery measures it after `drift` handling, has OLS log-slope
+    `exponent` over the capture times s (elapsed share of the clock, 0..1); bisection (the slope falls
+    from 1 as theta grows, so the root is unique)."""
+    from .battery import log_slope
+    s = np.asarray(s, float)
+    lo, hi = 1e-6, 1e4 / s[1]
+    for _ in range(200):
+        mid = np.sqrt(lo * hi)
+        t, m = _ou_msd(mid, s, drift)
+        if log_slope(t, m) > exponent:
+            lo = mid
+        else:
+            hi = mid
+    return float(np.sqrt(lo * hi))
+
+
+def _shared_noise(rng, R: int, n: int, labels: np.ndarray, k: int, rho: float) -> np.ndarray:
+    """(R, n, N, k) standard normal noise, correlation rho between walkers of one group."""
+    G = int(labels.max()) + 1
+    own = rng.standard_normal((R, n, labels.size, k), dtype=np.float32)
+    if rho <= 0:
+        return own
+    shared = rng.standard_normal((R, n, G, k), dtype=np.float32)[:, :, labels]
+    return np.float32(np.sqrt(rho)) * shared + np.float32(np.sqrt(1 - rho)) * own
+
+
+def _hyperplane_basis(d: int) -> np.ndarray:
+    """(d, d-1) orthonormal basis of the hyperplane sum(z) = 0 (LayerNorm outputs lie in it)."""
+    q = np.linalg.qr(np.concatenate([np.ones((d, 1)), np.eye(d)[:, :-1]], axis=1))[0]
+    return q[:, 1:]
+
+
+def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates: int, rng, rho: float = 0.0,
+                   hyperplane: bool = False, decay: float = 1.0, drift: str = "common") -> np.ndarray:
+    """R replicates of a CALIBRATION_PROCESSES process at a real file's shape: (R, T, N, d).
+
+    Args:
+        process: a key of CALIBRATION_PROCESSES.
+        times: (T,) capture times (irregular spacing honoured); only their relative spacing matters.
+        labels: (N,) group of each walker; rho: within-group correlation of the increments.
+        d: dimension; kind: "euclidean" or "sphere".
+        hyperplane: sphere only: walk on S^(d-2) inside sum(z) = 0 (LayerNorm), else on S^(d-1).
+        decay: sphere only: (k-1) D (t_T - t_0), i.e. E<u_0, u_T> = exp(-decay) under the null.
+        drift: the battery's drift handling; "ou_edge" is placed at the margin edge as the battery sees it.
+    """
+    if process not in CALIBRATION_PROCESSES:
+        raise ValueError(f"unknown process {process!r}; known: {sorted(CALIBRATION_PROCESSES)}")
+    rng = np.random.default_rng(rng)
+    t = np.asarray(times, float)
+    s = (t - t[0]) / (t[-1] - t[0])  # elapsed share of the clock, 0..1
+    clock = s ** float(process.split("_")[1]) if process.startswith("clock_") else s
+    labels = np.asarray(labels)
+    R, T, N = int(replicates), t.size, labels.size
+    k = d - 1 if (kind == "sphere" and hyperplane) else d
+    if kind == "euclidean":
+        if process == "iid":
+            return rng.standard_normal((R, T, N, d), dtype=np.float32)
+        if process == "ou_edge":
+            theta = ou_rate_at_exponent(s, 0.9, drift)
+            xi = _shared_noise(rng, R, T, labels, d, rho)
+            out = np.empty((R, T, N, d), dtype=np.float32)
+            out[:, 0] = xi[:, 0] / np.sqrt(2 * theta)
+            for i in range(1, T):
+                a = np.exp(-theta * (s[i] - s[i - 1]))
+                out[:, i] = a * out[:, i - 1] + np.sqrt((1 - a * a) / (2 * theta)) * xi[:, i]
+            return out
+        inc = _shared_noise(rng, R, T - 1, labels, d, rho) * np.sqrt(np.diff(clock)).astype(np.float32)[None, :, None, None]
+        return np.concatenate([np.zeros((R, 1, N, d), np.float32), np.cumsum(inc, axis=1)], axis=1)
+    if kind != "sphere":
+        raise ValueError(f"kind must be 'euclidean' or 'sphere', got {kind!r}")
+    if process == "ou_edge":
+        raise ValueError("ou_edge is simulated for euclidean trajectories only")
+    u = _normalize(rng.standard_normal((R, N, k), dtype=np.float32))
+    if process == "iid":
+        V = _normalize(rng.standard_normal((R, T, N, k), dtype=np.float32))
+    else:
+        D = decay / max(k - 1, 1)
+        per_sub = max(_SUBSTEP_DECAY, decay / _MAX_SUBSTEPS)
+        V = np.empty((R, T, N, k), dtype=np.float32)
+        V[:, 0] = u
+        for i in range(1, T):
+            dc = clock[i] - clock[i - 1]
+            n_sub = max(1, int(np.ceil((k - 1) * D * dc / per_sub)))
+            step = np.float32(np.sqrt(2 * D * dc / n_sub))
+            for _ in range(n_sub):
+                u = _normalize(u + step * _shared_noise(rng, R, 1, labels, k, rho)[:, 0])
+            V[:, i] = u
+    return V @ _hyperplane_basis(d).T.astype(np.float32) if k < d else V

@@ -1,130 +1,20 @@
-"""Claim 1 (tokens on a hypersphere) and the exact laws of spherical Brownian motion.
+"""Claim 1 (tokens on a hypersphere): distances of LayerNorm outputs from the sphere, with CIs.
 
-Spherical Brownian motion on S^{d-1} with generator D * Laplace-Beltrami has, for any start,
-E<u_0, u_t> = exp(-(d-1) D t) and, for the second Gegenbauer harmonic,
-E[(d cos^2 theta - 1)/(d - 1)] = exp(-2 d D t) (STATISTICS.md 2.a). We fit these instead of a
-power law to chord distances, which is biased toward sub-diffusion by the plateau at 2.
+The laws of spherical Brownian motion (claim 3) live in spherical.py; `gram_offdiagonal` is shared
+by both and by the depth figure.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .battery import log_slope, p_two_sided
-from .bootstrap import WalkerBootstrap
-from .results import TestResult, to_jsonable
+from .bootstrap import ClusterBootstrap
+from .results import to_jsonable
 
-__all__ = ["log_map", "cosine_law", "sphere_variance_ratio", "sphere_hurst", "gram_offdiagonal", "sphere_summary",
-           "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGINS", "SPHERE_TENSORS", "GEOMETRY_QUANTITIES"]
+__all__ = ["gram_offdiagonal", "sphere_summary", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGINS",
+           "SPHERE_TENSORS", "GEOMETRY_QUANTITIES"]
 
 #: equivalence margins for claim 1: ||z||/sqrt(d) and 1^T z / sqrt(d) of the raw LN output
 SPHERE_MARGINS = {"sphere_radius": (0.99, 1.01), "sphere_sum": (-0.01, 0.01)}
-
-
-def log_map(u: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """Riemannian log map on the unit sphere: Log_u(v) = theta / sin(theta) (v - cos(theta) u)."""
-    c = np.clip(np.sum(u * v, axis=-1, keepdims=True), -1.0, 1.0)
-    theta = np.arccos(c)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        f = np.where(theta > 1e-8, theta / np.sin(theta), 1.0)
-    return f * (v - c * u)
-
-
-def _floor(d: int, N: int) -> tuple[float, float]:
-    """3-sigma noise floors of the first and second harmonic means for N uniform pairs on S^{d-1}."""
-    return 3.0 / np.sqrt(d * N), 3.0 * np.sqrt(2.0 / ((d + 2) * (d - 1) * N))
-
-
-def cosine_law(U: np.ndarray, tau: np.ndarray, boot: WalkerBootstrap) -> tuple[TestResult, TestResult, TestResult, dict]:
-    """Exponent, D and second-harmonic ratio from E<u_0, u_t> and E[G_2(<u_0, u_t>)].
-
-    psi(t) = -ln(mean cos)/(d-1) = D t for Brownian motion; the exponent is the OLS slope of
-    ln psi on ln t over times above the 3-sigma floor of independent uniform points (cos mean
-    3/sqrt(dN)). The decay rates r_l = -ln G_l(t)/t (least squares through the origin) have
-    r_2/r_1 = 2d/(d-1) for Brownian motion; harmonic ratio = (r_2/r_1)/(2d/(d-1)) (1 under the
-    null) and the spherical Levy index alpha = 2 ln(r_2/r_1)/ln(2d/(d-1)) (2 for BM, 0 for resampling).
-
-    Args:
-        U: (T, N, d) unit vectors.
-        tau: (T-1,) elapsed times of U[1:].
-    """
-    T, N, d = U.shape
-    cos = np.einsum("id,tid->it", U[0], U[1:])  # (N, T-1)
-    g2 = (d * cos**2 - 1.0) / (d - 1.0)
-    f1, f2 = _floor(d, N)
-    c_mean, g_mean = cos.mean(0), g2.mean(0)
-    use = c_mean > f1
-    use2 = use & (g_mean > f2)
-    extra = {"mean_cos": c_mean.tolist(), "second_harmonic": g_mean.tolist(), "tau": tau.tolist(),
-             "n_usable_times": int(use.sum())}
-    ub, tb = np.flatnonzero(use), tau[use]
-    if ub.size >= 2:
-        est = boot.estimate(cos[:, ub], lambda m: log_slope(tb, -np.log(m) / (d - 1)))
-        z = est.z(1.0)
-        expo = TestResult("msd_exponent", z, p_two_sided(z), est.estimate, est.confidence_interval,
-                          boot.confidence_level, "slope of ln psi(t) on ln t, psi = -ln E<u_0,u_t>/(d-1); "
-                          "Wald z with walker-bootstrap SE; H0 exponent = 1", N, 1.0)
-        half = max(2, (ub.size + 1) // 2)
-        psi = -np.log(c_mean[ub]) / (d - 1)
-        extra["early_slope"] = float(log_slope(tb[:half], psi[:half]))
-        extra["late_slope"] = float(log_slope(tb[half - 1:], psi[half - 1:])) if ub.size - half + 1 >= 2 else np.nan
-    else:
-        expo = TestResult("msd_exponent", np.nan, np.nan, method="fewer than 2 times above the uniform floor", n=N,
-                          null_value=1.0)
-    if ub.size >= 1:
-        dest = boot.estimate(cos[:, ub], lambda m: (-np.log(m) / (d - 1) * tb).sum(-1) / (tb**2).sum())
-        dres = TestResult("diffusion_coefficient", np.nan, np.nan, dest.estimate, dest.confidence_interval,
-                          boot.confidence_level, "least squares -ln E<u_0,u_t>/(d-1) = D t", N)
-    else:
-        dres = TestResult("diffusion_coefficient", np.nan, np.nan, method="no time above the floor", n=N)
-    u2, t2 = np.flatnonzero(use2), tau[use2]
-    target = 2 * d / (d - 1)
-    if u2.size >= 1:
-        F = np.concatenate([cos[:, u2], g2[:, u2]], axis=1)
-        k = u2.size
-
-        def ratio(m):
-            r1 = (-np.log(m[..., :k]) * t2).sum(-1)
-            r2 = (-np.log(m[..., k:]) * t2).sum(-1)
-            return r2 / r1 / target
-
-        est = boot.estimate(F, ratio)
-        z = est.z(1.0)
-        harm = TestResult("harmonic_ratio", z, p_two_sided(z), est.estimate, est.confidence_interval,
-                          boot.confidence_level, "(r_2/r_1)/(2d/(d-1)) from Gegenbauer decay rates; Wald z with "
-                          "walker-bootstrap SE; H0 ratio = 1", N, 1.0)
-        extra["levy_alpha"] = float(2 * np.log(est.estimate * target) / np.log(target)) if est.estimate > 0 else np.nan
-    else:
-        harm = TestResult("harmonic_ratio", np.nan, np.nan, method="second harmonic below its floor", n=N, null_value=1.0)
-        extra["levy_alpha"] = np.nan
-    return expo, dres, harm, extra
-
-
-def _lag_cos(U: np.ndarray, q: int) -> np.ndarray:
-    """(N,) per-walker mean over t of <u_t, u_{t+q}>."""
-    return np.einsum("tid,tid->ti", U[:-q], U[q:]).mean(0)
-
-
-def sphere_variance_ratio(U: np.ndarray, q: int, boot: WalkerBootstrap) -> TestResult:
-    """Spherical variance ratio psi_bar(q) / (q psi_bar(1)), psi_bar(q) = -ln mean_t <u_t, u_{t+q}>/(d-1).
-
-    The time-averaged analogue of Lo-MacKinlay's VR for the exact cosine law: 1 for spherical
-    BM, < 1 for mean reversion, > 1 for persistence. Assumes equally spaced times.
-    """
-    F = np.stack([_lag_cos(U, q), _lag_cos(U, 1)], axis=1)
-    est = boot.estimate(F, lambda m: np.log(m[..., 0]) / (q * np.log(m[..., 1])))
-    z = est.z(1.0)
-    return TestResult("variance_ratio", z, p_two_sided(z), est.estimate, est.confidence_interval, boot.confidence_level,
-                      f"spherical VR(q={q}) from time-averaged cosines; Wald z with walker-bootstrap SE; H0 VR = 1",
-                      boot.n, 1.0, {"q": q})
-
-
-def sphere_hurst(U: np.ndarray, lags: np.ndarray, boot: WalkerBootstrap) -> TestResult:
-    """Hurst exponent from psi_bar(q) ~ q^{2H} (spherical aggregated variance)."""
-    F = np.stack([_lag_cos(U, int(q)) for q in lags], axis=1)
-    est = boot.estimate(F, lambda m: 0.5 * log_slope(lags.astype(float), -np.log(m)))
-    z = est.z(0.5)
-    return TestResult("hurst", z, p_two_sided(z), est.estimate, est.confidence_interval, boot.confidence_level,
-                      f"slope/2 of ln psi_bar(q) on ln q, lags {lags.tolist()}; H0 H = 1/2", boot.n, 0.5)
 
 
 def gram_offdiagonal(U: np.ndarray) -> np.ndarray:
@@ -274,8 +164,8 @@ def sphere_geometry(z, *, margins: dict | None = None, n_inputs: int | None = No
     F = np.zeros((G, L, 7 + d))
     np.add.at(F, labels, np.swapaxes(feats, 0, 1))  # (G, L, 7 + d) per-cluster sums
     point = _geometry_stats(F.mean(0), d)
-    boot = WalkerBootstrap(G, n_resamples=n_resamples, confidence_level=confidence_level, rng=rng)
-    reps = _geometry_stats((boot.weights @ F.reshape(G, -1)).reshape(-1, L, 7 + d), d)  # (B, L) each
+    boot = ClusterBootstrap(np.arange(G), n_resamples=n_resamples, rng=rng)
+    reps = _geometry_stats((boot.weights @ F.reshape(G, -1) / G).reshape(-1, L, 7 + d), d)  # (B, L) each
     a = (1 - confidence_level) / 2
     per_layer, pooled = {}, {}
     for q in GEOMETRY_QUANTITIES:

@@ -20,7 +20,7 @@ def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.nda
     """Check a trajectory array and its time axis; return float64 copies.
 
     Raises:
-        ValueError: wrong ndim, fewer than 3 times or 2 walkers, non-finite values, unknown
+        ValueError: wrong ndim, fewer than 3 times or 4 walkers, non-finite values, unknown
             kind, times of the wrong length or not strictly increasing, zero vectors on the sphere.
     """
     if kind not in KINDS:
@@ -31,16 +31,18 @@ def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.nda
     T, N, d = X.shape
     if T < 3:
         raise ValueError(f"trajectory needs at least 3 time points, got T={T}")
-    if N < 2:
-        raise ValueError(f"trajectory needs at least 2 walkers, got N={N}")
+    if N < 4:  # cross-sectional standardisation and a bootstrap over walkers need a few of them
+        raise ValueError(f"trajectory needs at least 4 walkers, got N={N}")
     if d < 1 or (kind == "sphere" and d < 2):
-        raise ValueError(f"trajectory dimension d={d} too small for kind {kind!r}")
+        raise ValueError(f"trajectory dimension d={d} too small for kind {kind!r} (a sphere needs d >= 2)")
     if not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
         raise ValueError(f"trajectory must be a real numeric array, got dtype {X.dtype}")
     X = X.astype(np.float64)
     bad = ~np.isfinite(X)
     if bad.any():
-        raise ValueError(f"trajectory contains {int(bad.sum())} non-finite values (NaN/inf)")
+        cols = np.flatnonzero(bad.all(axis=(0, 1)))
+        where = f" (dimension(s) {cols[:5].tolist()} entirely NaN/inf)" if cols.size else ""
+        raise ValueError(f"trajectory contains {int(bad.sum())} non-finite values (NaN/inf){where}")
     if kind == "sphere" and (np.linalg.norm(X, axis=-1) == 0).any():
         raise ValueError("sphere trajectory contains zero vectors, which have no direction")
     if times is None:

@@ -1,7 +1,9 @@
-"""Read the results tree (docs/ARTIFACTS.md) defensively for figures and the report.
+"""Read the results tree (docs/ARTIFACTS.md) for the figures and the report: one reader, typed.
 
-Every reader returns an empty table or None when its input is missing or unreadable and logs
-why; the figures then draw an annotated "no data" panel instead of crashing or inventing numbers.
+Every accessor is read once, lazily. A missing or unreadable input gives an empty table, None
+or an empty mapping, and a line in `notes` saying why, so the figures draw an honest "no data"
+panel and the report says "not available" instead of crashing or inventing numbers.
+claims.json is read only through brownformer.verdicts.read_claims (the typed contract).
 """
 from __future__ import annotations
 
@@ -16,10 +18,11 @@ import numpy as np
 import pandas as pd
 
 from brownformer.config import ExperimentConfig, RunSpec
+from brownformer.verdicts import ClaimsFile, read_claims
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Results", "read_json", "read_parquet", "dig"]
+__all__ = ["Results", "Manifest", "read_json", "read_parquet", "dig"]
 
 
 def read_json(path: Path) -> Any | None:
@@ -57,17 +60,37 @@ def dig(obj: Any, *keys: Any, default: Any = None) -> Any:
     return obj
 
 
-def _finite(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if np.isfinite(v) else None
+@dataclass(frozen=True)
+class Manifest:
+    """The provenance a run recorded in its manifest.json (fields absent there are None or empty)."""
+    run_id: str
+    config_hash: str | None = None
+    git_sha: str | None = None
+    git_dirty: bool | None = None
+    versions: dict = field(default_factory=dict)
+    device: dict = field(default_factory=dict)
+    seeds: dict = field(default_factory=dict)
+    wall_time_s: float | None = None
+
+    @classmethod
+    def from_dict(cls, run_id: str, d: dict) -> Manifest:
+        git = d.get("git") if isinstance(d.get("git"), dict) else {}
+        wall = d.get("wall_time_s")
+        return cls(run_id=run_id, config_hash=d.get("config_hash"), git_sha=git.get("sha"), git_dirty=git.get("dirty"),
+                   versions=dict(d.get("versions") or {}), device=dict(d.get("device") or {}),
+                   seeds=dict(d.get("seeds") or {}),
+                   wall_time_s=float(wall) if isinstance(wall, (int, float)) else None)
 
 
 @dataclass
 class Results:
-    """One view of a results folder for one config; properties are read once, lazily."""
+    """One view of a results folder for one config.
+
+    Attributes:
+        cfg: the experiment config (which runs to expect, dataset kinds, report settings).
+        root: the results folder.
+        notes: why inputs were missing or unreadable (the report lists them under Limitations).
+    """
 
     cfg: ExperimentConfig
     root: Path
@@ -76,16 +99,13 @@ class Results:
     def __post_init__(self):
         self.root = Path(self.root)
 
+    # ---- runs -----------------------------------------------------------------------------------
     @property
     def runs(self) -> list[RunSpec]:
         return self.cfg.runs()
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
-
-    def dataset_kind(self, model: str) -> str:
-        """'image' or 'text', from the model's dataset source."""
-        return "text" if self.cfg.dataset_of(model).source in ("pydoc", "textfile") else "image"
 
     @cached_property
     def metrics(self) -> pd.DataFrame:
@@ -101,15 +121,22 @@ class Results:
             frames.append(df)
         return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
+    def metrics_by_run(self) -> dict[str, pd.DataFrame]:
+        """run id -> that run's metrics (with the run columns), for the claim rules that take this shape."""
+        m = self.metrics
+        return {} if m.empty else {run: g for run, g in m.groupby("run", sort=True)}
+
     @cached_property
-    def manifests(self) -> dict[str, dict]:
+    def manifests(self) -> dict[str, Manifest]:
+        """run id -> Manifest, for the runs that wrote one."""
         out = {}
         for spec in self.runs:
             m = read_json(self.run_dir(spec.run_id) / "manifest.json")
             if isinstance(m, dict):
-                out[spec.run_id] = m
+                out[spec.run_id] = Manifest.from_dict(spec.run_id, m)
         return out
 
+    # ---- per-run statistics and trajectories ----------------------------------------------------
     def run_stats(self, run_id: str) -> dict[str, Any]:
         """Every JSON under runs/<run>/stats/, keyed by its path relative to that folder (no suffix)."""
         base = self.run_dir(run_id) / "stats"
@@ -126,9 +153,16 @@ class Results:
         return {spec.run_id: self.run_stats(spec.run_id) for spec in self.runs}
 
     def trajectory_index(self, run_id: str) -> list[dict]:
+        """The entries of runs/<run>/trajectories/index.json that name a file."""
         idx = read_json(self.run_dir(run_id) / "trajectories" / "index.json")
         files = dig(idx, "files", default=[])
         return [f for f in files if isinstance(f, dict) and "path" in f]
+
+    def trajectory_files(self, run_id: str, category: str) -> list[dict]:
+        """Index entries of one category (depth, training, weights, gradnoise, attention), path-sorted."""
+        entries = [f for f in self.trajectory_index(run_id) if f.get("category") == category
+                   or str(f.get("path", "")).startswith(category + "/")]
+        return sorted(entries, key=lambda f: f["path"])
 
     def load_trajectory(self, run_id: str, rel: str) -> tuple[np.ndarray | None, dict]:
         """(array, sidecar) of runs/<run>/trajectories/<rel>; (None, {}) when unreadable."""
@@ -141,17 +175,31 @@ class Results:
         side = read_json(path.with_suffix(".json")) or {}
         return X, side
 
+    # ---- cross-run statistics -------------------------------------------------------------------
     @cached_property
     def summary(self) -> pd.DataFrame:
+        """results/stats/summary.parquet: one row per (run, file, quantity)."""
         return read_parquet(self.root / "stats" / "summary.parquet")
 
     @cached_property
     def calibration(self) -> pd.DataFrame:
+        """results/stats/calibration.parquet: rejection rates of the battery on simulated processes."""
         return read_parquet(self.root / "stats" / "calibration.parquet")
 
     @cached_property
-    def claims(self) -> Any | None:
-        return read_json(self.root / "stats" / "claims.json")
+    def claims(self) -> ClaimsFile | None:
+        """claims.json through the typed contract; None (with a note) when missing or malformed."""
+        path = self.root / "stats" / "claims.json"
+        if not path.is_file():
+            self.notes.append("claims.json missing")
+            return None
+        try:
+            return read_claims(path)
+        except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
+            # A file that breaks the contract is reported, never re-interpreted.
+            log.warning("claims.json does not follow the verdicts contract: %s", exc)
+            self.notes.append(f"claims.json does not follow the verdicts contract ({exc})")
+            return None
 
     @cached_property
     def benchmarks(self) -> pd.DataFrame:
@@ -161,7 +209,7 @@ class Results:
         for p in sorted(base.glob("*/*.tsv")) if base.is_dir() else []:
             try:
                 df = pd.read_csv(p, sep="\t")
-            except Exception as exc:
+            except Exception as exc:  # a truncated file must not hide the others
                 log.warning("cannot read benchmark %s: %s", p, exc)
                 continue
             if df.empty or "s" not in df.columns:
@@ -170,3 +218,12 @@ class Results:
             row.update(rule=p.parent.name, job=p.stem)
             rows.append(row)
         return pd.DataFrame(rows)
+
+    # ---- anything else under the results folder (e.g. a scaling study's tables) ------------------
+    def read_json(self, rel: str) -> Any | None:
+        """<root>/<rel> parsed, or None when missing or unreadable."""
+        return read_json(self.root / rel)
+
+    def read_table(self, rel: str) -> pd.DataFrame:
+        """<root>/<rel> (parquet), or an empty frame when missing or unreadable."""
+        return read_parquet(self.root / rel)

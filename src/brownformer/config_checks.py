@@ -1,0 +1,137 @@
+"""Config validation: the JSON schema (with its defaults filled in) and the cross-references it cannot express.
+
+Kept apart from brownformer.config (the dataclasses) so each stays one job; brownformer.config re-exports
+ConfigError, validate_dict and apply_overrides.
+"""
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+__all__ = ["ConfigError", "SCHEMA_PATH", "validate_dict", "apply_overrides"]
+
+SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
+
+
+
+class ConfigError(ValueError):
+    """A configuration problem; the message names the offending key."""
+
+
+def _check_optimizer_keys(data: dict, source: str) -> None:
+    """Every optimizer (and tuned) setting is one its type takes (brownformer.optim.registry)."""
+    from brownformer.optim.registry import REGISTRY  # torch-free at import
+
+    def check(key: str, type_: str, settings: Mapping[str, Any]) -> None:
+        extra = sorted(set(settings) - {"type", "lr"} - set(REGISTRY[type_].keys))
+        if extra:
+            raise ConfigError(f"{source}: key '{key}.{extra[0]}': not a setting of optimizer type {type_!r}; "
+                              f"its settings: lr, {', '.join(REGISTRY[type_].keys)}")
+
+    for name, o in data["optimizers"].items():
+        check(f"optimizers.{name}", o["type"], o)
+    for model, per_opt in (data.get("tuned") or {}).items():
+        if model not in data["models"]:
+            raise ConfigError(f"{source}: key 'tuned.{model}': unknown model; known: {sorted(data['models'])}")
+        for name, settings in per_opt.items():
+            if name not in data["optimizers"]:
+                raise ConfigError(f"{source}: key 'tuned.{model}.{name}': unknown optimizer; "
+                                  f"known: {sorted(data['optimizers'])}")
+            check(f"tuned.{model}.{name}", data["optimizers"][name]["type"], settings)
+
+
+def _schema() -> dict:
+    with open(SCHEMA_PATH) as fh:
+        return yaml.safe_load(fh)
+
+
+def _with_defaults(validator_cls):
+    """Extend a jsonschema validator to fill in `default` values (as Snakemake's validate does)."""
+    import jsonschema
+    validate_props = validator_cls.VALIDATORS["properties"]
+
+    def set_defaults(validator, properties, instance, schema):
+        if isinstance(instance, dict):
+            for prop, sub in properties.items():
+                if "default" in sub and prop not in instance:
+                    instance[prop] = copy.deepcopy(sub["default"])
+        yield from validate_props(validator, properties, instance, schema)
+
+    return jsonschema.validators.extend(validator_cls, {"properties": set_defaults})
+
+
+def _key_path(error) -> str:
+    return ".".join(str(p) for p in error.absolute_path) or "<top level>"
+
+
+def validate_dict(raw: Mapping[str, Any], *, source: str = "config") -> dict:
+    """Validate a config mapping against the schema, fill defaults, check cross-references.
+
+    Raises:
+        ConfigError: naming the key and what was expected.
+    """
+    import jsonschema  # imported here so models/optimizers import on machines without it
+
+    data = copy.deepcopy(dict(raw))
+    validator = _with_defaults(jsonschema.Draft202012Validator)(_schema())
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        e = errors[0]
+        raise ConfigError(f"{source}: key '{_key_path(e)}': {e.message}")
+    _check_references(data, source)
+    return data
+
+
+def _check_references(data: dict, source: str) -> None:
+    for name, m in data["models"].items():
+        if m["dataset"] not in data["datasets"]:
+            raise ConfigError(f"{source}: key 'models.{name}.dataset': unknown dataset {m['dataset']!r}; "
+                              f"known: {sorted(data['datasets'])}")
+        if m["d_model"] % m["n_heads"]:
+            raise ConfigError(f"{source}: key 'models.{name}.n_heads': {m['n_heads']} does not divide "
+                              f"d_model={m['d_model']}")
+        kind = data["datasets"][m["dataset"]]["source"]
+        if (m["arch"] == "vit") != (kind in ("digits", "cifar10")):
+            raise ConfigError(f"{source}: key 'models.{name}.arch': {m['arch']!r} does not fit dataset source {kind!r} "
+                              "(vit needs images, lm needs text)")
+    for name, ds in data["datasets"].items():
+        if ds.get("augment") and ds["source"] != "cifar10":
+            raise ConfigError(f"{source}: key 'datasets.{name}.augment': crop+flip augmentation is only defined "
+                              f"for cifar10 (flipping {ds['source']} changes what the input means)")
+        if ds["source"] == "textfile" and not ds.get("path"):
+            raise ConfigError(f"{source}: key 'datasets.{name}.path': a textfile dataset needs the path of a UTF-8 file")
+        if ds["source"] == "cifar10" and not ds.get("data_dir"):
+            raise ConfigError(f"{source}: key 'datasets.{name}.data_dir': cifar10 needs the folder holding "
+                              "cifar-10-python.tar.gz (set download: true to fetch it there)")
+    for i, block in enumerate(data["grid"]):
+        for m in block["models"]:
+            if m not in data["models"]:
+                raise ConfigError(f"{source}: key 'grid.{i}.models': unknown model {m!r}; known: {sorted(data['models'])}")
+        for o in block["optimizers"]:
+            if o not in data["optimizers"]:
+                raise ConfigError(f"{source}: key 'grid.{i}.optimizers': unknown optimizer {o!r}; "
+                                  f"known: {sorted(data['optimizers'])}")
+    _check_optimizer_keys(data, source)
+    for name in list(data["models"]) + list(data["optimizers"]):
+        if "__" in name or "/" in name:
+            raise ConfigError(f"{source}: name {name!r} may not contain '__' or '/' (used in run ids and paths)")
+
+
+def apply_overrides(raw: dict, overrides: list[str] | None) -> dict:
+    """Apply `key.sub=value` overrides (value parsed as YAML) to a raw config mapping."""
+    data = copy.deepcopy(raw)
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        node = data
+        parts = key.split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item!r}: {p!r} is not a mapping")
+        node[parts[-1]] = yaml.safe_load(value)
+    return data

@@ -1,0 +1,61 @@
+"""Markdown helpers of the report: numbers, intervals and tables as text."""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pandas as pd
+
+__all__ = ["fmt", "fmt_ci", "md_table", "kv_table"]
+
+
+def fmt(x: Any, digits: int = 3) -> str:
+    """A number for text: 3 significant digits, 'n/a' for None/NaN."""
+    if x is None:
+        return "n/a"
+    if isinstance(x, bool):
+        return str(x)
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return str(x)
+    if not math.isfinite(v):
+        return "n/a"
+    if v == int(v) and abs(v) < 1e6:
+        return str(int(v))
+    return f"{v:.{digits}g}"
+
+
+def fmt_ci(lo: Any, hi: Any) -> str:
+    """"[lo, hi]", or "n/a" when either end is missing."""
+    return "n/a" if fmt(lo) == "n/a" or fmt(hi) == "n/a" else f"[{fmt(lo)}, {fmt(hi)}]"
+
+
+def _cell(v: Any) -> str:
+    s = fmt(v) if isinstance(v, float) else ("" if v is None else str(v))
+    return s.replace("|", "\\|").replace("\n", " ")
+
+
+def md_table(df: pd.DataFrame, *, index: bool = False) -> str:
+    """A GitHub-flavoured markdown table (no tabulate dependency)."""
+    if df is None or df.empty:
+        return "_(no rows)_"
+    if index:
+        df = df.reset_index()
+    head = "| " + " | ".join(_cell(c) for c in df.columns) + " |"
+    sep = "|" + "|".join("---" for _ in df.columns) + "|"
+    body = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
+    return "\n".join([head, sep, *body])
+
+
+def kv_table(items: dict, *, ncols: int = 3) -> str:
+    """Settings as a compact markdown table: `ncols` (setting, value) pairs per row."""
+    pairs = [(str(k), "none" if v is None else (fmt(v) if isinstance(v, float) else str(v))) for k, v in items.items()]
+    if not pairs:
+        return "_(none)_"
+    rows = [pairs[i:i + ncols] for i in range(0, len(pairs), ncols)]
+    head = "| " + " | ".join(["setting | value"] * ncols) + " |"
+    sep = "|" + "|".join(["---|---"] * ncols) + "|"
+    body = ["| " + " | ".join(f"`{_cell(k)}` | {_cell(v)}" for k, v in row + [("", "")] * (ncols - len(row))) + " |"
+            for row in rows]
+    return "\n".join([head, sep, *body]).replace("| `` |", "|  |")

@@ -1,0 +1,120 @@
+"""Derived tables that a figure and the report both quote, computed once so that they cannot disagree."""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from brownformer.config import ExperimentConfig
+from brownformer.results.reader import Results
+
+__all__ = ["report_setting", "time_to_target", "calibration_matrix", "goal_text"]
+
+#: the calibration table's row for the whole decision rule (stats/calibration.py)
+RULE_ROW = "verdict"
+
+
+def report_setting(cfg: ExperimentConfig, name: str):
+    """A report setting of the config (e.g. "target_optimizer"); the schema has filled in its default.
+
+    Reads a typed report config (attribute) or the validated mapping (key); None when the config
+    does not have the setting.
+    """
+    report = cfg.report
+    if isinstance(report, dict) or hasattr(report, "get"):
+        return report.get(name)
+    return getattr(report, name, None)
+
+
+def _times_from_claims(res: Results) -> pd.DataFrame:
+    """The per-run times claim 4's verdict used, from claims.json (per_model details "runs")."""
+    claim = res.claims.claims.get("4") if res.claims else None
+    rows = []
+    for model, rec in sorted(getattr(claim, "per_model", {}).items()):
+        d = rec.details
+        for run in d.get("runs") or []:
+            if isinstance(run, dict):
+                rows.append({**run, "model": model, "metric": d.get("metric"), "target": d.get("target"),
+                             "higher_is_better": d.get("higher_is_better")})
+    return pd.DataFrame(rows)
+
+
+def _times_from_rule(res: Results) -> pd.DataFrame:
+    """Claim 4's rule applied to the runs' metrics (when claims.json does not carry the times)."""
+    from brownformer.stats.claims.optimizer import claim4_targets
+    from brownformer.stats.time_to_target import time_to_target as time_to_target_rule
+
+    by_run = res.metrics_by_run()
+    if not by_run:
+        return pd.DataFrame()
+    cfg = res.cfg
+    targets = {m: t for m, (t, _) in claim4_targets(by_run, cfg.report).items()}
+    outcome = time_to_target_rule(by_run, targets, proposed=report_setting(cfg, "proposed"),
+                                  baseline=report_setting(cfg, "target_optimizer"),
+                                  confidence_level=cfg.stats.confidence_level, n_resamples=cfg.stats.n_resamples,
+                                  rng=cfg.stats.seed)
+    return pd.concat([r.runs.assign(model=m, metric=r.metric, target=r.target, higher_is_better=r.higher_is_better)
+                      for m, r in outcome.items()], ignore_index=True) if outcome else pd.DataFrame()
+
+
+def time_to_target(res: Results) -> pd.DataFrame:
+    """Steps and seconds each run needs to reach its model's claim-4 target.
+
+    The numbers are the ones claim 4's verdict used (claims.json, per model variant); without them
+    in claims.json, claim 4's own rule (brownformer.stats.time_to_target) applied to the metrics.
+    The figure and the report's optimizer comparison both quote this table.
+
+    Returns:
+        One row per run: model, optimizer, seed, run, metric, target, final, reached, steps, seconds
+        (NaN when the run never reaches the target) and total_seconds (its last wall-clock).
+        Empty without metrics.
+    """
+    table = _times_from_claims(res)
+    if table.empty:
+        table = _times_from_rule(res)
+    if table.empty:
+        return table
+    last_wall = res.metrics.groupby("run")["wall_time"].last() if "wall_time" in res.metrics else pd.Series(dtype=float)
+    table["total_seconds"] = table["run"].map(last_wall)
+    for col in ("steps", "seconds", "target", "final", "total_seconds"):
+        table[col] = pd.to_numeric(table[col], errors="coerce")  # claims.json writes "never" (inf) as null
+    table = table.replace([np.inf, -np.inf], np.nan)  # "never reached" plots and prints as missing
+    table["reached"] = table["steps"].notna()
+    return table.sort_values(["model", "optimizer", "seed"], ignore_index=True)
+
+
+def goal_text() -> str:
+    """The calibration goals of the decision rule, as the statistics stage defines them, in words."""
+    from brownformer.stats.calibration import POWER_GOAL, SIZE_GOAL
+
+    lo, hi = SIZE_GOAL
+    size = f"size at most {hi:.0%}" if lo <= 0 else f"size within [{lo:.0%}, {hi:.0%}]"
+    return f"{size}, power at least {POWER_GOAL:.0%}"
+
+
+def _first(df: pd.DataFrame, *names: str) -> str | None:
+    return next((n for n in names if n in df.columns), None)
+
+
+def calibration_matrix(res: Results) -> pd.DataFrame:
+    """Rejection rate pivoted to rows = test, columns = simulated process (mean over kinds and shapes).
+
+    The decision rule's own row ("verdict", first) shows on Brownian motion its size (the rate of
+    "not brownian") and on the alternatives its power (the rate of anything but "brownian").
+
+    Returns:
+        An empty frame when calibration.parquet is missing or lacks test/process/rate columns.
+    """
+    cal = res.calibration
+    if cal.empty:
+        return pd.DataFrame()
+    test, proc = _first(cal, "test", "rule", "test_name", "name"), _first(cal, "process", "alternative", "simulated")
+    rate = _first(cal, "rejection_rate", "rate")
+    if not (test and proc and rate):
+        return pd.DataFrame()
+    cal = cal.copy()
+    if {"rate_not_brownian", "role"} <= set(cal.columns):
+        null_rule = (cal[test] == RULE_ROW) & (cal["role"] == "size")
+        cal.loc[null_rule, rate] = cal.loc[null_rule, "rate_not_brownian"]
+    mat = cal.pivot_table(index=test, columns=proc, values=rate, aggfunc="mean").sort_index()
+    order = [RULE_ROW] * (RULE_ROW in mat.index) + [t for t in mat.index if t != RULE_ROW]
+    return mat.loc[order]

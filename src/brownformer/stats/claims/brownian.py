@@ -1,0 +1,154 @@
+"""Claims 3a/3b/3c: token states over depth, token states over training, and weights move as Brownian motion.
+
+Per file the verdict is the calibrated rule itself (stats/rule.py `decide`, the function the calibration
+simulates through): it is re-applied here to the file's stored key effects with this StatsConfig's
+margins and alpha. A file counts only where the calibration simulated its exact shape
+(stats/shapes.py) and found the rule trustworthy there: the rate of "not brownian" on Brownian motion
+at most SIZE_GOAL and, at each margin edge and on i.i.d. points, the rate of "brownian" at most
+1 - POWER_GOAL. Without that the file is "inconclusive", never evidence for "supported".
+
+Per run (the files of one family: layers, or layers x weight matrices): "supported" when every file is a
+certified "brownian" (an intersection-union test: no multiplicity correction is needed for an "all"
+statement); "not supported" when more than half of the files are certified "not brownian" (a majority,
+so that one file's 5% false alarm cannot decide a run); else "inconclusive". Across runs and per
+optimizer: claims/common.py `pool_runs` (supported when every trained run is, not supported when some
+run is). Runs that did not train are left out.
+"""
+from __future__ import annotations
+
+import math
+
+from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
+
+from ..calibration import POWER_GOAL, SIZE_GOAL
+from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
+from ..shapes import CalibrationShape, calibration_for
+from .common import did_not_train_record, pool_runs, unit_mean_interval
+
+__all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
+
+BROWNIAN_FAMILIES = {"depth": "3a", "training": "3b", "weights": "3c"}
+TITLES = {"3a": "Token states move as Brownian motion over depth",
+          "3b": "Token states move as Brownian motion over training",
+          "3c": "Weights move as Brownian motion over training"}
+
+
+def _trustworthy(cal: dict | None) -> tuple[bool, str]:
+    if cal is None:
+        return False, "no calibration at this file's shape"
+    if cal["size"] > SIZE_GOAL[1]:
+        return False, f"calibrated size {cal['size']:.3f} > {SIZE_GOAL[1]}"
+    weak = {p: v for p, v in cal["power"].items() if v < POWER_GOAL}
+    if weak:
+        return False, "calibrated power " + ", ".join(f"{p} {v:.2f}" for p, v in weak.items()) + f" < {POWER_GOAL}"
+    return True, ""
+
+
+def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
+    """(rule verdict, reason, calibration at the file's shape) of one per-file battery output.
+
+    The rule verdict is rule.decide_one on the stored effects; it is downgraded to "inconclusive" when
+    the calibration at the file's exact shape is missing or shows the rule untrustworthy there.
+    """
+    verdict, reason = decide_one(result.get("effects") or {}, kind=result["kind"], margins=dict(stats.margins),
+                                 alpha=stats.alpha, n_times=int(result["n_times"]))
+    shape = result.get("calibration_shape")
+    cal = calibration_for(table, CalibrationShape.from_dict(shape)) if shape and table is not None else None
+    ok, why = _trustworthy(cal)
+    if verdict != INCONCLUSIVE and not ok:
+        return INCONCLUSIVE, f"rule says {verdict!r} but {why}", cal
+    return verdict, reason, cal
+
+
+def _worst_calibration(cals: list[dict]) -> dict | None:
+    """The least favourable calibration among a set of files' shapes (largest size, smallest power)."""
+    cals = [c for c in cals if c]
+    if not cals:
+        return None
+    worst = max(cals, key=lambda c: c["size"])
+    power = {}
+    for c in cals:
+        for p, v in c["power"].items():
+            power[p] = min(power.get(p, 1.0), v)
+    return {"shape": worst["shape"], "size": worst["size"], "size_se": worst["size_se"],
+            "equivalence_power": min(c["equivalence_power"] for c in cals), "power": power,
+            "n_replicates": min(c["n_replicates"] for c in cals), "n_shapes": len({c["shape"]["id"] for c in cals}),
+            "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape"}
+
+
+def _exponent(result: dict) -> float:
+    v = (result.get("msd_exponent") or {}).get("estimate")
+    return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
+    verdicts, cals, rows = [], [], []
+    for f in files:
+        v, why, cal = file_verdict(f["result"], stats, table)
+        verdicts.append(v)
+        cals.append(cal)
+        rows.append({"path": f["path"], "verdict": v, "reason": why, "msd_exponent": _exponent(f["result"]),
+                     "shape_id": (f["result"].get("calibration_shape") or {}).get("id")})
+    n = len(verdicts)
+    n_b, n_nb = verdicts.count("brownian"), verdicts.count("not brownian")
+    counts = f"{n_b} brownian, {n_nb} not brownian, {n - n_b - n_nb} inconclusive of {n} files"
+    if n and n_b == n:
+        verdict, reason = SUPPORTED, f"every file certified Brownian ({counts})"
+    elif n_nb > n / 2:
+        verdict, reason = NOT_SUPPORTED, f"most files certified not Brownian ({counts})"
+    else:
+        first = next((r["reason"] for r in rows if r["verdict"] != "brownian"), "no files")
+        verdict, reason = INCONCLUSIVE, f"{counts}; e.g. {first}"
+    est, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats, name="MSD exponent (mean over files)")
+    return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
+                       margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
+                       details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n})
+
+
+def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=None,
+                          excluded: dict | None = None) -> ClaimRecord:
+    """Claim `key` ("3a", "3b" or "3c") over runs.
+
+    Args:
+        key: the claim id; files: [{"run", "path", "result": per-file battery JSON}] of that family.
+        stats: StatsConfig (margins, alpha, confidence level, seed).
+        calibration: calibration.parquet path or table (None: every verdict is "inconclusive").
+        excluded: run -> reason, the runs that did not train (left out, shown as "did not train").
+    """
+    from ..run_stats import load_calibration
+    excluded = dict(excluded or {})
+    table = load_calibration(calibration)
+    by_run: dict[str, list] = {}
+    for f in files:
+        by_run.setdefault(f["run"], []).append(f)
+    per_run = {run: (did_not_train_record(key, TITLES[key], excluded[run]) if run in excluded
+                     else _run_record(key, run, fs, stats, table)) for run, fs in sorted(by_run.items())}
+    verdict, reason, _ = pool_runs(per_run, excluded=excluded)
+    if table is None:
+        reason += "; no calibration table: no verdict can be 'supported'"
+    trained = {r: rec for r, rec in per_run.items() if r not in excluded}
+    per_opt: dict[str, dict] = {}
+    for run, rec in trained.items():
+        parts = run.split("__")
+        per_opt.setdefault(parts[1] if len(parts) == 3 else "unknown", {})[run] = rec
+    per_optimizer = {}
+    for opt, recs in sorted(per_opt.items()):
+        v, why, _ = pool_runs(recs, excluded={})
+        est, _ = unit_mean_interval([r.estimate.value for r in recs.values() if r.estimate], stats=stats,
+                                    name="MSD exponent (mean over runs)")
+        per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
+                                         margin=tuple(stats.margins["msd_exponent"]),
+                                         calibration=_worst_calibration([r.calibration for r in recs.values()]))
+    est, _ = unit_mean_interval([r.estimate.value for r in trained.values() if r.estimate], stats=stats,
+                                name="MSD exponent (mean over runs of the mean over files)")
+    kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
+    return ClaimRecord(
+        claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
+        margin=tuple(stats.margins["msd_exponent"]),
+        calibration=_worst_calibration([r.calibration for r in trained.values()]),
+        tests=[{"name": t, "margin": list(stats.margins[MARGIN_KEYS[t]])}
+               for k in kinds for t in KEY_EFFECTS[k]],
+        per_run=per_run, per_optimizer=per_optimizer,
+        details={"p_value": None, "p_value_note": "an equivalence decision over several key effects per file has no "
+                 "single p-value; not part of the Holm adjustment", "rule": __doc__.split("\n\n")[1].strip(),
+                 "n_runs": len(trained)})

@@ -1,0 +1,127 @@
+"""What every claim module shares: unit-level intervals, the equivalence verdict, pooling and Holm.
+
+One decision rule for claims 1, 2 and 4 (the Brownian claims use the calibrated battery rule):
+an effect's confidence interval (StatsConfig.confidence_level, over independent units: probe inputs
+within a run, seeds, or runs) lies inside its margin -> "supported"; entirely outside -> "not
+supported"; otherwise "inconclusive". A run pools into a claim only when it trained
+(stats/training_status.py). Across runs the claims are universal statements ("every trained model's
+LayerNorm output is on the sphere"), so the pooled verdict is an intersection-union test:
+supported when every run is supported (its p-value is the largest per-run p-value), not supported
+when some run is not supported, else inconclusive.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+from scipy import stats as sps
+
+from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate)
+
+from ..bootstrap import ClusterBootstrap
+from ..multiple import holm_adjust
+
+__all__ = ["unit_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs", "headline_holm",
+           "did_not_train_record", "finite_or_none"]
+
+
+def finite_or_none(x) -> float | None:
+    """float(x) when finite, else None (JSON has no NaN)."""
+    try:
+        x = float(x)
+    except (TypeError, ValueError):
+        return None
+    return x if math.isfinite(x) else None
+
+
+def unit_mean_interval(values, *, stats, name: str) -> tuple[Estimate, float]:
+    """Mean over independent units with its cluster-bootstrap t-interval (stats/bootstrap.py).
+
+    Args:
+        values: one number per unit (NaN units are dropped).
+        stats: StatsConfig (confidence_level, n_resamples, seed).
+        name: what the estimate is.
+
+    Returns:
+        (Estimate, standard error); the interval is NaN with fewer than 3 units, a point with no spread.
+    """
+    v = np.asarray([x for x in np.ravel(np.asarray(values, float)) if np.isfinite(x)], float)
+    if v.size == 0:
+        return Estimate(name, math.nan, (math.nan, math.nan), stats.confidence_level), math.nan
+    if np.ptp(v) == 0:
+        return Estimate(name, float(v[0]), (float(v[0]), float(v[0])), stats.confidence_level), 0.0
+    boot = ClusterBootstrap(np.arange(v.size), n_resamples=stats.n_resamples, rng=stats.seed)
+    est = boot.estimate(v[:, None], lambda m: m[..., 0])
+    lo, hi = est.interval(stats.confidence_level)
+    se = float(est.standard_error[0]) * math.sqrt(v.size / max(v.size - 1, 1))
+    return Estimate(name, float(est.estimate[0]), (float(lo[0]), float(hi[0])), stats.confidence_level), se
+
+
+def equivalence_verdict(ci, margin) -> str:
+    """CI inside [lo, hi] -> supported; entirely outside -> not supported; else (or undefined) inconclusive."""
+    lo, hi = (float(c) if c is not None else math.nan for c in ci)
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return INCONCLUSIVE
+    if lo >= margin[0] and hi <= margin[1]:
+        return SUPPORTED
+    if hi < margin[0] or lo > margin[1]:
+        return NOT_SUPPORTED
+    return INCONCLUSIVE
+
+
+def equivalence_pvalue(estimate: float, se: float, margin, df: int | None = None) -> float | None:
+    """TOST p-value of H0 "the effect lies outside the margin": the larger of the two one-sided
+    p-values (Schuirmann 1987), Student t with df degrees of freedom (normal when df is None).
+    A zero standard error gives 0 inside the margin and 1 outside; None when undefined."""
+    if estimate is None or not math.isfinite(estimate) or se is None or not math.isfinite(se):
+        return None
+    inside = margin[0] <= estimate <= margin[1]
+    if se == 0:
+        return 0.0 if inside else 1.0
+    dist = sps.t(df) if df else sps.norm()
+    p_low = dist.sf((estimate - margin[0]) / se) if math.isfinite(margin[0]) else 0.0
+    p_high = dist.sf((margin[1] - estimate) / se) if math.isfinite(margin[1]) else 0.0
+    return float(max(p_low, p_high))
+
+
+def pool_runs(per_run: dict[str, ClaimRecord], *, excluded: dict[str, str],
+              unit: str = "runs") -> tuple[str, str, str | None]:
+    """Intersection-union pooling of per-run verdicts (module docstring).
+
+    Args:
+        per_run: run -> record (records of runs that did not train are ignored here).
+        excluded: run -> reason, the runs that did not train.
+        unit: what the keys are, for the reason ("runs", "model variants").
+
+    Returns:
+        (verdict, reason, deciding run): the run whose record decides the verdict (the first run not
+        supported, else the least certain supported run), or None.
+    """
+    pooled = {r: rec for r, rec in per_run.items() if r not in excluded and rec.verdict != DID_NOT_TRAIN}
+    left_out = f"; {len(excluded)} run(s) that did not train left out" if excluded else ""
+    if not pooled:
+        return INCONCLUSIVE, f"no {unit} with data for this claim" + left_out, None
+    counts = {v: sum(rec.verdict == v for rec in pooled.values()) for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)}
+    text = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+    bad = sorted(r for r, rec in pooled.items() if rec.verdict == NOT_SUPPORTED)
+    if bad:
+        return NOT_SUPPORTED, f"{len(bad)} of {len(pooled)} {unit} not supported ({text}){left_out}", bad[0]
+    if counts[SUPPORTED] == len(pooled):
+        return SUPPORTED, f"all {len(pooled)} {unit} supported{left_out}", None
+    return INCONCLUSIVE, f"not all {len(pooled)} {unit} decided ({text}){left_out}", None
+
+
+def did_not_train_record(claim: str, title: str, reason: str) -> ClaimRecord:
+    """The per-run record of a run left out because it did not train."""
+    return ClaimRecord(claim=claim, title=title, verdict=DID_NOT_TRAIN, reason=reason)
+
+
+def headline_holm(claims: dict[str, ClaimRecord], pvalues: dict[str, float | None]) -> dict[str, ClaimRecord]:
+    """Holm-adjust the headline claims' p-values (claims without one keep p_value_holm None)."""
+    keys = [k for k in claims if pvalues.get(k) is not None and math.isfinite(pvalues[k])]
+    adjusted = holm_adjust([pvalues[k] for k in keys]) if keys else []
+    out = dict(claims)
+    for k, a in zip(keys, adjusted):
+        out[k] = replace(claims[k], p_value_holm=float(a))
+    return out

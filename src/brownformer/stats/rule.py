@@ -1,0 +1,143 @@
+"""The one decision rule for "is this trajectory a Brownian motion?" (claims 3a-3c).
+
+"Brownian" is an equivalence statement (TOST; Schuirmann 1987): every key effect's (1 - 2 alpha)
+confidence interval lies inside its pre-registered margin, and every key effect is defined. "Not
+Brownian" needs evidence: a key effect whose (1 - 2 alpha) interval lies entirely outside its margin,
+or a calibrated rejection (the key test rejects its null at alpha AND the point estimate lies outside
+the margin, so negligible deviations in huge samples never count). Everything else is "inconclusive"
+with the reason, including any undefined key effect (below a noise floor, too few time points).
+
+`analyze_trajectory` (hence the calibration, which simulates through it) and the claims
+(stats/claims/brownian.py, re-applying it to stored effects) call the same `decide`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+__all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "VERDICTS", "Effect", "decide", "decide_one",
+           "margins_for"]
+
+BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = "brownian", "not brownian", "inconclusive"
+VERDICTS = (BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE)
+
+#: test name -> key of its equivalence margin in StatsConfig.margins (the one map)
+MARGIN_KEYS = {
+    "msd_exponent": "msd_exponent",
+    "variance_ratio": "variance_ratio",
+    "hurst": "hurst",
+    "increment_autocorrelation": "increment_autocorrelation",
+    "gaussianity": "excess_kurtosis",
+    "volatility_clustering": "volatility_autocorrelation",
+    "harmonic_ratio": "harmonic_ratio",
+    "tail_index": "tail_index_ratio",
+    "drift": "drift_fraction",
+}
+
+#: the effects the verdict needs, per kind. On the sphere the heat-kernel law is tested exactly by the
+#: harmonic ratio, while the kurtosis of finite tangent steps depends on the step size: descriptive there.
+KEY_EFFECTS = {
+    "euclidean": ("msd_exponent", "variance_ratio", "increment_autocorrelation", "gaussianity"),
+    "sphere": ("msd_exponent", "harmonic_ratio", "variance_ratio", "increment_autocorrelation"),
+}
+
+#: an exponent (and every lag-based statistic) needs this many time points (issue 10: depth of 3-5
+#: layers gives a 2-3 point slope); below it only clock-free statistics are reported.
+MIN_TIME_POINTS = 8
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One key effect of R trajectories: estimates, (1 - 2 alpha) interval and p-value (arrays (R,))."""
+
+    estimate: np.ndarray
+    tost_low: np.ndarray
+    tost_high: np.ndarray
+    pvalue: np.ndarray
+    why_undefined: str = ""
+
+
+def margins_for(margins: Mapping[str, tuple[float, float]], kind: str) -> dict[str, tuple[float, float]]:
+    """Test name -> (low, high) for the key effects of `kind`; ValueError naming a missing margin."""
+    out = {}
+    for test in KEY_EFFECTS[kind]:
+        key = MARGIN_KEYS[test]
+        if key not in margins:
+            raise ValueError(f"stats.margins has no {key!r} (needed by the Brownian rule for {test!r})")
+        out[test] = (float(margins[key][0]), float(margins[key][1]))
+    return out
+
+
+def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tuple[float, float]],
+           alpha: float, n_times: int) -> tuple[np.ndarray, list[str]]:
+    """Apply the rule to R trajectories at once.
+
+    Args:
+        effects: test name -> Effect for (at least) every key effect of `kind`; a missing one is undefined.
+        kind: "euclidean" or "sphere".
+        margins: StatsConfig.margins (margin key -> (low, high)).
+        alpha: level of the TOST and of the rejection tests.
+        n_times: time points of the trajectories; below MIN_TIME_POINTS every verdict is "inconclusive"
+            (the clock-free statistics are reported, but a walk needs its time course to be judged).
+
+    Returns:
+        (verdicts (R,) of VERDICTS, reasons: one sentence per trajectory).
+    """
+    m = margins_for(margins, kind)
+    R = next(iter(effects.values())).estimate.shape[0] if effects else 1
+    if n_times < MIN_TIME_POINTS:
+        why = (f"{n_times} time points < {MIN_TIME_POINTS}: no exponent; only clock-free statistics (harmonic ratio, "
+               "Gram clustering) are reported")
+        return np.full(R, INCONCLUSIVE, dtype=object), [why] * R
+    outside, undefined, overlap = ([[] for _ in range(R)] for _ in range(3))
+    for test, (lo, hi) in m.items():
+        e = effects.get(test)
+        if e is None:
+            for r in range(R):
+                undefined[r].append(f"{test} not computed")
+            continue
+        est, tlo, thi = (np.asarray(a, float) for a in (e.estimate, e.tost_low, e.tost_high))
+        defined = np.isfinite(est) & np.isfinite(tlo) & np.isfinite(thi)
+        ci_out = defined & ((thi < lo) | (tlo > hi))
+        rejected = np.isfinite(est) & (np.nan_to_num(np.asarray(e.pvalue, float), nan=1.0) < alpha) & ((est < lo) | (est > hi))
+        inside = defined & (tlo >= lo) & (thi <= hi)
+        for r in range(R):
+            if ci_out[r] or rejected[r]:
+                how = "interval" if ci_out[r] else "calibrated rejection, estimate"
+                outside[r].append(f"{test} {how} {est[r]:.3g} [{tlo[r]:.3g}, {thi[r]:.3g}] outside [{lo:g}, {hi:g}]")
+            elif not defined[r]:
+                undefined[r].append(f"{test} undefined" + (f" ({e.why_undefined})" if e.why_undefined else ""))
+            elif not inside[r]:
+                overlap[r].append(f"{test} interval [{tlo[r]:.3g}, {thi[r]:.3g}] overlaps the margin edge of [{lo:g}, {hi:g}]")
+    verdicts, reasons = np.empty(R, dtype=object), []
+    for r in range(R):
+        if outside[r]:
+            verdicts[r], why = NOT_BROWNIAN, outside[r]
+        elif undefined[r] or overlap[r]:
+            verdicts[r], why = INCONCLUSIVE, undefined[r] + overlap[r]
+        else:
+            verdicts[r], why = BROWNIAN, [f"every key effect's {1 - 2 * alpha:.0%} interval lies inside its margin"]
+        reasons.append("; ".join(why))
+    return verdicts, reasons
+
+
+def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, tuple[float, float]],
+               alpha: float, n_times: int) -> tuple[str, str]:
+    """`decide` on one trajectory's stored effects ({test: {"estimate", "tost_ci", "p_value"}}, JSON values).
+
+    This is how the claims re-apply the calibrated rule to per-file outputs.
+    """
+    def arr(x):
+        return np.array([np.nan if x is None else float(x)])
+
+    eff = {}
+    for test, v in effects.items():
+        if not isinstance(v, dict):
+            continue
+        ci = v.get("tost_ci") or [None, None]
+        eff[test] = Effect(arr(v.get("estimate")), arr(ci[0]), arr(ci[1]), arr(v.get("p_value")),
+                           str(v.get("why_undefined") or ""))
+    verdicts, reasons = decide(eff, kind=kind, margins=margins, alpha=alpha, n_times=n_times)
+    return str(verdicts[0]), reasons[0]

@@ -1,0 +1,214 @@
+"""One run's statistics: every file of trajectories/index.json -> one JSON per file, and summary.json.
+
+Layout: out_dir mirrors traj_dir (".npy" -> ".json"); out_dir/summary.json lists
+{"run_id", "n_files", "files": [{"path", "output", "category", "verdict", "calibration_shape", ...}],
+"errors": [{"path", "error"}]}; the calibration stage reads the shapes to simulate from it.
+
+What each per-file JSON holds (read by stats/summary.py, the figures and the report); every file also
+has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "sha256"}:
+
+- depth/ln_c<k>.json, depth/resid_c<k>.json (category "depth", claims 1 and 3a): the Brownian battery
+  (`trajectory_file_stats`, below) over layers as time, plus "sphere" (claim 1: tensor_sphere_summary);
+  with fewer than rule.MIN_TIME_POINTS layers the verdict is "inconclusive" and only clock-free statistics
+  are defined. depth/lnaff_c<k>.json: "sphere" only ("battery": why not).
+- training/ln_l<l>.json (category "training", claim 3b), weights/l<l>_<m>.json ("weights", claim 3c): the
+  battery on the sidecar's primary clock ("time"), with "clock_check": the MSD exponent on the other
+  recorded clocks.
+- The battery's fields (brownian.analyze_trajectory): "kind", "n_times", "n_walkers", "n_groups", "dim",
+  "span_dimension", "msd_exponent" {estimate, ci, tost_ci}, "tests" [{name, statistic, p_value, reject,
+  estimate, ci, tost_ci, why_undefined, ...}], "effects" {key test: {estimate, ci, tost_ci, p_value, margin}},
+  "verdict" ("brownian" | "not brownian" | "inconclusive"), "reason", "brownian" (bool), "classification",
+  "within_group_correlation", "calibration_shape" {id, kind, T, N, d, G, rho, decay, times, group_sizes}.
+  The calibration stage simulates the shapes of the decided files; the claims (stats/claims/brownian.py)
+  look each file's shape up in calibration.parquet and cite size and power at exactly that shape.
+- gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from brownformer.io import write_json
+
+from .brownian import analyze_trajectory
+from .results import to_jsonable
+from .trajectory_io import load_trajectory, sha256_file
+
+log = logging.getLogger(__name__)
+
+__all__ = ["stats_for_run", "trajectory_file_stats", "battery_inputs", "load_calibration", "BATTERY_CATEGORIES"]
+
+BATTERY_CATEGORIES = ("depth", "training", "weights")
+
+
+def load_calibration(calibration):
+    """A calibration table from a DataFrame or a parquet path (None when missing)."""
+    if calibration is None or not isinstance(calibration, (str, Path)):
+        return calibration
+    p = Path(calibration)
+    if not p.exists():
+        return None
+    import pandas as pd
+    return pd.read_parquet(p)
+
+
+def battery_inputs(meta: dict, kind: str) -> dict:
+    """analyze_trajectory's keyword arguments from a sidecar: groups, hyperplane and drift handling."""
+    hyperplane = meta.get("sum_zero")
+    if hyperplane is None and kind == "sphere" and meta.get("ln") in ("pre", "post"):
+        hyperplane = True  # LayerNorm output before the affine: in the hyperplane sum(z) = 0
+    return {"groups": meta.get("groups"), "n_inputs": meta.get("n_inputs"), "n_tokens": meta.get("n_tokens"),
+            "hyperplane": hyperplane, "drift": meta.get("drift", "common")}
+
+
+def _check_clocks(meta: dict, T: int) -> dict:
+    clocks = {}
+    for name, values in (meta.get("clocks") or {}).items():
+        t = np.asarray(values, float)
+        if name != meta.get("time") and t.shape == (T,) and np.all(np.diff(t) > 0):
+            clocks[name] = t
+    return clocks
+
+
+def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None) -> dict:
+    """The battery, verdict and description of one trajectory file (DESIGN.md `stats trajectory`).
+
+    Args:
+        path: FILE.npy (T, N, d) with an optional sidecar FILE.json (kind, time, times, groups or
+            n_inputs/n_tokens, sum_zero, drift, clocks). Without a sidecar: euclidean, times 0..T-1,
+            independent walkers, common drift removed.
+        stats: StatsConfig; kind: overrides the sidecar; calibration: table or parquet path.
+
+    Raises:
+        ValueError: unreadable file, invalid trajectory or sidecar (a one-line message).
+    """
+    X, meta = load_trajectory(path, kind=kind)
+    out = analyze_trajectory(X, kind=meta["kind"], times=meta["times"], confidence_level=stats.confidence_level,
+                             n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
+                             max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
+                             check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
+    out["time"] = meta.get("time")
+    out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
+    out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
+    return out
+
+
+def _depth_tensor(entry: dict, path: Path) -> str:
+    """Which claim-1 tensor a depth file holds: "ln_raw", "ln_affine" or "resid"."""
+    tensor, name = entry.get("tensor"), path.name
+    if tensor == "ln_affine" or name.startswith("lnaff"):
+        return "ln_affine"
+    if tensor == "ln" or (tensor is None and name.startswith("ln")):
+        return "ln_raw"
+    return "resid"
+
+
+def _sphere_part(entry: dict, path: Path, stats) -> dict:
+    """Claim 1 on one depth file, independent of the battery (any number of layers)."""
+    from .sphere import tensor_sphere_summary
+    X = np.load(path, allow_pickle=False)
+    if X.ndim != 3:
+        raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
+    side = path.with_suffix(".json")
+    meta = json.loads(side.read_text()) if side.exists() else {}
+    tensor = _depth_tensor(entry, path)
+    z = X.astype(np.float64)
+    if tensor == "ln_raw":  # depth/ln files hold LN output / sqrt(d); claim 1 is about z = LN output itself
+        z = z * np.sqrt(X.shape[-1])
+    out = tensor_sphere_summary(z, tensor=tensor, margins=dict(stats.margins), n_inputs=meta.get("n_inputs"),
+                                n_tokens=meta.get("n_tokens"), confidence_level=stats.confidence_level,
+                                n_resamples=min(stats.n_resamples, 999), rng=stats.seed)
+    out.update({"ln": meta.get("ln"), "step": meta.get("step"), "capture": entry.get("capture"),
+                "times": meta.get("times") or list(range(X.shape[0]))})
+    return out
+
+
+def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention) -> dict:
+    cat = entry.get("category", "")
+    if cat == "attention":
+        from .attention_stats import analyze_attention_file
+        return analyze_attention_file(path, stats, init_attention)
+    if cat == "gradnoise":
+        from .descriptive import analyze_noise
+        return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
+    if cat != "depth":
+        return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration)
+    sphere = _sphere_part(entry, path, stats)
+    if sphere["tensor"] == "ln_affine":
+        out = {"kind": entry.get("kind") or "euclidean",
+               "battery": "not run: the after-affine LN output is analysed for claim 1 only"}
+    else:
+        try:
+            out = trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration)
+        except ValueError as exc:  # e.g. T < 3 for a 2-layer model: keep the sphere part
+            log.info("%s: battery skipped (%s)", path, exc)
+            out = {"kind": entry.get("kind"), "battery_error": str(exc)}
+    out["sphere"] = sphere
+    return out
+
+
+def read_index(traj_dir: Path) -> list[dict]:
+    """The entries of traj_dir/index.json (ValueError naming the problem)."""
+    index_path = traj_dir / "index.json"
+    if not index_path.exists():
+        raise ValueError(f"{index_path} does not exist")
+    try:
+        return list(json.loads(index_path.read_text())["files"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{index_path}: expected {{'files': [...]}} ({exc})") from None
+
+
+def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) -> dict:
+    """Analyse every file listed in traj_dir/index.json; write per-file JSON and out_dir/summary.json.
+
+    Args:
+        traj_dir: a run's trajectories/ directory.
+        out_dir: where to write (e.g. results/runs/<R>/stats).
+        stats: brownformer.config.StatsConfig.
+        run_id: "<model>__<optimizer>__s<seed>".
+        calibration: calibration table (DataFrame or parquet path); each battery file gets the rows at its shape.
+
+    Returns:
+        The summary dict also written to out_dir/summary.json.
+
+    Raises:
+        ValueError: missing or malformed index.json.
+    """
+    traj_dir, out_dir = Path(traj_dir), Path(out_dir)
+    entries = read_index(traj_dir)
+    cal = load_calibration(calibration)
+    init = None
+    if any(e.get("category") == "attention" for e in entries):
+        from .attention_stats import init_attention
+        init = init_attention(entries, traj_dir, stats)
+    files, errors = [], []
+    for entry in entries:
+        rel = Path(entry["path"])
+        path = rel if rel.is_absolute() else traj_dir / rel
+        if path.name.endswith("_features.npy"):
+            continue  # consumed with its attention file
+        rel_out = (path.relative_to(traj_dir) if path.is_relative_to(traj_dir) else Path(path.name)).with_suffix(".json")
+        try:
+            result = _analyze_entry(entry, path, stats, cal, init)
+        except (ValueError, OSError) as exc:
+            log.warning("%s: %s", path, exc)
+            errors.append({"path": str(rel), "error": str(exc)})
+            continue
+        result.update({"run_id": run_id, "category": entry.get("category"), "entry": entry,
+                       "input": {"path": str(path), "sha256": sha256_file(path)}})
+        write_json(out_dir / rel_out, to_jsonable(result))
+        row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
+        for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
+            if k in result:
+                row[k] = result[k]
+        if "sphere" in result:
+            row["sphere_tensor"], row["sphere_verdict"] = result["sphere"]["tensor"], result["sphere"]["verdict"]
+        files.append(row)
+        log.info("%s: %s", rel, row.get("verdict", "done"))
+    summary = {"run_id": run_id, "traj_dir": str(traj_dir), "index_sha256": sha256_file(traj_dir / "index.json"),
+               "n_files": len(files), "files": files, "errors": errors}
+    write_json(out_dir / "summary.json", to_jsonable(summary))
+    return to_jsonable(summary)

@@ -1,0 +1,151 @@
+"""Calibration shapes: what a simulated trajectory must share with a real one, and the table lookup.
+
+A verdict is certified by simulating its exact rule on trajectories of the same shape: the same
+capture times (relative spacing, which is all a scale-free rule sees), the same group sizes, the same
+dimension, sphere (and LayerNorm's hyperplane) or euclidean, the same drift handling, a within-group
+correlation like the data's (rounded to RHO_STEP) and, on the sphere, a total decay like the data's
+(rounded to a power of DECAY_BASE). `shape_of` computes it from the data; `calibration_for` finds the rows of
+the calibration table for exactly that shape (None when there are none: the claim is then
+"inconclusive", never "supported").
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+__all__ = ["CalibrationShape", "shape_of", "calibration_for", "select_walkers", "RHO_STEP"]
+
+RHO_STEP = 0.2
+#: sphere decays -ln E<u_0, u_T> are rounded to powers of DECAY_BASE between these (a coarse grid: each
+#: distinct shape costs a calibration; beyond the top the walk has decorrelated before the last capture)
+DECAY_RANGE, DECAY_BASE = (1 / 16, 16.0), 4.0
+
+
+@dataclass(frozen=True)
+class CalibrationShape:
+    """Everything the calibration reproduces of one trajectory file (hashable; `id` names it)."""
+
+    kind: str
+    times: tuple[float, ...]  # elapsed share of the clock, 0..1, 4 significant digits
+    group_sizes: tuple[int, ...]
+    d: int
+    hyperplane: bool
+    drift: str
+    rho: float
+    decay: float  # sphere only (0 for euclidean)
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def n_walkers(self) -> int:
+        return int(sum(self.group_sizes))
+
+    def labels(self) -> np.ndarray:
+        return np.repeat(np.arange(len(self.group_sizes)), self.group_sizes)
+
+    def to_dict(self, *, full: bool = True) -> dict:
+        """Summary fields (id, kind, T, N, d, G, ...) and, when `full`, the times and group sizes
+        `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
+        out = {"id": self.id, "kind": self.kind, "T": len(self.times), "N": self.n_walkers, "d": self.d,
+               "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
+               "decay": self.decay}
+        if full:
+            out.update(times=list(self.times), group_sizes=list(self.group_sizes))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "CalibrationShape":
+        """Inverse of to_dict(full=True); ValueError when a field is missing."""
+        try:
+            return cls(str(d["kind"]), tuple(float(t) for t in d["times"]), tuple(int(g) for g in d["group_sizes"]),
+                       int(d["d"]), bool(d["hyperplane"]), str(d["drift"]), float(d["rho"]), float(d["decay"]))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"calibration shape {d!r} lacks a field ({exc})") from None
+
+
+def _relative_times(times: np.ndarray) -> tuple[float, ...]:
+    s = (times - times[0]) / (times[-1] - times[0])
+    return tuple(float(f"{x:.4g}") for x in s)
+
+
+def _generating_rho(r: float, *, G: int, N: int) -> float:
+    """The within-group correlation rho of the increments whose estimate after removing the common drift
+    (the mean over all N walkers) is r: that removal turns rho into
+    r = [rho (1 - 1/G) - (1 - rho)/N] / [rho (1 - 1/G) + (1 - rho)(1 - 1/N)] (equal groups); solved for rho."""
+    if G < 2 or G == N:
+        return r
+    a, b = 1 - 1 / G, 1 / N
+    return (r * (1 - b) + b) / (a * (1 - r) + b + r * (1 - b))
+
+
+def shape_of(*, kind: str, times, labels: np.ndarray, d: int, hyperplane: bool, drift: str, rho: float,
+             decay: float | None) -> CalibrationShape:
+    """The calibration shape of one analysed trajectory (after walker subsampling).
+
+    Args:
+        rho: the within-group correlation of its increments (battery.within_group_correlation), as
+            estimated after the drift handling (the generating value is recovered for "common" drift).
+        decay: sphere: -ln of the mean cosine between first and last capture (None or <= 0 when the
+            walk has decorrelated: the largest decay).
+    """
+    sizes = np.bincount(labels)
+    r = _generating_rho(float(np.nan_to_num(rho)), G=sizes.size, N=int(labels.size)) if drift == "common" else rho
+    r = float(np.clip(np.round(np.nan_to_num(r) / RHO_STEP) * RHO_STEP, 0.0, 0.8))
+    dec = 0.0
+    if kind == "sphere":
+        lo, hi = DECAY_RANGE
+        dec = hi if decay is None or not np.isfinite(decay) or decay <= 0 else float(
+            np.clip(DECAY_BASE ** np.round(np.log(decay) / np.log(DECAY_BASE)), lo, hi))
+    return CalibrationShape(kind, _relative_times(np.asarray(times, float)), tuple(sorted(sizes.tolist(), reverse=True)), int(d), bool(hyperplane), drift,
+                            round(r, 2), dec)
+
+
+def select_walkers(labels: np.ndarray, max_walkers: int, rng) -> np.ndarray:
+    """Indices of at most `max_walkers` walkers, whole groups kept together (seeded); all if they fit."""
+    N = labels.size
+    if not max_walkers or N <= max_walkers:
+        return np.arange(N)
+    rng = np.random.default_rng(rng)
+    G = int(labels.max()) + 1
+    if G == N:
+        return np.sort(rng.choice(N, size=max_walkers, replace=False))
+    sizes = np.bincount(labels, minlength=G)
+    keep, total = [], 0
+    for g in rng.permutation(G):
+        if total + sizes[g] <= max_walkers or len(keep) < 2:
+            keep.append(g)
+            total += sizes[g]
+    return np.flatnonzero(np.isin(labels, keep))
+
+
+def calibration_for(table, shape: CalibrationShape) -> dict | None:
+    """Size and power of the rule at exactly `shape` from the calibration table, or None.
+
+    Returns:
+        {"shape", "size" (rate of "not brownian" on Brownian motion), "size_se", "equivalence_power" (rate of
+        "brownian" on Brownian motion), "power": {alternative: rate of a verdict other than "brownian"},
+        "rates": {process: {verdict: rate}}, "n_replicates"}.
+    """
+    if table is None or len(table) == 0 or "shape_id" not in table:
+        return None
+    cell = table[(table["shape_id"] == shape.id) & (table["test"] == "verdict")]
+    if cell.empty:
+        return None
+    rates = {str(r.process): {"brownian": float(r.rate_brownian), "not brownian": float(r.rate_not_brownian),
+                              "inconclusive": float(r.rate_inconclusive)} for r in cell.itertuples()}
+    reps = dict(zip(cell["process"].astype(str), cell["n_replicates"].astype(int)))
+    null = rates.get("brownian")
+    if null is None:
+        return None
+    size, n = null["not brownian"], reps["brownian"]
+    smooth = (size * n + 1) / (n + 2)  # (k + 1)/(n + 2): a size of 0 in n replicates is not known to +-0
+    return {"shape": shape.to_dict(full=False), "size": size, "size_se": float(np.sqrt(smooth * (1 - smooth) / n)),
+            "equivalence_power": null["brownian"],
+            "power": {p: 1.0 - v["brownian"] for p, v in rates.items() if p != "brownian"},
+            "rates": rates, "n_replicates": n, "power_n_replicates": min((v for p, v in reps.items() if p != "brownian"),
+                                                                         default=None)}

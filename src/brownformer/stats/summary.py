@@ -1,0 +1,181 @@
+"""The cross-run summary: every run's statistics -> summary.parquet, training_status.json, claims.json.
+
+claims.json follows brownformer.verdicts (ClaimsFile): claims "1" (sphere), "2" (Markov),
+"3a"/"3b"/"3c" (Brownian over depth / training / weights) and "4" (optimizer), each with an
+estimate and interval, margin, reason, calibration and a Holm-adjusted p-value across the headline
+claims; "did_not_train" lists the runs every claim leaves out (stats/training_status.py), with
+the reason. training_status.json holds every run's status (trained or not, plateau, final metric,
+chance level) for the report; summary.parquet one row per (run, file, quantity).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+
+from brownformer.config import RunSpec
+from brownformer.io import atomic_path, write_json
+from brownformer.verdicts import ClaimRecord, ClaimsFile
+
+from .claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim, optimizer_claim,
+                     sphere_claim)
+from .results import to_jsonable
+from .trajectory_io import sha256_file
+from .training_status import RULES, ChanceBaseline, chance_baseline, training_status
+
+log = logging.getLogger(__name__)
+
+__all__ = ["RunOutputs", "collect_run_outputs", "summarize", "summarize_results", "SUMMARY_COLUMNS"]
+
+SUMMARY_COLUMNS = ["run", "file", "category", "quantity", "estimate", "ci_low", "ci_high", "p_value", "reject"]
+
+
+@dataclass
+class RunOutputs:
+    """Every run's per-file statistics, sorted into the claim families, and the summary rows."""
+    sphere: list[dict]
+    attention: list[dict]
+    trajectories: dict[str, list[dict]]  # category (depth, training, weights) -> [{"run", "path", "result"}]
+    rows: list[dict]
+
+
+def _rows_for(run: str, rel: str, res: dict) -> list[dict]:
+    base = {"run": run, "file": rel, "category": res.get("category")}
+    rows = []
+    for t in res.get("tests", []):
+        ci = t.get("ci") or t.get("confidence_interval") or [None, None]
+        rows.append({**base, "quantity": t["name"], "estimate": t.get("estimate"), "ci_low": ci[0], "ci_high": ci[1],
+                     "p_value": t.get("p_value", t.get("pvalue")), "reject": t.get("reject")})
+    for q, v in (res.get("aggregate") or {}).items():
+        ci = v.get("ci") or [None, None]
+        rows.append({**base, "quantity": q, "estimate": v.get("mean"), "ci_low": ci[0], "ci_high": ci[1],
+                     "p_value": None, "reject": None})
+    if "brownian" in res:
+        rows.append({**base, "quantity": "brownian", "estimate": float(bool(res["brownian"])), "ci_low": None,
+                     "ci_high": None, "p_value": None, "reject": None})
+    return rows
+
+
+def collect_run_outputs(run_stats_dirs: dict[str, str | Path]) -> RunOutputs:
+    """Read each run's stats/summary.json and the per-file outputs it lists.
+
+    Raises:
+        ValueError: a run without summary.json, or an unreadable output.
+    """
+    out = RunOutputs([], [], {c: [] for c in BROWNIAN_FAMILIES}, [])
+    for run, sdir in sorted(run_stats_dirs.items()):
+        sdir = Path(sdir)
+        path = sdir / "summary.json"
+        if not path.exists():
+            raise ValueError(f"run {run}: {path} does not exist (run `brownformer stats run` first)")
+        for f in json.loads(path.read_text())["files"]:
+            try:
+                res = json.loads((sdir / f["output"]).read_text())
+            except (OSError, json.JSONDecodeError) as exc:
+                raise ValueError(f"run {run}: cannot read {sdir / f['output']} ({exc})") from None
+            out.rows.extend(_rows_for(run, f["path"], res))
+            cat = res.get("category")
+            if cat in BROWNIAN_FAMILIES and "tests" in res:  # files too short for the battery carry no tests
+                out.trajectories[cat].append({"run": run, "path": f["path"], "result": res})
+            if cat == "depth" and res.get("sphere"):
+                out.sphere.append({"run": run, "path": f["path"], "sphere": res["sphere"],
+                                   "capture": (res.get("entry") or {}).get("capture")})
+            elif cat == "attention":
+                out.attention.append({"run": run, "attention": res})
+    return out
+
+
+def _status_rows(status: dict) -> list[dict]:
+    rows = []
+    for run, st in sorted(status.items()):
+        for q in ("did_not_train", "reached_plateau"):
+            v = st.get(q)
+            rows.append({"run": run, "file": None, "category": "training_status", "quantity": q,
+                         "estimate": None if v is None else float(v), "ci_low": None, "ci_high": None,
+                         "p_value": None, "reject": None})
+    return rows
+
+
+def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, stats, report,
+              metrics_by_run: dict[str, pd.DataFrame], baselines: dict[str, ChanceBaseline | None] | None = None,
+              calibration_path: str | Path | None = None) -> ClaimsFile:
+    """Decide every claim over the runs; write summary.parquet, training_status.json and claims.json.
+
+    Args:
+        run_stats_dirs: run id -> that run's stats folder (with summary.json).
+        out_dir: e.g. results/stats.
+        stats: StatsConfig; report: ReportConfig (claim 4's optimizers and targets).
+        metrics_by_run: run id -> metrics table (training status and claim 4).
+        baselines: run id -> the chance level of its dataset (None: only divergence is detected).
+        calibration_path: the Brownian battery's calibration.parquet (may be missing).
+
+    Returns:
+        The ClaimsFile written to out_dir/claims.json.
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    baselines = baselines or {}
+    status = {run: training_status(df, baselines.get(run)).to_dict() for run, df in sorted(metrics_by_run.items())}
+    excluded = {run: st["reason"] for run, st in status.items() if st["did_not_train"]}
+    for run in excluded:
+        log.warning("%s did not train (%s): left out of every claim", run, excluded[run])
+    outputs = collect_run_outputs(run_stats_dirs)
+    calibration = Path(calibration_path) if calibration_path and Path(calibration_path).exists() else None
+    claims: dict[str, ClaimRecord] = {"1": sphere_claim(outputs.sphere, stats, excluded=excluded),
+                                      "2": markov_claim(outputs.attention, stats, excluded=excluded)}
+    for cat, key in BROWNIAN_FAMILIES.items():
+        claims[key] = brownian_family_claim(key, outputs.trajectories[cat], stats, calibration=calibration,
+                                            excluded=excluded)
+    claims["4"] = optimizer_claim(metrics_by_run, stats, report, excluded=excluded)
+    claims = headline_holm(claims, {k: c.details.get("p_value") for k, c in claims.items()})
+    table = pd.DataFrame(outputs.rows + _status_rows(status), columns=SUMMARY_COLUMNS)
+    for col in ("estimate", "ci_low", "ci_high", "p_value"):
+        table[col] = pd.to_numeric(table[col], errors="coerce")
+    with atomic_path(out_dir / "summary.parquet") as tmp:
+        table.to_parquet(tmp, index=False)
+    write_json(out_dir / "training_status.json", {"runs": status, "rules": RULES})
+    result = ClaimsFile(claims=claims, did_not_train=[{"run": r, "reason": why} for r, why in sorted(excluded.items())],
+                        calibration={"path": str(calibration) if calibration else None,
+                                     "available": calibration is not None,
+                                     "sha256": sha256_file(calibration) if calibration else None},
+                        runs=sorted(set(run_stats_dirs) | set(metrics_by_run)))
+    write_json(out_dir / "claims.json", to_jsonable(result.to_dict()))
+    return result
+
+
+def summarize_results(config, results_dir: str | Path, out_dir: str | Path, *, runs: dict[str, str] | None = None,
+                      calibration_path: str | Path | None = None) -> ClaimsFile:
+    """The `brownformer stats summary` stage: read the results tree of a config's grid and summarize it.
+
+    Args:
+        config: ExperimentConfig (grid, stats, report, models -> datasets).
+        results_dir: the results root (runs/<run>/{stats,metrics.parquet}, data/<dataset>).
+        out_dir: where claims.json, summary.parquet and training_status.json go.
+        runs: run id -> stats folder; default: every run of the grid under results_dir/runs.
+        calibration_path: calibration.parquet.
+
+    Raises:
+        ValueError: a run without metrics.parquet or stats/summary.json.
+    """
+    results_dir = Path(results_dir)
+    runs = dict(runs) if runs else {r.run_id: str(results_dir / "runs" / r.run_id / "stats") for r in config.runs()}
+    metrics, baselines, chance = {}, {}, {}
+    for run, sdir in runs.items():
+        mp = Path(sdir).parent / "metrics.parquet"
+        if not mp.exists():
+            raise ValueError(f"run {run}: {mp} does not exist")
+        metrics[run] = pd.read_parquet(mp)
+        model = config.models.get(RunSpec.parse(run).model)
+        dataset = model.dataset if model is not None else None
+        if dataset is not None and dataset not in chance:
+            try:
+                chance[dataset] = chance_baseline(results_dir / "data" / dataset)
+            except ValueError as exc:  # no prepared data: only divergence can be detected
+                log.warning("dataset %s: %s", dataset, exc)
+                chance[dataset] = None
+        baselines[run] = chance.get(dataset)
+    return summarize(runs, out_dir, stats=config.stats, report=config.report, metrics_by_run=metrics,
+                     baselines=baselines, calibration_path=calibration_path)

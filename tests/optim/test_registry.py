@@ -1,0 +1,74 @@
+"""Optimizer names and keys are registered once: the schema, the registry and every config agree."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch.nn as nn
+import yaml
+
+from brownformer.config import SCHEMA_PATH, ConfigError, load_config
+from brownformer.optim.registry import OPTIMIZERS, REGISTRY, build_optimizer
+
+CONFIGS = sorted(Path(__file__).resolve().parents[2].joinpath("config").glob("*.yaml"))
+
+
+def _schema() -> dict:
+    return yaml.safe_load(SCHEMA_PATH.read_text())
+
+
+def test_schema_types_and_keys_are_the_registry():
+    schema = _schema()
+    item = schema["properties"]["optimizers"]["additionalProperties"]
+    assert item["properties"]["type"]["enum"] == list(OPTIMIZERS)
+    settings = set(schema["$defs"]["optimizer_settings"]["properties"])
+    assert settings == {"lr"} | {k for entry in REGISTRY.values() for k in entry.keys}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.name for p in CONFIGS])
+def test_every_config_uses_only_its_optimizers_keys(path):
+    cfg = load_config(path)
+    for name, o in cfg.optimizers.items():
+        assert set(o.params) <= set(REGISTRY[o.type].keys), name
+    for model in cfg.models:
+        for name in cfg.optimizers:
+            resolved = cfg.optimizer_for(model, name)
+            assert set(resolved.params) <= set(REGISTRY[resolved.type].keys)
+
+
+def test_every_registered_optimizer_builds_with_its_keys():
+    model = nn.Sequential(nn.Linear(3, 4))
+    model.blocks = nn.ModuleList([nn.Linear(4, 4)])  # muon needs a hidden 2-D weight
+    for name in OPTIMIZERS:
+        assert build_optimizer(model, name, 0.01, {}).param_groups[0]["initial_lr"] == 0.01
+
+
+def test_a_key_of_another_optimizer_is_a_config_error(tmp_path):
+    raw = yaml.safe_load((CONFIGS[0]).read_text())
+    name = next(n for n, o in raw["optimizers"].items() if o["type"] in ("sgd", "adamw"))
+    raw["optimizers"][name]["damping"] = 0.1
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    with pytest.raises(ConfigError, match=f"optimizers.{name}.damping"):
+        load_config(path)
+
+
+def test_tuned_settings_override_the_optimizer_for_that_model_only():
+    cfg = load_config(CONFIGS[0], ["tuned={}"])
+    model, other = list(cfg.models)[:2]
+    name = next(n for n, o in cfg.optimizers.items() if o.type.startswith("kfac"))
+    tuned = load_config(CONFIGS[0], [f"tuned.{model}.{name}.lr=0.123", f"tuned.{model}.{name}.damping=0.5"])
+    assert tuned.optimizer_for(model, name).lr == 0.123 and tuned.optimizer_for(model, name).params["damping"] == 0.5
+    assert tuned.optimizer_for(other, name) == cfg.optimizer_for(other, name)
+
+
+def test_paper_config_restates_every_tuned_key_of_the_default():
+    """Snakemake merges config.yaml's `tuned` under a --configfile: the paper config must override it."""
+    root = Path(__file__).resolve().parents[2] / "config"
+    default = yaml.safe_load((root / "config.yaml").read_text()).get("tuned", {})
+    paper = yaml.safe_load((root / "paper.yaml").read_text())
+    for model in set(default) & set(paper["models"]):
+        for name, settings in default[model].items():
+            if name in paper["optimizers"]:
+                assert set(settings) <= set(paper.get("tuned", {}).get(model, {}).get(name, {})), f"{model}.{name}"

@@ -1,0 +1,179 @@
+"""Claims 1, 2 and 4 on inputs whose answer is known by construction; the shared rule against references."""
+import numpy as np
+import pandas as pd
+import pytest
+from statsmodels.stats.weightstats import DescrStatsW
+
+from brownformer.config import ReportConfig, StatsConfig
+from brownformer.stats.attention_stats import _exact_vmf_alternative
+from brownformer.stats.claims import markov_claim, optimizer_claim, sphere_claim
+from brownformer.stats.claims.common import equivalence_pvalue, equivalence_verdict, unit_mean_interval
+from brownformer.stats.markov import analyze_attention, attention_null_models
+from brownformer.stats.sphere import tensor_sphere_summary
+
+STATS = StatsConfig(n_resamples=199)
+REPORT = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative")
+B_INPUTS, N_TOKENS, D = 8, 6, 12
+
+
+# ---------- the shared rule ----------
+
+def test_tost_pvalue_matches_statsmodels():
+    x = np.random.default_rng(0).normal(0.3, 1.0, 40)
+    p_ref = DescrStatsW(x).ttost_mean(-0.5, 1.0)[0]
+    se = x.std(ddof=1) / np.sqrt(x.size)
+    assert equivalence_pvalue(x.mean(), se, (-0.5, 1.0), df=x.size - 1) == pytest.approx(p_ref, rel=1e-10)
+
+
+@pytest.mark.parametrize("ci,verdict", [((0.2, 0.4), "supported"), ((0.6, 0.9), "not supported"),
+                                        ((0.4, 0.6), "inconclusive"), ((np.nan, 0.3), "inconclusive")])
+def test_equivalence_verdict(ci, verdict):
+    assert equivalence_verdict(ci, (0.0, 0.5)) == verdict
+
+
+def test_unit_interval_covers_the_mean():
+    """t-interval over independent units: covers the true mean in about confidence_level of samples."""
+    rng = np.random.default_rng(1)
+    stats = StatsConfig(n_resamples=199)
+    hits = [unit_mean_interval(rng.normal(1.0, 1.0, 12), stats=stats, name="x")[0] for _ in range(200)]
+    coverage = np.mean([e.ci[0] <= 1.0 <= e.ci[1] for e in hits])
+    assert 0.88 <= coverage <= 0.99
+
+
+# ---------- claim 1 ----------
+
+def _ln_output(rng, L=2):
+    x = rng.standard_normal((L, B_INPUTS * N_TOKENS, D)) * 3 + 1
+    z = x - x.mean(-1, keepdims=True)
+    return z / z.std(-1, keepdims=True)  # exact LayerNorm output (eps = 0): on S^(d-2) of radius sqrt(d)
+
+
+def _sphere_file(run, z, step, capture, ln="pre", tensor="ln_raw"):
+    s = tensor_sphere_summary(z, tensor=tensor, n_inputs=B_INPUTS, n_tokens=N_TOKENS, n_resamples=199)
+    s.update(ln=ln, step=step)
+    return {"run": run, "path": f"depth/{tensor}_c{capture}.npy", "sphere": s, "capture": capture}
+
+
+def test_sphere_claim_rule():
+    rng = np.random.default_rng(2)
+    on = [_sphere_file("vit-pre__adamw__s0", _ln_output(rng), step, k) for k, step in enumerate((0, 50, 100))]
+    # early in training (before half the steps) the state is reported, not judged
+    on.append(_sphere_file("vit-pre__adamw__s0", rng.standard_normal((2, B_INPUTS * N_TOKENS, D)), 10, 3))
+    off = [_sphere_file("vit-post__adamw__s0", rng.standard_normal((2, B_INPUTS * N_TOKENS, D)), 100, 1, ln="post")]
+    none = [_sphere_file("vit-none__adamw__s0", _ln_output(rng), 100, 1, ln="none")]
+    dnt = [_sphere_file("vit-pre__sgd__s0", rng.standard_normal((2, B_INPUTS * N_TOKENS, D)), 100, 1)]
+    rec = sphere_claim(on + none + dnt, STATS, excluded={"vit-pre__sgd__s0": "at chance"})
+    assert rec.per_run["vit-pre__adamw__s0"].verdict == "supported"
+    assert rec.per_run["vit-pre__adamw__s0"].details["intrinsic_dimension"] == D - 2
+    assert rec.per_run["vit-pre__adamw__s0"].details["early_min_fraction_on_sphere"] < 0.5
+    assert rec.per_run["vit-pre__sgd__s0"].verdict == "did not train"
+    assert "vit-none__adamw__s0" in rec.details["not_applicable"]
+    assert rec.verdict == "supported"  # the run that did not train is not pooled
+    rec = sphere_claim(on + off, STATS)
+    assert rec.per_run["vit-post__adamw__s0"].verdict == "not supported"
+    assert rec.verdict == "not supported" and rec.details["deciding_run"] == "vit-post__adamw__s0"
+
+
+# ---------- claim 2 ----------
+
+def _softmax(S):
+    E = np.exp(S - S.max(-1, keepdims=True))
+    return E / E.sum(-1, keepdims=True)
+
+
+def _attention_result(M, step, rng, L=1, H=2, n=10, d=6):
+    """analyze_attention output with its nulls for logits u_i^T M u_j, shapes (L, H, B, n, n)."""
+    U = rng.standard_normal((L, B_INPUTS, n, d))
+    U /= np.linalg.norm(U, axis=-1, keepdims=True)
+    A = _softmax(np.broadcast_to(np.einsum("lbid,de,lbje->lbij", U, M, U)[:, None], (L, H, B_INPUTS, n, n)))
+    out = analyze_attention(A, features=U, rng=0)
+    out["step"] = step
+    out["null_models"] = attention_null_models(A, features=U, rng=1)
+    F = np.broadcast_to(U[:, None], (L, H, B_INPUTS, n, d)).reshape(-1, n, d)
+    out["null_models"]["vmf_exact"] = _exact_vmf_alternative(F, np.array(out["per_matrix"]["vmf_kappa"]), STATS)
+    return out
+
+
+def test_markov_claim_rule_and_step0_baseline():
+    rng = np.random.default_rng(3)
+    iso, d = 6.0 * np.eye(6), 6
+    R = rng.standard_normal((d, d))
+    aniso = 4.0 * (R - R.T) + 2.0 * R  # non-isotropic and asymmetric: neither vMF nor reversible
+    good = [{"run": "vit-pre__adamw__s0", "attention": _attention_result(iso, s, rng)} for s in (50, 100)]
+    base = [{"run": "vit-pre__adamw__s0", "attention": _attention_result(aniso, 0, rng)}]  # step 0: not pooled
+    bad = [{"run": "vit-post__adamw__s0", "attention": _attention_result(aniso, 100, rng)}]
+    rec = markov_claim(good + base, STATS)
+    run = rec.per_run["vit-pre__adamw__s0"]
+    assert run.verdict == "supported", run.reason
+    assert run.estimate.value > 0.99
+    assert run.details["n_inputs"] == B_INPUTS
+    assert run.margin[0] >= STATS.margins["vmf_explained"][0]  # never below the configured floor
+    assert run.calibration["size"] == 0.0  # no null passes the rule
+    assert run.calibration["power"]["exact_vmf_kernel"] == 1.0
+    rec = markov_claim(good + base + bad, STATS)
+    assert rec.per_run["vit-post__adamw__s0"].verdict == "not supported"
+    assert rec.verdict == "not supported"
+    rec = markov_claim(good + bad, STATS, excluded={"vit-post__adamw__s0": "diverged"})
+    assert rec.verdict == "supported" and rec.per_run["vit-post__adamw__s0"].verdict == "did not train"
+
+
+# ---------- claim 4 ----------
+
+def _curve(speed, seed, steps=200, every=5):
+    s = np.arange(every, steps + 1, every)
+    acc = 0.1 + 0.85 * (1 - np.exp(-speed * s / 60))
+    acc = acc + np.random.default_rng(seed).normal(0, 0.003, s.size)
+    return pd.DataFrame({"step": s, "wall_time": s * 0.05, "train_loss": np.linspace(2.3, 0.3, s.size),
+                         "val_accuracy": acc})
+
+
+def _grid(kfac_speed, seeds=range(5)):
+    runs = {}
+    for s in seeds:
+        runs[f"vit-pre__adamw__s{s}"] = _curve(1.0, 100 + s)
+        runs[f"vit-pre__kfac-iterative__s{s}"] = _curve(kfac_speed, 200 + s)
+    return runs
+
+
+def test_optimizer_claim_uses_the_time_to_target_rule():
+    report = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative", targets={"vit-pre": 0.8})
+    fast = optimizer_claim(_grid(2.5), STATS, report)
+    assert fast.per_model["vit-pre"].verdict == "supported", fast.per_model["vit-pre"].reason
+    assert fast.per_model["vit-pre"].estimate.ci[1] < STATS.margins["time_to_target_steps_ratio"][1]
+    assert fast.verdict == "supported"
+    slow = optimizer_claim(_grid(0.8), STATS, report)
+    assert slow.verdict == "not supported"
+    few = optimizer_claim(_grid(2.5, seeds=range(2)), STATS, report)
+    assert few.verdict == "inconclusive"  # fewer seeds than the protocol asks
+
+
+def test_optimizer_claim_leaves_out_runs_that_did_not_train():
+    runs = _grid(2.5)
+    runs["vit-pre__kfac-iterative__s5"] = _curve(0.0, 9)  # stays at chance
+    rec = optimizer_claim(runs, STATS, ReportConfig(target_optimizer="adamw", proposed="kfac-iterative",
+                                                    targets={"vit-pre": 0.8}),
+                          excluded={"vit-pre__kfac-iterative__s5": "at chance"})
+    assert rec.per_run["vit-pre__kfac-iterative__s5"].verdict == "did not train"
+    assert rec.verdict == "supported" and "vit-pre__kfac-iterative__s5" in rec.reason
+    ran = {r["run"] for r in rec.per_model["vit-pre"].details["runs"]}
+    assert "vit-pre__kfac-iterative__s5" not in ran
+
+
+def test_optimizer_claim_target_from_the_baseline_runs_when_not_configured():
+    rec = optimizer_claim(_grid(2.5), STATS, REPORT)
+    assert "no fixed target in the config" in rec.per_model["vit-pre"].reason
+
+
+def test_markov_margins_follow_the_nulls():
+    """A null that reaches a high vMF score raises the run's margin to its upper bound; a random Markov
+    matrix's residual caps the reversibility margin at REVERSIBILITY_NULL_FRACTION of it."""
+    import copy
+    from brownformer.stats.claims.markov import REVERSIBILITY_NULL_FRACTION
+    rng = np.random.default_rng(5)
+    res = _attention_result(6.0 * np.eye(6), 100, rng)
+    res = copy.deepcopy(res)
+    res["null_models"]["row_shuffled"]["vmf_explained"]["ci"] = [0.6, 0.93]
+    res["null_models"]["row_shuffled"]["reversibility_residual"]["ci"] = [0.08, 0.2]
+    run = markov_claim([{"run": "vit-pre__adamw__s0", "attention": res}], STATS).per_run["vit-pre__adamw__s0"]
+    assert run.details["margins"]["vmf_explained"][0] == pytest.approx(0.93)
+    assert run.details["margins"]["reversibility_residual"][1] == pytest.approx(REVERSIBILITY_NULL_FRACTION * 0.08)

@@ -1,0 +1,84 @@
+"""The one time-to-target rule of claim 4 (brownformer.stats.time_to_target) on runs with known answers."""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from brownformer.stats.time_to_target import reference_target, time_to_target, times_to_target
+
+
+def _curve(reach_step: int, *, steps: int = 400, every: int = 5, seconds_per_step: float = 0.01,
+           eval_seconds: float = 0.0) -> pd.DataFrame:
+    """Accuracy rising linearly from 0.1 to 0.9 at ``reach_step`` (then flat), evaluated every ``every`` steps."""
+    step = np.arange(every, steps + 1, every)
+    acc = 0.1 + 0.8 * np.minimum(step / reach_step, 1.0)
+    n_evals = np.arange(1, step.size + 1)
+    return pd.DataFrame({"step": step, "val_accuracy": acc, "val_loss": 1 - acc,
+                         "wall_time": step * seconds_per_step + n_evals * eval_seconds,
+                         "eval_wall_time": n_evals * eval_seconds})
+
+
+def test_reference_target_is_the_fraction_of_the_reference_improvement():
+    ref = _curve(200, steps=800)
+    first = ref["val_accuracy"].iloc[0]
+    assert reference_target(ref, fraction=1.0) == pytest.approx(0.9)
+    assert reference_target(ref, fraction=0.5) == pytest.approx(first + 0.5 * (0.9 - first))
+    with pytest.raises(ValueError, match="fraction"):
+        reference_target(ref, fraction=0.0)
+
+
+def test_time_is_the_first_evaluation_at_the_target_and_excludes_evaluation_time():
+    df = _curve(200, eval_seconds=0.5)
+    steps, seconds = times_to_target(df, 0.5, metric="val_accuracy", higher_is_better=True)
+    assert steps == 100 and seconds == pytest.approx(100 * 0.01)
+    assert times_to_target(df, 0.95, metric="val_accuracy", higher_is_better=True) == (np.inf, np.inf)
+
+
+def _runs(proposed_reach: dict, baseline_reach: dict, **kw) -> dict:
+    runs = {f"m__kfac-iterative__s{s}": _curve(r, **kw) for s, r in proposed_reach.items()}
+    runs.update({f"m__adamw__s{s}": _curve(r, **kw) for s, r in baseline_reach.items()})
+    return runs
+
+
+def test_half_the_steps_at_the_same_step_cost_is_supported():
+    runs = _runs({s: 100 + 5 * s for s in range(5)}, {s: 200 + 10 * s for s in range(5)})
+    result = time_to_target(runs, {"m": 0.8}, n_resamples=2000)["m"]
+    ratio = result.ratios["adamw"]["steps"]
+    expected = np.median([np.ceil((100 + 5 * s) * 7 / 8 / 5) * 5 for s in range(5)]) / np.median(
+        [np.ceil((200 + 10 * s) * 7 / 8 / 5) * 5 for s in range(5)])
+    assert ratio.estimate == pytest.approx(expected)
+    assert ratio.confidence_interval[0] <= ratio.estimate <= ratio.confidence_interval[1] < 0.75
+    assert result.verdict == "supported", result.reason
+
+
+def test_slower_proposed_optimizer_is_not_supported():
+    runs = _runs({s: 240 + 5 * s for s in range(5)}, {s: 200 + 5 * s for s in range(5)})
+    assert time_to_target(runs, {"m": 0.8})["m"].verdict == "not supported"
+
+
+def test_never_reaching_the_target_is_not_supported_and_infinite():
+    runs = _runs({s: 10_000 for s in range(5)}, {s: 200 for s in range(5)})
+    result = time_to_target(runs, {"m": 0.8})["m"]
+    assert result.verdict == "not supported" and np.isinf(result.ratios["adamw"]["steps"].estimate)
+
+
+@pytest.mark.parametrize("seeds, every, reason", [(3, 5, "seeds"), (5, 25, "evaluations")])
+def test_protocol_not_met_is_inconclusive(seeds, every, reason):
+    runs = _runs({s: 100 for s in range(seeds)}, {s: 200 for s in range(seeds)}, every=every)
+    result = time_to_target(runs, {"m": 0.8})["m"]
+    assert result.verdict == "inconclusive" and reason in result.reason
+
+
+def test_to_dict_is_json_ready():
+    import json
+    runs = _runs({s: 100 for s in range(5)}, {s: 200 for s in range(5)})
+    json.dumps(time_to_target(runs, {"m": 0.8})["m"].to_dict())
+
+
+def test_one_censored_baseline_seed_leaves_the_ratio_defined():
+    # AdamW misses the target on one seed of five: a ratio of means would be inf/inf, the median ratio is not.
+    runs = _runs({s: 100 + 5 * s for s in range(5)}, {0: 200, 1: 210, 2: 220, 3: 230, 4: 10_000})
+    ratio = time_to_target(runs, {"m": 0.8}, n_resamples=2000)["m"].ratios["adamw"]["steps"]
+    assert np.isfinite(ratio.estimate) and ratio.estimate < 0.75
