@@ -83,6 +83,18 @@ def _optimizer_table(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _trained_with_table(ctx: ReportContext) -> pd.DataFrame:
+    """The lr (and damping) each (model, optimizer) pair of the grid actually trains with (`tuned` applied)."""
+    rows = []
+    for models, optimizers in ctx.cfg.grid:
+        for model in models:
+            for name in optimizers:
+                o = ctx.cfg.optimizer_for(model, name)
+                rows.append({"model": model, "optimizer": name, "lr": o.lr,
+                             "damping": o.params.get("damping", "—")})
+    return pd.DataFrame(rows).drop_duplicates(["model", "optimizer"])
+
+
 def methods(ctx: ReportContext) -> str:
     cfg = ctx.cfg
     models = pd.DataFrame([{k: v for k, v in asdict(m).items()} for m in cfg.models.values()])
@@ -105,6 +117,9 @@ def methods(ctx: ReportContext) -> str:
         "Muon; brownformer.optim.KFAC's for K-FAC); the keys each optimizer accepts come from the optimizer "
         "registry (brownformer.optim.registry). Claim 4 compares the proposed optimizer "
         f"`{report_setting(cfg, 'proposed')}` with the baseline `{report_setting(cfg, 'target_optimizer')}`.", "",
+        "What each model trains with: the settings above overridden per model by the equal-budget tuning "
+        "(`tuned` in the config; the same number of trials for every optimizer on every model, "
+        "benchmarks/results/tuning.md):", "", md_table(_trained_with_table(ctx)), "",
         "### 2.4 Training", "Linear warm-up then cosine decay of the learning rate to `min_lr_ratio`.", "",
         train, "",
         "### 2.5 Probes and trajectories", "Fixed probe inputs are passed through the model at log-spaced "
@@ -128,13 +143,15 @@ def methods(ctx: ReportContext) -> str:
 def limitations(ctx: ReportContext) -> str:
     cfg = ctx.cfg
     items = [
-        f"Scale: models of width {', '.join(sorted({str(m.d_model) for m in cfg.models.values()}))} and "
-        f"{', '.join(sorted({str(m.n_layers) for m in cfg.models.values()}))} layers trained for "
-        f"{cfg.train.steps} steps; conclusions about large transformers are extrapolations.",
+        f"Scale: models of width {', '.join(sorted({str(m.d_model) for m in cfg.models.values()}, key=int))} and "
+        f"{', '.join(sorted({str(m.n_layers) for m in cfg.models.values()}, key=int))} layers trained for "
+        f"{', '.join(sorted({str(m.steps or cfg.train.steps) for m in cfg.models.values()}, key=int))} steps; "
+        "conclusions about large transformers are extrapolations.",
         f"Seeds: {len(cfg.seeds)} per configuration, so seed spreads are coarse and optimizer rankings can flip "
         "with more seeds.",
-        "Tuning: each optimizer has the learning rate in the config; an equal tuning budget does not guarantee "
-        "each is at its best, and K-FAC's extra hyper-parameters (damping, inverse period) were not searched here.",
+        "Tuning: every optimizer had the same number of trials per model (lr, and lr x damping for K-FAC; "
+        "benchmarks/results/tuning.md) on one seed; an equal budget does not guarantee each is at its best, and "
+        "K-FAC's other settings (factor decay, inverse period, CG iterations) were not searched.",
         "Wall-clock times depend on the machine, its load and thread settings; compare them within this report only.",
         "“Brownian” is tested as an ensemble property with finitely many walkers and time points; a Brownian "
         "verdict means indistinguishable within the stated margins at this sample size, not proven.",
