@@ -124,22 +124,14 @@ def test_no_module_over_the_line_limit():
     assert not too_long, f"modules over {MAX_LINES} lines (split them by job): {too_long}"
 
 
-def test_no_import_cycle_between_modules():
-    g = _module_graph()
+@pytest.mark.parametrize("level", ["modules", "packages"])
+def test_no_import_cycle(level):
+    g = _module_graph() if level == "modules" else _unit_graph(_module_graph())
     try:
         cycle = nx.find_cycle(g)
     except nx.NetworkXNoCycle:
         return
-    pytest.fail("import cycle between modules:\n  " + _cycle_text(g, cycle))
-
-
-def test_no_import_cycle_between_packages():
-    g = _unit_graph(_module_graph())
-    try:
-        cycle = nx.find_cycle(g)
-    except nx.NetworkXNoCycle:
-        return
-    pytest.fail("import cycle between packages:\n  " + _cycle_text(g, cycle))
+    pytest.fail(f"import cycle between {level}:\n  " + _cycle_text(g, cycle))
 
 
 def test_every_package_is_in_the_allowed_imports_table():

@@ -138,11 +138,6 @@ class ReportConfig:
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
     title: str | None = None
 
-    def get(self, key: str, default: Any = None) -> Any:
-        """Mapping-style access for readers written against the former dict (prefer the attributes)."""
-        value = getattr(self, key, None)
-        return default if value is None else value
-
 
 @dataclass(frozen=True)
 class RunSpec:

@@ -14,15 +14,8 @@ RULE_ROW = "verdict"
 
 
 def report_setting(cfg: ExperimentConfig, name: str):
-    """A report setting of the config (e.g. "target_optimizer"); the schema has filled in its default.
-
-    Reads a typed report config (attribute) or the validated mapping (key); None when the config
-    does not have the setting.
-    """
-    report = cfg.report
-    if isinstance(report, dict) or hasattr(report, "get"):
-        return report.get(name)
-    return getattr(report, name, None)
+    """A report setting of the config (e.g. "target_optimizer"); the schema has filled in its default."""
+    return getattr(cfg.report, name)
 
 
 def _times_from_claims(res: Results) -> pd.DataFrame:

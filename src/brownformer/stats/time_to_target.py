@@ -28,17 +28,9 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from brownformer.metrics import METRIC_PREFERENCE, val_metric
+
 __all__ = ["TimeToTargetResult", "RatioEstimate", "reference_target", "time_to_target", "times_to_target"]
-
-_METRICS = (("val_accuracy", True), ("val_bpc", False), ("val_loss", False))
-
-
-def _metric_of(df: pd.DataFrame) -> tuple[str, bool]:
-    for col, higher in _METRICS:
-        if col in df and df[col].notna().any():
-            return col, higher
-    raise ValueError("metrics need one of the columns val_accuracy, val_bpc, val_loss with values")
-
 
 def reference_target(reference: pd.DataFrame, *, fraction: float = 0.9, metric: str | None = None) -> float:
     """Fixed target of one model from a long tuned AdamW run: ``start + fraction (best - start)``.
@@ -60,7 +52,10 @@ def reference_target(reference: pd.DataFrame, *, fraction: float = 0.9, metric: 
     """
     if not 0 < fraction <= 1:
         raise ValueError(f"fraction must be in (0, 1], got {fraction}")
-    col, higher = (metric, metric == "val_accuracy") if metric else _metric_of(reference)
+    m = next((m for m in METRIC_PREFERENCE if m.column == metric), None) if metric else val_metric(reference)
+    if m is None:
+        raise ValueError(f"unknown metric {metric!r}; known: {[m.column for m in METRIC_PREFERENCE]}")
+    col, higher = m.column, m.higher_is_better
     curve = reference.dropna(subset=[col]).sort_values("step")[col].to_numpy(float)
     if curve.size < 3:
         raise ValueError(f"reference run has {curve.size} evaluations of {col}; need >= 3")
@@ -191,7 +186,8 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
     out: dict[str, TimeToTargetResult] = {}
     for model in sorted({s.model for s in specs.values()}):
         runs = {r: df for r, df in sorted(metrics_by_run.items()) if specs[r].model == model}
-        col, higher = _metric_of(next(iter(runs.values())))
+        m = val_metric(next(iter(runs.values())))
+        col, higher = m.column, m.higher_is_better
         target = float(targets.get(model, np.nan))
         rows = []
         for r, df in runs.items():
