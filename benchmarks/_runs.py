@@ -4,13 +4,18 @@ from __future__ import annotations
 import argparse
 import copy
 import tempfile
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
 import yaml
+from tqdm.auto import tqdm
 
 from brownformer.config import apply_overrides, from_dict
+
+
+#: optimizer types that precondition with K-FAC (the eigen-decomposition and the conjugate-gradient inverse)
+KFAC = ("kfac-eigen", "kfac-iterative")
 
 
 def load_raw(path: str | Path) -> dict:
@@ -51,6 +56,11 @@ def prepare_data(raw: dict, model: str, root: Path) -> str:
     return str(out)
 
 
+def model_steps(raw: dict, model: str) -> int:
+    """Training steps of ``model``: its own ``steps``, else the config's ``train.steps``."""
+    return int(raw["models"][model].get("steps") or raw["train"]["steps"])
+
+
 def grid_pairs(raw: dict) -> list[tuple[str, str]]:
     """Every (model, optimizer) pair of the config's grid, in order, without duplicates."""
     pairs: dict = {}
@@ -74,7 +84,11 @@ def base_parser(description: str, *, seeds: list[int], out: str) -> argparse.Arg
     return p
 
 
-def run_jobs(jobs: list[tuple], workers: int) -> list[dict]:
-    """Run ``one_run(*job)`` for every job in a process pool (results in job order)."""
+def run_jobs(jobs: list[tuple], workers: int, *, fn=one_run, desc: str | None = None) -> list[dict]:
+    """Run ``fn(*job)`` (default :func:`one_run`; any picklable top-level function) for every job in a
+    process pool; results in job order. ``desc`` shows a progress bar (stderr) under that label."""
     with ProcessPoolExecutor(workers) as pool:
-        return list(pool.map(one_run, *zip(*jobs)))
+        futures = [pool.submit(fn, *job) for job in jobs]
+        for _ in tqdm(as_completed(futures), total=len(futures), desc=desc, disable=desc is None):
+            pass
+        return [f.result() for f in futures]

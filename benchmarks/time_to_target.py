@@ -26,16 +26,12 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import base_parser, load_raw, prepare_data, run_jobs  # noqa: E402
+from _runs import base_parser, load_raw, model_steps, prepare_data, run_jobs  # noqa: E402
 
 from brownformer.io import to_jsonable  # noqa: E402
 from brownformer.stats.time_to_target import reference_target, time_to_target  # noqa: E402
 
 WHOLE_SPLIT = 100_000  # eval batches: more than any split holds, so evaluation covers the whole split
-
-
-def _steps(raw: dict, model: str) -> int:
-    return int(raw["models"][model].get("steps") or raw["train"]["steps"])
 
 
 def main(argv=None) -> int:
@@ -50,7 +46,7 @@ def main(argv=None) -> int:
     data = {m: prepare_data(raw, m, Path(args.data_root)) for m in models}
     common = (f"train.eval_batches={WHOLE_SPLIT}",)
     jobs = [(raw, m, "adamw", 0, {}, data[m], 1,
-             common + (f"models.{m}.steps={int(args.reference_factor * _steps(raw, m))}", "train.eval_every=25"))
+             common + (f"models.{m}.steps={int(args.reference_factor * model_steps(raw, m))}", "train.eval_every=25"))
             for m in models]
     jobs += [(raw, m, o, s, {}, data[m], 1, common + (f"train.eval_every={args.eval_every}",))
              for m in models for o in optimizers for s in args.seeds]

@@ -24,13 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import base_parser, grid_pairs, load_raw, prepare_data, run_jobs  # noqa: E402
-
-KFAC = ("kfac-eigen", "kfac-iterative")
-
-
-def _steps(raw: dict, model: str) -> int:
-    return int(raw["models"][model].get("steps") or raw["train"]["steps"])
+from _runs import KFAC, base_parser, grid_pairs, load_raw, model_steps, prepare_data, run_jobs  # noqa: E402
 
 
 def trials(optimizer_type: str, lr: float, args) -> list[dict]:
@@ -83,7 +77,7 @@ def main(argv=None) -> int:
         o = raw["optimizers"][optimizer]
         jobs += [(raw, model, optimizer, seed, s, data_dir) for s in trials(o["type"], o["lr"], args)
                  for seed in args.seeds]
-    cost = lambda job: _steps(job[0], job[1]) * job[0]["models"][job[1]]["n_layers"]
+    cost = lambda job: model_steps(job[0], job[1]) * job[0]["models"][job[1]]["n_layers"]
     order = sorted(range(len(jobs)), key=lambda i: -cost(jobs[i]))  # long runs first: no straggler at the end
     results = [None] * len(jobs)
     for i, r in zip(order, run_jobs([jobs[i] for i in order], args.workers)):

@@ -87,3 +87,99 @@ def test_load_config_errors(tmp_path):
     bad.write_text(yaml.safe_dump([1, 2]))
     with pytest.raises(ConfigError, match="mapping"):
         load_config(bad)
+
+
+def _run_ids(cfg) -> list[str]:
+    return [r.run_id for r in cfg.runs()]
+
+
+def test_block_seeds_replace_the_top_level_seeds(raw_config):
+    raw_config["seeds"] = [0, 1]
+    raw_config["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"], "seeds": [7, 3]},
+                          {"models": ["lm-pre"], "optimizers": ["adamw"]}]
+    cfg = from_dict(raw_config)
+    assert _run_ids(cfg) == ["vit-pre__adamw__s7", "vit-pre__adamw__s3", "vit-pre__kfac-iterative__s7",
+                             "vit-pre__kfac-iterative__s3", "lm-pre__adamw__s0", "lm-pre__adamw__s1"]
+    assert cfg.pair_seeds() == {("vit-pre", "adamw"): (7, 3), ("vit-pre", "kfac-iterative"): (7, 3),
+                                ("lm-pre", "adamw"): (0, 1)}
+    with pytest.raises(ConfigError, match="not in the config's grid"):
+        cfg.run("vit-pre__adamw__s0")  # a top-level seed, but not one of this block's
+
+
+def test_overlapping_blocks_give_each_run_once_in_first_seen_order(raw_config):
+    raw_config["seeds"] = [0, 1]
+    raw_config["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]},
+                          {"models": ["vit-pre"], "optimizers": ["kfac-iterative", "adamw"], "seeds": [1, 2]}]
+    cfg = from_dict(raw_config)
+    assert _run_ids(cfg) == ["vit-pre__adamw__s0", "vit-pre__adamw__s1", "vit-pre__kfac-iterative__s0",
+                             "vit-pre__kfac-iterative__s1", "vit-pre__kfac-iterative__s2", "vit-pre__adamw__s2"]
+    assert cfg.pair_seeds() == {("vit-pre", "adamw"): (0, 1, 2), ("vit-pre", "kfac-iterative"): (0, 1, 2)}
+
+
+def test_more_seeds_for_one_block_do_not_retrain_the_other_runs(raw_config):
+    base = from_dict(raw_config)
+    raw_config["grid"].append({"models": ["vit-pre"], "optimizers": ["adamw"], "seeds": [0, 1, 2, 3, 4]})
+    more = from_dict(raw_config)
+    assert set(_run_ids(more)) - set(_run_ids(base)) == {f"vit-pre__adamw__s{s}" for s in (1, 2, 3, 4)}
+    for run in _run_ids(base):
+        assert more.run_hash(run) == base.run_hash(run)
+
+
+@pytest.mark.parametrize("seeds", [[-1], ["a"], [1.5], [], 3], ids=["negative", "string", "float", "empty", "scalar"])
+def test_bad_block_seeds_are_rejected_naming_the_key(raw_config, seeds):
+    raw_config["grid"][1]["seeds"] = seeds
+    with pytest.raises(ConfigError, match=r"key 'grid\.1\.seeds"):
+        from_dict(raw_config)
+
+
+def _probed_ids(cfg) -> list[str]:
+    return [r.run_id for r in cfg.probed_runs()]
+
+
+def test_a_metrics_only_block_is_probed_only_where_another_block_probes_its_runs(raw_config):
+    raw_config["seeds"] = [0, 1]
+    raw_config["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]},
+                          {"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"], "seeds": [0, 1, 2, 3],
+                           "probes": False},
+                          {"models": ["lm-pre"], "optimizers": ["adamw"], "probes": False}]
+    cfg = from_dict(raw_config)
+    # seeds 0 and 1 of vit-pre are named by the first (probed) block too; seeds 2, 3 and lm-pre only by metrics-only ones
+    assert _probed_ids(cfg) == ["vit-pre__adamw__s0", "vit-pre__adamw__s1", "vit-pre__kfac-iterative__s0",
+                                "vit-pre__kfac-iterative__s1"]
+    assert set(_probed_ids(cfg)) <= set(_run_ids(cfg)) and len(_run_ids(cfg)) == 10
+    for run in _run_ids(cfg):
+        assert cfg.probed(run) == (run in _probed_ids(cfg))
+    assert [b.probes for b in cfg.grid] == [True, False, False]
+
+
+def test_block_order_does_not_decide_whether_a_run_is_probed(raw_config):
+    raw_config["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw"], "probes": False},
+                          {"models": ["vit-pre"], "optimizers": ["adamw"]}]
+    assert _probed_ids(from_dict(raw_config)) == ["vit-pre__adamw__s0"]
+
+
+def test_probes_disabled_leaves_every_run_metrics_only(raw_config):
+    raw_config["probes"]["enabled"] = False
+    cfg = from_dict(raw_config)
+    assert cfg.probed_runs() == [] and not cfg.probed(_run_ids(cfg)[0])
+
+
+def test_metrics_only_seeds_do_not_change_the_other_runs_hashes(raw_config):
+    base = from_dict(raw_config)
+    raw_config["grid"].append({"models": ["vit-pre"], "optimizers": ["adamw"], "seeds": [0, 1, 2], "probes": False})
+    more = from_dict(raw_config)
+    assert _probed_ids(more) == _probed_ids(base) == _run_ids(base)
+    for run in _run_ids(base):
+        assert more.run_hash(run) == base.run_hash(run)
+
+
+def test_block_probes_defaults_to_true_through_the_schema(raw_config):
+    cfg = from_dict(raw_config)
+    assert all(b["probes"] is True for b in cfg.raw["grid"]) and _probed_ids(cfg) == _run_ids(cfg)
+
+
+@pytest.mark.parametrize("value", ["no", 0, None, [False]], ids=["string", "int", "null", "list"])
+def test_non_boolean_block_probes_is_rejected_naming_the_key(raw_config, value):
+    raw_config["grid"][0]["probes"] = value
+    with pytest.raises(ConfigError, match=r"key 'grid\.0\.probes"):
+        from_dict(raw_config)

@@ -136,7 +136,7 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
 def _cmd_figures(args) -> None:
     from brownformer.plots import make_figures
     cfg = _load(args)
-    make_figures(cfg, args.results, args.out)
+    make_figures(cfg, args.results, args.out, jobs=args.jobs)
 
 
 def _cmd_report(args) -> None:
@@ -183,6 +183,7 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("--results", type=Path, default=Path("results"))
     p.add_argument("--out", type=Path, default=Path("figures"))
+    p.add_argument("--jobs", type=int, default=1, help="worker processes (one figure each at a time); same files")
     p.set_defaults(func=_cmd_figures)
 
     p = sub.add_parser("report", help="execute the report notebook into HTML")

@@ -20,7 +20,7 @@ from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides,
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
-    "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "load_config", "validate_dict",
+    "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
     "config_hash", "apply_overrides", "SCHEMA_PATH",
 ]
 
@@ -162,13 +162,31 @@ class RunSpec:
 
 
 @dataclass(frozen=True)
-class ExperimentConfig:
+class GridBlock:
+    """One block of the grid: every model crossed with every optimizer and every seed.
+
+    `seeds` is the block's own `seeds` list when it has one, else the config's top-level `seeds`
+    (so a block can give the optimizers one claim compares more seeds than the rest of the grid).
+    `probes` False makes the block's runs metrics-only (no captures, extraction or per-run statistics),
+    unless another block probes them: extra seeds for claim 4 cost training time only.
+    """
+    models: tuple[str, ...]
+    optimizers: tuple[str, ...]
     seeds: tuple[int, ...]
+    probes: bool = True
+
+    def runs(self) -> list[RunSpec]:
+        return [RunSpec(m, o, s) for m in self.models for o in self.optimizers for s in self.seeds]
+
+
+@dataclass(frozen=True)
+class ExperimentConfig:
+    seeds: tuple[int, ...]  # the default seeds of a grid block; a block may list its own (GridBlock.seeds)
     device: str
     datasets: Mapping[str, DatasetConfig]
     models: Mapping[str, ModelConfig]
     optimizers: Mapping[str, OptimizerConfig]
-    grid: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...]
+    grid: tuple[GridBlock, ...]
     train: TrainConfig
     probes: ProbeConfig
     stats: StatsConfig
@@ -179,15 +197,31 @@ class ExperimentConfig:
     scaling: Mapping[str, int] | None = None  # {"width", "depth"} when the config is a depth x width study
 
     def runs(self) -> list[RunSpec]:
-        """Every run of the grid, in a stable order, without duplicates."""
+        """Every run of the grid, in a stable order (blocks in turn, a run where it first appears), without duplicates."""
         seen: dict[str, RunSpec] = {}
-        for models, optimizers in self.grid:
-            for m in models:
-                for o in optimizers:
-                    for s in self.seeds:
-                        spec = RunSpec(m, o, s)
-                        seen.setdefault(spec.run_id, spec)
+        for block in self.grid:
+            for spec in block.runs():
+                seen.setdefault(spec.run_id, spec)
         return list(seen.values())
+
+    def probed_runs(self) -> list[RunSpec]:
+        """The runs that capture probes, in the order of `runs()`: every run some block probes, none when
+        `probes.enabled` is false. The others are metrics-only (no extraction, no per-run statistics)."""
+        if not self.probes.enabled:
+            return []
+        probed = {spec.run_id for block in self.grid if block.probes for spec in block.runs()}
+        return [r for r in self.runs() if r.run_id in probed]
+
+    def probed(self, run_id: str) -> bool:
+        """Whether the run captures probes (`probed_runs`)."""
+        return run_id in {r.run_id for r in self.probed_runs()}
+
+    def pair_seeds(self) -> dict[tuple[str, str], tuple[int, ...]]:
+        """The seeds each (model, optimizer) pair of the grid runs with, in run order (blocks may differ)."""
+        pairs: dict[tuple[str, str], tuple[int, ...]] = {}
+        for r in self.runs():
+            pairs[r.model, r.optimizer] = pairs.get((r.model, r.optimizer), ()) + (r.seed,)
+        return pairs
 
     def run(self, run_id: str) -> RunSpec:
         spec = RunSpec.parse(run_id)
@@ -253,7 +287,9 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         datasets={n: DatasetConfig(name=n, **v) for n, v in d["datasets"].items()},
         models={n: ModelConfig(name=n, **v) for n, v in d["models"].items()},
         optimizers=opts,
-        grid=tuple((tuple(b["models"]), tuple(b["optimizers"])) for b in d["grid"]),
+        grid=tuple(GridBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
+                             seeds=tuple(b.get("seeds", d["seeds"])), probes=b["probes"])
+                   for b in d["grid"]),
         train=TrainConfig(**d["train"]),
         probes=ProbeConfig(**d.get("probes", {})),
         stats=StatsConfig(margins=margins, **stats),

@@ -1,9 +1,12 @@
 """The one metric accessor: which validation metric a run has and whether higher is better.
 
 A run's metrics table (metrics.parquet, written by `brownformer.train`) has one row per logged step
-with columns step, wall_time, train_loss, val_loss and, for an image model, val_accuracy; for a
-language model val_bpc (bits per character). Every reader (claims, plots, report) asks this module
-which column is the run's validation metric instead of deciding for itself.
+with columns step, epoch, lr, lr_sum, train_loss, wall_time (seconds since the run started, evaluation
+and probe captures included), eval_wall_time and probe_wall_time (the cumulative parts of wall_time
+spent in validation and in the probe callbacks: training wall-clock is wall_time minus both), val_loss
+and, for an image model, val_accuracy; for a language model val_bpc (bits per character). Every reader
+(claims, plots, report) asks this module which column is the run's validation metric instead of
+deciding for itself.
 """
 from __future__ import annotations
 

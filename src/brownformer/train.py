@@ -8,9 +8,12 @@ equal to `sample_batch`). The per-step path reads nothing back from the device: 
 accumulated there (`train_step.LossTracker`) and fetched, with the optimizer's diagnostics, only
 at log and eval steps. Writes metrics.parquet, manifest.json and checkpoints/last.pt atomically;
 probes and callbacks are called before every update with the model as it stands after `step` updates.
+A run no grid block probes (`probes: false`, metrics only) attaches no recorder and leaves an empty
+probes/index.parquet, the capture store's table with no rows.
 """
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -32,6 +35,7 @@ from brownformer.manifest import build_manifest, device_description
 from brownformer.models import build_model, loss_fn
 from brownformer.optim import build_optimizer
 from brownformer.probes import ProbeRecorder
+from brownformer.probes.store import INDEX_FILE, META_FILE, CaptureStore
 from brownformer.train_step import LossTracker, TrainStep, adamw_implementation
 
 log = logging.getLogger(__name__)
@@ -131,15 +135,17 @@ def _write_metrics(path: Path, rows: list[dict]) -> None:
         pd.DataFrame(rows).to_parquet(tmp, index=False)
 
 
-def _restart_if_probe_index_lost(out_dir: Path, run_id: str) -> None:
-    """Delete a checkpoint whose probe index is gone, so that the capture store comes out complete.
+def _restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
+    """Delete a checkpoint whose capture store cannot come out complete, so that training restarts.
 
     Snakemake deletes a job's outputs (probes/index.parquet among them) before rerunning it, but the
-    checkpoint stays; resuming from it would leave the store without every earlier capture.
+    checkpoint stays; resuming from it would leave the store without every earlier capture. A store
+    without meta.json (which the recorder writes before any step) is the empty index of a metrics-only
+    run: resuming a run that is now probed from its checkpoint would miss those captures too.
     """
-    ckpt, index = out_dir / "checkpoints" / "last.pt", out_dir / "probes" / "index.parquet"
-    if ckpt.exists() and not index.exists():
-        log.warning("%s: checkpoint without probe index; restarting from step 0", run_id)
+    ckpt, store = out_dir / "checkpoints" / "last.pt", out_dir / "probes"
+    if ckpt.exists() and not ((store / INDEX_FILE).exists() and (store / META_FILE).exists()):
+        log.warning("%s: checkpoint without a probe store; restarting from step 0", run_id)
         ckpt.unlink()
         shutil.rmtree(out_dir / "probes", ignore_errors=True)
 
@@ -154,8 +160,12 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         run_id: "<model>__<optimizer>__s<seed>", a run of cfg's grid.
         data_dir: the prepared dataset of the run's model (results/data/<dataset>), loaded once.
         out_dir: the run folder (results/runs/<run_id>).
-        probes: record the trajectory probes into out_dir/probes when the config enables them.
-        callbacks: called as cb(step, model, lr_sum, lr_sq_sum) before each update and once at the end.
+        probes: record the trajectory probes into out_dir/probes when the config probes the run
+            (`ExperimentConfig.probed`: probes enabled and a grid block that probes it); otherwise
+            out_dir/probes/index.parquet is left empty (an earlier run's captures there are kept).
+        callbacks: called as cb(step, model, lr_sum, lr_sq_sum) before each update and once at the end;
+            their time is the metrics' probe_wall_time (a callback's `schedule`, the steps it works
+            at, lets the clock sync there on CUDA).
         stop_after: stop (with a checkpoint) after this many steps, as if killed; for tests.
     Returns:
         The metrics table (also written to out_dir/metrics.parquet when training completes).
@@ -170,8 +180,9 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     data = load_prepared(data_dir)
     seq_len = mcfg.seq_len if data.kind == "text" else None
     callbacks = list(callbacks or [])
-    if probes and cfg.probes.enabled:
-        _restart_if_probe_index_lost(out_dir, run_id)
+    probing = probes and cfg.probed(run_id)  # probes.enabled and some grid block probes the run
+    if probing:
+        _restart_if_probe_store_incomplete(out_dir, run_id)
         callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
                                        model_factory=lambda: model_for_data(cfg, spec.model, data).to(device)))
 
@@ -188,6 +199,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     tracker = LossTracker(device)
     rows: list[dict] = []
     start_step, lr_sum, lr_sq_sum, wall_offset = 0, 0.0, 0.0, 0.0
+    eval_wall = 0.0  # cumulative seconds in _evaluate: training wall-clock is wall_time - eval_wall_time
+    probe_wall = 0.0  # cumulative seconds in the callbacks (probe captures): not training time either
     if ckpt_path.exists():
         state = torch.load(ckpt_path, map_location=device, weights_only=False)
         if state["config_hash"] != cfg.run_hash(run_id):
@@ -198,6 +211,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         torch.set_rng_state(state["rng"])
         start_step, lr_sum, lr_sq_sum = state["step"], state["lr_sum"], state["lr_sq_sum"]
         wall_offset, rows = state["wall_time"], state["metrics_rows"]
+        # absent in checkpoints written before they existed: earlier evaluations and captures then count as training
+        eval_wall, probe_wall = state.get("eval_wall_time", 0.0), state.get("probe_wall_time", 0.0)
         if "loss_tracker" in state:  # absent in checkpoints written before the tracker existed
             tracker.load(state["loss_tracker"])
         log.info("resuming %s from step %d", run_id, start_step)
@@ -209,11 +224,11 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     n_train = int(data.meta["sizes"]["train"])
     tokens_per_example = seq_len or (getattr(model, "n_patches", 0) + 1)
     model.train()
+    synced_steps = set().union(*(getattr(cb, "schedule", ()) for cb in callbacks))
     t0 = time.perf_counter() - wall_offset
     bar = tqdm(range(start_step, tcfg.steps), desc=run_id, disable=not progress, mininterval=5)
     for step in bar:
-        for cb in callbacks:
-            cb(step, model, lr_sum, lr_sq_sum)
+        probe_wall += _timed_callbacks(callbacks, step, model, lr_sum, lr_sq_sum, device, synced_steps)
         lr = step_fn.set_lr(lr_factor(step, tcfg))
         tracker.add(step_fn(*sampler.batch(step)))  # no host sync in here: the loss stays on the device
         lr_sum += lr
@@ -225,8 +240,11 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
                    "train_loss": train_loss, "train_loss_mean": train_loss_mean,
                    "val_loss": np.nan, "val_accuracy": np.nan, "val_bpc": np.nan}
             if done % tcfg.eval_every == 0 or done == tcfg.steps:
+                eval_start = _synced_clock(device)
                 row.update(_evaluate(model, val, data.kind, step_fn.autocast))
+                eval_wall += _synced_clock(device) - eval_start
             row.update(_speed_row(device, t0, wall_offset, tcfg.batch_size * (done - start_step), tokens_per_example))
+            row["eval_wall_time"], row["probe_wall_time"] = eval_wall, probe_wall
             row.update(_optimizer_row(optimizer))
             rows.append(row)
             if not (math.isfinite(row["train_loss"]) and math.isfinite(row["train_loss_mean"])):
@@ -236,8 +254,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             _save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
                 "step": done, "lr_sum": lr_sum, "lr_sq_sum": lr_sq_sum, "wall_time": time.perf_counter() - t0,
-                "metrics_rows": rows, "loss_tracker": tracker.state(), "config_hash": cfg.run_hash(run_id),
-                "run_id": run_id})
+                "eval_wall_time": eval_wall, "probe_wall_time": probe_wall, "metrics_rows": rows,
+                "loss_tracker": tracker.state(), "config_hash": cfg.run_hash(run_id), "run_id": run_id})
         if stop_after is not None and done >= stop_after:
             log.info("%s: stopping after %d steps as asked", run_id, done)
             return pd.DataFrame(rows)
@@ -246,6 +264,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     wall = time.perf_counter() - t0
     metrics = pd.DataFrame(rows)
     _write_metrics(out_dir / "metrics.parquet", rows)
+    if not probing:  # the pipeline declares the index a training output; an existing one keeps its rows
+        CaptureStore(out_dir / "probes").write_index()
     write_json(out_dir / "manifest.json", build_manifest(
         run_id=run_id, run={"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed},
         config_hash=cfg.hash, run_hash=cfg.run_hash(run_id), config={"model": asdict(mcfg), "optimizer": asdict(ocfg), "train": asdict(tcfg)},
@@ -256,6 +276,31 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         final={k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rows[-1].items()} if rows else {}))
     log.info("%s: done in %.1fs, final %s", run_id, wall, rows[-1] if rows else {})
     return metrics
+
+
+def _timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Module, lr_sum: float,
+                     lr_sq_sum: float, device: torch.device, synced_steps: set[int]) -> float:
+    """Call every callback; return the seconds they took (the increments of probe_wall_time).
+
+    On CUDA the clock syncs only at `synced_steps` (where a callback works, e.g. the recorder's
+    captures), so queued training kernels are not billed to the probes; a sync on every step would
+    stall the sync-free loop, and a callback with nothing to do costs microseconds.
+    """
+    if not callbacks:
+        return 0.0
+    clock = functools.partial(_synced_clock, device) if step in synced_steps else time.perf_counter
+    start = clock()
+    for cb in callbacks:
+        cb(step, model, lr_sum, lr_sq_sum)
+    return clock() - start
+
+
+def _synced_clock(device: torch.device) -> float:
+    """perf_counter once the device has finished its queued work (so training kernels still in
+    flight are not billed to evaluation, nor evaluation kernels to training)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
 
 
 def _speed_row(device: torch.device, t0: float, wall_offset: float, examples: int, tokens_per_example: int) -> dict:

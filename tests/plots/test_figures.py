@@ -47,9 +47,10 @@ def test_no_figure_fell_back_to_the_error_panel(first_figures):
     assert failed == []
 
 
-def test_figures_are_byte_identical_across_runs(first_figures, fake_tree, tmp_path):
-    out_a, _ = first_figures
-    make_figures(fake_config(), fake_tree, tmp_path)
+def test_figures_are_byte_identical_across_runs_and_worker_counts(first_figures, fake_tree, tmp_path):
+    out_a, _ = first_figures  # drawn in this process
+    written = make_figures(fake_config(), fake_tree, tmp_path, jobs=2)  # drawn by two worker processes
+    assert sorted(p.name for p in written) == sorted(p.name for p in out_a.iterdir())
     differing = [p.name for p in sorted(out_a.iterdir()) if p.read_bytes() != (tmp_path / p.name).read_bytes()]
     assert differing == []
 

@@ -124,3 +124,23 @@ def test_calibration_matrix_puts_the_rule_first_with_its_size_on_the_null(tree):
     assert mat.loc["verdict", "brownian"] == pytest.approx(null["rate_not_brownian"].mean())
     ou = cal[(cal["test"] == "verdict") & (cal["process"] == "ou")]
     assert mat.loc["verdict", "ou"] == pytest.approx(1 - ou["rate_brownian"].mean())
+
+
+def test_metrics_only_runs_have_metrics_and_manifests_but_no_statistics_or_trajectories(tree):
+    """The fake tree has every file for every run; a config that probes only seed 0 of vit-pre must not read them."""
+    import copy
+
+    from brownformer.config import from_dict
+
+    raw = copy.deepcopy(fake.RAW_CONFIG)
+    raw["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"], "probes": False},
+                   {"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"], "seeds": [0]},
+                   {"models": ["lm-pre"], "optimizers": ["adamw"]}]
+    res = Results(from_dict(raw), tree)
+    every = {r.run_id for r in res.runs}
+    metrics_only = {"vit-pre__adamw__s1", "vit-pre__kfac-iterative__s1"}
+    assert {r.run_id for r in res.probed_runs} == every - metrics_only
+    assert set(res.metrics["run"]) == every and set(res.manifests) == every
+    assert set(res.all_run_stats) == every - metrics_only
+    for run in every:
+        assert bool(res.trajectory_index(run)) == (run not in metrics_only)

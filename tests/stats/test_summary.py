@@ -101,3 +101,27 @@ def test_report_config_carries_claim4_optimizers_from_the_schema():
                 "time_to_target_seconds_ratio"):
         lo, hi = cfg.stats.margins[key]
         assert lo < hi
+
+
+def test_metrics_only_runs_enter_the_status_and_claim_4_but_need_no_statistics(raw_config, tmp_path):
+    from brownformer.config import from_dict
+    from brownformer.stats.summary import summarize_results
+
+    raw_config["grid"].append({"models": ["vit-pre"], "optimizers": ["adamw"], "seeds": [0, 1], "probes": False})
+    cfg = from_dict(raw_config)
+    metrics_only = "vit-pre__adamw__s1"
+    assert [r.run_id for r in cfg.runs() if not cfg.probed(r.run_id)] == [metrics_only]
+    rng = np.random.default_rng(0)
+    for spec in cfg.runs():
+        if cfg.probed(spec.run_id):  # a metrics-only run has no stats/ folder at all
+            _stats_dir(tmp_path / "runs", spec.run_id, rng)
+        (tmp_path / "runs" / spec.run_id).mkdir(parents=True, exist_ok=True)
+        _metrics(0.9).to_parquet(tmp_path / "runs" / spec.run_id / "metrics.parquet")
+    res = summarize_results(cfg, tmp_path, tmp_path / "stats")
+    assert res.runs == sorted(r.run_id for r in cfg.runs())
+    status = json.loads((tmp_path / "stats" / "training_status.json").read_text())["runs"]
+    assert set(status) == {r.run_id for r in cfg.runs()}
+    claim4_runs = res.claims["4"].per_model["vit-pre"].details["runs"]
+    assert [r["run"] for r in claim4_runs if r["optimizer"] == "adamw"] == ["vit-pre__adamw__s0", metrics_only]
+    table = pd.read_parquet(tmp_path / "stats" / "summary.parquet")
+    assert set(table.loc[table["run"] == metrics_only, "category"]) == {"training_status"}

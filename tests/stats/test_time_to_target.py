@@ -36,6 +36,20 @@ def test_time_is_the_first_evaluation_at_the_target_and_excludes_evaluation_time
     assert times_to_target(df, 0.95, metric="val_accuracy", higher_is_better=True) == (np.inf, np.inf)
 
 
+def test_seconds_leave_out_evaluation_and_probe_time():
+    """Training wall-clock = wall_time - eval_wall_time - probe_wall_time, at the first evaluation on target."""
+    df = pd.DataFrame({"step": [10, 20, 30, 40], "val_loss": [2.0, np.nan, 1.0, 0.5],
+                       "wall_time": [5.0, 9.0, 17.0, 30.0], "eval_wall_time": [1.0, 1.0, 2.5, 4.0],
+                       "probe_wall_time": [0.5, 3.0, 3.5, 9.0]})
+    # val_loss <= 1.2 first at step 30 (step 20 was not evaluated): 17 - 2.5 - 3.5 seconds of training
+    assert times_to_target(df, 1.2, metric="val_loss", higher_is_better=False) == (30.0, 11.0)
+    # metrics written before a column existed: only what they carry is left out
+    assert times_to_target(df.drop(columns="probe_wall_time"), 1.2, metric="val_loss",
+                           higher_is_better=False) == (30.0, 14.5)
+    assert times_to_target(df.drop(columns=["eval_wall_time", "probe_wall_time"]), 1.2, metric="val_loss",
+                           higher_is_better=False) == (30.0, 17.0)
+
+
 def _runs(proposed_reach: dict, baseline_reach: dict, **kw) -> dict:
     runs = {f"m__kfac-iterative__s{s}": _curve(r, **kw) for s, r in proposed_reach.items()}
     runs.update({f"m__adamw__s{s}": _curve(r, **kw) for s, r in baseline_reach.items()})

@@ -1,11 +1,13 @@
 """Training: determinism, resume-after-kill equality, LR schedule, metrics and manifest."""
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
 import pandas as pd
 import pytest
+import torch
 
 from brownformer.config import TrainConfig, apply_overrides, from_dict
 from brownformer.train import lr_factor, train_run
@@ -31,7 +33,7 @@ def test_metrics_and_manifest(raw_config, digits_dir, tmp_path):
     metrics = train_run(cfg, RUN, digits_dir, tmp_path / RUN, progress=False)
     on_disk = pd.read_parquet(tmp_path / RUN / "metrics.parquet")
     pd.testing.assert_frame_equal(metrics, on_disk)
-    for col in ("step", "epoch", "wall_time", "lr", "train_loss", "val_loss", "val_accuracy"):
+    for col in ("step", "epoch", "wall_time", "eval_wall_time", "lr", "train_loss", "val_loss", "val_accuracy"):
         assert col in on_disk
     assert on_disk["step"].iloc[-1] == 24
     assert np.isfinite(on_disk["train_loss"]).all()
@@ -52,6 +54,24 @@ def test_resume_after_kill_equals_uninterrupted(raw_config, digits_dir, tmp_path
     resumed = train_run(cfg, run, digits_dir, tmp_path / "killed", progress=False)
     cols = ["step", "lr", "train_loss", "val_loss", "val_accuracy"]
     pd.testing.assert_frame_equal(full[cols], resumed[cols], check_exact=True)
+
+
+def test_eval_wall_time_is_cumulative_evaluation_time_carried_through_resume(raw_config, digits_dir, tmp_path):
+    """eval_wall_time grows exactly on evaluated rows, stays within wall_time, and resumes from the checkpoint."""
+    cfg = _cfg(raw_config)  # eval every 8 steps, logs every 4, killed after 12: the kill falls between two evals
+    out = tmp_path / RUN
+    killed = train_run(cfg, RUN, digits_dir, out, stop_after=12, progress=False)
+    state = torch.load(out / "checkpoints" / "last.pt", weights_only=False)
+    assert state["eval_wall_time"] == killed["eval_wall_time"].iloc[-1]
+    metrics = train_run(cfg, RUN, digits_dir, out, progress=False)
+    pd.testing.assert_series_equal(metrics["eval_wall_time"].iloc[:len(killed)], killed["eval_wall_time"])
+    eval_wall, wall = metrics["eval_wall_time"].to_numpy(), metrics["wall_time"].to_numpy()
+    assert np.isfinite(eval_wall).all()
+    assert (np.diff(eval_wall) >= 0).all(), "cumulative: never decreases, across the resume too"
+    assert ((0 <= eval_wall) & (eval_wall <= wall)).all()
+    evaluated = metrics["val_accuracy"].notna().to_numpy()
+    grew = np.diff(eval_wall, prepend=0.0) > 0
+    np.testing.assert_array_equal(grew, evaluated)  # it changes on evaluated rows only
 
 
 def test_same_seed_same_numbers_other_seed_differs(raw_config, digits_dir, tmp_path):
@@ -112,3 +132,60 @@ def test_training_with_probes_loads_the_dataset_once(raw_config, digits_dir, tmp
     train_run(_cfg(raw_config), RUN, digits_dir, tmp_path / RUN, probes=True, progress=False)
     assert len(calls) == 1
     assert (tmp_path / RUN / "probes" / "index.parquet").exists()
+
+
+def _metrics_only(raw):
+    """The same run in a config whose only block naming it says `probes: false`."""
+    raw = copy.deepcopy(raw)
+    raw["grid"][0]["probes"] = False
+    return _cfg(raw)
+
+
+TIMING = ("wall_time", "eval_wall_time", "probe_wall_time", "examples_per_s", "tokens_per_s")
+
+
+def test_a_metrics_only_run_trains_the_same_and_leaves_an_empty_probe_index(raw_config, digits_dir, tmp_path):
+    plain_cfg, probed_cfg = _metrics_only(raw_config), _cfg(raw_config)
+    assert not plain_cfg.probed(RUN) and probed_cfg.probed(RUN)
+    plain = train_run(plain_cfg, RUN, digits_dir, tmp_path / "plain", probes=True, progress=False)
+    probed = train_run(probed_cfg, RUN, digits_dir, tmp_path / "probed", probes=True, progress=False)
+    store = tmp_path / "plain" / "probes"
+    assert sorted(p.name for p in store.iterdir()) == ["index.parquet"]  # no meta.json, no c<k>.npz
+    empty = pd.read_parquet(store / "index.parquet")
+    full = pd.read_parquet(tmp_path / "probed" / "probes" / "index.parquet")
+    assert empty.empty and len(full) > 3
+    pd.testing.assert_series_equal(empty.dtypes, full.dtypes)  # the recorder's columns, in order, with its types
+    assert (tmp_path / "plain" / "manifest.json").exists()
+    cols = [c for c in plain.columns if c not in TIMING and not c.startswith("opt_time_")]
+    pd.testing.assert_frame_equal(plain[cols], probed[cols], check_exact=True)  # probes never change training
+    assert (plain["probe_wall_time"] == 0).all() and probed["probe_wall_time"].iloc[-1] > 0
+
+
+def test_a_metrics_only_run_that_becomes_probed_restarts_and_captures_everything(raw_config, digits_dir, tmp_path):
+    """Its checkpoint sits beside an empty index without meta.json: resuming would miss every capture."""
+    from brownformer.probes import capture_schedule
+
+    out, cfg = tmp_path / RUN, _cfg(raw_config)
+    train_run(_metrics_only(raw_config), RUN, digits_dir, out, probes=True, progress=False)
+    assert (out / "checkpoints" / "last.pt").exists() and pd.read_parquet(out / "probes" / "index.parquet").empty
+    train_run(cfg, RUN, digits_dir, out, probes=True, progress=False)
+    index = pd.read_parquet(out / "probes" / "index.parquet")
+    assert list(index["step"]) == capture_schedule(cfg.probes, cfg.train.steps)
+
+
+def test_probe_wall_time_holds_every_capture_and_is_carried_through_resume(raw_config, digits_dir, tmp_path):
+    cfg = _cfg(raw_config)
+    out = tmp_path / RUN
+    killed = train_run(cfg, RUN, digits_dir, out, probes=True, stop_after=12, progress=False)
+    state = torch.load(out / "checkpoints" / "last.pt", weights_only=False)
+    assert state["probe_wall_time"] == killed["probe_wall_time"].iloc[-1]
+    metrics = train_run(cfg, RUN, digits_dir, out, probes=True, progress=False)
+    pd.testing.assert_series_equal(metrics["probe_wall_time"].iloc[:len(killed)], killed["probe_wall_time"])
+    probe, evals, wall = (metrics[c].to_numpy() for c in ("probe_wall_time", "eval_wall_time", "wall_time"))
+    assert (np.diff(probe) >= 0).all(), "cumulative: never decreases, across the resume too"
+    assert (evals + probe <= wall).all(), "both are parts of wall_time"
+    # The callbacks' clock wraps each capture's own clock (index seconds); the capture at step s precedes
+    # update s, so a row logged after `step` updates holds every capture at a step below it.
+    index = pd.read_parquet(out / "probes" / "index.parquet")
+    for step, held in zip(metrics["step"], probe):
+        assert held >= index.loc[index["step"] < step, "seconds"].sum() - 1e-9

@@ -14,6 +14,9 @@ except ConfigError as exc:
     raise WorkflowError(str(exc))
 
 RUNS = [r.run_id for r in CFG.runs()]
+# Runs with probe captures: extraction, per-run statistics and calibration cover these only; the rest
+# (grid blocks with `probes: false`) are metrics-only, for claim 4 and the training status.
+PROBED_RUNS = [r.run_id for r in CFG.probed_runs()]
 DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
 ENV = "../../envs/brownformer.yaml"
 # Output roots (config `paths`): another config (config/scaling.yaml) writes beside the default, never over it.
@@ -67,7 +70,10 @@ def data_meta_of_run(wildcards):
 
 
 def run_hash(wildcards):
-    return CFG.run_hash(wildcards.run)
+    """The run's config hash, marked when the run is metrics-only: a run that starts or stops capturing
+    probes is retrained (train_model's params), while a probed run keeps the bare hash it always had."""
+    digest = CFG.run_hash(wildcards.run)
+    return digest if CFG.probed(wildcards.run) else f"{digest}-metrics-only"
 
 
 def train_resources_gpu(wildcards):
@@ -77,7 +83,7 @@ def train_resources_gpu(wildcards):
 
 
 def all_run_stats(wildcards):
-    return expand(in_results("runs/{run}/stats/summary.json"), run=RUNS)
+    return expand(in_results("runs/{run}/stats/summary.json"), run=PROBED_RUNS)
 
 
 def all_run_metrics(wildcards):

@@ -19,6 +19,7 @@ rule plot_figures:
         config=CONFIG_FILE,
         results=results_root,
         figures=figures_root,
+    threads: CFG.resources.get("figures_threads", 2)
     log:
         in_results("logs/plot_figures/plot_figures.log"),
     benchmark:
@@ -26,4 +27,5 @@ rule plot_figures:
     conda:
         ENV
     shell:
-        "brownformer figures --config {params.config} --results {params.results} --out {params.figures} 2>> {log}"
+        "brownformer figures --config {params.config} --results {params.results} --out {params.figures} "
+        "--jobs {threads} 2>> {log}"

@@ -83,9 +83,16 @@ class CaptureStore:
         new = pd.DataFrame([{c: full[c] for c in INDEX_COLUMNS}])
         self.index = (new if rest.empty else pd.concat([rest, new], ignore_index=True)) \
             .sort_values("capture").reset_index(drop=True)
-        with atomic_path(self.root / INDEX_FILE) as tmp:
-            self.index.to_parquet(tmp, index=False)
+        self.write_index()
         return full
+
+    def write_index(self) -> Path:
+        """Write index.parquet as it stands: with no captures yet, the empty table a run trained without
+        probes leaves (the pipeline declares the file as a training output)."""
+        path = self.root / INDEX_FILE
+        with atomic_path(path) as tmp:
+            self.index.to_parquet(tmp, index=False)
+        return path
 
     def size_bytes(self) -> int:
         return sum(p.stat().st_size for p in self.root.iterdir() if p.is_file()) if self.root.exists() else 0

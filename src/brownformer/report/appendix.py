@@ -74,7 +74,7 @@ def appendix(ctx: ReportContext) -> str:
         f"- **torch:** {versions.get('torch')}; **CUDA:** {versions.get('cuda') or 'none'} "
         f"(runs: torch {run_versions.get('torch', 'n/a')}, CUDA {run_versions.get('cuda') or 'none'})",
         f"- **Device of the runs:** {device_text}",
-        f"- **Seeds:** {', '.join(map(str, cfg.seeds))} (data split seed(s): "
+        f"- **Seeds:** {', '.join(map(str, sorted({r.seed for r in cfg.runs()})))} (data split seed(s): "
         f"{', '.join(sorted({str(d.split_seed) for d in cfg.datasets.values()}))}; probe seed {cfg.probes.seed}; "
         f"statistics seed {cfg.stats.seed})", "",
         "### Package versions", md_table(vt), "",

@@ -128,5 +128,5 @@ def abstract(ctx: ReportContext) -> str:
         f"# {title}", "",
         "**Abstract.** We test the claims of “The Brownian motion in the transformer model” (arXiv 2107.05264) "
         f"on {len(cfg.models)} model variant(s) ({', '.join(cfg.models)}) trained with {len(cfg.optimizers)} "
-        f"optimizer(s) ({', '.join(cfg.optimizers)}) over {len(cfg.seeds)} seed(s): {n_trained} of {len(runs)} "
+        f"optimizer(s) ({', '.join(cfg.optimizers)}) over {len({r.seed for r in runs})} seed(s): {n_trained} of {len(runs)} "
         f"runs finished. {verdict_text} {kfac}"])

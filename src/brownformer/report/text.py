@@ -9,7 +9,7 @@ import pandas as pd
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import kv_table, md_table
 from brownformer.results import report_setting
-from brownformer.results.tables import goal_text
+from brownformer.results.tables import goal_text, replicates_text
 
 log = logging.getLogger(__name__)
 
@@ -83,16 +83,60 @@ def _optimizer_table(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _metrics_only_seeds(cfg) -> dict[tuple[str, str], tuple[int, ...]]:
+    """(model, optimizer) -> the seeds of that pair that train without probes (pairs with none left out)."""
+    probed = {(r.model, r.optimizer, r.seed) for r in cfg.probed_runs()}
+    out = {}
+    for (model, name), seeds in cfg.pair_seeds().items():
+        unprobed = tuple(s for s in seeds if (model, name, s) not in probed)
+        if unprobed:
+            out[model, name] = unprobed
+    return out
+
+
+def _and_join(items) -> str:
+    items = list(items)
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def _seed_text(seeds: tuple[int, ...]) -> str:
+    """'seed 3', 'seeds 2 and 5' or, for a run of three or more consecutive seeds, 'seeds 2–4'."""
+    if len(seeds) == 1:
+        return f"seed {seeds[0]}"
+    if len(seeds) >= 3 and list(seeds) == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"seeds {seeds[0]}–{seeds[-1]}"
+    return "seeds " + _and_join([str(s) for s in seeds])
+
+
+def _metrics_only_text(cfg) -> str:
+    """Which runs train without probes, e.g. 'seeds 2–4 of adamw and kfac-iterative on vit-pre and vit-post'
+    (pairs grouped by equal seeds, then optimizers by equal models); empty when every run is probed."""
+    by_seeds: dict[tuple[int, ...], dict[str, list[str]]] = {}
+    for (model, name), seeds in _metrics_only_seeds(cfg).items():
+        by_seeds.setdefault(seeds, {}).setdefault(name, []).append(model)
+    phrases = []
+    for seeds, models_of in by_seeds.items():
+        optimizers_of: dict[tuple[str, ...], list[str]] = {}
+        for name, models in models_of.items():
+            optimizers_of.setdefault(tuple(models), []).append(name)
+        phrases += [f"{_seed_text(seeds)} of {_and_join(names)} on {_and_join(models)}"
+                    for models, names in optimizers_of.items()]
+    return "; ".join(phrases)
+
+
 def _trained_with_table(ctx: ReportContext) -> pd.DataFrame:
-    """The lr (and damping) each (model, optimizer) pair of the grid actually trains with (`tuned` applied)."""
+    """The lr (and damping) each (model, optimizer) pair of the grid actually trains with (`tuned` applied),
+    its seeds and, when some run is metrics-only, which of them train without probes."""
+    unprobed = _metrics_only_seeds(ctx.cfg)
     rows = []
-    for models, optimizers in ctx.cfg.grid:
-        for model in models:
-            for name in optimizers:
-                o = ctx.cfg.optimizer_for(model, name)
-                rows.append({"model": model, "optimizer": name, "lr": o.lr,
-                             "damping": o.params.get("damping", "—")})
-    return pd.DataFrame(rows).drop_duplicates(["model", "optimizer"])
+    for (model, name), seeds in ctx.cfg.pair_seeds().items():
+        o = ctx.cfg.optimizer_for(model, name)
+        row = {"model": model, "optimizer": name, "lr": o.lr, "damping": o.params.get("damping", "—"),
+               "seeds": ", ".join(map(str, seeds))}
+        if unprobed:
+            row["of which metrics only"] = ", ".join(map(str, unprobed.get((model, name), ()))) or "—"
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def methods(ctx: ReportContext) -> str:
@@ -105,10 +149,19 @@ def methods(ctx: ReportContext) -> str:
     stats = kv_table(st)
     margin_df = pd.DataFrame([{"quantity": k, "low": v[0], "high": v[1]} for k, v in sorted(margins.items())])
     runs = cfg.runs()
+    seed_sets = set(cfg.pair_seeds().values())
+    seeds_text = (f"each with seeds {', '.join(map(str, seed_sets.pop()))}" if len(seed_sets) == 1
+                  else "with the seeds listed per pair in 2.3")
+    unprobed = _metrics_only_text(cfg)
+    if unprobed:
+        n_probed = len(cfg.probed_runs())
+        why = "for claim 4's seed count" if cfg.probes.enabled else "`probes.enabled` is false"
+        seeds_text += (f". {len(runs) - n_probed} of them train without probes (metrics only, {why}): {unprobed}. Their metrics enter claim 4 and the training status; they have no "
+                       f"trajectories or per-run statistics, and claims 1–3 rest on the other {n_probed} runs")
     parts = [
         "## 2. Methods", "",
         f"**Design.** {len(runs)} training runs: every (model variant, optimizer) pair of the config's grid, "
-        f"each with seeds {', '.join(map(str, cfg.seeds))}. Device: `{cfg.device}`.", "",
+        f"{seeds_text}. Device: `{cfg.device}`.", "",
         "### 2.1 Data", md_table(datasets), "",
         "### 2.2 Models", "Vision transformers (`vit`) on images and character-level language models (`lm`) on "
         "text; Q, K, V and O are separate linear layers.", "", md_table(models), "",
@@ -130,8 +183,8 @@ def methods(ctx: ReportContext) -> str:
         "Pre-registered equivalence margins (a value inside counts as Brownian / on the sphere):", "",
         md_table(margin_df), "",
         "**Calibration.** The decision rule the claims apply is run on simulated processes of the same shape as "
-        "each real trajectory (times, walkers, dimensions), Brownian motion and alternatives to it, "
-        f"{cfg.stats.calibration_replicates} replicates each. The rate at which it calls Brownian motion “not "
+        "each real trajectory (times, walkers, dimensions), Brownian motion and alternatives to it: "
+        f"{replicates_text(cfg.stats.calibration_replicates)}. The rate at which it calls Brownian motion “not "
         f"Brownian” is its size (α = {cfg.stats.alpha:.0%}); the rate at which it withholds “Brownian” on an "
         f"alternative, its power (goals: {goal_text()}). Each verdict in Section 3 quotes the size and power of "
         "its rule at its shape; a claim without a calibration at its shape is never “supported”.", "",
@@ -142,13 +195,14 @@ def methods(ctx: ReportContext) -> str:
 
 def limitations(ctx: ReportContext) -> str:
     cfg = ctx.cfg
+    n_seeds = sorted({len(seeds) for seeds in cfg.pair_seeds().values()})  # per (model, optimizer) pair
     items = [
         f"Scale: models of width {', '.join(sorted({str(m.d_model) for m in cfg.models.values()}, key=int))} and "
         f"{', '.join(sorted({str(m.n_layers) for m in cfg.models.values()}, key=int))} layers trained for "
         f"{', '.join(sorted({str(m.steps or cfg.train.steps) for m in cfg.models.values()}, key=int))} steps; "
         "conclusions about large transformers are extrapolations.",
-        f"Seeds: {len(cfg.seeds)} per configuration, so seed spreads are coarse and optimizer rankings can flip "
-        "with more seeds.",
+        f"Seeds: {' to '.join(map(str, dict.fromkeys([n_seeds[0], n_seeds[-1]])))} per configuration, so seed "
+        "spreads are coarse and optimizer rankings can flip with more seeds.",
         "Tuning: every optimizer had the same number of trials per model (lr, and lr x damping for K-FAC; "
         "benchmarks/results/tuning.md) on one seed; an equal budget does not guarantee each is at its best, and "
         "K-FAC's other settings (factor decay, inverse period, CG iterations) were not searched.",

@@ -102,7 +102,14 @@ class Results:
     # ---- runs -----------------------------------------------------------------------------------
     @property
     def runs(self) -> list[RunSpec]:
+        """Every run of the grid: metrics and manifests."""
         return self.cfg.runs()
+
+    @property
+    def probed_runs(self) -> list[RunSpec]:
+        """The runs that capture probes: only these have trajectories and per-run statistics (the others
+        are metrics-only, e.g. claim 4's extra seeds)."""
+        return self.cfg.probed_runs()
 
     def run_dir(self, run_id: str) -> Path:
         return self.root / "runs" / run_id
@@ -150,10 +157,13 @@ class Results:
 
     @cached_property
     def all_run_stats(self) -> dict[str, dict[str, Any]]:
-        return {spec.run_id: self.run_stats(spec.run_id) for spec in self.runs}
+        """run id -> `run_stats`, for the probed runs (a metrics-only run has no statistics)."""
+        return {spec.run_id: self.run_stats(spec.run_id) for spec in self.probed_runs}
 
     def trajectory_index(self, run_id: str) -> list[dict]:
-        """The entries of runs/<run>/trajectories/index.json that name a file."""
+        """The entries of runs/<run>/trajectories/index.json that name a file (none for a metrics-only run)."""
+        if not self.cfg.probed(run_id):
+            return []  # even from an earlier config that probed it: figures show the runs the claims use
         idx = read_json(self.run_dir(run_id) / "trajectories" / "index.json")
         files = dig(idx, "files", default=[])
         return [f for f in files if isinstance(f, dict) and "path" in f]

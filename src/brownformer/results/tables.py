@@ -7,7 +7,7 @@ import pandas as pd
 from brownformer.config import ExperimentConfig
 from brownformer.results.reader import Results
 
-__all__ = ["report_setting", "time_to_target", "calibration_matrix", "goal_text"]
+__all__ = ["report_setting", "time_to_target", "calibration_matrix", "goal_text", "replicates_text"]
 
 #: the calibration table's row for the whole decision rule (stats/calibration.py)
 RULE_ROW = "verdict"
@@ -82,6 +82,16 @@ def goal_text() -> str:
     lo, hi = SIZE_GOAL
     size = f"size at most {hi:.0%}" if lo <= 0 else f"size within [{lo:.0%}, {hi:.0%}]"
     return f"{size}, power at least {POWER_GOAL:.0%}"
+
+
+def replicates_text(n_null: int) -> str:
+    """How many replicates the calibration simulates per shape, as the statistics stage decides it, in words."""
+    from brownformer.stats.calibration import CHUNK, POWER_GOAL, POWER_REPLICATES_SHARE
+
+    most = max(CHUNK, int(n_null * POWER_REPLICATES_SHARE))
+    return (f"{n_null} replicates of Brownian motion; each alternative stops after {CHUNK}, {2 * CHUNK}, ... "
+            f"(at most {most}) replicates once the exact (Clopper–Pearson) interval of its power excludes "
+            f"{POWER_GOAL:.0%}")
 
 
 def _first(df: pd.DataFrame, *names: str) -> str | None:

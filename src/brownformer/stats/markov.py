@@ -140,16 +140,21 @@ def _broadcast_features(features, A_shape):
         raise ValueError(f"features of shape {np.shape(features)} do not match attention of shape {A_shape}") from None
 
 
+#: bootstrap resamples of each aggregate mean over matrices
+N_AGGREGATE_RESAMPLES = 499
+
+
 def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     if v.size == 0:
         return {"mean": None, "ci": [None, None], "median": None, "n": 0}
     if v.size >= 3 and np.ptp(v) > 0:
-        from scipy.stats import bootstrap
-        ci = bootstrap((v,), np.mean, n_resamples=499, confidence_level=confidence_level, method="percentile",
-                       rng=rng).confidence_interval
-        ci = [ci.low, ci.high]
+        # percentile bootstrap of the mean (what scipy.stats.bootstrap(method="percentile") computes), as one
+        # (499, n) draw: this runs ~450 times per run, where scipy's per-call overhead was a quarter of the stage
+        means = v[rng.integers(0, v.size, size=(N_AGGREGATE_RESAMPLES, v.size))].mean(1)
+        a = (1 - confidence_level) / 2
+        ci = np.quantile(means, [a, 1 - a]).tolist()
     else:
         ci = [float(v.mean()), float(v.mean())]
     return {"mean": float(v.mean()), "ci": ci, "median": float(np.median(v)), "sd": float(v.std()), "n": int(v.size)}

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import stats
+from .battery import walk_levels
 
 __all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
            "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent"]
@@ -215,8 +216,10 @@ def _shared_noise(rng, R: int, n: int, labels: np.ndarray, k: int, rho: float) -
     own = rng.standard_normal((R, n, labels.size, k), dtype=np.float32)
     if rho <= 0:
         return own
-    shared = rng.standard_normal((R, n, G, k), dtype=np.float32)[:, :, labels]
-    return np.float32(np.sqrt(rho)) * shared + np.float32(np.sqrt(1 - rho)) * own
+    shared = rng.standard_normal((R, n, G, k), dtype=np.float32)
+    own *= np.float32(np.sqrt(1 - rho))  # in place: this runs once per spherical substep
+    own += np.float32(np.sqrt(rho)) * shared[:, :, labels]
+    return own
 
 
 def _hyperplane_basis(d: int) -> np.ndarray:
@@ -260,7 +263,7 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
                 out[:, i] = a * out[:, i - 1] + np.sqrt((1 - a * a) / (2 * theta)) * xi[:, i]
             return out
         inc = _shared_noise(rng, R, T - 1, labels, d, rho) * np.sqrt(np.diff(clock)).astype(np.float32)[None, :, None, None]
-        return np.concatenate([np.zeros((R, 1, N, d), np.float32), np.cumsum(inc, axis=1)], axis=1)
+        return walk_levels(inc)
     if kind != "sphere":
         raise ValueError(f"kind must be 'euclidean' or 'sphere', got {kind!r}")
     if process == "ou_edge":

@@ -154,17 +154,23 @@ def summarize_results(config, results_dir: str | Path, out_dir: str | Path, *, r
         config: ExperimentConfig (grid, stats, report, models -> datasets).
         results_dir: the results root (runs/<run>/{stats,metrics.parquet}, data/<dataset>).
         out_dir: where claims.json, summary.parquet and training_status.json go.
-        runs: run id -> stats folder; default: every run of the grid under results_dir/runs.
+        runs: run id -> stats folder (its parent holds the run's metrics.parquet); default: the statistics
+            of every probed run of the grid and the metrics of every run (metrics-only runs included:
+            claim 4 and the training status read metrics only), under results_dir/runs.
         calibration_path: calibration.parquet.
 
     Raises:
         ValueError: a run without metrics.parquet or stats/summary.json.
     """
     results_dir = Path(results_dir)
-    runs = dict(runs) if runs else {r.run_id: str(results_dir / "runs" / r.run_id / "stats") for r in config.runs()}
+    if runs:
+        stats_dirs = dict(runs)
+        metric_files = {run: Path(sdir).parent / "metrics.parquet" for run, sdir in stats_dirs.items()}
+    else:
+        stats_dirs = {r.run_id: str(results_dir / "runs" / r.run_id / "stats") for r in config.probed_runs()}
+        metric_files = {r.run_id: results_dir / "runs" / r.run_id / "metrics.parquet" for r in config.runs()}
     metrics, baselines, chance = {}, {}, {}
-    for run, sdir in runs.items():
-        mp = Path(sdir).parent / "metrics.parquet"
+    for run, mp in metric_files.items():
         if not mp.exists():
             raise ValueError(f"run {run}: {mp} does not exist")
         metrics[run] = pd.read_parquet(mp)
@@ -177,5 +183,5 @@ def summarize_results(config, results_dir: str | Path, out_dir: str | Path, *, r
                 log.warning("dataset %s: %s", dataset, exc)
                 chance[dataset] = None
         baselines[run] = chance.get(dataset)
-    return summarize(runs, out_dir, stats=config.stats, report=config.report, metrics_by_run=metrics,
+    return summarize(stats_dirs, out_dir, stats=config.stats, report=config.report, metrics_by_run=metrics,
                      baselines=baselines, calibration_path=calibration_path)

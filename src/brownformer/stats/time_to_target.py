@@ -32,6 +32,10 @@ from brownformer.metrics import METRIC_PREFERENCE, val_metric
 
 __all__ = ["TimeToTargetResult", "RatioEstimate", "reference_target", "time_to_target", "times_to_target"]
 
+#: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
+NOT_TRAINING_TIME = ("eval_wall_time", "probe_wall_time")
+
+
 def reference_target(reference: pd.DataFrame, *, fraction: float = 0.9, metric: str | None = None) -> float:
     """Fixed target of one model from a long tuned AdamW run: ``start + fraction (best - start)``.
 
@@ -68,8 +72,10 @@ def times_to_target(df: pd.DataFrame, target: float, *, metric: str, higher_is_b
     """``(steps, seconds)`` at the first evaluation at least as good as ``target``; ``inf`` if never.
 
     Seconds are training wall-clock: ``wall_time`` minus the cumulative evaluation time
-    ``eval_wall_time`` when the metrics carry it (evaluating every 5 steps on the whole split must
-    not count as training time), else ``wall_time``.
+    ``eval_wall_time`` and the cumulative probe-capture time ``probe_wall_time``, each when the
+    metrics carry it (evaluating every 5 steps on the whole split, and capturing probes on some runs
+    but not others, must not count as training time):
+    ``seconds = wall_time - eval_wall_time - probe_wall_time``.
     """
     d = df.dropna(subset=[metric]).sort_values("step")
     hit = d[d[metric] >= target] if higher_is_better else d[d[metric] <= target]
@@ -77,8 +83,9 @@ def times_to_target(df: pd.DataFrame, target: float, *, metric: str, higher_is_b
         return np.inf, np.inf
     row = hit.iloc[0]
     seconds = float(row["wall_time"]) if "wall_time" in row and pd.notna(row["wall_time"]) else np.nan
-    if "eval_wall_time" in row and pd.notna(row["eval_wall_time"]):
-        seconds -= float(row["eval_wall_time"])
+    for not_training in NOT_TRAINING_TIME:
+        if not_training in row and pd.notna(row[not_training]):
+            seconds -= float(row[not_training])
     return float(row["step"]), seconds
 
 
@@ -163,7 +170,7 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
 
     Args:
         metrics_by_run: run id ``<model>__<optimizer>__s<seed>`` -> metrics with columns ``step``,
-            ``wall_time`` (optional ``eval_wall_time``) and val_accuracy | val_bpc | val_loss.
+            ``wall_time`` (optional ``eval_wall_time``, ``probe_wall_time``) and val_accuracy | val_bpc | val_loss.
         targets: model -> fixed target value (:func:`reference_target` of a long tuned AdamW run).
         proposed: The optimizer under test.
         baseline: The optimizer the verdict compares against (ratios to all others are reported too).
