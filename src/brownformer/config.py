@@ -90,6 +90,7 @@ class ProbeConfig:
     seed: int = 1234
     log_points: int = 24
     linear_every: int = 25
+    linear_points: int | None = None  # when set: this many evenly spaced captures whatever the run's length
     noise_every: int = 10
     noise_samples: int = 16
     noise_large_batch: int = 512

@@ -44,3 +44,12 @@ def test_depth_subset_has_first_and_last(n):
 
 def test_noise_captures_every_kth():
     assert noise_captures(25, 10) == [0, 10, 20]
+
+
+@pytest.mark.parametrize("steps", [400, 2500])
+def test_linear_points_fix_the_count_of_linear_captures_whatever_the_length(steps):
+    schedule = capture_schedule(ProbeConfig(log_points=0, linear_points=16), steps)
+    assert schedule == [round(steps * k / 16) for k in range(17)]
+    # at 400 steps this is the every-25 grid
+    if steps == 400:
+        assert schedule == capture_schedule(ProbeConfig(log_points=0, linear_every=25), steps)

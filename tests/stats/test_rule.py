@@ -125,3 +125,21 @@ def test_claims_and_calibration_call_the_same_rule(monkeypatch, tmp_path):
     verdict, _, cal = file_verdict(out, StatsConfig(), table)
     assert n_analysis == 1 and n_calibration == 1 and len(calls) == 3
     assert cal is not None and cal["shape"]["id"] == shape.id
+
+
+@pytest.mark.parametrize("rule_verdict,power,expected", [
+    ("not brownian", 0.5, "not brownian"),  # a rejection rests on the size alone
+    ("brownian", 0.5, "inconclusive"),  # certifying needs power at every alternative
+    ("brownian", 0.95, "brownian"),
+])
+def test_each_verdict_is_held_to_its_own_false_positive_rate(monkeypatch, rule_verdict, power, expected):
+    from brownformer.stats.claims import brownian as claim
+    monkeypatch.setattr(claim, "decide_one", lambda *a, **k: (rule_verdict, "stub"))
+    cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.9,
+           "power": {"clock_0.9": power, "iid": 1.0}, "rates": {}, "n_replicates": 400}
+    monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
+    result = {"kind": "euclidean", "n_times": 20, "effects": {},
+              "calibration_shape": {"kind": "euclidean", "times": [0, 1], "group_sizes": [1], "d": 2,
+                                    "hyperplane": False, "drift": "none", "rho": 0.0, "decay": 0.0}}
+    verdict, _, got = claim.file_verdict(result, StatsConfig(), table=object())
+    assert verdict == expected and got is cal

@@ -15,7 +15,8 @@ __all__ = ["capture_schedule", "noise_captures", "depth_subset"]
 def capture_schedule(probes: ProbeConfig, steps: int) -> list[int]:
     """Sorted, unique capture steps in [0, steps].
 
-    {0} U round(geomspace(1, steps, log_points)) U {0, linear_every, 2 linear_every, ...} U {steps}.
+    {0} U round(geomspace(1, steps, log_points)) U {0, linear_every, 2 linear_every, ...} U {steps}; with
+    `linear_points` set, the linear part is round(linspace(0, steps, linear_points + 1)) instead.
     A capture at step s sees the model after s updates (train.py calls probes before update s).
 
     Raises:
@@ -26,7 +27,12 @@ def capture_schedule(probes: ProbeConfig, steps: int) -> list[int]:
     points = {0, steps}
     if probes.log_points > 0 and steps >= 1:
         points.update(int(s) for s in np.round(np.geomspace(1, steps, probes.log_points)))
-    points.update(range(0, steps + 1, probes.linear_every))
+    if probes.linear_points:
+        # a fixed count: a 2500-step model gets as many linear captures as a 400-step one (statistics and their
+        # calibration cost grow with the captures, while the evidence is in the time span they cover)
+        points.update(int(s) for s in np.round(np.linspace(0, steps, probes.linear_points + 1)))
+    else:
+        points.update(range(0, steps + 1, probes.linear_every))
     return sorted(points)
 
 

@@ -3,9 +3,13 @@
 Per file the verdict is the calibrated rule itself (stats/rule.py `decide`, the function the calibration
 simulates through): it is re-applied here to the file's stored key effects with this StatsConfig's
 margins and alpha. A file counts only where the calibration simulated its exact shape
-(stats/shapes.py) and found the rule trustworthy there: the rate of "not brownian" on Brownian motion
-at most SIZE_GOAL and, at each margin edge and on i.i.d. points, the rate of "brownian" at most
-1 - POWER_GOAL. Without that the file is "inconclusive", never evidence for "supported".
+(stats/shapes.py) and found the rule trustworthy there for the verdict it gives, each verdict being
+held to its own false-positive rate: "not brownian" needs the rate of "not brownian" on Brownian motion
+(the rule's size) at most SIZE_GOAL; "brownian" needs that too and, at each margin edge and on i.i.d.
+points, the rate of "brownian" at most 1 - POWER_GOAL (the equivalence test's own size). A rejection's
+validity rests on its size; how often the rule would miss a walk that is not Brownian says nothing
+against a rejection that was made. Size and power are cited for every file either way. Without that
+the file is "inconclusive", never evidence for "supported".
 
 Per run (the files of one family: layers, or layers x weight matrices): "supported" when every file is a
 certified "brownian" (an intersection-union test: no multiplicity correction is needed for an "all"
@@ -33,11 +37,15 @@ TITLES = {"3a": "Token states move as Brownian motion over depth",
           "3c": "Weights move as Brownian motion over training"}
 
 
-def _trustworthy(cal: dict | None) -> tuple[bool, str]:
+def _trustworthy(cal: dict | None, verdict: str) -> tuple[bool, str]:
+    """Whether the calibration at a file's shape backs `verdict` (module docstring: each verdict is held to its
+    own false-positive rate; power is needed only to certify "brownian")."""
     if cal is None:
         return False, "no calibration at this file's shape"
     if cal["size"] > SIZE_GOAL[1]:
         return False, f"calibrated size {cal['size']:.3f} > {SIZE_GOAL[1]}"
+    if verdict != "brownian":
+        return True, ""
     weak = {p: v for p, v in cal["power"].items() if v < POWER_GOAL}
     if weak:
         return False, "calibrated power " + ", ".join(f"{p} {v:.2f}" for p, v in weak.items()) + f" < {POWER_GOAL}"
@@ -54,7 +62,7 @@ def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
                                  alpha=stats.alpha, n_times=int(result["n_times"]))
     shape = result.get("calibration_shape")
     cal = calibration_for(table, CalibrationShape.from_dict(shape)) if shape and table is not None else None
-    ok, why = _trustworthy(cal)
+    ok, why = _trustworthy(cal, verdict)
     if verdict != INCONCLUSIVE and not ok:
         return INCONCLUSIVE, f"rule says {verdict!r} but {why}", cal
     return verdict, reason, cal
