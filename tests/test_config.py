@@ -106,6 +106,25 @@ def test_block_seeds_replace_the_top_level_seeds(raw_config):
         cfg.run("vit-pre__adamw__s0")  # a top-level seed, but not one of this block's
 
 
+def test_block_eval_every_overrides_train_eval_every_smallest_wins(raw_config):
+    raw_config["seeds"] = [0]
+    raw_config["train"]["eval_every"] = 25
+    raw_config["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]},
+                          {"models": ["vit-pre"], "optimizers": ["adamw"], "eval_every": 5},
+                          {"models": ["vit-pre"], "optimizers": ["adamw"], "eval_every": 10}]
+    cfg = from_dict(raw_config)
+    assert cfg.eval_every("vit-pre__adamw__s0") == 5 and cfg.eval_every("vit-pre__kfac-iterative__s0") == 25
+    assert cfg.for_run("vit-pre__adamw__s0").train.eval_every == 5
+    assert cfg.for_run("vit-pre__kfac-iterative__s0").train.eval_every == 25
+    # the evaluation schedule shapes the metrics: it is part of the run's hash
+    other = dict(raw_config, grid=[{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]}])
+    assert from_dict(other).run_hash("vit-pre__adamw__s0") != cfg.run_hash("vit-pre__adamw__s0")
+    assert from_dict(other).run_hash("vit-pre__kfac-iterative__s0") == cfg.run_hash("vit-pre__kfac-iterative__s0")
+    raw_config["grid"][1]["eval_every"] = 0
+    with pytest.raises(ConfigError, match="grid.1.eval_every"):
+        from_dict(raw_config)
+
+
 def test_overlapping_blocks_give_each_run_once_in_first_seen_order(raw_config):
     raw_config["seeds"] = [0, 1]
     raw_config["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]},

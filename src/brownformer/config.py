@@ -169,12 +169,14 @@ class GridBlock:
     `seeds` is the block's own `seeds` list when it has one, else the config's top-level `seeds`
     (so a block can give the optimizers one claim compares more seeds than the rest of the grid).
     `probes` False makes the block's runs metrics-only (no captures, extraction or per-run statistics),
-    unless another block probes them: extra seeds for claim 4 cost training time only.
+    unless another block probes them: extra seeds for claim 4 cost training time only. `eval_every`
+    overrides `train.eval_every` for the block's runs (the smallest value wins for a run several blocks name).
     """
     models: tuple[str, ...]
     optimizers: tuple[str, ...]
     seeds: tuple[int, ...]
     probes: bool = True
+    eval_every: int | None = None  # None: train.eval_every
 
     def runs(self) -> list[RunSpec]:
         return [RunSpec(m, o, s) for m in self.models for o in self.optimizers for s in self.seeds]
@@ -230,10 +232,18 @@ class ExperimentConfig:
             raise ConfigError(f"run {run_id!r} is not in the config's grid")
         return spec
 
+    def eval_every(self, run_id: str) -> int:
+        """How often the run evaluates: the smallest `eval_every` of the blocks naming it, else `train.eval_every`."""
+        values = [b.eval_every or self.train.eval_every for b in self.grid
+                  if run_id in {r.run_id for r in b.runs()}]
+        return min(values) if values else self.train.eval_every
+
     def for_run(self, run_id: str) -> "ExperimentConfig":
-        """This config as one run sees it: the run's model may override `train.steps`."""
-        steps = self.models[self.run(run_id).model].steps
-        return self if steps is None else dataclasses.replace(self, train=dataclasses.replace(self.train, steps=steps))
+        """This config as one run sees it: the run's model may override `train.steps`, its grid block
+        `train.eval_every`."""
+        steps = self.models[self.run(run_id).model].steps or self.train.steps
+        train = dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id))
+        return self if train == self.train else dataclasses.replace(self, train=train)
 
     def dataset_of(self, model: str) -> DatasetConfig:
         return self.datasets[self.models[model].dataset]
@@ -259,7 +269,7 @@ class ExperimentConfig:
         return config_hash({"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
                             "optimizer": {**self.raw["optimizers"][spec.optimizer],
                                           **_tuned_settings(self.raw, spec.model, spec.optimizer)},
-                            "train": self.raw["train"],
+                            "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
                             "probes": self.raw["probes"], "device": self.raw["device"]})
 
 
@@ -289,7 +299,8 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         models={n: ModelConfig(name=n, **v) for n, v in d["models"].items()},
         optimizers=opts,
         grid=tuple(GridBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
-                             seeds=tuple(b.get("seeds", d["seeds"])), probes=b["probes"])
+                             seeds=tuple(b.get("seeds", d["seeds"])), probes=b["probes"],
+                             eval_every=b.get("eval_every"))
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
         probes=ProbeConfig(**d.get("probes", {})),

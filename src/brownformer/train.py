@@ -79,7 +79,12 @@ def _set_determinism(train: TrainConfig, device: torch.device) -> dict:
         torch.backends.cuda.matmul.allow_tf32 = not train.deterministic
     else:
         torch.set_num_threads(train.threads)
-    torch.use_deterministic_algorithms(train.deterministic, warn_only=device.type == "cuda")
+    if train.compile:
+        torch.use_deterministic_algorithms(train.deterministic, warn_only=device.type == "cuda")
+    else:
+        # The same switch without the public function's import of torch._inductor (to set inductor's own flag,
+        # which only compiled code reads): 1.7 s of every training job's start-up.
+        torch._C._set_deterministic_algorithms(train.deterministic, warn_only=device.type == "cuda")
     return {"deterministic_algorithms": train.deterministic, "threads": torch.get_num_threads(),
             "cublas_workspace": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
 

@@ -9,7 +9,6 @@ per-channel mean and (population) std of the train split as used, i.e. after `li
 from __future__ import annotations
 
 import numpy as np
-from sklearn.model_selection import train_test_split
 
 from . import cifar10
 
@@ -22,6 +21,7 @@ CIFAR10_DESCRIPTION = ("CIFAR-10 (Krizhevsky 2009), python-version tarball: 32x3
 def _stratified_split(y: np.ndarray, n_holdout: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Indices (rest, holdout) with class proportions kept; both in shuffled order."""
     idx = np.arange(len(y))
+    from sklearn.model_selection import train_test_split  # only to prepare data: every training job imports this module
     rest, held = train_test_split(idx, test_size=n_holdout, stratify=y, random_state=seed, shuffle=True)
     return np.asarray(rest), np.asarray(held)
 
