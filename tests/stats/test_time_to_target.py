@@ -85,6 +85,13 @@ def test_protocol_not_met_is_inconclusive(seeds, every, reason):
     assert result.verdict == "inconclusive" and reason in result.reason
 
 
+def test_only_the_compared_pair_must_meet_the_evaluation_protocol():
+    runs = _runs({s: 100 + 5 * s for s in range(5)}, {s: 200 + 10 * s for s in range(5)})
+    runs.update({f"m__sgd__s{s}": _curve(300, every=25) for s in range(2)})  # another optimizer of the grid
+    result = time_to_target(runs, {"m": 0.8}, n_resamples=500)["m"]
+    assert result.verdict == "supported", result.reason
+
+
 def test_to_dict_is_json_ready():
     import json
     runs = _runs({s: 100 for s in range(5)}, {s: 200 for s in range(5)})
