@@ -92,6 +92,12 @@ def test_only_the_compared_pair_must_meet_the_evaluation_protocol():
     assert result.verdict == "supported", result.reason
 
 
+def test_neither_optimizer_reaching_the_target_is_inconclusive_not_a_loss():
+    runs = _runs({s: 10_000 for s in range(5)}, {s: 10_000 if s < 3 else 200 for s in range(5)})
+    result = time_to_target(runs, {"m": 0.8})["m"]
+    assert result.verdict == "inconclusive" and "neither" in result.reason
+
+
 def test_to_dict_is_json_ready():
     import json
     runs = _runs({s: 100 for s in range(5)}, {s: 200 for s in range(5)})

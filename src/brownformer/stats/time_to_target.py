@@ -12,7 +12,8 @@ independently within each optimizer (Efron & Tibshirani 1993, ch. 16, two-sample
 Verdict (pre-registered margins, equivalence style): ``supported`` when the upper CI bound of the
 steps ratio is ``<= steps_margin`` (0.75) AND that of the seconds ratio is ``<= seconds_margin``
 (1.0); ``not supported`` when a lower CI bound lies above its margin (or the proposed optimizer
-never reaches the target on most seeds); otherwise ``inconclusive``. A protocol that is not met
+never reaches the target on most seeds while the baseline does); otherwise ``inconclusive`` (also when
+neither reaches it on most seeds: then no ratio of medians exists). A protocol that is not met
 (too few seeds, evaluations too sparse, no target) makes the model ``inconclusive`` with a reason.
 
 The bootstrap is written with numpy rather than ``scipy.stats.bootstrap`` because runs that never
@@ -148,8 +149,13 @@ class TimeToTargetResult:
 
 
 def _verdict(ratio: Mapping[str, RatioEstimate], never: float, *, steps_margin: float,
-             seconds_margin: float) -> tuple[str, str]:
+             seconds_margin: float, baseline_never: float = 0.0) -> tuple[str, str]:
     steps, seconds = ratio["steps"], ratio["seconds"]
+    if never > 0.5 and baseline_never > 0.5:
+        # both medians are "never": no ratio exists, and the baseline failing too says the target, not the
+        # proposed optimizer, is out of reach at this run length
+        return "inconclusive", (f"neither optimizer reaches the target on most seeds (proposed misses on {never:.0%}, "
+                                f"baseline on {baseline_never:.0%}): no ratio of medians exists")
     if never > 0.5:
         return "not supported", f"the proposed optimizer never reaches the target on {never:.0%} of seeds"
     if steps.confidence_interval[0] > steps_margin or seconds.confidence_interval[0] > seconds_margin:
@@ -226,8 +232,10 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
             # only the compared pair must meet the protocol: other optimizers of the grid may evaluate less often
             verdict, reason = "inconclusive", f"evaluations more than {max_eval_every} steps apart"
         else:
+            base = table[table["optimizer"] == baseline]
             verdict, reason = _verdict(ratios[baseline], 1 - mine["reached"].mean(),
-                                       steps_margin=steps_margin, seconds_margin=seconds_margin)
+                                       steps_margin=steps_margin, seconds_margin=seconds_margin,
+                                       baseline_never=1 - base["reached"].mean())
         out[model] = TimeToTargetResult(model=model, metric=col, higher_is_better=higher, target=target,
                                         proposed=proposed, baseline=baseline, runs=table, ratios=ratios,
                                         verdict=verdict, reason=reason)
