@@ -57,6 +57,17 @@ def test_pooled_ci_adds_run_uncertainty_and_seed_spread(tiny_study):
     assert row["n_runs"] == 2
 
 
+def test_a_run_that_did_not_train_is_left_out_of_the_point_not_turned_into_nan(tiny_study):
+    raw = load_config(ROOT / "config" / "scaling_ci.yaml", overrides=["seeds=[0, 1]"])
+    claims = _claims({"vit-L1-w16__adamw__s0": (1.0, Z95 * 0.1, "supported")})
+    claims.claims["3a"].per_run["vit-L1-w16__adamw__s1"] = ClaimsFile.from_dict({"claims": {"x": {
+        "verdict": "did not train", "reason": "at chance"}}}).claims["x"]
+    points = claim_points(raw, claims)
+    assert "did not train" not in set(points["verdict"])
+    row = pooled_by_model(points).query("model == 'vit-L1-w16'").iloc[0]
+    assert row["value"] == pytest.approx(1.0) and row["n_runs"] == 1 and row["name"] == "msd_exponent"
+
+
 def test_pooled_ci_covers_the_true_value_when_runs_differ_only_by_their_noise(tiny_study):
     raw = load_config(ROOT / "config" / "scaling_ci.yaml", overrides=["seeds=[0, 1, 2, 3]"])
     rng = np.random.default_rng(0)

@@ -27,7 +27,7 @@ from scipy import stats
 
 from brownformer.config import ExperimentConfig, RunSpec
 from brownformer.stats.training_status import ChanceBaseline, training_status
-from brownformer.verdicts import ClaimsFile
+from brownformer.verdicts import DID_NOT_TRAIN, ClaimsFile
 
 __all__ = ["STUDY_COMMAND", "SCALING_CLAIMS", "ScalingPoint", "series_of", "claim_points", "pooled_by_model", "trends",
            "verdict_flips", "training_table"]
@@ -86,6 +86,8 @@ def claim_points(cfg: ExperimentConfig, claims: ClaimsFile | None) -> pd.DataFra
         if record is None:
             continue
         for run_id, rec in sorted(record.per_run.items()):
+            if rec.verdict == DID_NOT_TRAIN:  # shown in the training table, never pooled into a point
+                continue
             spec = RunSpec.parse(run_id)
             est = rec.estimate
             margin = rec.margin or record.margin or (math.nan, math.nan)
@@ -123,11 +125,15 @@ def _pool(g: pd.DataFrame) -> pd.Series:
 
 def pooled_by_model(points: pd.DataFrame) -> pd.DataFrame:
     """claim_points pooled over seeds: one row per (group, series, size, model, optimizer, claim)."""
-    keys = ["group", "series", "size", "model", "optimizer", "claim", "name", "margin_low", "margin_high"]
+    keys = ["group", "series", "size", "model", "optimizer", "claim", "margin_low", "margin_high"]
     if points.empty:
-        return pd.DataFrame(columns=keys + ["value", "ci_low", "ci_high", "n_runs"])
+        return pd.DataFrame(columns=keys + ["name", "value", "ci_low", "ci_high", "n_runs"])
+    # the statistic's name from the runs that have an estimate (a run without one carries "")
+    names = points[points["name"] != ""].groupby(keys, sort=True, dropna=False)["name"].first()
     pooled = points.groupby(keys, sort=True, dropna=False)[["value", "ci_low", "ci_high", "confidence_level"]]
-    return pooled.apply(_pool).reset_index()
+    out = pooled.apply(_pool)
+    out.insert(0, "name", names.reindex(out.index).fillna(""))
+    return out.reset_index()
 
 
 def trends(points: pd.DataFrame) -> pd.DataFrame:
