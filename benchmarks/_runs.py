@@ -61,6 +61,11 @@ def model_steps(raw: dict, model: str) -> int:
     return int(raw["models"][model].get("steps") or raw["train"]["steps"])
 
 
+def run_cost(raw: dict, model: str) -> int:
+    """A run's relative cost (steps x layers): the scripts start the longest runs first so workers finish together."""
+    return model_steps(raw, model) * int(raw["models"][model]["n_layers"])
+
+
 def grid_pairs(raw: dict) -> list[tuple[str, str]]:
     """Every (model, optimizer) pair of the config's grid, in order, without duplicates."""
     pairs: dict = {}

@@ -32,7 +32,7 @@ import pandas as pd
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import KFAC, base_parser, grid_pairs, load_raw, model_steps, one_run, prepare_data, run_jobs  # noqa: E402
+from _runs import KFAC, base_parser, grid_pairs, load_raw, model_steps, one_run, prepare_data, run_cost, run_jobs  # noqa: E402
 
 from brownformer.config import from_dict  # noqa: E402
 from brownformer.io import to_jsonable  # noqa: E402
@@ -176,7 +176,7 @@ def main(argv=None) -> int:
     jobs = [(raw, r["model"], r["optimizer"], r["seed"], {"lr": r["lr"]}, data[r["model"]], 1,
              tuple(o for o in [steps_overrides.get(r["model"])] if o)) for r in runs]
     # long runs first, so that no long straggler starts at the end
-    order = sorted(range(len(jobs)), key=lambda i: -runs[i]["steps"] * raw["models"][runs[i]["model"]]["n_layers"])
+    order = sorted(range(len(jobs)), key=lambda i: -run_cost(raw, runs[i]["model"]))
     results = [None] * len(jobs)
     for i, result in zip(order, run_jobs([jobs[i] for i in order], args.workers, fn=guarded_run, desc="stability")):
         results[i] = result

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _runs import KFAC, base_parser, grid_pairs, load_raw, model_steps, prepare_data, run_jobs  # noqa: E402
+from _runs import KFAC, base_parser, grid_pairs, load_raw, prepare_data, run_cost, run_jobs  # noqa: E402
 
 
 def trials(optimizer_type: str, lr: float, args) -> list[dict]:
@@ -77,7 +77,7 @@ def main(argv=None) -> int:
         o = raw["optimizers"][optimizer]
         jobs += [(raw, model, optimizer, seed, s, data_dir) for s in trials(o["type"], o["lr"], args)
                  for seed in args.seeds]
-    cost = lambda job: model_steps(job[0], job[1]) * job[0]["models"][job[1]]["n_layers"]
+    cost = lambda job: run_cost(job[0], job[1])
     order = sorted(range(len(jobs)), key=lambda i: -cost(jobs[i]))  # long runs first: no straggler at the end
     results = [None] * len(jobs)
     for i, r in zip(order, run_jobs([jobs[i] for i in order], args.workers)):

@@ -192,6 +192,15 @@ def test_metrics_only_seeds_do_not_change_the_other_runs_hashes(raw_config):
         assert more.run_hash(run) == base.run_hash(run)
 
 
+def test_a_run_that_stops_capturing_probes_gets_a_new_hash(raw_config):
+    base = from_dict(raw_config)
+    run = _run_ids(base)[0]
+    for block in raw_config["grid"]:
+        block["probes"] = False
+    metrics_only = from_dict(raw_config)
+    assert not metrics_only.probed(run) and metrics_only.run_hash(run) != base.run_hash(run)
+
+
 def test_block_probes_defaults_to_true_through_the_schema(raw_config):
     cfg = from_dict(raw_config)
     assert all(b["probes"] is True for b in cfg.raw["grid"]) and _probed_ids(cfg) == _run_ids(cfg)

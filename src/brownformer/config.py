@@ -263,14 +263,17 @@ class ExperimentConfig:
         return config_hash(self.raw)
 
     def run_hash(self, run_id: str) -> str:
-        """Hash of the config slices that determine one run's training (not stats/report keys)."""
+        """Hash of the config slices that determine one run's training (not stats/report keys), including
+        whether it captures probes: a run that starts or stops capturing is retrained (the key is added only
+        for metrics-only runs, so a probed run keeps the hash it always had)."""
         spec = self.run(run_id)
         model = self.raw["models"][spec.model]
-        return config_hash({"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
-                            "optimizer": {**self.raw["optimizers"][spec.optimizer],
-                                          **_tuned_settings(self.raw, spec.model, spec.optimizer)},
-                            "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
-                            "probes": self.raw["probes"], "device": self.raw["device"]})
+        slices = {"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
+                  "optimizer": {**self.raw["optimizers"][spec.optimizer],
+                                **_tuned_settings(self.raw, spec.model, spec.optimizer)},
+                  "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
+                  "probes": self.raw["probes"], "device": self.raw["device"]}
+        return config_hash(slices if self.probed(run_id) else {**slices, "metrics_only": True})
 
 
 def _tuned_settings(raw: Mapping[str, Any], model: str, optimizer: str) -> dict:

@@ -70,10 +70,7 @@ def data_meta_of_run(wildcards):
 
 
 def run_hash(wildcards):
-    """The run's config hash, marked when the run is metrics-only: a run that starts or stops capturing
-    probes is retrained (train_model's params), while a probed run keeps the bare hash it always had."""
-    digest = CFG.run_hash(wildcards.run)
-    return digest if CFG.probed(wildcards.run) else f"{digest}-metrics-only"
+    return CFG.run_hash(wildcards.run)
 
 
 def train_resources_gpu(wildcards):

@@ -86,11 +86,10 @@ def goal_text() -> str:
 
 def replicates_text(n_null: int) -> str:
     """How many replicates the calibration simulates per shape, as the statistics stage decides it, in words."""
-    from brownformer.stats.calibration import CHUNK, POWER_GOAL, POWER_REPLICATES_SHARE
+    from brownformer.stats.calibration import CHUNK, POWER_GOAL, max_power_replicates
 
-    most = max(CHUNK, int(n_null * POWER_REPLICATES_SHARE))
     return (f"{n_null} replicates of Brownian motion; each alternative stops after {CHUNK}, {2 * CHUNK}, ... "
-            f"(at most {most}) replicates once the exact (Clopper–Pearson) interval of its power excludes "
+            f"(at most {max_power_replicates(n_null)}) replicates once the exact (Clopper–Pearson) interval of its power excludes "
             f"{POWER_GOAL:.0%}")
 
 

@@ -36,7 +36,7 @@ from .simulate import CALIBRATION_PROCESSES, simulate_batch
 
 log = logging.getLogger(__name__)
 
-__all__ = ["run_calibration", "processes_for", "power_decided", "SIZE_GOAL", "POWER_GOAL", "CHUNK"]
+__all__ = ["run_calibration", "processes_for", "power_decided", "max_power_replicates", "SIZE_GOAL", "POWER_GOAL", "CHUNK"]
 
 SIZE_GOAL = (0.0, 0.08)  # rate of "not brownian" on Brownian motion
 POWER_GOAL = 0.9  # rate of a verdict other than "brownian" at each margin edge and on i.i.d. points
@@ -49,6 +49,11 @@ POWER_REPLICATES_SHARE = 0.5
 def processes_for(kind: str) -> list[str]:
     """The null and the alternatives simulated for a kind (OU at the edge is euclidean only)."""
     return [p for p in CALIBRATION_PROCESSES if kind == "euclidean" or p != "ou_edge"]
+
+
+def max_power_replicates(n_null: int) -> int:
+    """The most replicates an alternative gets when the null gets `n_null` (POWER_REPLICATES_SHARE, at least CHUNK)."""
+    return min(n_null, max(CHUNK, int(n_null * POWER_REPLICATES_SHARE)))
 
 
 def power_decided(not_certified: int, n: int, *, goal: float = POWER_GOAL, confidence_level: float = 0.95) -> bool:
@@ -126,8 +131,7 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
                 continue
             t0 = time.perf_counter()
             seed = [base_seed, int(shape.id, 16) % 2**32, p_i]
-            n_rep = n_replicates if process == "brownian" else max(CHUNK, int(n_replicates * POWER_REPLICATES_SHARE))
-            n_rep = min(n_rep, n_replicates)
+            n_rep = n_replicates if process == "brownian" else max_power_replicates(n_replicates)
             cell = _one_cell(shape, process, n_replicates=n_rep, seed=seed, margins=margins, alpha=alpha,
                              n_resamples=n_resamples, sequential=process != "brownian")
             secs = time.perf_counter() - t0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 from scipy import stats
+
 from .battery import walk_levels
 
 __all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
