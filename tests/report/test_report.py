@@ -100,11 +100,6 @@ def test_no_code_in_html_and_notebook_kept(report):
     assert any("injected-parameters" in c.metadata.get("tags", []) for c in nb.cells)
 
 
-def test_packaged_notebook_matches_workflow_copy():
-    packaged = (REPO / "src" / "brownformer" / "report" / "report.ipynb").read_text()
-    assert packaged == (REPO / "workflow" / "notebooks" / "report.ipynb").read_text()
-
-
 def test_missing_inputs_say_not_available(tmp_path):
     config_path = tmp_path / "config.yaml"
     config_path.write_text(yaml.safe_dump(fake.RAW_CONFIG))

@@ -1,6 +1,6 @@
 """config/paper.yaml and the SLURM profile: validate, build, dry-run (no job runs, nothing submitted).
 
-Dry runs happen in a temporary folder that links workflow/, config/ and envs/ from the repo, so
+Dry runs happen in a temporary folder that links workflow/ and config/ from the repo, so
 the checkout gets no results/ or .snakemake/ (the Snakefile writes results/config/ even on -n).
 Each dry run takes a few seconds; the whole module well under a minute.
 """
@@ -42,7 +42,7 @@ def paper():
 @pytest.fixture()
 def workdir(tmp_path) -> Path:
     """A working directory that sees the repo's workflow, configs and envs but writes elsewhere."""
-    for name in ("workflow", "config", "envs"):
+    for name in ("workflow", "config"):
         if (ROOT / name).exists():
             (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
     return tmp_path

@@ -18,7 +18,7 @@ RUNS = [r.run_id for r in CFG.runs()]
 # (grid blocks with `probes: false`) are metrics-only, for claim 4 and the training status.
 PROBED_RUNS = [r.run_id for r in CFG.probed_runs()]
 DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
-ENV = "../../envs/brownformer.yaml"
+ENV = "../envs/brownformer.yaml"
 # Output roots (config `paths`): another config (config/scaling.yaml) writes beside the default, never over it.
 RESULTS = CFG.paths["results"]
 FIGURES_DIR = CFG.paths["figures"]

@@ -1,9 +1,8 @@
 """Execute the report notebook and convert it to one self-contained HTML file.
 
-The notebook (report.ipynb next to this module, a copy of workflow/notebooks/report.ipynb) only
-calls brownformer.report's section functions; its first cell, tagged "parameters", is followed
-by an injected cell holding the paths (papermill's convention). It runs in a kernel started from
-this very interpreter, so the kernel sees the same installed brownformer.
+The notebook (report.ipynb next to this module, the only copy) only calls brownformer.report's
+section functions; papermill injects the paths after its cell tagged "parameters". It runs in a
+kernel started from this very interpreter, so the kernel sees the same installed brownformer.
 """
 from __future__ import annotations
 
@@ -18,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import nbformat
+from papermill.parameterize import parameterize_notebook
 
 from brownformer.config import ExperimentConfig
 from brownformer.io import atomic_path
@@ -49,15 +49,6 @@ def _kernel_for_this_python() -> Iterator[str]:
                 os.environ.pop("JUPYTER_PATH", None)
             else:
                 os.environ["JUPYTER_PATH"] = old
-
-
-def _inject_parameters(nb, params: dict) -> None:
-    """Insert a cell assigning `params` right after the cell tagged "parameters" (else first)."""
-    src = "# Parameters (injected by brownformer.report.build)\n" + "".join(
-        f"{k} = {v!r}\n" for k, v in params.items())
-    cell = nbformat.v4.new_code_cell(src, metadata={"tags": ["injected-parameters"]})
-    idx = next((i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])), -1)
-    nb.cells.insert(idx + 1, cell)
 
 
 def _strip_stderr(nb) -> None:
@@ -105,9 +96,10 @@ def build_report(cfg: ExperimentConfig, results_dir: Path, figures_dir: Path, ou
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     nb = nbformat.read(notebook or NOTEBOOK, as_version=4)
-    _inject_parameters(nb, {"config_path": str(Path(config_path).resolve()),
-                            "results_dir": str(Path(results_dir).resolve()),
-                            "figures_dir": str(Path(figures_dir).resolve())})
+    nb = parameterize_notebook(nb, {"config_path": str(Path(config_path).resolve()),
+                                    "results_dir": str(Path(results_dir).resolve()),
+                                    "figures_dir": str(Path(figures_dir).resolve())},
+                               kernel_name="python3", language="python")
     nb.metadata["title"] = report_setting(cfg, "title") or "brownformer report"
     with _kernel_for_this_python() as kernel:
         client = NotebookClient(nb, kernel_name=kernel, timeout=timeout, resources={"metadata": {"path": str(out_dir)}})

@@ -5,6 +5,7 @@ import math
 from typing import Any
 
 import pandas as pd
+from tabulate import tabulate
 
 __all__ = ["fmt", "fmt_ci", "md_table", "kv_table"]
 
@@ -37,15 +38,13 @@ def _cell(v: Any) -> str:
 
 
 def md_table(df: pd.DataFrame, *, index: bool = False) -> str:
-    """A GitHub-flavoured markdown table (no tabulate dependency)."""
+    """A GitHub-flavoured markdown table (cells formatted by `fmt`, laid out by tabulate)."""
     if df is None or df.empty:
         return "_(no rows)_"
     if index:
         df = df.reset_index()
-    head = "| " + " | ".join(_cell(c) for c in df.columns) + " |"
-    sep = "|" + "|".join("---" for _ in df.columns) + "|"
-    body = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in df.itertuples(index=False)]
-    return "\n".join([head, sep, *body])
+    rows = [[_cell(v) for v in row] for row in df.itertuples(index=False)]
+    return tabulate(rows, headers=[_cell(c) for c in df.columns], tablefmt="github", disable_numparse=True)
 
 
 def kv_table(items: dict, *, ncols: int = 3) -> str:
