@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Iterator
 
 import nbformat
+from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 
 from brownformer.config import ExperimentConfig
@@ -95,7 +96,7 @@ def build_report(cfg: ExperimentConfig, results_dir: Path, figures_dir: Path, ou
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    nb = nbformat.read(notebook or NOTEBOOK, as_version=4)
+    nb = load_notebook_node(str(notebook or NOTEBOOK))  # papermill's reader: every cell gets its tags list
     nb = parameterize_notebook(nb, {"config_path": str(Path(config_path).resolve()),
                                     "results_dir": str(Path(results_dir).resolve()),
                                     "figures_dir": str(Path(figures_dir).resolve())},
