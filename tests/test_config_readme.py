@@ -1,0 +1,26 @@
+"""config/README.md stays in step with the schema, and every schema key is described."""
+from pathlib import Path
+
+import yaml
+
+from brownformer.config_readme import SCHEMA, iter_keys, render, undocumented
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_every_schema_key_has_a_description():
+    schema = yaml.safe_load(SCHEMA.read_text())
+    missing = undocumented(schema)
+    assert not missing, f"schema keys without a description: {missing}"
+
+
+def test_config_readme_is_generated_from_the_schema():
+    committed = (REPO / "config" / "README.md").read_text()
+    assert committed == render(), "regenerate: python -m brownformer.config_readme > config/README.md"
+
+
+def test_every_key_appears_in_the_readme():
+    text = render()
+    for path, _ in iter_keys(yaml.safe_load(SCHEMA.read_text())):
+        if "." in path or "[" in path:
+            assert f"`{path}`" in text
