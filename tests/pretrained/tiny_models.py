@@ -33,10 +33,10 @@ def _config(kind: str, n_layers: int = 3, width: int = 32):
 KINDS = ("gpt2", "gpt_neox", "bert", "llama", "vit")
 
 
-def tiny_model(kind: str, *, n_layers: int = 3, seed: int = 0):
+def tiny_model(kind: str, *, n_layers: int = 3, width: int = 32, seed: int = 0):
     """A random-init base model of `kind` in eval mode with eager attention."""
     torch.manual_seed(seed)
-    return T.AutoModel.from_config(_config(kind, n_layers), attn_implementation="eager").eval()
+    return T.AutoModel.from_config(_config(kind, n_layers, width), attn_implementation="eager").eval()
 
 
 def tiny_inputs(kind: str, *, batch: int = 2, n_tokens: int = 10, seed: int = 0) -> torch.Tensor:

@@ -131,6 +131,7 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
     import transformers
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()  # stderr stays the one-line error channel of the CLI
     stats, probes = stats or StatsConfig(), probes or ProbeConfig()
     t0 = time.perf_counter()
     model_dir = Path(req.model_dir)
