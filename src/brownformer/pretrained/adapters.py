@@ -141,6 +141,9 @@ class Adapter:
     rotary: bool = False
     notes: str = ""
     needs_block: bool = field(default=False)
+    probs: str | None = None  # path from a block to a module whose output is the attention probabilities
+    n_heads: int | None = None  # None: from the model's config
+    n_kv_heads: int | None = None
 
     def blocks(self, model: nn.Module) -> list[nn.Module]:
         return list(_first_path(getattr(model, "base_model", model), self.layers))
@@ -226,7 +229,8 @@ class ModuleMap:
 
         return Adapter(model_type, (self.layers,), (self.norm,), (self.attention,), self.placement, self.norm_kind,
                        self.causal, self.modality, weights if has_qkvo else None, needs_block=True,
-                       notes="user module map")
+                       notes="user module map", probs=self.probs, n_heads=self.n_heads,
+                       n_kv_heads=self.n_kv_heads or self.n_heads)
 
 
 def adapter_for(model_type: str, module_map: ModuleMap | None = None) -> Adapter:

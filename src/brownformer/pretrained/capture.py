@@ -47,8 +47,11 @@ class ModelCapture:
     qk_max_deviation: float | None
 
 
-def head_counts(config) -> tuple[int, int]:
-    """(H, H_kv): attention heads and key/value heads (grouped-query attention: H_kv < H)."""
+def head_counts(config, adapter: Adapter | None = None) -> tuple[int, int]:
+    """(H, H_kv): attention heads and key/value heads (grouped-query attention: H_kv < H); a module map's
+    n_heads / n_kv_heads win over the config."""
+    if adapter is not None and adapter.n_heads:
+        return int(adapter.n_heads), int(adapter.n_kv_heads or adapter.n_heads)
     H = int(getattr(config, "num_attention_heads", 0) or getattr(config, "n_head", 0))
     if H <= 0:
         raise ValueError("config has no num_attention_heads")
@@ -112,16 +115,20 @@ def _rotary_fn(adapter: Adapter, attn_module: nn.Module):
 
 
 @torch.no_grad()
-def capture_model(model: nn.Module, adapter: Adapter, inputs: torch.Tensor, *, probs_path: str | None = None
-                  ) -> ModelCapture:
+def capture_model(model: nn.Module, adapter: Adapter, inputs: torch.Tensor) -> ModelCapture:
     """One forward pass over `inputs` (input_ids (B, n) or pixel_values (B, C, H, W)) recording the module
-    docstring's tensors.
+    docstring's tensors. With `adapter.probs` (a module map for any nn.Module) the model is called as
+    model(inputs) and the attention is that module's output; else as a transformers model with
+    output_attentions=True.
 
     Raises:
         AttentionUnavailable: the model returned no attention weights.
         ValueError: the adapter's layout does not reproduce the model's attention (QK_TOLERANCE).
     """
-    blocks = adapter.blocks(model)
+    blocks, probs_path = adapter.blocks(model), adapter.probs
+    if not probs_path and not hasattr(model, "config"):
+        raise AttentionUnavailable(f"{type(model).__name__} returned no attention weights (not a transformers model, "
+                                   "and the module map names no 'probs' module)")
     resid, ln_hat, ln_out, attn_in, pos_emb, probs = [], [], [], [], [], []
     handles = []
 
@@ -147,8 +154,11 @@ def capture_model(model: nn.Module, adapter: Adapter, inputs: torch.Tensor, *, p
     was_training = model.training
     model.eval()
     try:
-        key = "pixel_values" if adapter.modality == "image" else "input_ids"
-        out = model(**{key: inputs}, output_attentions=True)
+        if probs_path:
+            out = model(inputs)
+        else:
+            out = model(**{"pixel_values" if adapter.modality == "image" else "input_ids": inputs},
+                        output_attentions=True)
     finally:
         for h in handles:
             h.remove()
@@ -168,7 +178,7 @@ def _qk_check(model, adapter: Adapter, blocks, attn_in, pos_emb, attn: torch.Ten
     """max |softmax(Q K^T * scaling + mask) - attention| over layers, from the adapter's per-head weights."""
     if adapter.weights is None or len(attn_in) != len(blocks):
         return None
-    H, H_kv = head_counts(model.config)
+    H, H_kv = head_counts(getattr(model, "config", None), adapter)
     worst = 0.0
     for l, block in enumerate(blocks):
         module = adapter.attention_of(block)

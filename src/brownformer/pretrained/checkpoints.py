@@ -84,7 +84,7 @@ def _projections(blocks_weights: dict, probes: ProbeConfig) -> tuple[dict, dict]
 
 
 def _matrices(model, adapter: Adapter) -> dict:
-    H, H_kv = head_counts(model.config)
+    H, H_kv = head_counts(getattr(model, "config", None), adapter)
     out = {}
     for l, block in enumerate(adapter.blocks(model)):
         mats = adapter.head_weights(block, H, H_kv).matrices()
@@ -94,7 +94,7 @@ def _matrices(model, adapter: Adapter) -> dict:
 
 
 def capture_series(checkpoints: list[Checkpoint], load, adapter: Adapter, inputs: torch.Tensor, writer,
-                   *, probes: ProbeConfig, probs_path: str | None = None) -> list[dict]:
+                   *, probes: ProbeConfig) -> list[dict]:
     """Fill training/ and weights/ for every checkpoint (one model in memory at a time).
 
     Args:
@@ -108,7 +108,7 @@ def capture_series(checkpoints: list[Checkpoint], load, adapter: Adapter, inputs
     training, weights, projections, records = None, None, None, []
     for i, ckpt in enumerate(checkpoints):
         model = load(ckpt.path)
-        cap = capture_model(model, adapter, inputs, probs_path=probs_path)
+        cap = capture_model(model, adapter, inputs)
         L, d = cap.ln_hat.shape[0], cap.ln_hat.shape[-1]
         if training is None:
             training = writer.open_training(L, d, steps, names)

@@ -141,13 +141,12 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
     checkpoints = find_checkpoints(req.checkpoints) if req.checkpoints else []
     model = _load_model(model_dir)
     inputs = build_inputs(model_dir, config, adapter.modality, req.inputs)
-    probs = module_map.probs if module_map else None
     t_cap = time.perf_counter()
-    cap = capture_model(model, adapter, inputs, probs_path=probs)
+    cap = capture_model(model, adapter, inputs)
     capture_s = time.perf_counter() - t_cap
-    null = capture_model(_random_init(config, req.null_seed), adapter, inputs, probs_path=probs)
+    null = capture_model(_random_init(config, req.null_seed), adapter, inputs)
     L, B, n, d = cap.ln_hat.shape
-    H, H_kv = head_counts(config)
+    H, H_kv = head_counts(config, adapter)
     name = req.name or model_dir.resolve().name
     stats = stats_for_norm(stats, adapter.norm_kind, d)
     with _staged(Path(req.out)) as tmp:
@@ -156,8 +155,7 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
         writer.depth(cap, PRETRAINED_CAPTURE)
         writer.attention(null, NULL_CAPTURE, step=0, label=f"random init of the same config (seed {req.null_seed})")
         writer.attention(cap, PRETRAINED_CAPTURE, step=None, label="pretrained")
-        series = capture_series(checkpoints, _load_model, adapter, inputs, writer, probes=probes,
-                                probs_path=probs) if checkpoints else []
+        series = capture_series(checkpoints, _load_model, adapter, inputs, writer, probes=probes) if checkpoints else []
         writer.index()
         from brownformer.stats.run_stats import stats_for_run
         stats_for_run(tmp / "trajectories", tmp / "stats", stats=stats, run_id=name)
