@@ -145,6 +145,44 @@ def _cmd_report(args) -> None:
     build_report(cfg, args.results, args.figures, args.out, config_path=args.config)
 
 
+def _cmd_pretrained(args) -> None:
+    import importlib.util
+    if importlib.util.find_spec("transformers") is None:
+        raise UsageError("needs transformers and safetensors: pip install 'brownformer[pretrained]'")
+    from brownformer.pretrained import InputSpec, PretrainedRequest, analyze_pretrained
+    cfg = _load(args) if args.config else None
+    spec = InputSpec(text=args.text, dataset=args.dataset, input_ids=args.input_ids, images=args.images,
+                     n_inputs=args.n_inputs, n_tokens=args.n_tokens)
+    req = PretrainedRequest(args.model_dir, args.out, spec, name=args.name, checkpoints=args.checkpoints,
+                            module_map=args.module_map, calibration_replicates=args.calibration_replicates)
+    analyze_pretrained(req, stats=cfg.stats if cfg else None, probes=cfg.probes if cfg else None)
+
+
+def _add_pretrained_parser(sub) -> None:
+    from brownformer.pretrained.inputs import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS
+    p = sub.add_parser("pretrained", help="the paper's statistics on a local Hugging Face checkpoint (offline)",
+                       description="Captures MODEL_DIR (a local transformers folder: config.json + weights; never a "
+                       "network call) and writes OUT/trajectories (the trajectory layout), OUT/stats and "
+                       "OUT/pretrained.json (each claim's verdict, model_type, sha256 of the weights, versions).")
+    _common(p, config_required=False)
+    p.add_argument("model_dir", type=Path, help="local folder with config.json and *.safetensors")
+    p.add_argument("--out", type=Path, required=True)
+    src = p.add_mutually_exclusive_group()
+    src.add_argument("--text", type=Path, help="UTF-8 text, tokenised with the checkpoint's tokenizer files")
+    src.add_argument("--dataset", choices=DATASETS, help="pydoc (text) or digits (images); the default by modality")
+    src.add_argument("--input-ids", type=Path, help="int array (n_inputs, n_tokens) .npy (no tokenizer needed)")
+    src.add_argument("--images", type=Path, help="float array (n_inputs, channels, height, width) .npy")
+    p.add_argument("--n-inputs", type=int, default=DEFAULT_N_INPUTS)
+    p.add_argument("--n-tokens", type=int, default=DEFAULT_N_TOKENS, help="tokens per text window")
+    p.add_argument("--checkpoints", metavar="GLOB", default=None,
+                   help="checkpoint folders of one training run (step number in each name): claims 3b and 3c")
+    p.add_argument("--module-map", type=Path, default=None, help="JSON module paths for a model_type without adapter")
+    p.add_argument("--name", default=None, help="the model's name in the outputs (default: the folder's name)")
+    p.add_argument("--calibration-replicates", type=int, default=0,
+                   help="simulate the Brownian rule at each file's shape (0: not calibrated, claims 3 inconclusive)")
+    p.set_defaults(func=_cmd_pretrained)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from brownformer import __version__
     parser = argparse.ArgumentParser(prog="brownformer", description=__doc__.splitlines()[0])
@@ -192,6 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figures", type=Path, default=Path("figures"))
     p.add_argument("--out", type=Path, default=Path("results/report"))
     p.set_defaults(func=_cmd_report)
+
+    _add_pretrained_parser(sub)
     return parser
 
 

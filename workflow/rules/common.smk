@@ -93,3 +93,30 @@ def data_out_dir(wildcards):
 
 def run_dir(wildcards):
     return in_results(f"runs/{wildcards.run}")
+
+
+# Local pretrained checkpoints (config `pretrained:`; rules/pretrained.smk). Absent or empty: no job, and
+# PRETRAINED_OUTPUTS (in `rule all` and the report's inputs) is empty.
+from brownformer.pretrained.settings import cli_arguments, pretrained_entries
+
+try:
+    PRETRAINED = pretrained_entries(config)
+except ConfigError as exc:
+    raise WorkflowError(str(exc))
+PRETRAINED_OUTPUTS = expand(in_results("pretrained/{name}/pretrained.json"), name=list(PRETRAINED))
+
+
+def pretrained_model_config(wildcards):
+    return str(Path(PRETRAINED[wildcards.name]["path"]) / "config.json")
+
+
+def pretrained_model_dir(wildcards):
+    return PRETRAINED[wildcards.name]["path"]
+
+
+def pretrained_options(wildcards):
+    return cli_arguments(PRETRAINED[wildcards.name])
+
+
+def pretrained_out_dir(wildcards):
+    return in_results(f"pretrained/{wildcards.name}")

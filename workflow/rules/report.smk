@@ -5,6 +5,7 @@ rule build_report:
         summary=in_results("stats/summary.parquet"),
         calibration=in_results("stats/calibration.parquet"),
         manifests=expand(in_results("runs/{run}/manifest.json"), run=RUNS),
+        pretrained=PRETRAINED_OUTPUTS,
     output:
         html=report(in_results("report/report.html"), caption="../report/report.rst", category="Report"),
         notebook=in_results("report/report.ipynb"),

@@ -15,6 +15,7 @@ from brownformer.report.claims import claim_lines, claim_table, counts_by_optimi
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.optimizers import comparison_table, kfac_sentences
+from brownformer.report.pretrained import pretrained_text
 from brownformer.report.scaling import scaling_text
 from brownformer.results import calibration_matrix, report_setting
 from brownformer.results.tables import goal_text
@@ -69,6 +70,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("calibration", "Calibration of the test battery", text=_calibration_text),
     Section("overview", "Overview", text=_overview_text),
     Section("scaling", "Scaling: the claims against depth and width", text=scaling_text),
+    Section("pretrained", "Pretrained models (descriptive)", text=pretrained_text),
 )
 
 

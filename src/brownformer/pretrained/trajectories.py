@@ -1,0 +1,135 @@
+"""Captures of a pretrained model -> trajectory files in the project's layout (docs/ARTIFACTS.md).
+
+Capture 0 is the random-init model of the same config (attention only: claim 2's step-0 null);
+capture 1 is the pretrained model (depth files and attention). With a checkpoint series, training/
+and weights/ hold one time point per checkpoint, on the clock of the checkpoints' step numbers.
+Every array has its sidecar: {"kind", "time", "times", "walkers", "source", ...} plus "n_inputs" /
+"n_tokens" (tokens of one input are dependent walkers), "sum_zero", "ln", "norm_kind".
+"""
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from brownformer.io import write_json
+from brownformer.probes.capture import sphere_normalize
+
+__all__ = ["TrajectoryWriter", "PRETRAINED_CAPTURE", "NULL_CAPTURE"]
+
+NULL_CAPTURE = 0
+PRETRAINED_CAPTURE = 1
+_DRIFT_WEIGHTS = ("per_walker: each row of W follows its own gradient, so each row's linear drift over the clock "
+                  "is removed (a shared drift would leave most of it in)")
+
+
+class TrajectoryWriter:
+    """Writes arrays with sidecars under `root` and collects the index.json entries."""
+
+    def __init__(self, root: Path, name: str, *, placement: str, norm_kind: str, causal: bool, n_inputs: int,
+                 n_tokens: int, cls_token: bool):
+        self.root, self.name, self.entries = Path(root), name, []
+        self.placement, self.norm_kind, self.causal = placement, norm_kind, causal
+        self.B, self.n = n_inputs, n_tokens
+        self.walkers = (f"probe token: walker i*{n_tokens} + t is token t of probe input i ({n_inputs} inputs x "
+                        f"{n_tokens} tokens)" + ("; token 0 of each input is the CLS token" if cls_token else ""))
+
+    @property
+    def centered(self) -> bool:
+        return self.norm_kind == "layernorm"
+
+    def _common(self) -> dict:
+        return {"ln": self.placement, "norm_kind": self.norm_kind, "n_inputs": self.B, "n_tokens": self.n}
+
+    def save(self, rel: str, array: np.ndarray, sidecar: dict, *, category: str, tensor: str, layer=None,
+             capture=None) -> None:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, np.ascontiguousarray(array, dtype=np.float32))
+        write_json(path.with_suffix(".json"), sidecar)
+        self.entries.append({"path": rel, "category": category, "kind": sidecar["kind"], "time": sidecar.get("time"),
+                             "layer": layer, "tensor": tensor, "capture": capture})
+
+    def _source(self, tensor: str, capture: int, **kw) -> dict:
+        return {"run": self.name, "head": None, "layer": None, "tensor": tensor, "captures": [capture], **kw}
+
+    def depth(self, cap, k: int) -> None:
+        """depth/ln_c<k>, lnaff_c<k>, resid_c<k> of one capture (ModelCapture)."""
+        L, B, n, d = cap.ln_hat.shape
+        layers = list(range(L))
+        self.save(f"depth/ln_c{k}.npy", (cap.ln_hat / math.sqrt(d)).reshape(L, B * n, d), {
+            "kind": "sphere", "time": "layer", "times": layers, "walkers": self.walkers, "step": None,
+            "source": self._source("norm output before its affine map / sqrt(d)", k), "sum_zero": self.centered,
+            "radius": "not renormalised: the norm's eps makes |z| <= 1 where a token's variance is small",
+            **self._common()}, category="depth", tensor="ln", capture=k)
+        self.save(f"depth/lnaff_c{k}.npy", cap.ln_out.reshape(L, B * n, d), {
+            "kind": "euclidean", "time": "layer", "times": layers, "walkers": self.walkers, "step": None,
+            "source": self._source("norm output after its affine map (raw)", k), **self._common()},
+            category="depth", tensor="ln_affine", capture=k)
+        self.save(f"depth/resid_c{k}.npy", cap.resid.reshape(L + 1, B * n, d), {
+            "kind": "euclidean", "time": "layer", "times": list(range(L + 1)), "walkers": self.walkers, "step": None,
+            "source": self._source("residual stream", k),
+            "note": f"time l < {L}: input of block l; time {L}: output of the last block (before any final norm)",
+            **self._common()}, category="depth", tensor="resid", capture=k)
+
+    def attention(self, cap, k: int, *, step: int | None, label: str) -> None:
+        """attention/c<k>.npy (L, H, B, n, n) and its features (L, B, n, d): the block inputs, normalised as the
+        model's norm would (centred or not) and divided by sqrt(d)."""
+        L, B, n, d = cap.ln_hat.shape
+        feats = sphere_normalize(torch.from_numpy(cap.resid[:L]), centered=self.centered).numpy() / math.sqrt(d)
+        A = cap.attn.astype(np.float64)
+        A = A / A.sum(-1, keepdims=True)  # float32 rounding: rows back to sum 1 for the row-stochastic check
+        common = {"time": None, "times": [], "causal": bool(self.causal), "walkers": None, "step": step,
+                  "model": label}
+        self.save(f"attention/c{k}.npy", A, {"kind": "attention", "axes": ["layer", "head", "input", "query", "key"],
+                                             "features": f"attention/c{k}_features.npy",
+                                             "source": self._source("attention probabilities", k), **common},
+                  category="attention", tensor="attn", capture=k)
+        self.save(f"attention/c{k}_features.npy", feats, {
+            "kind": "features", "axes": ["layer", "input", "token", "dim"],
+            "source": self._source("block input, sphere-normalised", k), **common},
+            category="attention", tensor="features", capture=k)
+
+    def _register(self, rel: str, sidecar: dict, *, category: str, tensor: str, layer=None) -> Path:
+        path = self.root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_json(path.with_suffix(".json"), sidecar)
+        self.entries.append({"path": rel, "category": category, "kind": sidecar["kind"], "time": sidecar.get("time"),
+                             "layer": layer, "tensor": tensor, "capture": None})
+        return path
+
+    def open_training(self, L: int, d: int, steps: list[int], checkpoints: list[str]) -> dict[int, np.memmap]:
+        """training/ln_l<l>.npy (C, N, d) memory-mapped: layer l's pre-affine norm output / sqrt(d) per checkpoint."""
+        out = {}
+        for l in range(L):
+            path = self._register(f"training/ln_l{l}.npy", {
+                "kind": "sphere", "time": "step", "times": list(steps), "walkers": self.walkers,
+                "source": {"run": self.name, "layer": l, "head": None, "tensor": "norm output before affine / sqrt(d)",
+                           "checkpoints": checkpoints, "steps": list(steps)},
+                "sum_zero": self.centered, "clocks": {"step": list(steps)},
+                "clock_reason": "the checkpoints' step numbers (a series saved without learning rates)",
+                **self._common()}, category="training", tensor="ln", layer=l)
+            out[l] = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(steps), self.B * self.n, d))
+        return out
+
+    def open_weights(self, shapes: dict, steps: list[int], checkpoints: list[str], projection: dict) -> dict:
+        """weights/l<l>_<m>.npy (C, rows, cols) memory-mapped: rows of W_m per checkpoint (projected when large)."""
+        out = {}
+        for (l, m), (rows, cols) in sorted(shapes.items()):
+            proj = projection[(l, m)]
+            walkers = (f"row r of W_{m.upper()} ({rows} output units)"
+                       + (f", projected to {cols} dims (gaussian_rows, seed {proj['seed']})" if proj["projected"]
+                          else f" over {cols} inputs"))
+            path = self._register(f"weights/l{l}_{m}.npy", {
+                "kind": "euclidean", "time": "step", "times": list(steps), "walkers": walkers,
+                "source": {"run": self.name, "layer": l, "head": None, "tensor": f"W_{m.upper()}",
+                           "checkpoints": checkpoints, "steps": list(steps)},
+                "projection": proj, "clocks": {"step": list(steps)}, "drift": "per_walker",
+                "drift_reason": _DRIFT_WEIGHTS}, category="weights", tensor=m, layer=l)
+            out[(l, m)] = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(steps), rows, cols))
+        return out
+
+    def index(self) -> None:
+        write_json(self.root / "index.json", {"run": self.name, "files": self.entries})

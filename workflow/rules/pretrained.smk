@@ -1,0 +1,27 @@
+# Local pretrained checkpoints (config `pretrained:`), analysed beside the trained runs; descriptive.
+# The rule exists only when the block lists a model (PRETRAINED, common.smk).
+if PRETRAINED:
+
+    wildcard_constraints:
+        name="|".join(PRETRAINED),
+
+    rule analyze_pretrained:
+        input:
+            model_config=pretrained_model_config,
+        output:
+            json=in_results("pretrained/{name}/pretrained.json"),
+        params:
+            config=CONFIG_FILE,
+            model_dir=pretrained_model_dir,
+            options=pretrained_options,
+            out=pretrained_out_dir,
+        threads: CFG.resources.get("stats_threads", 1)
+        log:
+            in_results("logs/analyze_pretrained/{name}.log"),
+        benchmark:
+            in_results("benchmarks/analyze_pretrained/{name}.tsv")
+        conda:
+            ENV
+        shell:
+            "HF_HUB_OFFLINE=1 brownformer pretrained {params.model_dir} --config {params.config} "
+            "--name {wildcards.name} --out {params.out} {params.options} 2>> {log}"
