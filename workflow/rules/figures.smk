@@ -1,5 +1,6 @@
 rule plot_figures:
     input:
+        config=config_slice("study"),
         claims=in_results("stats/claims.json"),
         summary=in_results("stats/summary.parquet"),
         calibration=in_results("stats/calibration.parquet"),

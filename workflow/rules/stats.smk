@@ -1,5 +1,6 @@
 rule compute_stats:
     input:
+        config=config_slice("stats"),
         index=in_results("runs/{run}/trajectories/index.json"),
     output:
         summary=in_results("runs/{run}/stats/summary.json"),
@@ -22,6 +23,7 @@ rule compute_stats:
 # which the per-run statistics record; the claims then cite size and power at each file's shape.
 rule calibrate_tests:
     input:
+        config=config_slice("stats"),
         stats=all_run_stats,
     output:
         table=in_results("stats/calibration.parquet"),
@@ -41,6 +43,7 @@ rule calibrate_tests:
 
 rule summarize_stats:
     input:
+        config=config_slice("study"),
         stats=all_run_stats,
         metrics=all_run_metrics,
         data=expand(in_results("data/{dataset}/meta.json"), dataset=DATASETS),  # chance levels: did the runs train?

@@ -1,5 +1,6 @@
 rule train_model:
     input:
+        config=config_slice("run"),
         meta=data_meta_of_run,
     output:
         metrics=in_results("runs/{run}/metrics.parquet"),
@@ -9,8 +10,6 @@ rule train_model:
         config=CONFIG_FILE,
         data=data_dir_of_run,
         out=run_dir,
-        # Reruns when the slices of the config that shape this run change (not stats/report keys).
-        run_hash=run_hash,
     threads: CFG.resources.get("train_threads", 1)
     resources:
         gpu=train_resources_gpu,
