@@ -61,14 +61,3 @@ def test_tuned_settings_override_the_optimizer_for_that_model_only():
     tuned = load_config(CONFIGS[0], [f"tuned.{model}.{name}.lr=0.123", f"tuned.{model}.{name}.damping=0.5"])
     assert tuned.optimizer_for(model, name).lr == 0.123 and tuned.optimizer_for(model, name).params["damping"] == 0.5
     assert tuned.optimizer_for(other, name) == cfg.optimizer_for(other, name)
-
-
-def test_paper_config_restates_every_tuned_key_of_the_default():
-    """Snakemake merges config.yaml's `tuned` under a --configfile: the paper config must override it."""
-    root = Path(__file__).resolve().parents[2] / "config"
-    default = yaml.safe_load((root / "config.yaml").read_text()).get("tuned", {})
-    paper = yaml.safe_load((root / "paper.yaml").read_text())
-    for model in set(default) & set(paper["models"]):
-        for name, settings in default[model].items():
-            if name in paper["optimizers"]:
-                assert set(settings) <= set(paper.get("tuned", {}).get(model, {}).get(name, {})), f"{model}.{name}"
