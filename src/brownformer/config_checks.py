@@ -115,6 +115,9 @@ def _check_references(data: dict, source: str) -> None:
                 raise ConfigError(f"{source}: key 'grid.{i}.optimizers': unknown optimizer {o!r}; "
                                   f"known: {sorted(data['optimizers'])}")
     _check_optimizer_keys(data, source)
+    for key, (low, high) in data.get("stats", {}).get("margins", {}).items():
+        if low > high:
+            raise ConfigError(f"{source}: key 'stats.margins.{key}': low {low} is above high {high}")
     for name in list(data["models"]) + list(data["optimizers"]):
         if "__" in name or "/" in name:
             raise ConfigError(f"{source}: name {name!r} may not contain '__' or '/' (used in run ids and paths)")

@@ -20,7 +20,7 @@ rule plot_figures:
         config=CONFIG_FILE,
         results=results_root,
         figures=figures_root,
-    threads: CFG.resources.get("figures_threads", 2)
+    threads: CFG.resources["figures_threads"]
     log:
         in_results("logs/plot_figures/plot_figures.log"),
     benchmark:

@@ -7,7 +7,7 @@ rule compute_stats:
     params:
         config=CONFIG_FILE,
         run_dir=run_dir,
-    threads: CFG.resources.get("stats_threads", 1)
+    threads: CFG.resources["stats_threads"]
     log:
         in_results("logs/compute_stats/{run}.log"),
     benchmark:
@@ -29,7 +29,7 @@ rule calibrate_tests:
         table=in_results("stats/calibration.parquet"),
     params:
         config=CONFIG_FILE,
-    threads: CFG.resources.get("calibrate_threads", 2)
+    threads: CFG.resources["calibrate_threads"]
     log:
         in_results("logs/calibrate_tests/calibrate_tests.log"),
     benchmark:

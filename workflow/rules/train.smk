@@ -10,11 +10,11 @@ rule train_model:
         config=CONFIG_FILE,
         data=data_dir_of_run,
         out=run_dir,
-    threads: CFG.resources.get("train_threads", 1)
+    threads: CFG.resources["train_threads"]
     resources:
         gpu=train_resources_gpu,
-        mem_mb=CFG.resources.get("train_mem_mb", 2000),
-        runtime=CFG.resources.get("train_runtime_min", 60),
+        mem_mb=CFG.resources["train_mem_mb"],
+        runtime=CFG.resources["train_runtime_min"],
     log:
         in_results("logs/train_model/{run}.log"),
     benchmark:
