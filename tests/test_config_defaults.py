@@ -93,3 +93,15 @@ def test_a_minimal_config_gets_the_dataclass_defaults():
     assert cfg.probes == C.ProbeConfig() and cfg.stats == C.StatsConfig()
     assert cfg.models["m"] == C.ModelConfig(name="m", arch="vit", dataset="d", ln="pre")
     assert cfg.datasets["d"] == C.DatasetConfig(name="d", source="digits")
+
+
+def test_the_cli_exits_2_naming_a_margin_typo(tmp_path, raw_config, capsys):
+    from brownformer.cli import main
+
+    raw_config.setdefault("stats", {})["margins"] = {"hurts": [0.4, 0.6]}
+    path = tmp_path / "typo.yaml"
+    path.write_text(yaml.safe_dump(raw_config))
+    assert main(["data", "--config", str(path), "--dataset", "digits", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "stats.margins" in err and "hurts" in err and len(err.strip().splitlines()) == 1
+    assert not (tmp_path / "out").exists()

@@ -44,6 +44,22 @@ def test_every_registered_optimizer_builds_with_its_keys():
         assert build_optimizer(model, name, 0.01, {}).param_groups[0]["initial_lr"] == 0.01
 
 
+def test_every_registered_optimizer_builds_with_its_cpu_implementation_flags():
+    """The registry's implementation choice (e.g. AdamW's foreach) is accepted by the constructor and
+    lands in the optimizer's groups."""
+    import torch
+
+    from brownformer.optim.registry import implementation_flags
+
+    model = nn.Sequential(nn.Linear(3, 4))
+    model.blocks = nn.ModuleList([nn.Linear(4, 4)])
+    for name in OPTIMIZERS:
+        flags = implementation_flags(name, torch.device("cpu"))
+        group = build_optimizer(model, name, 0.01, flags).param_groups[0]
+        assert all(group[k] == v for k, v in flags.items()), name
+    assert implementation_flags("adamw", torch.device("cpu")) == {"foreach": True}
+
+
 def test_a_key_of_another_optimizer_is_a_config_error(tmp_path):
     raw = yaml.safe_load((CONFIGS[0]).read_text())
     name = next(n for n, o in raw["optimizers"].items() if o["type"] in ("sgd", "adamw"))
