@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, validate_dict
+from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, load_schema, validate_dict
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
@@ -113,25 +113,11 @@ class ProbeConfig:
     dtype: str = "float16"
 
 
-# Pre-registered equivalence margins (STATISTICS.md 2.0): a value inside counts as "Brownian".
-DEFAULT_MARGINS = {
-    "msd_exponent": (0.9, 1.1),
-    "variance_ratio": (0.9, 1.1),
-    "excess_kurtosis": (-0.5, 0.5),
-    "hurst": (0.4, 0.6),
-    "sphere_radius": (0.99, 1.01),
-    "harmonic_ratio": (0.9, 1.1),
-    "increment_autocorrelation": (-0.1, 0.1),  # lag-1; AR(1) increments with |phi| <= 0.1 pass
-    "volatility_autocorrelation": (-0.1, 0.1),
-    "tail_index_ratio": (0.8, 10.0),  # Hill index relative to matched Gaussian surrogates
-    "drift_fraction": (0.0, 0.1),  # share of the final MSD explained by a common drift (descriptive)
-    # claims 1, 2 and 4 (stats/claims/): an interval inside the margin supports the claim
-    "fraction_on_sphere": (0.99, 1.0),  # LayerNorm's eps pulls a few low-variance tokens below radius 0.99
-    "vmf_explained": (0.5, 1.0),  # floor; raised per run to what the row-shuffled and step-0 nulls reach
-    "reversibility_residual": (0.0, 0.1),  # ceiling; lowered per run to half the row-shuffled null's residual
-    "time_to_target_steps_ratio": (0.0, 0.75),  # issue 11: <= 0.75x AdamW's steps
-    "time_to_target_seconds_ratio": (0.0, 1.0),  # and no more wall-clock than AdamW
-}
+# Pre-registered equivalence margins: a value inside counts as "Brownian" (or supports the claim). Their
+# one home is the schema (`stats.margins`, each key's default and the reason for it); read once here.
+DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
+    key: tuple(prop["default"]) for key, prop in load_schema()["properties"]["stats"]["properties"]["margins"]
+    ["properties"].items() if "default" in prop}
 
 
 @dataclass(frozen=True)
