@@ -16,11 +16,11 @@ from typing import Any, Mapping
 
 import yaml
 
-from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, validate_dict
+from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, load_schema, validate_dict
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
-    "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
+    "TunedConfig", "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
     "config_hash", "apply_overrides", "SCHEMA_PATH",
 ]
 
@@ -65,6 +65,20 @@ class OptimizerConfig:
 
 
 @dataclass(frozen=True)
+class TunedConfig:
+    """``tuned.<model>.<optimizer>``: the settings the equal-budget tuning chose for one (model, optimizer)
+    pair (benchmarks/results/tuning.md); they override the optimizer's own settings for that model only."""
+    model: str
+    optimizer: str
+    lr: float | None = None  # None: the optimizer's own lr
+    params: Mapping[str, Any] = field(default_factory=dict)  # every other key
+
+    def settings(self) -> dict[str, Any]:
+        """The keys as the config writes them."""
+        return {**({"lr": self.lr} if self.lr is not None else {}), **self.params}
+
+
+@dataclass(frozen=True)
 class TrainConfig:
     steps: int
     batch_size: int
@@ -99,25 +113,11 @@ class ProbeConfig:
     dtype: str = "float16"
 
 
-# Pre-registered equivalence margins (STATISTICS.md 2.0): a value inside counts as "Brownian".
-DEFAULT_MARGINS = {
-    "msd_exponent": (0.9, 1.1),
-    "variance_ratio": (0.9, 1.1),
-    "excess_kurtosis": (-0.5, 0.5),
-    "hurst": (0.4, 0.6),
-    "sphere_radius": (0.99, 1.01),
-    "harmonic_ratio": (0.9, 1.1),
-    "increment_autocorrelation": (-0.1, 0.1),  # lag-1; AR(1) increments with |phi| <= 0.1 pass
-    "volatility_autocorrelation": (-0.1, 0.1),
-    "tail_index_ratio": (0.8, 10.0),  # Hill index relative to matched Gaussian surrogates
-    "drift_fraction": (0.0, 0.1),  # share of the final MSD explained by a common drift (descriptive)
-    # claims 1, 2 and 4 (stats/claims/): an interval inside the margin supports the claim
-    "fraction_on_sphere": (0.99, 1.0),  # LayerNorm's eps pulls a few low-variance tokens below radius 0.99
-    "vmf_explained": (0.5, 1.0),  # floor; raised per run to what the row-shuffled and step-0 nulls reach
-    "reversibility_residual": (0.0, 0.1),  # ceiling; lowered per run to half the row-shuffled null's residual
-    "time_to_target_steps_ratio": (0.0, 0.75),  # issue 11: <= 0.75x AdamW's steps
-    "time_to_target_seconds_ratio": (0.0, 1.0),  # and no more wall-clock than AdamW
-}
+# Pre-registered equivalence margins: a value inside counts as "Brownian" (or supports the claim). Their
+# one home is the schema (`stats.margins`, each key's default and the reason for it); read once here.
+DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
+    key: tuple(prop["default"]) for key, prop in load_schema()["properties"]["stats"]["properties"]["margins"]
+    ["properties"].items() if "default" in prop}
 
 
 @dataclass(frozen=True)
@@ -133,9 +133,9 @@ class StatsConfig:
 
 @dataclass(frozen=True)
 class ReportConfig:
-    """The report section: its title and the optimizers claim 4 compares (their defaults live in the schema)."""
-    target_optimizer: str
-    proposed: str
+    """The report section: its title and the roles of the optimizers claim 4 compares."""
+    target_optimizer: str = "adamw"  # claim 4's baseline
+    proposed: str = "kfac-iterative"  # the optimizer claim 4 tests
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
     title: str | None = None
 
@@ -196,8 +196,9 @@ class ExperimentConfig:
     resources: Mapping[str, Any]
     report: ReportConfig
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
-    paths: Mapping[str, str] = field(default_factory=lambda: {"results": "results", "figures": "figures"})
+    paths: Mapping[str, str] = field(default_factory=dict)  # output roots; the schema has their defaults
     scaling: Mapping[str, int] | None = None  # {"width", "depth"} when the config is a depth x width study
+    tuned: Mapping[tuple[str, str], TunedConfig] = field(default_factory=dict)  # (model, optimizer) -> settings
 
     def runs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order (blocks in turn, a run where it first appears), without duplicates."""
@@ -252,32 +253,36 @@ class ExperimentConfig:
         """The settings ``optimizer`` trains ``model`` with: its own, overridden by ``tuned.<model>.<optimizer>``
         (the per-model values of the equal-budget tuning, benchmarks/results/tuning.md)."""
         base = self.optimizers[optimizer]
-        tuned = _tuned_settings(self.raw, model, optimizer)
-        if not tuned:
+        tuned = self.tuned_for(model, optimizer)
+        if tuned is None:
             return base
-        params = {**base.params, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in tuned.items() if k != "lr"}}
-        return OptimizerConfig(name=base.name, type=base.type, lr=float(tuned.get("lr", base.lr)), params=params)
+        return OptimizerConfig(name=base.name, type=base.type, lr=float(base.lr if tuned.lr is None else tuned.lr),
+                               params={**base.params, **tuned.params})
+
+    def tuned_for(self, model: str, optimizer: str) -> TunedConfig | None:
+        """The tuned settings of (model, optimizer), or None when the config's `tuned` has none."""
+        return self.tuned.get((model, optimizer))
 
     @property
     def hash(self) -> str:
         return config_hash(self.raw)
 
-    def run_hash(self, run_id: str) -> str:
-        """Hash of the config slices that determine one run's training (not stats/report keys), including
-        whether it captures probes: a run that starts or stops capturing is retrained (the key is added only
-        for metrics-only runs, so a probed run keeps the hash it always had)."""
+    def run_slice(self, run_id: str) -> dict[str, Any]:
+        """The config keys that determine one run's training (not stats/report keys), as written in the
+        config, including whether it captures probes: a run that starts or stops capturing is retrained
+        (the key is added only for metrics-only runs, so a probed run keeps the slice it always had)."""
         spec = self.run(run_id)
         model = self.raw["models"][spec.model]
+        tuned = self.tuned_for(spec.model, spec.optimizer)
         slices = {"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
-                  "optimizer": {**self.raw["optimizers"][spec.optimizer],
-                                **_tuned_settings(self.raw, spec.model, spec.optimizer)},
+                  "optimizer": {**self.raw["optimizers"][spec.optimizer], **(tuned.settings() if tuned else {})},
                   "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
                   "probes": self.raw["probes"], "device": self.raw["device"]}
-        return config_hash(slices if self.probed(run_id) else {**slices, "metrics_only": True})
+        return slices if self.probed(run_id) else {**slices, "metrics_only": True}
 
-
-def _tuned_settings(raw: Mapping[str, Any], model: str, optimizer: str) -> dict:
-    return dict((raw.get("tuned") or {}).get(model, {}).get(optimizer, {}))
+    def run_hash(self, run_id: str) -> str:
+        """Hash of `run_slice`: a checkpoint or manifest of another hash was trained under other settings."""
+        return config_hash(self.run_slice(run_id))
 
 
 def config_hash(raw: Mapping[str, Any]) -> str:
@@ -311,8 +316,15 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         resources=d.get("resources", {}),
         report=ReportConfig(**d.get("report", {})),
         raw=d,
-        paths=d.get("paths") or {"results": "results", "figures": "figures"}, scaling=d.get("scaling"),
+        paths=d["paths"], scaling=d.get("scaling"),
+        tuned={(model, name): _tuned(model, name, settings)
+               for model, per_opt in (d.get("tuned") or {}).items() for name, settings in per_opt.items()},
     )
+
+
+def _tuned(model: str, optimizer: str, settings: Mapping[str, Any]) -> TunedConfig:
+    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in settings.items() if k != "lr"}
+    return TunedConfig(model=model, optimizer=optimizer, lr=settings.get("lr"), params=params)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -6,12 +6,13 @@ ConfigError, validate_dict and apply_overrides.
 from __future__ import annotations
 
 import copy
+import functools
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-__all__ = ["ConfigError", "SCHEMA_PATH", "validate_dict", "apply_overrides"]
+__all__ = ["ConfigError", "SCHEMA_PATH", "load_schema", "validate_dict", "apply_overrides"]
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
@@ -43,9 +44,14 @@ def _check_optimizer_keys(data: dict, source: str) -> None:
             check(f"tuned.{model}.{name}", data["optimizers"][name]["type"], settings)
 
 
-def _schema() -> dict:
-    with open(SCHEMA_PATH) as fh:
-        return yaml.safe_load(fh)
+@functools.lru_cache(maxsize=1)
+def _schema_text() -> str:
+    return SCHEMA_PATH.read_text()
+
+
+def load_schema() -> dict:
+    """The config schema (a fresh copy: callers may not change the cached one)."""
+    return yaml.safe_load(_schema_text())
 
 
 def _with_defaults(validator_cls):
@@ -76,7 +82,7 @@ def validate_dict(raw: Mapping[str, Any], *, source: str = "config") -> dict:
     import jsonschema  # imported here so models/optimizers import on machines without it
 
     data = copy.deepcopy(dict(raw))
-    validator = _with_defaults(jsonschema.Draft202012Validator)(_schema())
+    validator = _with_defaults(jsonschema.Draft202012Validator)(load_schema())
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
         e = errors[0]
@@ -115,6 +121,9 @@ def _check_references(data: dict, source: str) -> None:
                 raise ConfigError(f"{source}: key 'grid.{i}.optimizers': unknown optimizer {o!r}; "
                                   f"known: {sorted(data['optimizers'])}")
     _check_optimizer_keys(data, source)
+    for key, (low, high) in data.get("stats", {}).get("margins", {}).items():
+        if low > high:
+            raise ConfigError(f"{source}: key 'stats.margins.{key}': low {low} is above high {high}")
     for name in list(data["models"]) + list(data["optimizers"]):
         if "__" in name or "/" in name:
             raise ConfigError(f"{source}: name {name!r} may not contain '__' or '/' (used in run ids and paths)")

@@ -33,10 +33,10 @@ from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_bat
 from brownformer.io import atomic_path, write_json
 from brownformer.manifest import build_manifest, device_description
 from brownformer.models import build_model, loss_fn
-from brownformer.optim import build_optimizer
+from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.probes import ProbeRecorder
 from brownformer.probes.store import INDEX_FILE, META_FILE, CaptureStore
-from brownformer.train_step import LossTracker, TrainStep, adamw_implementation
+from brownformer.train_step import LossTracker, TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -193,9 +193,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
 
     torch.manual_seed(spec.seed)
     model = model_for_data(cfg, spec.model, data).to(device)
-    opt_params = dict(ocfg.params)
-    if ocfg.type == "adamw":
-        opt_params.update(adamw_implementation(device, cuda_graphs=tcfg.cuda_graphs))
+    opt_params = {**ocfg.params, **implementation_flags(ocfg.type, device, cuda_graphs=tcfg.cuda_graphs)}
     optimizer = build_optimizer(model, ocfg.type, ocfg.lr, opt_params)
     sampler = DeviceSampler(data, "train", device, seed=spec.seed, batch_size=tcfg.batch_size, seq_len=seq_len,
                             augment=cfg.dataset_of(spec.model).augment)

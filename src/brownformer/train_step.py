@@ -25,6 +25,7 @@ import torch
 import torch.nn as nn
 
 from brownformer.models import loss_fn
+from brownformer.optim import implementation_flags
 
 log = logging.getLogger(__name__)
 
@@ -34,15 +35,9 @@ CAPTURE_AFTER = 3  # eager warm-up steps before the capture (PyTorch's CUDA grap
 
 
 def adamw_implementation(device: torch.device, *, cuda_graphs: bool) -> dict:
-    """torch.optim.AdamW flags for `device`: the fastest implementation it has.
-
-    CUDA: `fused` (one kernel for all parameters), plus `capturable` (step counters on the device)
-    when the step is captured. CPU: `foreach` (one call per operation over all parameters), which
-    gives the same numbers as the per-parameter loop bit for bit.
-    """
-    if device.type == "cuda":
-        return {"fused": True, "capturable": True} if cuda_graphs else {"fused": True}
-    return {"foreach": True}
+    """torch.optim.AdamW flags for `device` (brownformer.optim.registry: the registry holds each
+    optimizer's implementation choice)."""
+    return implementation_flags("adamw", device, cuda_graphs=cuda_graphs)
 
 
 def capturable(optimizer: torch.optim.Optimizer) -> bool:

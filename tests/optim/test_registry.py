@@ -44,6 +44,22 @@ def test_every_registered_optimizer_builds_with_its_keys():
         assert build_optimizer(model, name, 0.01, {}).param_groups[0]["initial_lr"] == 0.01
 
 
+def test_every_registered_optimizer_builds_with_its_cpu_implementation_flags():
+    """The registry's implementation choice (e.g. AdamW's foreach) is accepted by the constructor and
+    lands in the optimizer's groups."""
+    import torch
+
+    from brownformer.optim.registry import implementation_flags
+
+    model = nn.Sequential(nn.Linear(3, 4))
+    model.blocks = nn.ModuleList([nn.Linear(4, 4)])
+    for name in OPTIMIZERS:
+        flags = implementation_flags(name, torch.device("cpu"))
+        group = build_optimizer(model, name, 0.01, flags).param_groups[0]
+        assert all(group[k] == v for k, v in flags.items()), name
+    assert implementation_flags("adamw", torch.device("cpu")) == {"foreach": True}
+
+
 def test_a_key_of_another_optimizer_is_a_config_error(tmp_path):
     raw = yaml.safe_load((CONFIGS[0]).read_text())
     name = next(n for n, o in raw["optimizers"].items() if o["type"] in ("sgd", "adamw"))
@@ -61,14 +77,3 @@ def test_tuned_settings_override_the_optimizer_for_that_model_only():
     tuned = load_config(CONFIGS[0], [f"tuned.{model}.{name}.lr=0.123", f"tuned.{model}.{name}.damping=0.5"])
     assert tuned.optimizer_for(model, name).lr == 0.123 and tuned.optimizer_for(model, name).params["damping"] == 0.5
     assert tuned.optimizer_for(other, name) == cfg.optimizer_for(other, name)
-
-
-def test_paper_config_restates_every_tuned_key_of_the_default():
-    """Snakemake merges config.yaml's `tuned` under a --configfile: the paper config must override it."""
-    root = Path(__file__).resolve().parents[2] / "config"
-    default = yaml.safe_load((root / "config.yaml").read_text()).get("tuned", {})
-    paper = yaml.safe_load((root / "paper.yaml").read_text())
-    for model in set(default) & set(paper["models"]):
-        for name, settings in default[model].items():
-            if name in paper["optimizers"]:
-                assert set(settings) <= set(paper.get("tuned", {}).get(model, {}).get(name, {})), f"{model}.{name}"

@@ -112,24 +112,11 @@ def test_paper_optimizer_parameters_are_accepted(paper, name):
     assert all(g["initial_lr"] > 0 for g in opt.param_groups)
 
 
-def test_paper_config_covers_every_key_of_the_embedded_default():
-    """Without --replace-workflow-config Snakemake merges config/config.yaml under a --configfile;
-    giving every key the default gives keeps that merge from changing a paper run."""
-    default = yaml.safe_load((ROOT / "config" / "config.yaml").read_text())
-    paper = yaml.safe_load(PAPER.read_text())
-    for section in ("train", "probes", "stats", "resources", "report"):
-        missing = set(default.get(section, {})) - set(paper.get(section, {}))
-        assert not missing, f"paper.yaml {section} lacks {sorted(missing)}"
-    for name, opt in default["optimizers"].items():
-        if name in paper["optimizers"]:
-            assert set(opt) <= set(paper["optimizers"][name]), f"optimizers.{name}"
-
-
 # ---- dry runs -----------------------------------------------------------------------------------
 
 @needs_snakemake
 def test_paper_dry_run_builds_the_whole_dag(workdir):
-    out = _dry_run(workdir, "--replace-workflow-config", "--cores", "1")
+    out = _dry_run(workdir, "--cores", "1")
     counts = _job_counts(out)
     assert counts["prepare_data"] == 1
     for rule in ("train_model", "extract_trajectories", "compute_stats"):
@@ -154,7 +141,6 @@ def test_slurm_profile_parses():
 @pytest.mark.parametrize("how", ["--workflow-profile", "--profile"])
 def test_slurm_profile_dry_run_requests_a_gpu_per_training_job(workdir, how):
     out = _dry_run(workdir, how, "workflow/profiles/slurm")
-    assert "replaced by additional config" in out  # replace-workflow-config from the profile
     assert _job_counts(out)["train_model"] == N_PAPER_RUNS
     lines = _train_resources(out)
     assert len(lines) == N_PAPER_RUNS

@@ -1,10 +1,10 @@
 # Shared state and input/param functions (no lambdas in rules).
-import hashlib
 from pathlib import Path
 
 import yaml
 
 from brownformer.config import ConfigError, from_dict
+from brownformer.config_slices import SLICES, slice_path, write_slices
 from brownformer.results.catalog import FIGURES
 
 try:
@@ -41,11 +41,12 @@ def figures_root(wildcards):
 
 
 def _effective_config_path():
-    """The merged config (configfile + --config overrides) as one file the CLI can read.
-    Rewritten only when its content changes, so timestamps do not trigger reruns."""
+    """The config (the --configfile, or config/config.yaml, with --config edits) as one file the CLI reads.
+    Rewritten only when its content changes. A constant path, so no job reruns because of it: each rule
+    lists the slice of the config it reads among its inputs instead (`config_slice`)."""
     text = yaml.safe_dump(dict(config), sort_keys=True)
-    path = Path(in_results("config")) / f"{hashlib.sha256(text.encode()).hexdigest()[:16]}.yaml"
-    if not path.exists():
+    path = Path(in_results("config")) / "config.yaml"
+    if not path.is_file() or path.read_text() != text:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_suffix(".tmp")
         tmp.write_text(text)
@@ -54,6 +55,18 @@ def _effective_config_path():
 
 
 CONFIG_FILE = _effective_config_path()
+write_slices(CFG, RESULTS)
+
+
+def config_slice(kind):
+    """Input function of a rule: the file of the config slice `kind` (brownformer.config_slices.SLICES)
+    that the rule reads, so that the rule reruns when, and only when, that slice changes."""
+    wildcard = SLICES[kind].wildcard
+
+    def path(wildcards):
+        return str(slice_path(RESULTS, kind, wildcards[wildcard] if wildcard else None))
+
+    return path
 
 
 wildcard_constraints:
@@ -67,10 +80,6 @@ def data_dir_of_run(wildcards):
 
 def data_meta_of_run(wildcards):
     return str(Path(data_dir_of_run(wildcards), "meta.json"))
-
-
-def run_hash(wildcards):
-    return CFG.run_hash(wildcards.run)
 
 
 def train_resources_gpu(wildcards):

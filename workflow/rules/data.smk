@@ -1,4 +1,6 @@
 rule prepare_data:
+    input:
+        config=config_slice("dataset"),
     output:
         meta=in_results("data/{dataset}/meta.json"),
         splits=multiext(in_results("data/{dataset}/"), "train.npz", "val.npz", "test.npz"),

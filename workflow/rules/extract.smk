@@ -1,5 +1,6 @@
 rule extract_trajectories:
     input:
+        config=config_slice("run"),
         metrics=in_results("runs/{run}/metrics.parquet"),
         probes=in_results("runs/{run}/probes/index.parquet"),
     output:

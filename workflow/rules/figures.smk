@@ -1,5 +1,6 @@
 rule plot_figures:
     input:
+        config=config_slice("study"),
         claims=in_results("stats/claims.json"),
         summary=in_results("stats/summary.parquet"),
         calibration=in_results("stats/calibration.parquet"),
@@ -19,7 +20,7 @@ rule plot_figures:
         config=CONFIG_FILE,
         results=results_root,
         figures=figures_root,
-    threads: CFG.resources.get("figures_threads", 2)
+    threads: CFG.resources["figures_threads"]
     log:
         in_results("logs/plot_figures/plot_figures.log"),
     benchmark:

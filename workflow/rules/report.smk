@@ -1,5 +1,6 @@
 rule build_report:
     input:
+        config=config_slice("study"),
         figures=expand(in_figures("{figure}.png"), figure=FIGURES),
         claims=in_results("stats/claims.json"),
         summary=in_results("stats/summary.parquet"),

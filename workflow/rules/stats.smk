@@ -1,12 +1,13 @@
 rule compute_stats:
     input:
+        config=config_slice("stats"),
         index=in_results("runs/{run}/trajectories/index.json"),
     output:
         summary=in_results("runs/{run}/stats/summary.json"),
     params:
         config=CONFIG_FILE,
         run_dir=run_dir,
-    threads: CFG.resources.get("stats_threads", 1)
+    threads: CFG.resources["stats_threads"]
     log:
         in_results("logs/compute_stats/{run}.log"),
     benchmark:
@@ -22,12 +23,13 @@ rule compute_stats:
 # which the per-run statistics record; the claims then cite size and power at each file's shape.
 rule calibrate_tests:
     input:
+        config=config_slice("stats"),
         stats=all_run_stats,
     output:
         table=in_results("stats/calibration.parquet"),
     params:
         config=CONFIG_FILE,
-    threads: CFG.resources.get("calibrate_threads", 2)
+    threads: CFG.resources["calibrate_threads"]
     log:
         in_results("logs/calibrate_tests/calibrate_tests.log"),
     benchmark:
@@ -41,6 +43,7 @@ rule calibrate_tests:
 
 rule summarize_stats:
     input:
+        config=config_slice("study"),
         stats=all_run_stats,
         metrics=all_run_metrics,
         data=expand(in_results("data/{dataset}/meta.json"), dataset=DATASETS),  # chance levels: did the runs train?

@@ -1,5 +1,6 @@
 rule train_model:
     input:
+        config=config_slice("run"),
         meta=data_meta_of_run,
     output:
         metrics=in_results("runs/{run}/metrics.parquet"),
@@ -9,13 +10,11 @@ rule train_model:
         config=CONFIG_FILE,
         data=data_dir_of_run,
         out=run_dir,
-        # Reruns when the slices of the config that shape this run change (not stats/report keys).
-        run_hash=run_hash,
-    threads: CFG.resources.get("train_threads", 1)
+    threads: CFG.resources["train_threads"]
     resources:
         gpu=train_resources_gpu,
-        mem_mb=CFG.resources.get("train_mem_mb", 2000),
-        runtime=CFG.resources.get("train_runtime_min", 60),
+        mem_mb=CFG.resources["train_mem_mb"],
+        runtime=CFG.resources["train_runtime_min"],
     log:
         in_results("logs/train_model/{run}.log"),
     benchmark:

@@ -3,11 +3,11 @@
 Attributes are imported lazily so that ``brownformer.config`` can read the registry's keys
 without importing torch.
 """
-__all__ = ["OPTIMIZERS", "REGISTRY", "CompositeOptimizer", "build_optimizer", "KFAC"]
+__all__ = ["OPTIMIZERS", "REGISTRY", "CompositeOptimizer", "build_optimizer", "implementation_flags", "KFAC"]
 
 
 def __getattr__(name):
-    if name in ("OPTIMIZERS", "REGISTRY", "build_optimizer"):
+    if name in ("OPTIMIZERS", "REGISTRY", "build_optimizer", "implementation_flags"):
         from brownformer.optim import registry
         return getattr(registry, name)
     if name == "CompositeOptimizer":

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-__all__ = ["OPTIMIZERS", "REGISTRY", "OptimizerEntry", "build_optimizer"]
+__all__ = ["OPTIMIZERS", "REGISTRY", "OptimizerEntry", "build_optimizer", "implementation_flags"]
 
 _KFAC_KEYS = ("momentum", "weight_decay", "damping", "factor_decay", "factor_every", "inverse_every", "cg_max_iter",
               "cg_tol", "warm_start", "weight_sharing", "per_head", "scope", "kl_clip", "fisher", "loss_reduction",
@@ -28,6 +28,9 @@ class OptimizerEntry:
     name: str
     build: Callable[..., Any]  # (model, lr, params: dict) -> torch.optim.Optimizer
     keys: tuple[str, ...]
+    # (device, cuda_graphs) -> constructor flags choosing the fastest implementation there (not science:
+    # the same update); None: the optimizer has no such choice
+    implementation: Callable[..., dict] | None = None
 
 
 def _sgd(model, lr, params):
@@ -38,6 +41,18 @@ def _sgd(model, lr, params):
 def _adamw(model, lr, params):
     import torch
     return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, **params)
+
+
+def _adamw_implementation(device, cuda_graphs: bool) -> dict:
+    """torch.optim.AdamW flags for `device`: the fastest implementation it has.
+
+    CUDA: `fused` (one kernel for all parameters), plus `capturable` (step counters on the device)
+    when the step is captured. CPU: `foreach` (one call per operation over all parameters), which
+    gives the same numbers as the per-parameter loop bit for bit.
+    """
+    if device.type == "cuda":
+        return {"fused": True, "capturable": True} if cuda_graphs else {"fused": True}
+    return {"foreach": True}
 
 
 def _muon_split(model) -> tuple[list, list]:
@@ -70,12 +85,19 @@ def _kfac(inverse: str):
 
 REGISTRY: dict[str, OptimizerEntry] = {e.name: e for e in (
     OptimizerEntry("sgd", _sgd, ("momentum", "nesterov", "weight_decay")),
-    OptimizerEntry("adamw", _adamw, ("betas", "eps", "weight_decay")),
+    OptimizerEntry("adamw", _adamw, ("betas", "eps", "weight_decay"), implementation=_adamw_implementation),
     OptimizerEntry("muon", _muon, ("adamw_lr", "weight_decay", "momentum", "nesterov")),
     OptimizerEntry("kfac-eigen", _kfac("eigen"), _KFAC_KEYS),
     OptimizerEntry("kfac-iterative", _kfac("cg"), _KFAC_KEYS),
 )}
 OPTIMIZERS = tuple(REGISTRY)
+
+
+def implementation_flags(type: str, device, *, cuda_graphs: bool = False) -> dict:
+    """The constructor flags that pick the fastest implementation of optimizer ``type`` on ``device``
+    (a torch.device); empty for an optimizer without such a choice."""
+    entry = REGISTRY[type]
+    return entry.implementation(device, cuda_graphs) if entry.implementation else {}
 
 
 def build_optimizer(model, type: str, lr: float, params: Mapping[str, Any] | None = None):

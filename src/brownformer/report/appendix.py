@@ -25,7 +25,11 @@ def provenance(ctx: ReportContext) -> dict:
             "git_report": git_state(ctx.config_path.resolve().parent),
             "versions_runs": first.versions if first else {}, "versions_report": package_versions(),
             "device": first.device if first else {},
-            "config_hashes": sorted({str(m.config_hash) for m in manifests})}
+            "config_hashes": sorted({str(m.config_hash) for m in manifests}),
+            # runs trained under other settings than this config gives them (a run a config edit did not
+            # touch keeps its manifest, and with it the config hash of the config it was trained under)
+            "stale_runs": sorted(r.run_id for r in ctx.cfg.runs() if r.run_id in ctx.results.manifests
+                                 and ctx.results.manifests[r.run_id].run_hash not in (None, ctx.cfg.run_hash(r.run_id)))}
 
 
 def stage_times(ctx: ReportContext) -> pd.DataFrame:
@@ -60,9 +64,9 @@ def appendix(ctx: ReportContext) -> str:
     dev = prov["device"]
     device_text = ", ".join(f"{k}: {v}" for k, v in sorted(dev.items())) if dev else "not available (no run manifest)"
     st = stage_times(ctx)
-    hash_note = ("" if not prov["config_hashes"] or prov["config_hashes"] == [cfg.hash] else
-                 f" **Warning:** the runs recorded config hash(es) {', '.join(h[:12] for h in prov['config_hashes'])}, "
-                 "which differ from this config's.")
+    hash_note = ("" if not prov["stale_runs"] else
+                 f" **Warning:** {', '.join(prov['stale_runs'])} were trained under other settings than this "
+                 "config gives them (their recorded run hash differs).")
     config_yaml = yaml.safe_dump(dict(cfg.raw), sort_keys=True)
     return "\n".join([
         "## Appendix: reproducibility", "",

@@ -7,17 +7,14 @@ import pandas as pd
 from brownformer.report.claims import claim_lines, scope_table
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
-from brownformer.results import report_setting, time_to_target
+from brownformer.results import time_to_target
 
 __all__ = ["comparison_table", "kfac_sentences", "optimizer_comparison", "proposed_optimizers"]
 
 
 def proposed_optimizers(ctx: ReportContext) -> list[str]:
-    """The optimizer(s) claim 4 is about: the config's `report.proposed`, else every K-FAC-typed one."""
-    proposed = report_setting(ctx.cfg, "proposed")
-    if proposed:
-        return [proposed] if isinstance(proposed, str) else list(proposed)
-    return [name for name, o in ctx.cfg.optimizers.items() if o.type.startswith("kfac")]
+    """The optimizer claim 4 is about: its role in the config, `report.proposed`."""
+    return [ctx.cfg.report.proposed]
 
 
 def comparison_table(ctx: ReportContext) -> pd.DataFrame:
@@ -25,7 +22,7 @@ def comparison_table(ctx: ReportContext) -> pd.DataFrame:
     tt = time_to_target(ctx.results)
     if tt.empty:
         return tt
-    target_opt = report_setting(ctx.cfg, "target_optimizer")
+    target_opt = ctx.cfg.report.target_optimizer
     rows = []
     for (model, opt), g in tt.groupby(["model", "optimizer"], sort=True):
         ref = tt[(tt["model"] == model) & (tt["optimizer"] == target_opt)]
@@ -41,7 +38,7 @@ def comparison_table(ctx: ReportContext) -> pd.DataFrame:
 
 def kfac_sentences(ctx: ReportContext, comp: pd.DataFrame) -> list[str]:
     """One sentence per (model, proposed optimizer): reached or not, steps and time ratios to the target."""
-    target_opt = report_setting(ctx.cfg, "target_optimizer")
+    target_opt = ctx.cfg.report.target_optimizer
     out = []
     for _, r in comp[comp["optimizer"].isin(proposed_optimizers(ctx))].iterrows():
         if r["reached"] == 0:
@@ -60,7 +57,7 @@ def kfac_sentences(ctx: ReportContext, comp: pd.DataFrame) -> list[str]:
 def optimizer_comparison(ctx: ReportContext) -> str:
     """Section 4: the table, claim 4's verdict with its evidence, and a conclusion per model."""
     comp = comparison_table(ctx)
-    target_opt = report_setting(ctx.cfg, "target_optimizer")
+    target_opt = ctx.cfg.report.target_optimizer
     figs = " and ".join(ctx.ref(s) for s in ctx.figures_of("training"))
     parts = ["## 4. Optimizer comparison (claim 4)", "",
              "Target: claim 4's fixed target of each model variant's validation metric (accuracy for images, "
@@ -83,7 +80,8 @@ def optimizer_comparison(ctx: ReportContext) -> str:
         parts.append(f"No run of {', '.join(f'`{o}`' for o in in_grid)} enters claim 4's comparison (it did not "
                      "train or has no metrics; Section 3.2 lists the runs left out), so claim 4 has no evidence here."
                      if in_grid else
-                     "No proposed (K-FAC) optimizer is in the grid, so claim 4 is not tested here.")
+                     f"The proposed optimizer `{ctx.cfg.report.proposed}` is not in the grid, so claim 4 is not "
+                     "tested here.")
     best = comp.sort_values(["model", "seconds to target"]).groupby("model").head(1)
     parts.append("Fastest to the target in wall-clock per model: " + "; ".join(
         f"`{m}`: `{o}` ({fmt(s)} s)" if np.isfinite(s) else f"`{m}`: none reached it"

@@ -17,7 +17,7 @@ from brownformer.report.markdown import fmt, md_table
 from brownformer.report.optimizers import comparison_table, kfac_sentences
 from brownformer.report.pretrained import pretrained_text
 from brownformer.report.scaling import scaling_text
-from brownformer.results import calibration_matrix, report_setting
+from brownformer.results import calibration_matrix
 from brownformer.results.tables import goal_text
 
 __all__ = ["Section", "SECTIONS", "abstract", "results_sections"]
@@ -125,7 +125,7 @@ def abstract(ctx: ReportContext) -> str:
                         + "; ".join(f"{c}: {v}" for c, v in zip(head["claim"], head["verdict"])) + ".")
     comp = comparison_table(ctx)
     kfac = " ".join(kfac_sentences(ctx, comp)) if not comp.empty else "No training metrics were available."
-    title = report_setting(cfg, "title") or "Brownian motion in the transformer: a replication"
+    title = cfg.report.title or "Brownian motion in the transformer: a replication"
     return "\n".join([
         f"# {title}", "",
         "**Abstract.** We test the claims of “The Brownian motion in the transformer model” (arXiv 2107.05264) "

@@ -8,7 +8,6 @@ import pandas as pd
 
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import kv_table, md_table
-from brownformer.results import report_setting
 from brownformer.results.tables import goal_text, replicates_text
 
 log = logging.getLogger(__name__)
@@ -169,7 +168,7 @@ def methods(ctx: ReportContext) -> str:
         "Settings the config leaves out take the optimizer's own defaults (torch.optim's for SGD, AdamW and "
         "Muon; brownformer.optim.KFAC's for K-FAC); the keys each optimizer accepts come from the optimizer "
         "registry (brownformer.optim.registry). Claim 4 compares the proposed optimizer "
-        f"`{report_setting(cfg, 'proposed')}` with the baseline `{report_setting(cfg, 'target_optimizer')}`.", "",
+        f"`{cfg.report.proposed}` with the baseline `{cfg.report.target_optimizer}`.", "",
         "What each model trains with: the settings above overridden per model by the equal-budget tuning "
         "(`tuned` in the config; the same number of trials for every optimizer on every model, "
         "benchmarks/results/tuning.md):", "", md_table(_trained_with_table(ctx)), "",

@@ -65,6 +65,7 @@ class Manifest:
     """The provenance a run recorded in its manifest.json (fields absent there are None or empty)."""
     run_id: str
     config_hash: str | None = None
+    run_hash: str | None = None  # hash of the config slice that shaped the run (ExperimentConfig.run_hash)
     git_sha: str | None = None
     git_dirty: bool | None = None
     versions: dict = field(default_factory=dict)
@@ -76,7 +77,7 @@ class Manifest:
     def from_dict(cls, run_id: str, d: dict) -> Manifest:
         git = d.get("git") if isinstance(d.get("git"), dict) else {}
         wall = d.get("wall_time_s")
-        return cls(run_id=run_id, config_hash=d.get("config_hash"), git_sha=git.get("sha"), git_dirty=git.get("dirty"),
+        return cls(run_id=run_id, config_hash=d.get("config_hash"), run_hash=d.get("run_hash"), git_sha=git.get("sha"), git_dirty=git.get("dirty"),
                    versions=dict(d.get("versions") or {}), device=dict(d.get("device") or {}),
                    seeds=dict(d.get("seeds") or {}),
                    wall_time_s=float(wall) if isinstance(wall, (int, float)) else None)
