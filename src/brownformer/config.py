@@ -112,8 +112,11 @@ DEFAULT_MARGINS = {
     "tail_index_ratio": (0.8, 10.0),  # Hill index relative to matched Gaussian surrogates
     "drift_fraction": (0.0, 0.1),  # share of the final MSD explained by a common drift (descriptive)
     # claims 1, 2 and 4 (stats/claims/): an interval inside the margin supports the claim
-    "fraction_on_sphere": (0.99, 1.0),  # LayerNorm's eps pulls a few low-variance tokens below radius 0.99
-    "vmf_explained": (0.5, 1.0),  # floor; raised per run to what the row-shuffled and step-0 nulls reach
+    "fraction_on_sphere": (0.99, 1.0),  # claim 1's definitional check (before the affine), reported only
+    "radius_spread_ratio": (0.0, 0.5),  # claim 1: radius spread after the affine <= half a Gaussian cloud's
+    "sphere_offset": (0.0, 0.25),  # claim 1: centre within 0.25 radii of the origin (common cosine <= 0.06)
+    "head_isotropy": (0.9, 1.0),  # claim 2: every head's (tr M)^2/(d_h |M|_F^2), M = W_Q^T W_K (rank-capped)
+    "vmf_output_error": (0.0, 0.5),  # claim 2: ceiling; lowered per run to half the row-shuffled null's error
     "reversibility_residual": (0.0, 0.1),  # ceiling; lowered per run to half the row-shuffled null's residual
     "time_to_target_steps_ratio": (0.0, 0.75),  # issue 11: <= 0.75x AdamW's steps
     "time_to_target_seconds_ratio": (0.0, 1.0),  # and no more wall-clock than AdamW

@@ -118,7 +118,11 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
     z = X.astype(np.float64)
     if tensor == "ln_raw":  # depth/ln files hold LN output / sqrt(d); claim 1 is about z = LN output itself
         z = z * np.sqrt(X.shape[-1])
-    out = tensor_sphere_summary(z, tensor=tensor, margins=dict(stats.margins), n_inputs=meta.get("n_inputs"),
+    z_raw = None
+    raw_path = path.with_name(path.name.replace("lnaff_", "ln_", 1))
+    if tensor == "ln_affine" and raw_path != path and raw_path.exists():  # the same tokens before the affine
+        z_raw = np.load(raw_path, allow_pickle=False).astype(np.float64) * np.sqrt(X.shape[-1])
+    out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins), n_inputs=meta.get("n_inputs"),
                                 n_tokens=meta.get("n_tokens"), confidence_level=stats.confidence_level,
                                 n_resamples=min(stats.n_resamples, 999), rng=stats.seed)
     out.update({"ln": meta.get("ln"), "step": meta.get("step"), "capture": entry.get("capture"),
@@ -205,7 +209,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
             if k in result:
                 row[k] = result[k]
         if "sphere" in result:
-            row["sphere_tensor"], row["sphere_verdict"] = result["sphere"]["tensor"], result["sphere"]["verdict"]
+            row["sphere_tensor"] = result["sphere"]["tensor"]
         files.append(row)
         log.info("%s: %s", rel, row.get("verdict", "done"))
     summary = {"run_id": run_id, "traj_dir": str(traj_dir), "index_sha256": sha256_file(traj_dir / "index.json"),
