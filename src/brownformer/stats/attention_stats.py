@@ -211,7 +211,7 @@ def file_verdicts(result: dict, stats) -> dict:
         if a.get("mean") is None:
             out[q] = {"verdict": "inconclusive", "margin": list(margin), "why_undefined": why}
             continue
-        out[q] = {"verdict": equivalence_verdict(a["ci"], margin), "estimate": a["mean"], "ci": a["ci"],
+        out[q] = {"verdict": equivalence_verdict(a["ci"], (-np.inf, margin[1])), "estimate": a["mean"], "ci": a["ci"],
                   "margin": list(margin), "null_row_shuffled_lower": lo_null}
     margin = tuple(stats.margins["head_isotropy"])
     hk = result.get("head_kernels") or {}

@@ -107,6 +107,11 @@ def _margins(trained: list[dict], stats) -> dict:
                             "reversibility_residual_row_shuffled_lower": rev_null}}
 
 
+def _upper(margin) -> tuple[float, float]:
+    """The margin as the one-sided bound it is: output error and residual are >= 0, only the upper edge binds."""
+    return (-math.inf, margin[1])
+
+
 def _combine(parts) -> str:
     return (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
             else INCONCLUSIVE)
@@ -118,8 +123,9 @@ def _passes(agg: dict | None, margins: dict, causal: bool) -> bool | None:
     e, r = (agg.get("vmf_output_error") or {}).get("mean"), (agg.get("reversibility_residual") or {}).get("mean")
     if e is None:
         return None
-    v_err = equivalence_verdict((e, e), margins["vmf_output_error"])
-    v_rev = INCONCLUSIVE if causal or r is None else equivalence_verdict((r, r), margins["reversibility_residual"])
+    v_err = equivalence_verdict((e, e), _upper(margins["vmf_output_error"]))
+    v_rev = (INCONCLUSIVE if causal or r is None else
+             equivalence_verdict((r, r), _upper(margins["reversibility_residual"])))
     return _combine((v_err, v_rev)) == SUPPORTED
 
 
@@ -198,12 +204,13 @@ def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
     rev, rev_se = unit_mean_interval(_pooled_units(trained, "reversibility_residual"), stats=stats,
                                      name="detailed-balance residual (mean over probe inputs)")
     heads = _head_criterion(trained, baseline, m["head_isotropy"])
-    v_err = equivalence_verdict(err.ci, m["vmf_output_error"])
-    v_rev = INCONCLUSIVE if causal else equivalence_verdict(rev.ci, m["reversibility_residual"])
+    v_err = equivalence_verdict(err.ci, _upper(m["vmf_output_error"]))
+    v_rev = INCONCLUSIVE if causal else equivalence_verdict(rev.ci, _upper(m["reversibility_residual"]))
     verdict = _combine((heads["verdict"], v_err, v_rev))
     G = units.size
-    p_err = equivalence_pvalue(err.value, err_se, m["vmf_output_error"], df=max(G - 1, 1))
-    p_rev = None if causal else equivalence_pvalue(rev.value, rev_se, m["reversibility_residual"], df=max(G - 1, 1))
+    p_err = equivalence_pvalue(err.value, err_se, _upper(m["vmf_output_error"]), df=max(G - 1, 1))
+    p_rev = (None if causal else
+             equivalence_pvalue(rev.value, rev_se, _upper(m["reversibility_residual"]), df=max(G - 1, 1)))
     p = max(p_err, p_rev) if p_err is not None and p_rev is not None else None
     base = {}
     if baseline:

@@ -78,7 +78,8 @@ def _criterion(cells: list[tuple], margin, confidence_level: float) -> dict:
     """Intersection-union over cells: the worst cell (largest estimate) with its verdict and TOST p-value."""
     if not cells:
         return {"verdict": INCONCLUSIVE, "why": "no values", "margin": list(margin)}
-    verdicts = [equivalence_verdict(ci, margin) for _, ci, _, _ in cells]
+    one_sided = (-math.inf, margin[1])  # both quantities are >= 0: only the upper edge binds
+    verdicts = [equivalence_verdict(ci, one_sided) for _, ci, _, _ in cells]
     verdict = (NOT_SUPPORTED if NOT_SUPPORTED in verdicts else SUPPORTED if all(v == SUPPORTED for v in verdicts)
                else INCONCLUSIVE)
     from scipy.special import ndtri
