@@ -54,17 +54,6 @@ def _cmd_extract(args) -> None:
 
 def _cmd_stats(args) -> None:
     cfg = _load(args) if getattr(args, "config", None) else None
-    if args.stats_cmd == "attention":
-        import json
-
-        from brownformer.stats.attention_stats import attention_file_stats, summary_text
-        result = attention_file_stats(args.file, args.out, features=args.features, wq=args.wq, wk=args.wk,
-                                      n_heads=args.heads, stats=cfg.stats if cfg else None)
-        if args.json:
-            print(json.dumps(result))
-        elif not args.quiet:
-            print(summary_text(result))
-        return
     if args.stats_cmd == "summary":
         from brownformer.stats.summary import summarize_results
         summarize_results(cfg, args.results, args.out, runs=_runs_option(args.runs), calibration_path=args.calibration)
@@ -75,7 +64,17 @@ def _cmd_stats(args) -> None:
         stats = StatsConfig()
     else:
         stats = cfg.stats
-    if args.stats_cmd == "trajectory":
+    if args.stats_cmd == "attention":
+        import json
+
+        from brownformer.stats.attention_stats import summary_text
+        result = stages.stats_attention(args.file, args.out, stats=stats, features=args.features, wq=args.wq,
+                                        wk=args.wk, n_heads=args.heads)
+        if args.json:
+            print(json.dumps(result))
+        elif not args.quiet:
+            print(summary_text(result))
+    elif args.stats_cmd == "trajectory":
         stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind)
     elif args.stats_cmd == "run":
         stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id)

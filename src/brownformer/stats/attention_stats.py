@@ -18,7 +18,7 @@ from .trajectory_io import sha256_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "file_verdicts", "summary_text",
+__all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "summary_text",
            "head_kernels", "MAX_NULL_MATRICES"]
 
 
@@ -190,41 +190,6 @@ def init_attention(entries: list, traj_dir: Path, stats) -> dict | None:
 
 
 
-def file_verdicts(result: dict, stats) -> dict:
-    """A verdict per claim-2 criterion for one attention file (`stats attention`), with its margin.
-
-    Same margins as stats/claims/markov.py, but the units are the file's matrices (a user's array carries no
-    grouping; each aggregate interval is the percentile bootstrap of the mean over matrices): interval inside
-    the margin -> "supported", entirely outside -> "not supported", else (or undefined) "inconclusive".
-    """
-    from .claims.common import equivalence_verdict
-    from .claims.markov import OUTPUT_ERROR_NULL_FRACTION, REVERSIBILITY_NULL_FRACTION
-    agg, null = result.get("aggregate") or {}, (result.get("null_models") or {}).get("row_shuffled") or {}
-    out = {}
-    for q, frac, why in (("reversibility_residual", REVERSIBILITY_NULL_FRACTION,
-                          "undefined under a causal mask: token 1 is absorbing (pi = e_1)"),
-                         ("vmf_output_error", OUTPUT_ERROR_NULL_FRACTION, "needs --features (the token features)")):
-        ceiling = tuple(stats.margins[q])
-        lo_null = ((null.get(q) or {}).get("ci") or [None])[0]
-        margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None else ceiling[1])
-        a = agg.get(q) or {}
-        if a.get("mean") is None:
-            out[q] = {"verdict": "inconclusive", "margin": list(margin), "why_undefined": why}
-            continue
-        out[q] = {"verdict": equivalence_verdict(a["ci"], (-np.inf, margin[1])), "estimate": a["mean"], "ci": a["ci"],
-                  "margin": list(margin), "null_row_shuffled_lower": lo_null}
-    margin = tuple(stats.margins["head_isotropy"])
-    hk = result.get("head_kernels") or {}
-    if hk.get("per_layer"):
-        worst = min(min(rec["identity_fraction_relative"]) for rec in hk["per_layer"])
-        out["head_isotropy"] = {"verdict": "supported" if worst >= margin[0] else "not supported",
-                                "estimate": worst, "margin": list(margin), "rank_bound": hk["per_layer"][0]["rank_bound"]}
-    else:
-        out["head_isotropy"] = {"verdict": "inconclusive", "margin": list(margin),
-                                "why_undefined": hk.get("why_undefined", "needs --wq and --wk (W_Q, W_K weights)")}
-    return out
-
-
 def summary_text(result: dict) -> str:
     """A short human summary of `stats attention`: one verdict line per claim-2 criterion, then the chain."""
     names = {"head_isotropy": "head isotropy   min (tr M)^2/(d_h |M|_F^2)", "vmf_output_error":
@@ -247,23 +212,21 @@ def summary_text(result: dict) -> str:
     return "\n".join(lines)
 
 
-def attention_file_stats(path: str | Path, out: str | Path, *, features: str | Path | None = None,
-                         wq: str | Path | None = None, wk: str | Path | None = None, n_heads: int | None = None,
-                         stats=None) -> dict:
-    """`brownformer stats attention FILE.npy [--features F.npy] [--wq Q.npy --wk K.npy --heads H] --out OUT.json`.
+def attention_file_stats(path: str | Path, *, features: str | Path | None = None, wq: str | Path | None = None,
+                         wk: str | Path | None = None, n_heads: int | None = None, stats=None) -> dict:
+    """The statistics of `brownformer stats attention FILE.npy [--features F.npy] [--wq Q.npy --wk K.npy --heads H]`
+    (stats/stages.py adds the verdicts and writes OUT.json).
 
     Per matrix and aggregated: spectral_gap, stationary_entropy, entropy_rate, reversibility_residual,
     dobrushin, doubly_stochastic_deviation, max_row_sum_error, and the vMF kernel fit with its output error
     when features are given (DESIGN.md contract); the row-shuffled null on a subsample; per head the
     identity fraction and asymmetry of W_Q^T W_K when the weights are given ((d, d) or (L, d, d) in
-    torch.nn.Linear layout); "verdicts": one per claim-2 criterion with its margin (`file_verdicts`);
-    inputs recorded with their sha256.
+    torch.nn.Linear layout); inputs recorded with their sha256.
 
     Raises:
         ValueError: unreadable input, matrices that are not row-stochastic, or weights without both halves.
     """
     from brownformer.config import StatsConfig
-    from brownformer.io import write_json
 
     from .markov import weight_isotropy
     stats = stats or StatsConfig()
@@ -284,9 +247,7 @@ def attention_file_stats(path: str | Path, out: str | Path, *, features: str | P
     if W is not None:
         Wq, Wk = (w[None] if w.ndim == 2 else w for w in W)
         result["head_kernels"] = {"per_layer": [weight_isotropy(q, k, int(n_heads)) for q, k in zip(Wq, Wk)]}
-    result["verdicts"] = file_verdicts(result, stats)
     result["input"] = {"path": str(path), "sha256": sha256_file(path)}
     if features is not None:
         result["features_input"] = {"path": str(features), "sha256": sha256_file(features)}
-    write_json(Path(out), result)
     return result

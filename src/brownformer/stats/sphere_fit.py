@@ -89,8 +89,8 @@ def affine_map_fit(z_raw, y) -> dict:
     Per layer and dimension a least-squares line through the tokens (exact up to storage rounding, which
     "relative_residual" shows). The image of the sphere is an ellipsoid with semi-axes |gamma_k| sqrt(d) and
     centre beta; its distortion of angles is bounded by Wielandt's inequality: two orthogonal tokens can
-    meet at cosine up to (k^2 - 1)/(k^2 + 1) after the map, k = max|gamma| / min|gamma| (Horn & Johnson 2013,
-    7.4.12). offset_ratio = |beta| / sqrt(E|gamma * z|^2): the centre's distance from the origin in radii.
+    meet at cosine up to (k^2 - 1)/(k^2 + 1) after the map, k = max|gamma| / min|gamma| (Horn & Johnson
+    2013, Section 7.4). offset_ratio = |beta| / sqrt(E|gamma * z|^2): the centre's distance from the origin in radii.
 
     Args:
         z_raw: (L, N, d) LN output before the affine (NOT divided by sqrt(d) or divided: the ratio is scale-free

@@ -42,7 +42,7 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 from .common import (did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none, pool_runs,
                      unit_mean_interval)
 
-__all__ = ["markov_claim", "per_input_values", "TITLE", "REVERSIBILITY_NULL_FRACTION", "OUTPUT_ERROR_NULL_FRACTION"]
+__all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "REVERSIBILITY_NULL_FRACTION", "OUTPUT_ERROR_NULL_FRACTION"]
 
 TITLE = "Attention is an isotropic (von Mises-Fisher) and reversible Markov kernel"
 REVERSIBILITY_NULL_FRACTION = 0.5
@@ -241,6 +241,39 @@ def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
                  "verdict_head_isotropy": heads["verdict"], "verdict_output_error": v_err,
                  "verdict_reversibility": v_rev, "reversibility": rev.to_dict(), "n_inputs": G,
                  "n_captures": len(trained), "step0_baseline": base, "head_averaged": _head_averaged(trained)})
+
+
+def file_verdicts(result: dict, stats) -> dict:
+    """A verdict per claim-2 criterion for one attention file (`stats attention`), with its margin.
+
+    Same margins as `markov_claim`, but the units are the file's matrices (a user's array carries no
+    grouping; each aggregate interval is the percentile bootstrap of the mean over matrices): interval inside
+    the margin -> "supported", entirely outside -> "not supported", else (or undefined) "inconclusive".
+    """
+    agg, null = result.get("aggregate") or {}, (result.get("null_models") or {}).get("row_shuffled") or {}
+    out = {}
+    for q, frac, why in (("reversibility_residual", REVERSIBILITY_NULL_FRACTION,
+                          "undefined under a causal mask: token 1 is absorbing (pi = e_1)"),
+                         ("vmf_output_error", OUTPUT_ERROR_NULL_FRACTION, "needs --features (the token features)")):
+        ceiling = tuple(stats.margins[q])
+        lo_null = ((null.get(q) or {}).get("ci") or [None])[0]
+        margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None else ceiling[1])
+        a = agg.get(q) or {}
+        if a.get("mean") is None:
+            out[q] = {"verdict": INCONCLUSIVE, "margin": list(margin), "why_undefined": why}
+            continue
+        out[q] = {"verdict": equivalence_verdict(a["ci"], _upper(margin)), "estimate": a["mean"], "ci": a["ci"],
+                  "margin": list(margin), "null_row_shuffled_lower": lo_null}
+    margin = tuple(stats.margins["head_isotropy"])
+    hk = result.get("head_kernels") or {}
+    if hk.get("per_layer"):
+        worst = min(min(rec["identity_fraction_relative"]) for rec in hk["per_layer"])
+        out["head_isotropy"] = {"verdict": SUPPORTED if worst >= margin[0] else NOT_SUPPORTED,
+                                "estimate": worst, "margin": list(margin), "rank_bound": hk["per_layer"][0]["rank_bound"]}
+    else:
+        out["head_isotropy"] = {"verdict": INCONCLUSIVE, "margin": list(margin),
+                                "why_undefined": hk.get("why_undefined", "needs --wq and --wk (W_Q, W_K weights)")}
+    return out
 
 
 def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None) -> ClaimRecord:
