@@ -7,7 +7,8 @@ Row-stochasticity holds by construction, so the testable content (three criteria
     iff the head is isotropic within its d_h-dimensional subspace (M = c P), the best a head can be. Margin
     `head_isotropy` (lower 0.9: anisotropic logits carry at most 1/9 of the isotropic logits' variance). A
     property of the weights, not an estimate: every head of every layer at every capture of the trained model
-    must reach it (its uncertainty is over training seeds, pooled across runs); undefined when the weights
+    must reach it, judged on the captures of the second half of training as for claim 1 (its uncertainty is
+    over training seeds, pooled across runs); undefined when the weights
     are stored as projections;
   - reversibility: the detailed-balance residual ||Pi A - A^T Pi||_F / ||Pi A||_F <= min(configured
     `reversibility_residual` ceiling, REVERSIBILITY_NULL_FRACTION x the row-shuffled null's lower bound).
@@ -163,6 +164,10 @@ def _head_values(files: list[dict]) -> tuple[list[tuple], list[float], str | Non
 
 
 def _head_criterion(trained: list[dict], baseline: list[dict], margin) -> dict:
+    """Every head of the trained model (captures of the second half of training, as for claim 1) vs the margin."""
+    steps = [f["step"] for f in trained if f.get("step") is not None]
+    half = 0.5 * max(steps) if steps else 0.0
+    trained = [f for f in trained if f.get("step") is None or f["step"] >= half] or trained
     cells, asym, why = _head_values(trained)
     if why:
         return {"verdict": INCONCLUSIVE, "why_undefined": why, "margin": list(margin)}
@@ -171,6 +176,7 @@ def _head_criterion(trained: list[dict], baseline: list[dict], margin) -> dict:
     base_cells, base_asym, _ = _head_values(baseline) if baseline else ([], [], None)
     verdict = SUPPORTED if worst[0] >= margin[0] else NOT_SUPPORTED
     return {"verdict": verdict, "estimate": worst[0], "step": worst[1], "layer": worst[2], "head": worst[3],
+            "judged_from_step": half,
             "margin": list(margin), "n_heads_checked": len(cells),
             "n_heads_inside": sum(c[0] >= margin[0] for c in cells),
             "median_iota_relative": float(np.median([c[0] for c in cells])),
