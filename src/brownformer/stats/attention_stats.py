@@ -65,7 +65,10 @@ def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
         except ValueError:
             return None
         Wq, Wk = np.load(q, mmap_mode="r")[i], np.load(k, mmap_mode="r")[i]
-        out.append(weight_isotropy(Wq, Wk, n_heads))
+        try:
+            out.append(weight_isotropy(Wq, Wk, n_heads))
+        except ValueError as exc:  # weights that do not split into the attention's heads: say so, keep the rest
+            return {"why_undefined": str(exc)}
     return {"per_layer": out, "source": "weights/l<l>_<q|k>.npy at capture " + str(captures[0])} if out else None
 
 

@@ -43,7 +43,8 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 from .common import (did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none, pool_runs,
                      unit_mean_interval)
 
-__all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "REVERSIBILITY_NULL_FRACTION", "OUTPUT_ERROR_NULL_FRACTION"]
+__all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "REVERSIBILITY_NULL_FRACTION",
+           "OUTPUT_ERROR_NULL_FRACTION"]
 
 TITLE = "Attention is an isotropic (von Mises-Fisher) and reversible Markov kernel"
 REVERSIBILITY_NULL_FRACTION = 0.5
