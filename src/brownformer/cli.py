@@ -54,10 +54,6 @@ def _cmd_extract(args) -> None:
 
 def _cmd_stats(args) -> None:
     cfg = _load(args) if getattr(args, "config", None) else None
-    if args.stats_cmd == "attention":
-        from brownformer.stats.attention_stats import attention_file_stats
-        attention_file_stats(args.file, args.out, features=args.features, stats=cfg.stats if cfg else None)
-        return
     if args.stats_cmd == "summary":
         from brownformer.stats.summary import summarize_results
         summarize_results(cfg, args.results, args.out, runs=_runs_option(args.runs), calibration_path=args.calibration)
@@ -68,7 +64,17 @@ def _cmd_stats(args) -> None:
         stats = StatsConfig()
     else:
         stats = cfg.stats
-    if args.stats_cmd == "trajectory":
+    if args.stats_cmd == "attention":
+        import json
+
+        from brownformer.stats.attention_stats import summary_text
+        result = stages.stats_attention(args.file, args.out, stats=stats, features=args.features, wq=args.wq,
+                                        wk=args.wk, n_heads=args.heads)
+        if args.json:
+            print(json.dumps(result))
+        elif not args.quiet:
+            print(summary_text(result))
+    elif args.stats_cmd == "trajectory":
         stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind)
     elif args.stats_cmd == "run":
         stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id)
@@ -108,6 +114,11 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     _common(p, config_required=False)
     p.add_argument("file", type=Path)
     p.add_argument("--features", type=Path, default=None, help="(..., n, d) token features for the vMF kernel fit")
+    p.add_argument("--wq", type=Path, default=None, help="W_Q (d, d) or (layers, d, d), nn.Linear layout: head isotropy")
+    p.add_argument("--wk", type=Path, default=None, help="W_K, same shape as --wq")
+    p.add_argument("--heads", type=int, default=None, help="number of heads of --wq/--wk")
+    p.add_argument("--json", action="store_true", help="print only the JSON result to stdout")
+    p.add_argument("--quiet", action="store_true", help="print nothing (the JSON is still written to --out)")
     p.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("run", help="every trajectory of one run")
     _common(p)

@@ -109,7 +109,7 @@ def _attention_stats(rng) -> dict:
     n_mat = int(np.prod(shape))
     per = {k: (base + 0.05 * rng.standard_normal(n_mat)).tolist() for k, base in
            {"spectral_gap": 0.6, "stationary_entropy": 1.3, "reversibility_residual": 0.2, "dobrushin": 0.4,
-            "vmf_explained": 0.3}.items()}
+            "vmf_output_error": 0.7}.items()}
     agg = {k: {"mean": float(np.mean(v)), "ci": [float(np.min(v)), float(np.max(v))]} for k, v in per.items()}
     return {"shape": shape, "n_matrices": n_mat, "n": 4, "causal": False, "per_matrix": per, "aggregate": agg,
             "null_models": {"row_shuffled": {k: {"mean": v["mean"] * 1.2} for k, v in agg.items()}}}
@@ -159,6 +159,8 @@ def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
             ln["sphere"] = {"ln_raw": {"fraction_on_sphere": 1.0}, "ln_affine": {
                 "per_leading": {"radius_mean": [1.1, 1.3, 1.2], "radius_sd": [0.1, 0.1, 0.1]}}, "resid": None}
             _write_json(run / "stats" / "depth" / "ln_c0.json", ln)
+            _write_json(run / "stats" / "depth" / "lnaff_c0.json", {"sphere": {"tensor": "ln_affine", "about": {
+                "per_layer": {"radius_spread_ratio": {"estimate": [0.2, 0.4, 0.3]}}}}})
             _write_json(run / "stats" / "summary.json", {"run": spec.run_id, "n_files": len(files)})
     if with_stats:
         _write_claims(root, cfg)

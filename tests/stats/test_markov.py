@@ -101,32 +101,84 @@ def test_weight_isotropy_identity_and_asymmetry():
         weight_isotropy(np.eye(d), np.eye(d), n_heads=3)
 
 
+def test_identity_fraction_is_one_only_for_multiples_of_the_identity():
+    """iota = 1 iff M ~ I: any symmetric perturbation with a non-constant diagonal or an off-diagonal entry lowers it."""
+    d, rng = 6, np.random.default_rng(9)
+    for c in (0.3, -2.0, 5.0):
+        assert weight_isotropy(np.eye(d), c * np.eye(d), n_heads=1)["identity_fraction"][0] == pytest.approx(1.0)
+    for _ in range(20):
+        E = rng.standard_normal((d, d)) * 1e-2
+        io = weight_isotropy(np.eye(d), np.eye(d) + E, n_heads=1)["identity_fraction"][0]
+        assert io < 1.0 - 1e-8
+
+
+@pytest.mark.parametrize("n_heads", [1, 2, 4])
+def test_identity_fraction_rank_bound_and_attaining_kernel(n_heads):
+    """iota <= d_h/d for every head (rank(M) <= d_h), with equality for M = c P, P a rank-d_h projection."""
+    d, rng = 8, np.random.default_rng(n_heads)
+    out = weight_isotropy(rng.standard_normal((d, d)), rng.standard_normal((d, d)), n_heads=n_heads)
+    assert out["rank_bound"] == pytest.approx(1 / n_heads)
+    assert max(out["identity_fraction"]) <= out["rank_bound"] + EXACT
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0].T  # rows: an orthonormal basis, d_h rows per head
+    best = weight_isotropy(3.0 * Q, 3.0 * Q, n_heads=n_heads)
+    np.testing.assert_allclose(best["identity_fraction_relative"], 1.0, atol=1e-10)
+    np.testing.assert_allclose(best["asymmetry"], 0.0, atol=1e-12)
+
+
+def test_symmetric_kernel_makes_the_attention_exactly_reversible(features):
+    """Logits u_i^T M u_j with symmetric M (and any per-key bias): detailed balance with pi_i ~ Z_i."""
+    rng = np.random.default_rng(10)
+    R = rng.standard_normal((6, 6))
+    bias = rng.standard_normal(6)
+    S = np.einsum("bid,de,bje->bij", features, 2.0 * (R + R.T), features) + (features @ bias)[:, None, :]
+    out = analyze_attention(_softmax(S))
+    assert max(out["per_matrix"]["reversibility_residual"]) < 1e-10
+    S = np.einsum("bid,de,bje->bij", features, 2.0 * (R - R.T), features)
+    assert min(analyze_attention(_softmax(S))["per_matrix"]["reversibility_residual"]) > 0.05
+
+
 def test_null_models_destroy_kernel(features):
     A = _softmax(6.0 * np.einsum("bid,bjd->bij", features, features))
     nulls = attention_null_models(A, features=features, init_attention=np.full((3, 12, 12), 1 / 12))
-    assert nulls["shuffled_keys"]["vmf_explained"]["mean"] < 0.3
+    assert nulls["shuffled_keys"]["vmf_output_error"]["mean"] > 0.7
     assert nulls["init"]["spectral_gap"]["mean"] == pytest.approx(1.0)
     assert "row_shuffled" in nulls
-    assert nulls["row_shuffled"]["vmf_explained"]["mean"] < 0.3  # a random Markov matrix with the same rows
+    assert nulls["row_shuffled"]["vmf_output_error"]["mean"] > 0.7  # a random Markov matrix with the same rows
     assert nulls["row_shuffled"]["reversibility_residual"]["mean"] > 0.05
 
 
-def test_vmf_kernel_scores_one_against_the_bilinear_ceiling(features):
+def test_exact_vmf_kernel_has_zero_output_error(features):
     A = _softmax(5.0 * np.einsum("bid,bjd->bij", features, features))
     out = analyze_attention(A, features=features)
-    assert min(out["per_matrix"]["vmf_explained"]) > 0.99
-    assert max(out["per_matrix"]["vmf_kl_bilinear"]) <= max(out["per_matrix"]["vmf_kl"]) + 1e-12
+    assert max(out["per_matrix"]["vmf_output_error"]) < 1e-6
+    np.testing.assert_allclose(out["per_matrix"]["vmf_kappa"], 5.0, atol=1e-4)
 
 
-def test_anisotropic_bilinear_kernel_scores_low(features):
-    """Logits u^T M v with a random non-isotropic M (plus a key bias): the bilinear family fits it, vMF does not."""
+def test_anisotropic_bilinear_kernel_has_a_large_output_error(features):
+    """Logits u^T M v with a random non-isotropic M (plus a key bias): no vMF kernel moves tokens as it does."""
     rng = np.random.default_rng(4)
     M = 3.0 * rng.standard_normal((6, 6))
     bias = 2.0 * rng.standard_normal(6)
     A = _softmax(np.einsum("bid,de,bje->bij", features, M, features) + (features @ bias)[:, None, :])
     out = analyze_attention(A, features=features)
-    assert max(out["per_matrix"]["vmf_explained"]) < 0.5
-    assert max(out["per_matrix"]["vmf_kl_bilinear"]) < 1e-3  # the true kernel is in the bilinear family
+    assert min(out["per_matrix"]["vmf_output_error"]) > 0.7
+
+
+def test_output_error_equals_its_definition_on_one_matrix(features):
+    """||(B - P_vMF) U|| / ||(B - P_unif) U|| computed by hand (diagonal removed, rows renormalised)."""
+    from brownformer.stats.kernel_fit import fit_vmf_kernel
+    rng = np.random.default_rng(8)
+    U = features[0]
+    A = _softmax(np.einsum("id,de,je->ij", U, 2.0 * rng.standard_normal((6, 6)), U))
+    n = A.shape[0]
+    B = A * (1 - np.eye(n))
+    B /= B.sum(1, keepdims=True)
+    kappa = fit_vmf_kernel(A, U)["kappa"]
+    P = np.exp(kappa * U @ U.T) * (1 - np.eye(n))
+    P /= P.sum(1, keepdims=True)
+    Q = (1 - np.eye(n)) / (n - 1)
+    ref = np.linalg.norm((B - P) @ U) / np.linalg.norm((B - Q) @ U)
+    assert analyze_attention(A, features=U)["per_matrix"]["vmf_output_error"][0] == pytest.approx(ref, rel=1e-9)
 
 
 def test_self_attention_is_not_evidence_for_a_kernel(features):
@@ -135,7 +187,7 @@ def test_self_attention_is_not_evidence_for_a_kernel(features):
     A = np.full((n, n), 0.1 / (n - 1)) + np.eye(n) * (0.9 - 0.1 / (n - 1))
     out = analyze_attention(A[None], features=features[:1])
     assert abs(out["per_matrix"]["vmf_kappa"][0]) < 1e-2
-    assert out["per_matrix"]["vmf_explained"] == [None]  # undefined, not 1
+    assert out["per_matrix"]["vmf_output_error"] == [None]  # nothing moved off the mean field: undefined, not 0
 
 
 def test_max_row_sum_error_is_measured():
@@ -150,19 +202,6 @@ def test_dobrushin_equals_brute_force(n):
     np.testing.assert_allclose(dobrushin(A), brute, atol=EXACT)
     np.testing.assert_allclose(dobrushin(A, max_elements=n * n), brute, atol=EXACT)  # one row per chunk
     np.testing.assert_allclose(chain_statistics(A)["dobrushin"], brute, atol=EXACT)
-
-
-def test_bilinear_floor_is_zero_when_tokens_span_the_features():
-    """n <= d + 1 independent feature rows: every logit matrix is bilinear, so the floor is exactly 0;
-    the optimiser, run anyway, agrees."""
-    from brownformer.stats.kernel_fit import _fit_bilinear, fit_bilinear_kernel
-    rng = np.random.default_rng(5)
-    F = rng.standard_normal((2, 5, 8))
-    A = _softmax(2 * rng.standard_normal((2, 5, 5)))
-    assert fit_bilinear_kernel(A, F).tolist() == [0.0, 0.0]
-    U = F / np.linalg.norm(F, axis=-1, keepdims=True)
-    Fq = np.concatenate([U, np.ones((2, 5, 1))], -1)
-    assert max(_fit_bilinear(A, Fq, causal=False, key_order=None, M0=None, maxiter=500)) < 1e-6
 
 
 def test_batched_kappa_equals_scalar_minimisation():

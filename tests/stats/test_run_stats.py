@@ -115,3 +115,22 @@ def test_stats_trajectory_cli(tmp_path):
                          text=True)
     assert bad.returncode == 2 and "4 walkers" in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "s.json").exists()
+
+
+def test_after_affine_depth_file_is_paired_with_its_raw_layernorm_file(tmp_path):
+    """depth/lnaff_c<k> gets gamma and beta from depth/ln_c<k> (stored / sqrt(d)) and is measured about beta."""
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((2, B * N_TOK, D))
+    z = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
+    gamma, beta = np.linspace(0.5, 1.5, D), 0.2 * rng.standard_normal(D)
+    common = {"time": "layer", "times": [0, 1], "ln": "pre", "step": 50, "n_inputs": B, "n_tokens": N_TOK,
+              "walkers": "probe token", "source": {}}
+    files = [_save(tmp_path, "depth/ln_c1.npy", z / np.sqrt(D), {"kind": "sphere", **common}),
+             _save(tmp_path, "depth/lnaff_c1.npy", z * gamma + beta, {"kind": "euclidean", **common})]
+    files[1]["tensor"] = "ln_affine"
+    (tmp_path / "index.json").write_text(json.dumps({"files": files}))
+    stats_run(tmp_path, tmp_path / "stats", stats=STATS, run_id="vit-pre__adamw__s0")
+    sphere = json.loads((tmp_path / "stats" / "depth" / "lnaff_c1.json").read_text())["sphere"]
+    np.testing.assert_allclose(sphere["affine_map"]["gamma"], np.broadcast_to(gamma, (2, D)), atol=1e-4)
+    np.testing.assert_allclose(sphere["affine_map"]["beta"], np.broadcast_to(beta, (2, D)), atol=1e-4)
+    assert sphere["about"]["centre"] == "given"

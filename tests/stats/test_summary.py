@@ -7,7 +7,7 @@ import pytest
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.io import write_json
-from brownformer.stats.markov import analyze_attention, attention_null_models
+from brownformer.stats.markov import analyze_attention, attention_null_models, weight_isotropy
 from brownformer.stats.sphere import tensor_sphere_summary
 from brownformer.stats.summary import summarize
 from brownformer.stats.training_status import ChanceBaseline
@@ -24,19 +24,22 @@ def _stats_dir(tmp_path, run, rng):
     sdir = tmp_path / run / "stats"
     x = rng.standard_normal((2, 48, 12))
     z = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
-    sphere = tensor_sphere_summary(z, tensor="ln_raw", n_inputs=8, n_tokens=6, n_resamples=199)
-    sphere.update(ln="pre", step=100)
-    write_json(sdir / "depth" / "ln_c1.json", {"category": "depth", "sphere": sphere, "entry": {"capture": 1}})
+    files = []
+    for name, tensor in (("ln_c1", "ln_raw"), ("lnaff_c1", "ln_affine")):  # gamma = 1, beta = 0: a sphere
+        sphere = tensor_sphere_summary(z, tensor=tensor, z_raw=z, n_inputs=8, n_tokens=6, n_resamples=199)
+        sphere.update(ln="pre", step=100)
+        write_json(sdir / "depth" / f"{name}.json", {"category": "depth", "sphere": sphere, "entry": {"capture": 1}})
+        files.append({"path": f"depth/{name}.npy", "output": f"depth/{name}.json"})
     U = rng.standard_normal((1, 8, 10, 6))
     U /= np.linalg.norm(U, axis=-1, keepdims=True)
     S = 6.0 * np.einsum("lbid,lbjd->lbij", U, U)[:, None]
     A = np.exp(S - S.max(-1, keepdims=True))
     A /= A.sum(-1, keepdims=True)
     att = analyze_attention(A, features=U)
-    att.update(category="attention", step=100, null_models=attention_null_models(A, features=U, rng=1))
+    att.update(category="attention", step=100, null_models=attention_null_models(A, features=U, rng=1),
+               head_kernels={"per_layer": [weight_isotropy(np.eye(6), np.eye(6), n_heads=1)]})
     write_json(sdir / "attention" / "c1.json", att)
-    write_json(sdir / "summary.json", {"files": [{"path": "depth/ln_c1.npy", "output": "depth/ln_c1.json"},
-                                                  {"path": "attention/c1.npy", "output": "attention/c1.json"}]})
+    write_json(sdir / "summary.json", {"files": files + [{"path": "attention/c1.npy", "output": "attention/c1.json"}]})
     return sdir
 
 
@@ -97,7 +100,8 @@ def test_report_config_carries_claim4_optimizers_from_the_schema():
     from brownformer.config import load_config
     cfg = load_config(Path(__file__).resolve().parents[2] / "config" / "ci.yaml")
     assert cfg.report.target_optimizer in cfg.optimizers and cfg.report.proposed in cfg.optimizers
-    for key in ("fraction_on_sphere", "vmf_explained", "reversibility_residual", "time_to_target_steps_ratio",
+    for key in ("fraction_on_sphere", "radius_spread_ratio", "sphere_offset", "head_isotropy", "vmf_output_error",
+                "reversibility_residual", "time_to_target_steps_ratio",
                 "time_to_target_seconds_ratio"):
         lo, hi = cfg.stats.margins[key]
         assert lo < hi

@@ -15,7 +15,7 @@ MARKOV_METRICS = {
     "stationary_entropy": "stationary entropy (nats)",
     "reversibility_residual": "reversibility residual",
     "dobrushin": "Dobrushin coefficient",
-    "vmf_explained": "vMF kernel fit: fraction of KL explained",
+    "vmf_output_error": "vMF kernel: relative output error",
 }
 
 

@@ -1,4 +1,5 @@
-"""Figure 3 (claim 1): norms of LayerNorm outputs, before and after the affine map."""
+"""Figure 3 (claim 1): norms of LayerNorm outputs before the affine map (the definition), the radius spread after
+it relative to a Gaussian cloud (the claim's statistic), and the residual stream (contrast)."""
 from __future__ import annotations
 
 import numpy as np
@@ -41,15 +42,18 @@ def sphere_norm_table(res: Results) -> pd.DataFrame:
 
 
 def _after_affine(res: Results) -> pd.DataFrame:
-    """Per-layer mean ||LN(x)||/sqrt(d) after gamma/beta (stats JSON "sphere"."ln_affine"), when written."""
+    """Per layer, the radius spread after the affine map over the Gaussian-cloud null (stats JSON "sphere"."about"
+    of the ln_affine files): 0 on a sphere, ~1 for a cloud no rounder than a Gaussian; one row per capture."""
     rows = []
     for spec in res.runs:
         for key, data in res.all_run_stats.get(spec.run_id, {}).items():
-            means = dig(data, "sphere", "ln_affine", "per_leading", "radius_mean")
-            for layer, val in enumerate(means or []):
+            if dig(data, "sphere", "tensor") != "ln_affine":
+                continue
+            ratios = dig(data, "sphere", "about", "per_layer", "radius_spread_ratio", "estimate")
+            for layer, val in enumerate(ratios or []):
                 if isinstance(val, (int, float)):
                     rows.append({"model": spec.model, "ln": res.cfg.models[spec.model].ln, "layer": layer,
-                                 "norm": float(val)})
+                                 "ratio": float(val)})
     return pd.DataFrame(rows)
 
 
@@ -70,14 +74,16 @@ def plot_sphere_norms(res: Results):
     after = _after_affine(res)
     ax = axes[0, 1]
     if after.empty:
-        no_data(ax, "the statistics stage wrote no after-affine LN norms", title="LN output after affine")
+        no_data(ax, "the statistics stage wrote no after-affine sphere statistics", title="LN output after affine")
     else:
         for ln, g in after.groupby("ln", sort=True):
-            agg = g.groupby("layer")["norm"].agg(["median", "min", "max"]).reset_index()
+            agg = g.groupby("layer")["ratio"].agg(["median", "min", "max"]).reset_index()
             ax.errorbar(agg["layer"], agg["median"], yerr=[agg["median"] - agg["min"], agg["max"] - agg["median"]],
                         marker="o", ms=3, capsize=2, label=f"{ln}-LN")
-        ax.legend(title="median, range over runs", fontsize=6)
+        ax.legend(title="median, range over runs and captures", fontsize=6)
         ax.axhline(1.0, color="k", lw=0.8, ls="--")
-        ax.set(ylabel="‖γ⊙z+β‖ / √d", title="LN output after affine")
-    fig.suptitle("Claim 1: LayerNorm outputs on the sphere of radius √d (dashed: 1)", fontsize=10)
+        ax.axhline(float(res.cfg.stats.margins["radius_spread_ratio"][1]), color="tab:red", lw=0.8, ls=":")
+        ax.set(ylabel="radius spread / Gaussian cloud's", title="LN output after affine (the claim)")
+    fig.suptitle("Claim 1: before the affine map on the sphere by definition (dashed: 1); after it, radius spread "
+                 "relative to a Gaussian cloud (dotted: margin)", fontsize=9)
     return fig

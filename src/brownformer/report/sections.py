@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Callable
 
 from brownformer.report.claims import claim_lines, claim_table, counts_by_optimizer, did_not_train_text, headline_table
+from brownformer.report.claims12 import markov_text, sphere_text
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.optimizers import comparison_table, kfac_sentences
@@ -63,8 +64,8 @@ def _overview_text(ctx: ReportContext) -> str:
 
 SECTIONS: tuple[Section, ...] = (
     Section("training", "Training runs", text=_training_text),
-    Section("1", "Claim 1: tokens on a hypersphere after LayerNorm", claims=("1",)),
-    Section("2", "Claim 2: attention as a Markov transition matrix", claims=("2",)),
+    Section("1", "Claim 1: tokens on a hypersphere after LayerNorm", claims=("1",), text=sphere_text),
+    Section("2", "Claim 2: attention as a Markov transition matrix", claims=("2",), text=markov_text),
     Section("3a", "Claim 3 (depth): token updates across layers", claims=("3a",)),
     Section("3b", "Claim 3 (training): token states and weights over training", claims=("3b", "3c")),
     Section("calibration", "Calibration of the test battery", text=_calibration_text),

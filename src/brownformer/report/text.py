@@ -16,11 +16,17 @@ __all__ = ["introduction", "methods", "limitations"]
 
 CLAIMS = (
     ("1. Tokens on a hypersphere", "After LayerNorm, token features lie on a hypersphere of radius √d in the "
-     "hyperplane Σz = 0 (before the affine γ, β)."),
+     "hyperplane Σz = 0. Before the affine map (γ, β) this holds by definition whenever a token's variance exceeds "
+     "~50 ε, so it is only checked; the claim is decided on what the next layer reads, γ⊙z + β: the spread of the "
+     "token radii about β relative to a Gaussian cloud of the same covariance (is the image a sphere or an "
+     "ellipsoid?) and the distance of the centre β from the origin, with the residual stream for contrast."),
     ("2. Attention as a Markov chain", "softmax(QKᵀ/√d_k) is the transition matrix of a random walk on that sphere "
-     "and training learns the kernel. Row-stochasticity holds by construction and proves nothing; we test whether "
-     "the kernel is isotropic (von Mises–Fisher), whether the chain is reversible, and its spectral gap, "
-     "stationary law and mixing."),
+     "and training learns the kernel. Row-stochasticity holds by construction and proves nothing; we test, per "
+     "head, whether M = W_Qᵀ W_K is isotropic (its identity fraction, capped at d_h/d by its rank, so read relative "
+     "to that bound), whether the chain is reversible (detailed balance; exact for symmetric M; undefined for the "
+     "causal LM, whose first token absorbs), and what replacing the attention by its fitted isotropic "
+     "(von Mises–Fisher) kernel does to the attention output; spectral gap, stationary law and mixing are "
+     "reported."),
     ("3. Brownian motion of tokens", "The update of tokens is a Brownian motion, so second-order (Itô) terms "
      "matter. Time is read two ways: depth (layer l → l+1 for a fixed input) and training (checkpoint t → t+1 "
      "for fixed probe inputs, and the weights themselves)."),

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .markov import QUANTITIES, _broadcast_features, analyze_attention, attention_null_models
+from .markov import QUANTITIES, _broadcast_features, analyze_attention, attention_null_models, validate_attention
 from .trajectory_io import sha256_file
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "MAX_NULL_MATRICES"]
+__all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "summary_text",
+           "head_kernels", "MAX_NULL_MATRICES"]
 
 
 def _read_sidecar(path: Path) -> dict:
@@ -34,7 +35,41 @@ def _read_sidecar(path: Path) -> dict:
 #: null models are recomputed on at most this many matrices (seeded subsample) to keep the stage fast
 MAX_NULL_MATRICES = 128
 #: per-matrix quantities compared between a capture and the initialisation-time attention
-INIT_QUANTITIES = (*QUANTITIES, "vmf_kappa", "vmf_explained")
+INIT_QUANTITIES = (*QUANTITIES, "vmf_kappa", "vmf_output_error")
+
+
+def _head_axis(meta: dict) -> int | None:
+    axes = meta.get("axes") or []
+    return axes.index("head") if "head" in axes else None
+
+
+def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
+    """Per layer, `weight_isotropy` of W_Q, W_K at this attention file's capture, read from the run's
+    weights/l<l>_<q|k>.npy trajectories (unprojected only); None when they are missing or projected."""
+    from .markov import weight_isotropy
+    captures = (meta.get("source") or {}).get("captures") or []
+    wdir = path.parent.parent / "weights"
+    if len(captures) != 1 or not wdir.is_dir():
+        return None
+    out = []
+    for layer in range(1000):
+        q, k = wdir / f"l{layer}_q.npy", wdir / f"l{layer}_k.npy"
+        if not (q.exists() and k.exists()):
+            break
+        side = _read_sidecar(q)
+        if (side.get("projection") or {}).get("projected"):
+            return {"why_undefined": "weights stored as random projections (probes.max_weight_size): W_Q^T W_K "
+                                     "is not recoverable"}
+        try:
+            i = list((side.get("source") or {}).get("captures") or []).index(captures[0])
+        except ValueError:
+            return None
+        Wq, Wk = np.load(q, mmap_mode="r")[i], np.load(k, mmap_mode="r")[i]
+        try:
+            out.append(weight_isotropy(Wq, Wk, n_heads))
+        except ValueError as exc:  # weights that do not split into the attention's heads: say so, keep the rest
+            return {"why_undefined": str(exc)}
+    return {"per_layer": out, "source": "weights/l<l>_<q|k>.npy at capture " + str(captures[0])} if out else None
 
 
 def _load_attention(path: Path):
@@ -108,7 +143,9 @@ def analyze_attention_file(path: Path, stats, init: dict | None) -> dict:
     is_init = init is not None and Path(init["path"]) == path
     out = (dict(init["result"]) if is_init else
            analyze_attention(A, features=feats, causal=meta.get("causal"), confidence_level=stats.confidence_level,
-                             rng=stats.seed))
+                             rng=stats.seed, head_axis=_head_axis(meta)))
+    if not is_init and _head_axis(meta) is not None:
+        out["head_kernels"] = head_kernels(path, meta, A.shape[_head_axis(meta)])
     if feats is not None:
         out["features_input"] = {"path": str(fpath), "sha256": sha256_file(fpath)}
     out["step"] = meta.get("step")
@@ -144,7 +181,10 @@ def init_attention(entries: list, traj_dir: Path, stats) -> dict | None:
             try:
                 A, meta, feats, _ = _load_attention(path)
                 result = analyze_attention(A, features=feats, causal=meta.get("causal"),
-                                           confidence_level=stats.confidence_level, rng=stats.seed)
+                                           confidence_level=stats.confidence_level, rng=stats.seed,
+                                           head_axis=_head_axis(meta))
+                if _head_axis(meta) is not None:
+                    result["head_kernels"] = head_kernels(path, meta, A.shape[_head_axis(meta)])
                 return {"path": str(path), "result": result}
             except (ValueError, OSError) as exc:
                 log.warning("%s: initialisation attention unusable as a null model (%s)", path, exc)
@@ -153,35 +193,64 @@ def init_attention(entries: list, traj_dir: Path, stats) -> dict | None:
 
 
 
-def attention_file_stats(path: str | Path, out: str | Path, *, features: str | Path | None = None,
-                         stats=None) -> dict:
-    """`brownformer stats attention FILE.npy [--features F.npy] --out OUT.json` (DESIGN.md contract).
+def summary_text(result: dict) -> str:
+    """A short human summary of `stats attention`: one verdict line per claim-2 criterion, then the chain."""
+    names = {"head_isotropy": "head isotropy   min (tr M)^2/(d_h |M|_F^2)", "vmf_output_error":
+             "vMF output error ||(A - A_vMF) U|| / ||(A - A_mean) U||", "reversibility_residual":
+             "reversibility   ||Pi A - A^T Pi|| / ||Pi A||"}
+    lines = [f"{result['n_matrices']} matrices of {result['n']} x {result['n']}"
+             + (" (causal)" if result.get("causal") else "")]
+    for q, v in (result.get("verdicts") or {}).items():
+        lo, hi = v["margin"]
+        bound = f">= {lo:.3g}" if q == "head_isotropy" else f"<= {hi:.3g}"
+        if "estimate" in v:
+            ci = v.get("ci")
+            val = f"{v['estimate']:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci and None not in ci else "")
+        else:
+            val = f"undefined ({v['why_undefined']})"
+        lines.append(f"{v['verdict'].upper():<14} {names[q]}: {val}; margin {bound}")
+    gap = (result.get("aggregate") or {}).get("spectral_gap") or {}
+    if gap.get("mean") is not None:
+        lines.append(f"spectral gap {gap['mean']:.3g}; per-matrix values and nulls in the JSON")
+    return "\n".join(lines)
+
+
+def attention_file_stats(path: str | Path, *, features: str | Path | None = None, wq: str | Path | None = None,
+                         wk: str | Path | None = None, n_heads: int | None = None, stats=None) -> dict:
+    """The statistics of `brownformer stats attention FILE.npy [--features F.npy] [--wq Q.npy --wk K.npy --heads H]`
+    (stats/stages.py adds the verdicts and writes OUT.json).
 
     Per matrix and aggregated: spectral_gap, stationary_entropy, entropy_rate, reversibility_residual,
-    dobrushin, doubly_stochastic_deviation, max_row_sum_error, and the vMF kernel fit with its score
-    against the full bilinear kernel when features are given; inputs recorded with their sha256.
-
-    Args:
-        path: (..., n, n) row-stochastic matrices.
-        out: the JSON to write.
-        features: optional (..., n, d) token features.
-        stats: StatsConfig (confidence_level, seed); default StatsConfig().
+    dobrushin, doubly_stochastic_deviation, max_row_sum_error, and the vMF kernel fit with its output error
+    when features are given (DESIGN.md contract); the row-shuffled null on a subsample; per head the
+    identity fraction and asymmetry of W_Q^T W_K when the weights are given ((d, d) or (L, d, d) in
+    torch.nn.Linear layout); inputs recorded with their sha256.
 
     Raises:
-        ValueError: unreadable input, or matrices that are not row-stochastic (naming the problem).
+        ValueError: unreadable input, matrices that are not row-stochastic, or weights without both halves.
     """
     from brownformer.config import StatsConfig
-    from brownformer.io import write_json
+
+    from .markov import weight_isotropy
     stats = stats or StatsConfig()
     path = Path(path)
+    if (wq is None) != (wk is None) or (wq is not None and not n_heads):
+        raise ValueError("head isotropy needs --wq, --wk and --heads together")
     try:
         A = np.load(path, allow_pickle=False)
         F = np.load(features, allow_pickle=False) if features is not None else None
+        W = [np.load(w, allow_pickle=False) for w in (wq, wk)] if wq is not None else None
     except (OSError, ValueError) as exc:
         raise ValueError(f"cannot read input: {exc}") from None
     result = analyze_attention(A, features=F, confidence_level=stats.confidence_level, rng=stats.seed)
+    rng = np.random.default_rng(stats.seed)
+    sub_A, sub_F, idx = null_subsample(validate_attention(A), F, rng)
+    result["null_models"] = attention_null_models(sub_A, features=sub_F, rng=rng)
+    result["null_models_info"] = {"n_matrices": int(idx.size), "of": result["n_matrices"]}
+    if W is not None:
+        Wq, Wk = (w[None] if w.ndim == 2 else w for w in W)
+        result["head_kernels"] = {"per_layer": [weight_isotropy(q, k, int(n_heads)) for q, k in zip(Wq, Wk)]}
     result["input"] = {"path": str(path), "sha256": sha256_file(path)}
     if features is not None:
         result["features_input"] = {"path": str(features), "sha256": sha256_file(features)}
-    write_json(Path(out), result)
     return result

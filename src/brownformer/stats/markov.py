@@ -12,14 +12,13 @@ import logging
 
 import numpy as np
 
-from .kernel_fit import fit_bilinear_kernel, fit_vmf_kernel, vmf_scores
+from .kernel_fit import fit_vmf_kernel, vmf_scores
 from .results import to_jsonable
 
 log = logging.getLogger(__name__)
 
 __all__ = ["validate_attention", "row_sum_error", "dobrushin", "chain_statistics", "fit_vmf_kernel",
-           "fit_bilinear_kernel", "vmf_scores", "analyze_attention", "weight_isotropy", "attention_null_models",
-           "is_causal", "QUANTITIES"]
+           "vmf_scores", "analyze_attention", "weight_isotropy", "attention_null_models", "is_causal", "QUANTITIES"]
 
 QUANTITIES = ("spectral_gap", "stationary_entropy", "entropy_rate", "reversibility_residual", "dobrushin",
               "doubly_stochastic_deviation")
@@ -161,7 +160,7 @@ def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
 
 
 def analyze_attention(A, *, features=None, causal: bool | None = None, confidence_level: float = 0.95,
-                      atol: float = 1e-3, rng=0, key_order=None) -> dict:
+                      atol: float = 1e-3, rng=0, key_order=None, head_axis: int | None = None) -> dict:
     """Markov-chain statistics of every matrix of A (..., n, n), per matrix and aggregated.
 
     Args:
@@ -172,6 +171,8 @@ def analyze_attention(A, *, features=None, causal: bool | None = None, confidenc
         confidence_level: for the bootstrap CI of each aggregate mean (over matrices).
         atol: row-sum tolerance of `validate_attention`.
         key_order: permutation of key tokens for the vMF fit (null model); None = identity.
+        head_axis: the axis of A that indexes heads (1 for our (L, H, B, n, n) captures); with features, the
+            head-averaged attention mean_h A_h (still row-stochastic) gets its own vMF fit ("head_averaged").
 
     Returns:
         JSON-ready dict: shape, n_matrices, n, causal, undefined (quantities set to None and why),
@@ -197,28 +198,51 @@ def analyze_attention(A, *, features=None, causal: bool | None = None, confidenc
            "per_matrix": {k: v.tolist() for k, v in per.items()},
            "aggregate": {k: _aggregate(v, confidence_level, rng) for k, v in per.items()},
            "uniform_reference": {"stationary_entropy": float(np.log(n))}}
+    if features is not None and head_axis is not None and len(shape) > 3:
+        Abar = A.mean(axis=head_axis)  # (..., n, n) without the head axis
+        Fbar = np.take(_broadcast_features(features, shape), 0, axis=head_axis).reshape(-1, n, np.shape(features)[-1])
+        hv = vmf_scores(Abar.reshape(-1, n, n), Fbar, causal=causal)
+        out["head_averaged"] = {"shape": list(Abar.shape), "per_matrix": {k: v.tolist() for k, v in hv.items()},
+                                "aggregate": {k: _aggregate(v, confidence_level, rng) for k, v in hv.items()}}
     return to_jsonable(out)
 
 
 def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
-    """Per head, M = W_Q,h^T W_K,h (so q.k = x^T M y); identity fraction and asymmetry.
+    """Per head h, the bilinear form of the logits M_h = W_Q,h^T W_K,h / sqrt(d_h) (q.k / sqrt(d_h) = x^T M y).
 
-    iota = (tr M)^2 / (d ||M||_F^2) in [0, 1], = 1 iff M ~ I (isotropic kernel);
-    asymmetry = ||M - M^T||_F / ||M + M^T||_F (0 for symmetric M, which makes attention exactly
-    reversible with pi_i ~ Z_i). W in torch.nn.Linear layout (d_out, d_in), heads in row blocks.
+    identity fraction iota = (tr M)^2 / (d ||M||_F^2) in [0, 1], = 1 iff M ~ I (isotropic kernel exp(kappa x.y));
+        for M = c I + E with tr E = 0 it is the share of ||M||_F^2 in c I, and (1 - iota)/iota is the variance of
+        the anisotropic logits relative to the isotropic ones for independent uniform unit tokens;
+    rank bound: |tr M| <= sum of singular values <= sqrt(rank) ||M||_F, so iota <= rank(M)/d <= d_h/d: one head
+        with d_h < d cannot be isotropic on S^(d-1);
+    iota_relative = iota d / d_h in [0, 1], = 1 iff M = c P with P an orthogonal projection of rank d_h (the best
+        a rank-d_h kernel can do: isotropic within its subspace);
+    asymmetry = ||M - M^T||_F / ||M + M^T||_F (0 for symmetric M, which makes the attention exactly reversible
+        with pi_i ~ Z_i = sum_j exp(S_ij); biases add per-key terms f_j, which keep it reversible).
+    W in torch.nn.Linear layout (d_out, d_in), heads in row blocks; the heads' mean M is reported too.
+
+    Raises:
+        ValueError: shapes that do not match or rows not divisible by n_heads.
     """
     W_q, W_k = np.asarray(W_q, float), np.asarray(W_k, float)
     if W_q.shape != W_k.shape or W_q.ndim != 2 or W_q.shape[0] % n_heads:
-        raise ValueError(f"W_q {W_q.shape} and W_k {W_k.shape} must be equal 2-D shapes with rows divisible by n_heads={n_heads}")
-    dh = W_q.shape[0] // n_heads
-    d = W_q.shape[1]
-    iota, asym = [], []
-    for h in range(n_heads):
-        M = W_q[h * dh:(h + 1) * dh].T @ W_k[h * dh:(h + 1) * dh]
-        iota.append(np.trace(M) ** 2 / (d * np.sum(M * M)))
-        asym.append(np.linalg.norm(M - M.T) / np.linalg.norm(M + M.T))
-    return to_jsonable({"identity_fraction": iota, "asymmetry": asym, "n_heads": n_heads, "d": d,
-                        "identity_fraction_mean": float(np.mean(iota)), "asymmetry_mean": float(np.mean(asym))})
+        raise ValueError(f"W_q {W_q.shape} and W_k {W_k.shape} must be equal 2-D shapes with rows divisible by "
+                         f"n_heads={n_heads}")
+    dh, d = W_q.shape[0] // n_heads, W_q.shape[1]
+    Ms = np.stack([W_q[h * dh:(h + 1) * dh].T @ W_k[h * dh:(h + 1) * dh] for h in range(n_heads)]) / np.sqrt(dh)
+
+    def iota(M):
+        return np.trace(M, axis1=-2, axis2=-1) ** 2 / (d * np.sum(M * M, axis=(-2, -1)))
+
+    io = iota(Ms)
+    bound = min(dh, d) / d
+    asym = (np.linalg.norm(Ms - np.swapaxes(Ms, -1, -2), axis=(-2, -1))
+            / np.linalg.norm(Ms + np.swapaxes(Ms, -1, -2), axis=(-2, -1)))
+    return to_jsonable({"identity_fraction": io, "rank_bound": bound, "identity_fraction_relative": io / bound,
+                        "asymmetry": asym, "n_heads": n_heads, "d": d, "d_head": dh,
+                        "identity_fraction_mean": float(np.mean(io)), "asymmetry_mean": float(np.mean(asym)),
+                        "head_mean_identity_fraction": float(iota(Ms.mean(0))),
+                        "kappa_equivalent": (np.trace(Ms, axis1=-2, axis2=-1) / d).tolist()})
 
 
 def attention_null_models(A, *, features=None, init_attention=None, rng=0, n_shuffles: int = 1) -> dict:

@@ -10,7 +10,8 @@ has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "s
 - depth/ln_c<k>.json, depth/resid_c<k>.json (category "depth", claims 1 and 3a): the Brownian battery
   (`trajectory_file_stats`, below) over layers as time, plus "sphere" (claim 1: tensor_sphere_summary);
   with fewer than rule.MIN_TIME_POINTS layers the verdict is "inconclusive" and only clock-free statistics
-  are defined. depth/lnaff_c<k>.json: "sphere" only ("battery": why not).
+  are defined. depth/lnaff_c<k>.json: "sphere" only ("battery": why not), with gamma and beta recovered from
+  the same capture's depth/ln_c<k>.npy ("affine_map") and the geometry about beta ("about"), which claim 1 decides on.
 - training/ln_l<l>.json (category "training", claim 3b), weights/l<l>_<m>.json ("weights", claim 3c): the
   battery on the sidecar's primary clock ("time"), with "clock_check": the MSD exponent on the other
   recorded clocks.
@@ -118,9 +119,14 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
     z = X.astype(np.float64)
     if tensor == "ln_raw":  # depth/ln files hold LN output / sqrt(d); claim 1 is about z = LN output itself
         z = z * np.sqrt(X.shape[-1])
-    out = tensor_sphere_summary(z, tensor=tensor, margins=dict(stats.margins), n_inputs=meta.get("n_inputs"),
-                                n_tokens=meta.get("n_tokens"), confidence_level=stats.confidence_level,
-                                n_resamples=min(stats.n_resamples, 999), rng=stats.seed)
+    z_raw = None
+    raw_path = path.with_name(path.name.replace("lnaff_", "ln_", 1))
+    if tensor == "ln_affine" and raw_path != path and raw_path.exists():  # the same tokens before the affine
+        z_raw = np.load(raw_path, allow_pickle=False).astype(np.float64) * np.sqrt(X.shape[-1])
+    out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins),
+                                n_inputs=meta.get("n_inputs"), n_tokens=meta.get("n_tokens"),
+                                confidence_level=stats.confidence_level, n_resamples=min(stats.n_resamples, 999),
+                                rng=stats.seed)
     out.update({"ln": meta.get("ln"), "step": meta.get("step"), "capture": entry.get("capture"),
                 "times": meta.get("times") or list(range(X.shape[0]))})
     return out
@@ -205,7 +211,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
             if k in result:
                 row[k] = result[k]
         if "sphere" in result:
-            row["sphere_tensor"], row["sphere_verdict"] = result["sphere"]["tensor"], result["sphere"]["verdict"]
+            row["sphere_tensor"] = result["sphere"]["tensor"]
         files.append(row)
         log.info("%s: %s", rel, row.get("verdict", "done"))
     summary = {"run_id": run_id, "traj_dir": str(traj_dir), "index_sha256": sha256_file(traj_dir / "index.json"),

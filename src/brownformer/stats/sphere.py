@@ -1,5 +1,10 @@
 """Claim 1 (tokens on a hypersphere): distances of LayerNorm outputs from the sphere, with CIs.
 
+Before the affine map the LN output is on the sphere by definition (whenever a token's variance exceeds
+~50 eps): `fraction_on_sphere` checks that definition and is labelled so, never evidence. The claim is
+decided on the image after the affine map (sphere_fit.py: radius spread about the LN's centre beta, its
+Gaussian-cloud null, the offset of the centre) in stats/claims/sphere.py.
+
 The laws of spherical Brownian motion (claim 3) live in spherical.py; `gram_offdiagonal` is shared
 by both and by the depth figure.
 """
@@ -55,22 +60,18 @@ def _one_summary(z: np.ndarray, margins: dict) -> dict:
         out["per_leading"] = {"radius_mean": (np.linalg.norm(lead, axis=-1).mean(1) / np.sqrt(d)).tolist(),
                               "radius_sd": (np.linalg.norm(lead, axis=-1).std(1) / np.sqrt(d)).tolist(),
                               "sum_abs_max": (np.abs(lead.sum(-1)).max(1) / np.sqrt(d)).tolist()}
-    # equivalence: every token inside both margins -> on the sphere; most tokens outside -> not
-    frac = float((in_r & in_s).mean())
-    out["fraction_on_sphere"] = frac
-    out["verdict"] = "supported" if frac >= 0.99 else ("not supported" if frac <= 0.5 else "inconclusive")
+    out["fraction_on_sphere"] = float((in_r & in_s).mean())  # the definitional check; no verdict here
     return out
 
 
 def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: dict | None = None) -> dict:
-    """Claim 1: is the LayerNorm output on the sphere of radius sqrt(d) in the hyperplane 1^T z = 0?
+    """The definitional check of claim 1: is the LayerNorm output on the sphere of radius sqrt(d) in 1^T z = 0?
 
     For z of shape (..., d): the distributions of |z|/sqrt(d) (1 on the sphere) and 1^T z/sqrt(d)
-    (0 in the hyperplane), with an equivalence verdict: "supported" when at least 99% of tokens
-    lie inside both margins (default |z|/sqrt(d) in [0.99, 1.01], |1^T z|/sqrt(d) <= 0.01),
-    "not supported" when at most half do. Raw LN output gives radius sqrt(d sigma^2/(sigma^2 + eps))
-    (STATISTICS.md 0); after gamma/beta and in the residual stream the same numbers show how far
-    the claim extends.
+    (0 in the hyperplane) and the share of tokens inside both margins (default |z|/sqrt(d) in
+    [0.99, 1.01], |1^T z|/sqrt(d) <= 0.01). Raw LN output has radius sqrt(d sigma^2/(sigma^2 + eps)),
+    so this holds by definition; no verdict is given here (stats/claims/sphere.py decides claim 1 on
+    the image after the affine map).
 
     Args:
         ln_raw: LayerNorm output before the affine, (..., d) (NOT divided by sqrt(d)).
@@ -79,14 +80,13 @@ def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: dict | None =
         margins: overrides of SPHERE_MARGINS.
 
     Returns:
-        {"ln_raw": {...}, "ln_affine": {...} | None, "resid": {...} | None, "verdict": str, "margins": ...}
+        {"ln_raw": {...}, "ln_affine": {...} | None, "resid": {...} | None, "margins": ...}
     """
     m = dict(SPHERE_MARGINS)
     m.update({k: tuple(v) for k, v in (margins or {}).items() if k in SPHERE_MARGINS})
     out = {"ln_raw": _one_summary(ln_raw, m), "margins": m}
     out["ln_affine"] = _one_summary(ln_affine, m) if ln_affine is not None else None
     out["resid"] = _one_summary(resid, m) if resid is not None else None
-    out["verdict"] = out["ln_raw"]["verdict"]
     return to_jsonable(out)
 
 
@@ -189,20 +189,24 @@ def sphere_geometry(z, *, margins: dict | None = None, n_inputs: int | None = No
 SPHERE_TENSORS = ("ln_raw", "ln_affine", "resid")
 
 
-def tensor_sphere_summary(z, *, tensor: str, margins: dict | None = None, n_inputs: int | None = None,
+def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: dict | None = None, n_inputs: int | None = None,
                           n_tokens: int | None = None, confidence_level: float = 0.95, n_resamples: int = 999,
                           rng=0) -> dict:
-    """`sphere_summary`'s distribution summary plus `sphere_geometry` for one tensor of claim 1.
+    """The definitional check, `sphere_geometry` and the geometry about the centre for one tensor of claim 1.
 
     Args:
         z: (L, N, d), NOT divided by sqrt(d).
-        tensor: "ln_raw" (LN output before the affine; the claim), "ln_affine" (after gamma, beta) or
-            "resid" (residual stream; contrast).
+        tensor: "ln_raw" (LN output before the affine: on the sphere by definition), "ln_affine" (after gamma,
+            beta: what the next layer reads; the claim is decided here) or "resid" (residual stream).
+        z_raw: for "ln_affine", the same tokens before the affine (L, N, d): gamma and beta are recovered from
+            the pair (sphere_fit.affine_map_fit) and the spread is measured about beta; without it, about the
+            token mean.
 
     Returns:
-        {"tensor", <tensor>: distribution summary, "geometry", "margins", "verdict"}; "verdict" says whether
-        this tensor lies on the sphere (the claim's verdict uses the "ln_raw" tensor only).
+        {"tensor", <tensor>: distribution summary, "geometry", "about": sphere_fit.sphere_about output,
+         "affine_map": affine_map_fit output or None, "margins", "definitional": bool}.
     """
+    from .sphere_fit import affine_map_fit, sphere_about
     if tensor not in SPHERE_TENSORS:
         raise ValueError(f"tensor must be one of {SPHERE_TENSORS}, got {tensor!r}")
     m = dict(SPHERE_MARGINS)
@@ -210,4 +214,15 @@ def tensor_sphere_summary(z, *, tensor: str, margins: dict | None = None, n_inpu
     summ = _one_summary(z, m)
     geom = sphere_geometry(z, margins=m, n_inputs=n_inputs, n_tokens=n_tokens, confidence_level=confidence_level,
                            n_resamples=n_resamples, rng=rng)
-    return to_jsonable({"tensor": tensor, tensor: summ, "geometry": geom, "margins": m, "verdict": summ["verdict"]})
+    z3 = np.asarray(z, float)
+    z3 = z3[None] if z3.ndim == 2 else z3
+    affine, centre = None, None
+    if tensor == "ln_raw":
+        centre = np.zeros(z3.shape[-1])  # the sphere of the definition is centred at the origin
+    elif tensor == "ln_affine" and z_raw is not None:
+        affine = affine_map_fit(np.asarray(z_raw, float).reshape(z3.shape), z3)
+        centre = np.asarray(affine["beta"], float)
+    about = sphere_about(z3, centre, n_inputs=n_inputs, n_tokens=n_tokens, confidence_level=confidence_level,
+                         n_resamples=n_resamples, rng=rng)
+    return to_jsonable({"tensor": tensor, tensor: summ, "geometry": geom, "about": about, "affine_map": affine,
+                        "margins": m, "definitional": tensor == "ln_raw"})

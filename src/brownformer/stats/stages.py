@@ -11,7 +11,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["stats_trajectory", "stats_run", "stats_calibrate", "calibration_shapes"]
+__all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "calibration_shapes"]
 
 
 def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None) -> dict:
@@ -20,6 +20,20 @@ def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None) -
 
     from .run_stats import trajectory_file_stats
     result = trajectory_file_stats(file, stats=stats, kind=kind)
+    write_json(out, result)
+    return result
+
+
+def stats_attention(file: Path, out: Path, *, stats, features: Path | None = None, wq: Path | None = None,
+                    wk: Path | None = None, n_heads: int | None = None) -> dict:
+    """Markov-chain statistics of any (..., n, n) array (DESIGN.md `stats attention`) with a verdict per claim-2
+    criterion and its margin (claims/markov.py `file_verdicts`) -> OUT.json."""
+    from brownformer.io import write_json
+
+    from .attention_stats import attention_file_stats
+    from .claims.markov import file_verdicts
+    result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
+    result["verdicts"] = file_verdicts(result, stats)
     write_json(out, result)
     return result
 

@@ -1,31 +1,42 @@
-"""Claim 1: LayerNorm outputs (before the affine) lie on a sphere.
+"""Claim 1: LayerNorm outputs lie on a hypersphere, judged on what the next layer reads.
 
-The manifold. Raw LayerNorm z = (x - mu)/sigma has 1^T z = 0 and |z|^2 = d sigma^2/(sigma^2 + eps):
-the sphere of radius sqrt(d) inside the hyperplane 1^T z = 0, an S^(d-2) (intrinsic dimension d - 2),
-not the ambient S^(d-1). A token is "on the sphere" when |z|/sqrt(d) and 1^T z/sqrt(d) both lie in
-the `sphere_radius` / `sphere_sum` margins; stats/sphere.py measures, per capture, the fraction of
-tokens on it with a cluster-bootstrap interval over probe inputs (tokens of one input are dependent).
+Definitional check (not evidence). Raw LayerNorm z = (x - mu)/sigma has 1^T z = 0 and |z|^2 = d sigma^2/
+(sigma^2 + eps): the sphere S^(d-2) of radius sqrt(d) in the hyperplane 1^T z = 0 whenever a token's
+variance exceeds ~50 eps. `fraction_on_sphere` of the raw output checks this and is reported as
+details["definitional"]; it never decides the claim.
 
-Rule (claims/common.py). Per run: the capture with the smallest fraction among the captures of the
-trained model, those in the second half of training (early on activations are tiny and
-LayerNorm's eps pulls low-variance tokens, e.g. the CLS token entering layer 0, below radius
-0.99: reported as early_min_fraction_on_sphere, not judged); its interval inside the
-`fraction_on_sphere` margin -> supported, entirely below -> not supported. Runs without LayerNorm (ln "none") are not applicable;
-runs that did not train are left out. Pooled over runs by the intersection-union rule.
+The decision (stats/sphere_fit.py). The next layer reads y = gamma * z + beta, an ellipsoid with centre beta.
+For each capture of the trained model (second half of training, step 0 excluded) and each layer, on the LN
+output after the affine map:
+  - radius_spread_ratio = sd|y - beta| / E|y - beta| divided by the Gaussian-cloud null
+    s_0 = sqrt(tr S^2 / 2) / tr S (S the second moment about beta): 0 on a sphere, ~1 for a cloud no rounder
+    than a Gaussian of the same covariance; margin `radius_spread_ratio` (upper 0.5: norms at least twice as
+    concentrated as concentration of measure alone makes them; for evenly spread tokens this is the
+    coefficient of variation of gamma^2 <= 0.58);
+  - offset = |beta| / sqrt(E|y - beta|^2), the centre's distance from the origin in radii; margin
+    `sphere_offset` (upper 0.25: an offset o adds a common cosine ~ o^2/(1 + o^2) <= 0.06 between tokens seen
+    from the origin, a third of the chance-level cosine 1/sqrt(32) at the default width).
+Each interval (t-interval over probe inputs) inside its margin at every (capture, layer) -> that criterion is
+supported; any interval entirely outside -> not supported; else inconclusive (intersection-union over captures
+and layers). The run is supported when both criteria are, not supported when either is. Runs without LayerNorm
+(ln "none") are not applicable; runs that did not train are left out; runs pool by intersection-union. The
+residual stream (mean-centred spread and its null) and the recovered gain (spread, condition number, Wielandt
+bound) are reported beside the verdict.
 """
 from __future__ import annotations
 
 import math
 
-from brownformer.verdicts import INCONCLUSIVE, ClaimRecord, Estimate
+from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
 
 from .common import did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none, pool_runs
 
-__all__ = ["sphere_claim", "TITLE"]
+__all__ = ["sphere_claim", "TITLE", "CRITERIA"]
 
-TITLE = "LayerNorm outputs lie on the sphere S^(d-2) of radius sqrt(d) in the hyperplane 1^T z = 0"
-_TENSOR_LABELS = {"ln_raw": "before_affine", "ln_affine": "after_affine", "resid": "residual"}
-_REPORTED = ("fraction_on_sphere", "radius_mean", "radius_cv", "mean_offset", "sum_abs_mean")
+TITLE = "LayerNorm outputs, after the affine map the next layer reads, lie on a sphere centred at the origin"
+#: criterion -> (quantity of sphere_fit.sphere_about, margin key in StatsConfig.margins)
+CRITERIA = {"radius_spread_ratio": "radius_spread_ratio", "offset": "sphere_offset"}
+_AFFINE_REPORTED = ("gain_cv", "gain_condition", "wielandt_cosine", "offset_ratio", "relative_residual")
 
 
 def _ln_placement(run: str, files: list[dict]) -> str | None:
@@ -36,62 +47,121 @@ def _ln_placement(run: str, files: list[dict]) -> str | None:
     return next((p for p in ("none", "post", "pre") if p in run.split("__")[0].split("-")), None)
 
 
-def _fraction(sphere: dict) -> tuple[float, tuple[float, float]]:
-    """Fraction of tokens on the sphere with its interval (stats/sphere.py's geometry, pooled over layers)."""
-    pooled = (sphere.get("geometry") or {}).get("pooled", {}).get("fraction_on_sphere")
-    if pooled:
-        ci = pooled.get("ci") or [math.nan, math.nan]
-        return float(pooled["estimate"]), (float(ci[0]), float(ci[1]))
-    return float(sphere["ln_raw"]["fraction_on_sphere"]), (math.nan, math.nan)  # no interval: inconclusive
+def _tensor(f: dict) -> str:
+    return f["sphere"].get("tensor", "ln_raw")
 
 
-def _final_tensors(files: list[dict]) -> dict:
-    """The last capture's pooled statistics of each tensor (before/after affine, residual), for the report."""
-    last = max((f.get("capture") if f.get("capture") is not None else -1 for f in files), default=None)
-    out = {}
+def _trained(files: list[dict]) -> tuple[list[dict], float]:
+    """Captures of the trained model: second half of training, step 0 excluded (all when steps are unknown)."""
+    steps = [f["sphere"].get("step") for f in files if f["sphere"].get("step") is not None]
+    half = 0.5 * max(steps) if steps else 0.0
+    keep = [f for f in files if f["sphere"].get("step") is None or (f["sphere"]["step"] >= half
+                                                                     and f["sphere"]["step"] != 0)]
+    return keep or files, half
+
+
+def _cells(files: list[dict], quantity: str) -> list[tuple]:
+    """(estimate, (lo, hi), capture, layer) of one quantity for every capture and layer."""
+    out = []
     for f in files:
-        geom = f["sphere"].get("geometry")
-        if geom and (f.get("capture") if f.get("capture") is not None else -1) == last:
-            out[_TENSOR_LABELS[f["sphere"].get("tensor", "ln_raw")]] = {q: geom["pooled"][q] for q in _REPORTED
-                                                                         if q in geom["pooled"]}
+        per = ((f["sphere"].get("about") or {}).get("per_layer") or {}).get(quantity)
+        if not per:
+            continue
+        for layer, (e, lo, hi) in enumerate(zip(per["estimate"], per["ci_low"], per["ci_high"])):
+            out.append((math.nan if e is None else float(e),
+                        (math.nan if lo is None else float(lo), math.nan if hi is None else float(hi)),
+                        f.get("capture"), layer))
     return out
 
 
+def _criterion(cells: list[tuple], margin, confidence_level: float) -> dict:
+    """Intersection-union over cells: the worst cell (largest estimate) with its verdict and TOST p-value."""
+    if not cells:
+        return {"verdict": INCONCLUSIVE, "why": "no values", "margin": list(margin)}
+    one_sided = (-math.inf, margin[1])  # both quantities are >= 0: only the upper edge binds
+    verdicts = [equivalence_verdict(ci, one_sided) for _, ci, _, _ in cells]
+    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in verdicts else SUPPORTED if all(v == SUPPORTED for v in verdicts)
+               else INCONCLUSIVE)
+    from scipy.special import ndtri
+    z = float(ndtri(0.5 + confidence_level / 2))
+    pvals = []
+    for est, ci, _, _ in cells:
+        se = (ci[1] - ci[0]) / (2 * z) if all(map(math.isfinite, ci)) else math.nan
+        pvals.append(equivalence_pvalue(est, se, (-math.inf, margin[1])))
+    worst = max(range(len(cells)), key=lambda i: -math.inf if not math.isfinite(cells[i][0]) else cells[i][0])
+    est, ci, capture, layer = cells[worst]
+    return {"verdict": verdict, "estimate": est, "ci": list(ci), "capture": capture, "layer": layer,
+            "margin": list(margin), "n_cells": len(cells), "n_supported": verdicts.count(SUPPORTED),
+            "n_not_supported": verdicts.count(NOT_SUPPORTED),
+            "p_value": None if any(p is None for p in pvals) else max(pvals)}
+
+
+def _baseline(files: list[dict]) -> dict:
+    """The step-0 values of each criterion (gamma = 1, beta = 0 at initialisation: the definition again)."""
+    init = [f for f in files if f["sphere"].get("step") == 0]
+    return {q: max((c[0] for c in _cells(init, q)), default=None) for q in CRITERIA} if init else {}
+
+
+def _reported(files: list[dict]) -> dict:
+    """The last capture's residual-stream geometry and recovered affine map, per layer."""
+    last = max((f.get("capture") if f.get("capture") is not None else -1 for f in files), default=None)
+    out = {}
+    for f in files:
+        if (f.get("capture") if f.get("capture") is not None else -1) != last:
+            continue
+        s = f["sphere"]
+        if _tensor(f) == "resid" and s.get("about"):
+            out["residual_stream"] = {"radius_spread_ratio": s["about"]["per_layer"]["radius_spread_ratio"]["estimate"],
+                                      "centre": s["about"].get("centre")}
+        if _tensor(f) == "ln_affine" and s.get("affine_map"):
+            out["affine_map"] = {q: s["affine_map"][q] for q in _AFFINE_REPORTED if q in s["affine_map"]}
+    return out
+
+
+def _definitional(files: list[dict]) -> dict:
+    fr = []
+    for f in files:
+        pooled = ((f["sphere"].get("geometry") or {}).get("pooled") or {}).get("fraction_on_sphere")
+        if pooled:
+            fr.append(float(pooled["estimate"]))
+    return {"label": "definitional check, not evidence: LayerNorm before its affine map is on the sphere whenever "
+                     "a token's variance exceeds ~50 eps", "min_fraction_on_sphere": min(fr) if fr else None}
+
+
 def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
-    margin = tuple(stats.margins["fraction_on_sphere"])
-    raw = [f for f in files if f["sphere"].get("tensor", "ln_raw") == "ln_raw"]
-    steps = [f["sphere"].get("step") for f in raw if f["sphere"].get("step") is not None]
-    half = 0.5 * max(steps) if steps else 0.0
-    # the trained model: captures in the second half of training (all captures when steps are unknown)
-    trained = [f for f in raw if f["sphere"].get("step") is None or (f["sphere"]["step"] >= half
-                                                                      and f["sphere"]["step"] != 0)] or raw
-    early = [f for f in raw if f not in trained]
-    details = {"ln": _ln_placement(run, files), "n_captures": len(trained), "final": _final_tensors(files),
-               "judged_from_step": half}
-    if early:
-        details["early_min_fraction_on_sphere"] = min(_fraction(f["sphere"])[0] for f in early)
-    if not trained:
-        return ClaimRecord("1", TITLE, INCONCLUSIVE, "no LayerNorm output files", margin=margin, details=details)
-    fr = [(_fraction(f["sphere"]), f) for f in trained]
-    (est, ci), worst = min(fr, key=lambda t: t[0][0])
-    d = worst["sphere"]["ln_raw"].get("dim")
-    details.update({"worst_capture": worst.get("capture"), "worst_step": worst["sphere"].get("step"),
-                    "dim": d, "intrinsic_dimension": d - 2 if d else None,
-                    "cluster": (worst["sphere"].get("geometry") or {}).get("cluster")})
-    verdict = equivalence_verdict(ci, margin)
-    z = _z(stats.confidence_level)
-    se = (ci[1] - ci[0]) / (2 * z) if all(map(math.isfinite, ci)) else math.nan
-    details["p_value"] = equivalence_pvalue(est, se, margin)
-    reason = (f"worst capture from step {half:g} on: {est:.4f} of tokens on the sphere, "
-              f"{stats.confidence_level:.0%} CI [{ci[0]:.4f}, {ci[1]:.4f}] against margin [{margin[0]}, {margin[1]}]")
-    return ClaimRecord("1", TITLE, verdict, reason, margin=margin, details=details,
-                       estimate=Estimate("fraction of tokens on the sphere (worst capture)", est, ci,
-                                         stats.confidence_level))
+    raw = [f for f in files if _tensor(f) == "ln_raw"]
+    aff_all = [f for f in files if _tensor(f) == "ln_affine"]
+    aff, half = _trained(aff_all) if aff_all else ([], 0.0)
+    trained_raw, _ = _trained(raw) if raw else ([], 0.0)
+    details = {"ln": _ln_placement(run, files), "judged_from_step": half, "n_captures": len(aff),
+               "definitional": _definitional(trained_raw), "step0_baseline": _baseline(aff_all), **_reported(files)}
+    if not aff:
+        return ClaimRecord("1", TITLE, INCONCLUSIVE, "no after-affine LayerNorm output captured", details=details)
+    crit = {q: _criterion(_cells(aff, q), tuple(stats.margins[key]), stats.confidence_level)
+            for q, key in CRITERIA.items()}
+    parts = [c["verdict"] for c in crit.values()]
+    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
+               else INCONCLUSIVE)
+    pv = [c.get("p_value") for c in crit.values()]
+    details.update({"criteria": crit, "p_value": None if None in pv else max(pv)})
+    r, o = crit["radius_spread_ratio"], crit["offset"]
+    reason = (f"worst (capture, layer) from step {half:g} on: radius spread / Gaussian null {_f(r)} vs <= "
+              f"{r['margin'][1]:g} ({r['verdict']}); centre offset {_f(o)} radii vs <= {o['margin'][1]:g} "
+              f"({o['verdict']})")
+    est = Estimate("radius spread / Gaussian-cloud null after the affine map (worst capture and layer)",
+                   r.get("estimate", math.nan), tuple(r.get("ci", (math.nan, math.nan))), stats.confidence_level)
+    return ClaimRecord("1", TITLE, verdict, reason, margin=tuple(r["margin"]), details=details, estimate=est,
+                       tests=[{"name": f"{q} equivalence (TOST, intersection-union over captures and layers)",
+                               "statistic": finite_or_none(c.get("estimate")), "p_value": c.get("p_value"),
+                               "reject": None if c.get("p_value") is None else bool(c["p_value"] < stats.alpha)}
+                              for q, c in crit.items()])
 
 
-def _z(confidence_level: float) -> float:
-    from scipy.stats import norm
-    return float(norm.ppf(0.5 + confidence_level / 2))
+def _f(c: dict) -> str:
+    if not math.isfinite(c.get("estimate", math.nan)):
+        return "undefined"
+    lo, hi = c["ci"]
+    return f"{c['estimate']:.3g} CI [{lo:.3g}, {hi:.3g}]"
 
 
 def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None) -> ClaimRecord:
@@ -99,8 +169,8 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
 
     Args:
         files: [{"run", "path", "capture", "sphere": stats.sphere.tensor_sphere_summary output (with "ln", "step")}]
-            for each run's depth files ("ln_raw" the claim; "ln_affine", "resid" reported beside it).
-        stats: StatsConfig (confidence_level, margins["fraction_on_sphere"]).
+            for each run's depth files ("ln_affine" decides; "ln_raw" the definitional check; "resid" reported).
+        stats: StatsConfig (confidence_level, alpha, margins["radius_spread_ratio"], margins["sphere_offset"]).
         excluded: run -> reason for runs that did not train.
 
     Returns:
@@ -116,22 +186,27 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         if run in excluded:
             per_run[run] = did_not_train_record("1", TITLE, excluded[run])
         elif _ln_placement(run, fs) == "none":
-            not_applicable[run] = ("ln 'none' (no LayerNorm): the claim does not apply; its 'LN output' is the stream "
-                                   "rescaled to radius sqrt(d), on the sphere by construction")
+            not_applicable[run] = "ln 'none' (no LayerNorm): the claim does not apply"
         else:
             per_run[run] = _run_record(run, fs, stats)
     verdict, reason, decider = pool_runs(per_run, excluded=excluded)
     trained = [r for r, rec in per_run.items() if r not in excluded and rec.estimate is not None]
-    worst = decider or (min(trained, key=lambda r: per_run[r].estimate.value) if trained else None)
+    worst = decider or (max(trained, key=lambda r: _key(per_run[r].estimate.value)) if trained else None)
     pvals = [per_run[r].details.get("p_value") for r in trained]
     p_iut = max(pvals) if trained and all(p is not None for p in pvals) else None
     return ClaimRecord(
         "1", TITLE, verdict, reason + (f"; deciding run {worst}" if worst else ""),
-        estimate=per_run[worst].estimate if worst else None, margin=tuple(stats.margins["fraction_on_sphere"]),
-        tests=[{"name": "equivalence of the fraction on the sphere (intersection-union over runs)", "statistic": None,
+        estimate=per_run[worst].estimate if worst else None,
+        margin=tuple(stats.margins["radius_spread_ratio"]),
+        tests=[{"name": "radius-spread and offset equivalence (intersection-union over runs)", "statistic": None,
                 "p_value": finite_or_none(p_iut), "reject": None if p_iut is None else bool(p_iut < stats.alpha)}],
         per_run=per_run,
-        details={"p_value": p_iut, "manifold": "S^(d-2): |z| = sqrt(d) and 1^T z = 0",
-                 "not_applicable": not_applicable, "deciding_run": worst,
-                 "rule": "per run: worst capture of the second half of training, CI inside the margin; "
-                         "pooled: all runs supported"})
+        details={"p_value": p_iut, "not_applicable": not_applicable, "deciding_run": worst,
+                 "decided_on": "LN output after the affine map (what the next layer reads)",
+                 "margins": {q: list(stats.margins[k]) for q, k in CRITERIA.items()},
+                 "rule": "per run: every (capture, layer) of the second half of training has both intervals inside "
+                         "their margins; pooled: all runs supported"})
+
+
+def _key(x: float) -> float:
+    return x if math.isfinite(x) else -math.inf
