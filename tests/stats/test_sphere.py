@@ -100,3 +100,19 @@ def test_sphere_about_separates_sphere_ellipsoid_offset_and_gaussian_cloud():
     assert ell["radius_spread_ratio"]["ci_low"][0] > 0.5
     cloud = sphere_about(rng.standard_normal((1, 240, 24)), None, **kw)["per_layer"]
     assert 0.7 < cloud["radius_spread_ratio"]["estimate"][0] < 1.3  # a Gaussian cloud is its own null
+
+
+@pytest.mark.parametrize("spread", [0.2, 1.0])
+def test_spread_ratio_of_an_evenly_sampled_ellipsoid_matches_its_formula(spread):
+    """Tokens uniform on the sphere of radius sqrt(d), mapped by gamma: s / s_0 = v sqrt(d/(d+2)) / sqrt(1 + v^2),
+    v = CV of gamma^2 over dimensions (docs/methods/claims12.md), to first order."""
+    from brownformer.stats.sphere_fit import sphere_about
+    rng = np.random.default_rng(6)
+    d = 32
+    u = rng.standard_normal((8_000, d))
+    z = np.sqrt(d) * u / np.linalg.norm(u, axis=1, keepdims=True)
+    gamma = np.exp(spread * rng.standard_normal(d))
+    v = np.std(gamma**2) / np.mean(gamma**2)
+    about = sphere_about(z * gamma, np.zeros(d), n_inputs=100, n_tokens=80, n_resamples=9)
+    ratio = about["per_layer"]["radius_spread_ratio"]["estimate"][0]
+    assert ratio == pytest.approx(v * np.sqrt(d / (d + 2)) / np.sqrt(1 + v * v), rel=0.05)

@@ -24,9 +24,12 @@ import numpy as np
 from .bootstrap import ClusterBootstrap, group_labels
 from .results import to_jsonable
 
-__all__ = ["sphere_about", "affine_map_fit", "ABOUT_QUANTITIES"]
+__all__ = ["sphere_about", "affine_map_fit", "gaussian_null_spread", "ABOUT_QUANTITIES"]
 
 ABOUT_QUANTITIES = ("radius_spread", "radius_spread_ratio", "offset")
+#: resampling units beyond this are merged into contiguous blocks (as stats/sphere.py does): the bootstrap's
+#: cost and memory grow with units x tokens, and 64 blocks already give a stable interval
+MAX_CLUSTERS = 64
 
 
 def _spread(m):
@@ -63,6 +66,9 @@ def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int |
     if not np.all(np.isfinite(c)):
         raise ValueError("centre contains non-finite values")
     labels = group_labels(N, n_inputs=n_inputs, n_tokens=n_tokens) if n_inputs and n_tokens else np.arange(N)
+    G = int(labels.max()) + 1
+    if G > MAX_CLUSTERS:
+        labels = labels * MAX_CLUSTERS // G  # contiguous blocks of units
     boot = ClusterBootstrap(labels, n_resamples=n_resamples, rng=rng)
     w = z - c[:, None, :]  # (L, N, d)
     r = np.linalg.norm(w, axis=-1)  # (L, N)
@@ -70,7 +76,7 @@ def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int |
     null = np.array([gaussian_null_spread(w[l].T @ w[l] / N) for l in range(L)])
     feats = np.stack([r, r * r], -1)  # (L, N, 2): one trajectory per layer
     sp = boot.estimate(feats, _spread)
-    off = boot.estimate(feats, lambda m: cn[:, None] / np.sqrt(m[..., 1]) if m.shape[0] == L else np.nan)
+    off = boot.estimate(feats, lambda m: cn[:, None] / np.sqrt(m[..., 1]))  # m: (L, resamples, 2)
     per = {}
     for q, est in (("radius_spread", sp), ("offset", off)):
         lo, hi = est.interval(confidence_level)

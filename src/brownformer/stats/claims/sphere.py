@@ -12,7 +12,7 @@ output after the affine map:
     s_0 = sqrt(tr S^2 / 2) / tr S (S the second moment about beta): 0 on a sphere, ~1 for a cloud no rounder
     than a Gaussian of the same covariance; margin `radius_spread_ratio` (upper 0.5: norms at least twice as
     concentrated as concentration of measure alone makes them; for evenly spread tokens this is the
-    coefficient of variation of gamma^2 <= 0.58);
+    coefficient of variation of gamma^2 <~ 0.6);
   - offset = |beta| / sqrt(E|y - beta|^2), the centre's distance from the origin in radii; margin
     `sphere_offset` (upper 0.25: an offset o adds a common cosine ~ o^2/(1 + o^2) <= 0.06 between tokens seen
     from the origin, a third of the chance-level cosine 1/sqrt(32) at the default width).
