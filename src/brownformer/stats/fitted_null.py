@@ -62,11 +62,13 @@ class FittedNull:
 
 
 def storage_precision(X: np.ndarray) -> tuple[str, float]:
-    """("float16", f) when X * f holds only float16 numbers (f = 1 or sqrt(d)), else (dtype name, 1)."""
+    """("float16", f) when X * f holds only float16 numbers (f = 1 or sqrt(d); relative tolerance 1e-5, far below
+    float16's spacing of ~1e-3), else (dtype name, 1)."""
     d = X.shape[-1]
     for f in (1.0, float(np.sqrt(d))):
         y = np.asarray(X, np.float64) * f
-        if np.all(np.abs(y) < 65504) and np.array_equal(y.astype(np.float16).astype(np.float64), y):
+        # float32 files of float16 captures divided by sqrt(d): equal to float16 numbers up to float32 rounding
+        if np.all(np.abs(y) < 65504) and np.allclose(y.astype(np.float16).astype(np.float64), y, rtol=1e-5, atol=0):
             return "float16", f
     return str(np.asarray(X).dtype), 1.0
 

@@ -28,7 +28,7 @@ import math
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
-from ..gates import POWER_GOAL, SIZE_GOAL
+from ..gates import POWER_GOAL, SIZE_GOAL, cp_bounds
 from ..multiple import bh_adjust
 from ..pooling import independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail, smoothed_size
 from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
@@ -59,7 +59,8 @@ def _trustworthy(cal: dict | None, verdict: str, fitted: dict | None = None) -> 
         return True, ""
     lower = cal.get("power_lower")
     if lower is None:  # a table without bounds: the gate still reads bounds, recomputed from rate and replicates
-        lower = cal["power"]
+        n = int(cal.get("power_n_replicates") or cal["n_replicates"])
+        lower = {p: cp_bounds(int(round(v * n)), n)[0] for p, v in cal["power"].items()}
     if not lower:
         return False, "the alternatives were not simulated at this shape"
     weak = {p: v for p, v in lower.items() if not v > POWER_GOAL}
