@@ -46,11 +46,11 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
     A file whose verdict is "inconclusive" stays so whatever the calibration says (it can only certify or
     downgrade a decision), so its shape is simulated only when some decided file shares it.
     """
-    return list({s.id: s for s, _, _ in decided_files(run_summaries)}.values())
+    return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
 
 
 def decided_files(run_summaries: list[Path]) -> list[tuple]:
-    """(shape, trajectory path, verdict) of every decided battery file of the runs' stats/summary.json files."""
+    """(shape, trajectory path, verdict, category) of every decided battery file of the runs' stats/summary.json files."""
     from .run_stats import BATTERY_CATEGORIES
     from .shapes import CalibrationShape
     out = []
@@ -67,7 +67,7 @@ def decided_files(run_summaries: list[Path]) -> list[tuple]:
                     and f.get("verdict") in ("brownian", "not brownian")):
                 rel = Path(f["path"])
                 out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
-                            f["verdict"]))
+                            f["verdict"], f["category"]))
     return out
 
 
@@ -86,8 +86,8 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
     """Size and power of the Brownian rule at every shape of the runs' battery files -> calibration.parquet.
 
     The idealised null is simulated at every decided file's exact shape, the alternatives only at shapes where some
-    file says "brownian" (power only certifies "brownian"; a rejection rests on size alone), and every decided file's
-    fitted null (fitted_null.py) once.
+    file says "brownian" (power only certifies "brownian"; a rejection rests on size alone), and the fitted null
+    (fitted_null.py) of every decided file of the categories in stats.fitted_null.
 
     Args:
         run_summaries: results/runs/<R>/stats/summary.json of every run.
@@ -102,16 +102,16 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
 
     from .calibration import processes_for
     files = decided_files(run_summaries)
-    shapes = {s.id: s for s, _, _ in files}
-    certify = {s.id for s, _, v in files if v == "brownian"}
+    shapes = {s.id: s for s, *_ in files}
+    certify = {s.id for s, _, v, _ in files if v == "brownian"}
     n = int(replicates or stats.calibration_replicates)
     kwargs = {"n_replicates": n, "rng": stats.seed, "alpha": stats.alpha, "margins": dict(stats.margins),
               "n_resamples": stats.n_resamples}
     cells = [("shape", s, p, kwargs, stats) for s in shapes.values() for p in processes_for(s.kind)
              if p == "brownian" or s.id in certify]
-    cells += [("fitted", (path, s.kind), "fitted", kwargs, stats) for s, path, _ in
-              {str(p): (s, p, v) for s, p, v in files}.values()]
-    log.info("calibrating %d shapes and %d fitted nulls (%d cells), null cap %d replicates", len(shapes), len(files),
+    fitted = {str(p): (s, p) for s, p, _, cat in files if cat in stats.fitted_null}
+    cells += [("fitted", (path, s.kind), "fitted", kwargs, stats) for s, path in fitted.values()]
+    log.info("calibrating %d shapes and %d fitted nulls (%d cells), null cap %d replicates", len(shapes), len(fitted),
              len(cells), n)
     if jobs > 1 and len(cells) > 1:
         from concurrent.futures import ProcessPoolExecutor
