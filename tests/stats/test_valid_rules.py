@@ -137,3 +137,20 @@ def test_user_array_output_records_clock_normalisation_and_missing_calibration(t
     out = analyze_trajectory(X, kind="sphere", times=meta["times"], n_resamples=49)
     assert out["sphere_normalisation"]["rescaled_to_unit_length"] and "note" in out["sphere_normalisation"]
     assert out["calibration"] is None and out["calibration_note"].startswith("uncalibrated")
+
+
+def test_calibrate_option_prints_a_cost_first_and_attaches_both_nulls(tmp_path):
+    from brownformer.config import StatsConfig
+    from brownformer.stats.stages import stats_trajectory
+    X = simulate_batch("brownian", times=np.arange(10.0), labels=np.repeat(np.arange(6), 3), d=2, kind="euclidean",
+                       replicates=1, rng=0)[0]
+    np.save(tmp_path / "x.npy", X)
+    (tmp_path / "x.json").write_text(json.dumps({"time": "lr_sum", "times": list(range(10)),
+                                                 "groups": np.repeat(np.arange(6), 3).tolist()}))
+    said = []
+    out = stats_trajectory(tmp_path / "x.npy", tmp_path / "x.out.json", calibrate=True, echo=said.append,
+                           stats=StatsConfig(n_resamples=49, calibration_replicates=40))
+    assert len(said) == 1 and "at most" in said[0] and " s " in said[0]
+    assert out["time"] == "lr_sum" and out["calibration"]["n_replicates"] >= 40
+    assert out["fitted_null"]["calibration"]["size_upper"] >= out["fitted_null"]["calibration"]["size"]
+    assert out["rule_verdict"] in ("brownian", "not brownian", "inconclusive") and "calibration_note" not in out
