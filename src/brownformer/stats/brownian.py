@@ -265,7 +265,7 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
         out["calibration_note"] = ("uncalibrated: no calibration table was given" if calibration is None else
                                    "uncalibrated: the calibration table has no rows at this trajectory's shape") + (
             "; the verdict's size and power at this shape are unknown (`brownformer stats trajectory FILE --calibrate` "
-            "simulates them)")
+            "simulates them; in the pipeline the calibrate stage does, and claims.json applies them)")
     return to_jsonable(out)
 
 
