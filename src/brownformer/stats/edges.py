@@ -21,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 from scipy.optimize import brentq
 
-__all__ = ["EDGE_PROCESSES", "edge_processes", "expected_variance_ratio", "expected_excess_acf", "solve_edge",
+__all__ = ["EDGE_PROCESSES", "edge_processes", "edge_value", "expected_variance_ratio", "expected_excess_acf", "solve_edge",
            "edge_increments", "harmonic_reset_rate"]
 
 EDGE_PROCESSES = {
@@ -147,6 +147,8 @@ def _kurtotic(shape, excess: float, rng) -> np.ndarray:
 def edge_increments(process: str, *, times, labels, d: int, replicates: int, rng, rho: float, drift: str,
                     margins: dict) -> np.ndarray:
     """Increments (R, n, N, d) of a euclidean margin-edge process, within-group correlation rho."""
+    if process not in _EUCLIDEAN:
+        raise ValueError(f"{process!r} is not a euclidean margin-edge process; known: {list(_EUCLIDEAN)}")
     times = np.asarray(times, float)
     s = (times - times[0]) / (times[-1] - times[0])
     labels = np.asarray(labels)
