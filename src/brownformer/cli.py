@@ -75,7 +75,7 @@ def _cmd_stats(args) -> None:
         elif not args.quiet:
             print(summary_text(result))
     elif args.stats_cmd == "trajectory":
-        stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind)
+        stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind, calibrate=args.calibrate)
     elif args.stats_cmd == "run":
         stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id)
     elif args.stats_cmd == "calibrate":
@@ -109,6 +109,9 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     _common(p, config_required=False)
     p.add_argument("file", type=Path, help="FILE.npy of shape (time, walkers, dims); sidecar FILE.json optional")
     p.add_argument("--kind", choices=["sphere", "euclidean"], default=None, help="overrides the sidecar")
+    p.add_argument("--calibrate", action="store_true",
+                   help="simulate the rule at this array's own shape (idealised and fitted nulls, every margin edge; "
+                   "prints a cost estimate first); without it the output says the verdict is uncalibrated")
     p.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("attention", help="Markov-chain statistics of any (..., n, n) row-stochastic array")
     _common(p, config_required=False)

@@ -127,6 +127,8 @@ class StatsConfig:
     n_resamples: int = 999
     calibration_replicates: int = 400  # size SE sqrt(0.05 * 0.95 / 400) = 1.1%, fine enough for a [2%, 8%] window
     max_walkers: int = 512
+    #: categories whose decided files get a fitted-null calibration too (per file: it dominates the calibration's cost)
+    fitted_null: tuple[str, ...] = ("depth", "training", "weights")
     seed: int = 0
     margins: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
 
@@ -312,7 +314,7 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
         probes=ProbeConfig(**d.get("probes", {})),
-        stats=StatsConfig(margins=margins, **stats),
+        stats=StatsConfig(margins=margins, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in stats.items()}),
         resources=d.get("resources", {}),
         report=ReportConfig(**d.get("report", {})),
         raw=d,

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from brownformer.stats.calibration import processes_for, run_calibration
-from brownformer.stats.shapes import CalibrationShape, calibration_for, select_walkers, shape_of
+from brownformer.stats.shapes import (DECAY_DECORRELATED, CalibrationShape, calibration_for, select_walkers,
+                                      shape_of)
 
 N_REP = 40
 SIZE_MAX = 0.15  # rate of "not brownian" on Brownian motion at 40 replicates (goal 8%, ~2 SE slack)
@@ -43,24 +44,30 @@ def test_size_and_power_of_the_rule(table):
 def test_lookup_needs_the_exact_shape(table):
     shape, t = table
     cal = calibration_for(t, shape)
-    assert cal["shape"]["id"] == shape.id and cal["n_replicates"] == N_REP
+    assert cal["shape"]["id"] == shape.id and cal["n_replicates"] <= N_REP
     assert set(cal["power"]) == set(processes_for(shape.kind)) - {"brownian"}
-    p = (cal["size"] * N_REP + 1) / (N_REP + 2)
-    assert cal["size_se"] == pytest.approx(np.sqrt(p * (1 - p) / N_REP)) and cal["size_se"] > 0
+    n = cal["n_replicates"]
+    p = (cal["size"] * n + 1) / (n + 2)
+    assert cal["size_se"] == pytest.approx(np.sqrt(p * (1 - p) / n)) and cal["size_se"] > 0
+    assert set(cal["power_lower"]) == set(cal["power"])
+    assert all(cal["power_lower"][k] <= cal["power"][k] for k in cal["power"]) and cal["size_upper"] >= cal["size"]
     other = CalibrationShape(shape.kind, shape.times, shape.group_sizes, shape.d, shape.hyperplane, shape.drift,
                              0.8, shape.decay)
     assert calibration_for(t, other) is None and calibration_for(None, shape) is None
 
 
-def test_shape_round_trip_and_buckets():
+def test_shape_keeps_the_data_values():
     s = shape_of(kind="sphere", times=TIMES, labels=LABELS, d=8, hyperplane=True, drift="none", rho=0.33, decay=0.7)
     assert CalibrationShape.from_dict(json.loads(json.dumps(s.to_dict()))) == s
-    assert s.rho == 0.4 and s.decay == 1.0 and s.times[0] == 0.0 and s.times[-1] == 1.0  # decays on a x4 grid
+    # no grid and no clipping: the simulated correlation and decay are the data's own (issue 19)
+    assert s.rho == 0.33 and s.decay == 0.7 and s.times[0] == 0.0 and s.times[-1] == 1.0
+    assert shape_of(kind="sphere", times=TIMES, labels=LABELS, d=8, hyperplane=True, drift="none", rho=0.93,
+                    decay=23.4).rho == 0.93
     assert shape_of(kind="sphere", times=TIMES, labels=LABELS, d=8, hyperplane=True, drift="none", rho=0.0,
-                    decay=None).decay == 16.0  # decorrelated: the largest decay
+                    decay=None).decay == DECAY_DECORRELATED
     # common-drift removal lowers the estimated correlation; the shape records the generating one
     assert shape_of(kind="euclidean", times=TIMES, labels=LABELS, d=8, hyperplane=False, drift="common", rho=0.52,
-                    decay=None).rho == 0.6
+                    decay=None).rho > 0.52
 
 
 def test_select_walkers_keeps_whole_groups():

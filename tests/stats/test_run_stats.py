@@ -88,11 +88,16 @@ def test_calibration_at_the_files_shapes_and_the_claims_cite_it(run_dir, tmp_pat
     decided = {r["calibration_shape"]["id"] for r in rows if r.get("verdict") in ("brownian", "not brownian")}
     assert {s.id for s in shapes} == decided and _read(out, "weights/l0_q.json")["calibration_shape"]["id"] in decided
     table = stats_calibrate([out / "summary.json"], tmp_path / "cal.parquet", stats=STATS, replicates=8)
-    assert set(table["shape_id"]) == decided
-    files = [{"run": "vit-pre__adamw__s0", "path": "weights/l0_q.npy", "result": _read(out, "weights/l0_q.json")}]
+    fitted = {r["shape_id"] for r in table.to_dict("records") if r["process"] == "fitted"}
+    n_decided_files = sum(r.get("verdict") in ("brownian", "not brownian") for r in rows)
+    assert set(table["shape_id"]) - fitted == decided and len(fitted) == n_decided_files  # one fitted null per file
+    wq = _read(out, "weights/l0_q.json")
+    assert wq["fitted_null"]["id"] in fitted or wq["verdict"] == "inconclusive"
+    files = [{"run": "vit-pre__adamw__s0", "path": "weights/l0_q.npy", "result": wq}]
     claim = brownian_family_claim("3c", files, STATS, calibration=tmp_path / "cal.parquet")
     run = claim.per_run["vit-pre__adamw__s0"]
     assert run.calibration["n_replicates"] == 8 and run.calibration["shape"]["id"] in set(table["shape_id"])
+    assert "pooling" in run.details and "rule_history" in claim.details
     assert claim.calibration is not None and claim.verdict in ("supported", "not supported", "inconclusive")
     uncalibrated = brownian_family_claim("3c", files, STATS, calibration=None)
     assert uncalibrated.verdict != "supported" and uncalibrated.per_run["vit-pre__adamw__s0"].calibration is None

@@ -77,20 +77,21 @@ def time_to_target(res: Results) -> pd.DataFrame:
 
 def goal_text() -> str:
     """The calibration goals of the decision rule, as the statistics stage defines them, in words."""
-    from brownformer.stats.calibration import POWER_GOAL, SIZE_GOAL
+    from brownformer.stats.calibration import GATE_CONFIDENCE, POWER_GOAL, SIZE_GOAL
 
     lo, hi = SIZE_GOAL
     size = f"size at most {hi:.0%}" if lo <= 0 else f"size within [{lo:.0%}, {hi:.0%}]"
-    return f"{size}, power at least {POWER_GOAL:.0%}"
+    return (f"{size} under the idealised and the fitted null, power above {POWER_GOAL:.0%} at every margin edge "
+            f"(read on one-sided {GATE_CONFIDENCE:.0%} Clopper–Pearson bounds)")
 
 
 def replicates_text(n_null: int) -> str:
     """How many replicates the calibration simulates per shape, as the statistics stage decides it, in words."""
-    from brownformer.stats.calibration import CHUNK, POWER_GOAL, max_power_replicates
+    from brownformer.stats.calibration import CHUNK, POWER_GOAL, SIZE_GOAL, max_power_replicates
 
-    return (f"{n_null} replicates of Brownian motion; each alternative stops after {CHUNK}, {2 * CHUNK}, ... "
-            f"(at most {max_power_replicates(n_null)}) replicates once the exact (Clopper–Pearson) interval of its power excludes "
-            f"{POWER_GOAL:.0%}")
+    return (f"each null and each alternative stops after {CHUNK}, {2 * CHUNK}, ... replicates (at most {n_null} for a "
+            f"null, {max_power_replicates(n_null)} for an alternative) once the Clopper–Pearson bounds decide its gate "
+            f"(size against {SIZE_GOAL[1]:.0%}, power against {POWER_GOAL:.0%})")
 
 
 def _first(df: pd.DataFrame, *names: str) -> str | None:

@@ -136,7 +136,9 @@ class ClusterBootstrap:
             point = np.asarray(g(S.sum(1, keepdims=True) / self.n_walkers), dtype=float)[:, 0]  # (R,)
             boot = np.asarray(g(np.einsum("bg,rgk->rbk", self.weights, S) / self._walkers[None, :, None]), float)
         finite = np.isfinite(boot)
-        ok = np.isfinite(point) & (finite.mean(1) >= MIN_FINITE_SHARE)
+        # one group: every resample is the sample itself, and a "standard error" of rounding noise would give
+        # p-values of 1e-15; no spread between groups is no standard error
+        ok = np.isfinite(point) & (finite.mean(1) >= MIN_FINITE_SHARE) & (self.n_groups >= 2)
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN rows: handled by `ok`
             se = np.nanstd(np.where(finite, boot, np.nan), axis=1, ddof=1)

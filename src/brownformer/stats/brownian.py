@@ -96,7 +96,8 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
     tost = 1 - 2 * alpha
     effects = {name: Effect(st[name].estimate, *st[name].interval(tost), st[name].pvalue, st[name].why_undefined)
                for name in KEY_EFFECTS[kind] if name in st}
-    verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T)  # the one rule
+    verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T,
+                                    n_groups=boot.n_groups)  # the one rule
     return BatteryResult(st, verdicts, reasons, rho, decay, k, hyper, curves)
 
 
@@ -180,7 +181,7 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
 
 def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int | None = None,
                        n_tokens: int | None = None, hyperplane: bool | None = None, drift: str = "common",
-                       confidence_level: float = 0.95, n_resamples: int = 499, alpha: float = 0.05,
+                       confidence_level: float = 0.95, n_resamples: int | None = None, alpha: float = 0.05,
                        margins: dict | None = None, max_walkers: int = 512, rng=0, calibration=None,
                        check_clocks: dict | None = None) -> dict:
     """Run the Brownian battery on one trajectory array, decide, and describe it.
@@ -193,10 +194,12 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
         hyperplane: sphere: the vectors are LayerNorm outputs in sum(z) = 0 (None: detected).
         drift: "common" (mean increment over walkers removed), "per_walker" (each walker's linear drift
             removed; weights) or "none".
-        confidence_level, n_resamples: reported intervals; alpha: the rule's level ((1 - 2 alpha) TOST).
+        confidence_level, n_resamples: reported intervals (n_resamples: StatsConfig's default when None, the
+            count the calibration simulates with); alpha: the rule's level ((1 - 2 alpha) TOST).
         margins: StatsConfig.margins (default config.DEFAULT_MARGINS).
         max_walkers: whole groups are subsampled (seeded) to at most this many walkers.
-        calibration: optional calibration table; the rows at this trajectory's exact shape are attached.
+        calibration: optional calibration table; the rows at this trajectory's exact shape are attached
+            ("calibration": null with "calibration_note" saying why when there are none: the verdict is uncalibrated).
         check_clocks: {clock name: (T,) times}: the MSD exponent is also reported on these clocks ("clock_check").
 
     Returns:
@@ -207,8 +210,10 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
     Raises:
         ValueError: arrays that are not valid trajectories (see validate_trajectory), bad groups or drift.
     """
-    from brownformer.config import DEFAULT_MARGINS
+    from brownformer.config import DEFAULT_MARGINS, StatsConfig
+    n_resamples = int(n_resamples or StatsConfig().n_resamples)
     X, times = validate_trajectory(X, kind=kind, times=times)
+    normalisation = _sphere_normalisation(X) if kind == "sphere" else None
     m = {**DEFAULT_MARGINS, **{k: tuple(v) for k, v in (margins or {}).items()}}
     margins_for(m, kind)  # a missing key margin is a config error, before any work
     labels = group_labels(X.shape[1], groups=groups, n_inputs=n_inputs, n_tokens=n_tokens)
@@ -253,9 +258,33 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
         out["clock_check"] = {name: _exponent_on_clock(X, np.asarray(t, float), kind, labels, drift, bat.hyperplane,
                                                        confidence_level, alpha, n_resamples, rng)
                               for name, t in check_clocks.items()}
-    if calibration is not None:
-        out["calibration"] = calibration_for(calibration, shape)
+    if normalisation is not None:
+        out["sphere_normalisation"] = normalisation
+    out["calibration"] = calibration_for(calibration, shape) if calibration is not None else None
+    if out["calibration"] is None:
+        out["calibration_note"] = ("uncalibrated: no calibration table was given" if calibration is None else
+                                   "uncalibrated: the calibration table has no rows at this trajectory's shape") + (
+            "; the verdict's size and power at this shape are unknown (`brownformer stats trajectory FILE --calibrate` "
+            "simulates them; in the pipeline the calibrate stage does, and claims.json applies them)")
     return to_jsonable(out)
+
+
+#: unit vectors whose norms differ from 1 by more than this are reported as rescaled (stored float16 captures of
+#: LN output / sqrt(d) deviate by ~1e-3; LayerNorm's eps lowers norms of low-variance tokens a little more)
+NORM_TOLERANCE = 1e-2
+
+
+def _sphere_normalisation(X: np.ndarray) -> dict:
+    """What `kind="sphere"` does to the vectors: each is divided by its norm (the sphere is the unit sphere);
+    recorded so that a user whose vectors are not unit length sees it."""
+    norms = np.linalg.norm(X, axis=-1)
+    dev = float(np.max(np.abs(norms - 1.0)))
+    out = {"rescaled_to_unit_length": dev > NORM_TOLERANCE, "norm_min": float(norms.min()),
+           "norm_max": float(norms.max()), "norm_mean": float(norms.mean()), "tolerance": NORM_TOLERANCE}
+    if dev > NORM_TOLERANCE:
+        out["note"] = (f"--kind sphere: the vectors are not unit length (norms {norms.min():.3g} to {norms.max():.3g}); "
+                       "each was divided by its norm, so only directions were analysed and radial motion was discarded")
+    return out
 
 
 def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_level, alpha, n_resamples, rng) -> dict:

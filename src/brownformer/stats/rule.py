@@ -5,7 +5,9 @@ confidence interval lies inside its pre-registered margin, and every key effect 
 Brownian" needs evidence: a key effect whose (1 - 2 alpha) interval lies entirely outside its margin,
 or a calibrated rejection (the key test rejects its null at alpha AND the point estimate lies outside
 the margin, so negligible deviations in huge samples never count). Everything else is "inconclusive"
-with the reason, including any undefined key effect (below a noise floor, too few time points).
+with the reason, including any undefined key effect (below a noise floor, too few time points) and
+fewer than MIN_GROUPS groups of dependent walkers (one group cannot carry a cluster bootstrap: its walkers
+share one realisation of whatever moves them, so no spread between groups measures the uncertainty).
 
 `analyze_trajectory` (hence the calibration, which simulates through it) and the claims
 (stats/claims/brownian.py, re-applying it to stored effects) call the same `decide`.
@@ -17,7 +19,7 @@ from typing import Mapping
 
 import numpy as np
 
-__all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "VERDICTS", "Effect", "decide", "decide_one",
+__all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDICTS", "Effect", "decide", "decide_one",
            "margins_for"]
 
 BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = "brownian", "not brownian", "inconclusive"
@@ -47,6 +49,11 @@ KEY_EFFECTS = {
 #: layers gives a 2-3 point slope); below it only clock-free statistics are reported.
 MIN_TIME_POINTS = 8
 
+#: intervals and tests resample groups of dependent walkers; with fewer groups the t-interval over groups
+#: (G - 1 df) has no usable variance estimate (cluster-robust inference needs more than a handful of clusters:
+#: Cameron & Miller 2015), so the verdict is "inconclusive"
+MIN_GROUPS = 5
+
 
 @dataclass(frozen=True)
 class Effect:
@@ -71,7 +78,7 @@ def margins_for(margins: Mapping[str, tuple[float, float]], kind: str) -> dict[s
 
 
 def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tuple[float, float]],
-           alpha: float, n_times: int) -> tuple[np.ndarray, list[str]]:
+           alpha: float, n_times: int, n_groups: int | None = None) -> tuple[np.ndarray, list[str]]:
     """Apply the rule to R trajectories at once.
 
     Args:
@@ -81,6 +88,7 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
         alpha: level of the TOST and of the rejection tests.
         n_times: time points of the trajectories; below MIN_TIME_POINTS every verdict is "inconclusive"
             (the clock-free statistics are reported, but a walk needs its time course to be judged).
+        n_groups: groups of dependent walkers (None: not checked); below MIN_GROUPS every verdict is "inconclusive".
 
     Returns:
         (verdicts (R,) of VERDICTS, reasons: one sentence per trajectory).
@@ -90,6 +98,10 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
     if n_times < MIN_TIME_POINTS:
         why = (f"{n_times} time points < {MIN_TIME_POINTS}: no exponent; only clock-free statistics (harmonic ratio, "
                "Gram clustering) are reported")
+        return np.full(R, INCONCLUSIVE, dtype=object), [why] * R
+    if n_groups is not None and int(n_groups) < MIN_GROUPS:
+        why = (f"{int(n_groups)} group(s) of dependent walkers < {MIN_GROUPS}: a cluster bootstrap over groups has no "
+               "variance to estimate; give the sidecar more groups (e.g. one per probe input) or independent walkers")
         return np.full(R, INCONCLUSIVE, dtype=object), [why] * R
     outside, undefined, overlap = ([[] for _ in range(R)] for _ in range(3))
     for test, (lo, hi) in m.items():
@@ -124,7 +136,7 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
 
 
 def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, tuple[float, float]],
-               alpha: float, n_times: int) -> tuple[str, str]:
+               alpha: float, n_times: int, n_groups: int | None = None) -> tuple[str, str]:
     """`decide` on one trajectory's stored effects ({test: {"estimate", "tost_ci", "p_value"}}, JSON values).
 
     This is how the claims re-apply the calibrated rule to per-file outputs.
@@ -139,5 +151,5 @@ def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, 
         ci = v.get("tost_ci") or [None, None]
         eff[test] = Effect(arr(v.get("estimate")), arr(ci[0]), arr(ci[1]), arr(v.get("p_value")),
                            str(v.get("why_undefined") or ""))
-    verdicts, reasons = decide(eff, kind=kind, margins=margins, alpha=alpha, n_times=n_times)
+    verdicts, reasons = decide(eff, kind=kind, margins=margins, alpha=alpha, n_times=n_times, n_groups=n_groups)
     return str(verdicts[0]), reasons[0]

@@ -74,6 +74,26 @@ def _check_clocks(meta: dict, T: int) -> dict:
     return clocks
 
 
+def _analysis_inputs(X: np.ndarray, meta: dict, stats):
+    """(walker-selected X, labels, times, battery inputs) exactly as analyze_trajectory selects them."""
+    from .bootstrap import group_labels
+    from .shapes import select_walkers
+    inputs = battery_inputs(meta, meta["kind"])
+    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
+    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # analyze_trajectory's first draw
+    return X[:, idx], np.unique(labels[idx], return_inverse=True)[1], np.asarray(meta["times"], float), inputs
+
+
+def fit_file_null(path, *, stats, kind: str | None = None):
+    """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
+    from .fitted_null import fit_null, fitted_id
+    X, meta = load_trajectory(path, kind=kind)
+    Xs, labels, times, inputs = _analysis_inputs(X, meta, stats)
+    null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
+                    drift=inputs["drift"] if meta["kind"] == "euclidean" else "none")
+    return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null
+
+
 def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None) -> dict:
     """The battery, verdict and description of one trajectory file (DESIGN.md `stats trajectory`).
 
@@ -91,9 +111,13 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
                              n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
                              max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
                              check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
+    from .fitted_null import fitted_id
+    from .shapes import fitted_calibration_for
     out["time"] = meta.get("time")
     out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
     out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
+    fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
+    out["fitted_null"] = {"id": fid, "calibration": fitted_calibration_for(load_calibration(calibration), fid)}
     return out
 
 

@@ -2,9 +2,12 @@
 
 A verdict is certified by simulating its exact rule on trajectories of the same shape: the same
 capture times (relative spacing, which is all a scale-free rule sees), the same group sizes, the same
-dimension, sphere (and LayerNorm's hyperplane) or euclidean, the same drift handling, a within-group
-correlation like the data's (rounded to RHO_STEP) and, on the sphere, a total decay like the data's
-(rounded to a power of DECAY_BASE). `shape_of` computes it from the data; `calibration_for` finds the rows of
+dimension, sphere (and LayerNorm's hyperplane) or euclidean, the same drift handling, the data's own
+within-group correlation and, on the sphere, the data's own total decay (both to SIGNIFICANT digits, like the
+times: no grid, no clipping, since size moves with both; until issue 19 they were rounded to steps of 0.2,
+clipped at 0.8 and decays rounded to powers of 4). The only limits are those of the simulated model: a
+correlation of the shared-noise form lies in [0, RHO_MAX], and a walk that decorrelated before its last capture
+(undefined decay) is simulated at DECAY_DECORRELATED. `shape_of` computes it from the data; `calibration_for` finds the rows of
 the calibration table for exactly that shape (None when there are none: the claim is then
 "inconclusive", never "supported").
 """
@@ -16,12 +19,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["CalibrationShape", "shape_of", "calibration_for", "select_walkers", "RHO_STEP"]
+__all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "SIGNIFICANT", "RHO_MAX",
+           "DECAY_DECORRELATED"]
 
-RHO_STEP = 0.2
-#: sphere decays -ln E<u_0, u_T> are rounded to powers of DECAY_BASE between these (a coarse grid: each
-#: distinct shape costs a calibration; beyond the top the walk has decorrelated before the last capture)
-DECAY_RANGE, DECAY_BASE = (1 / 16, 16.0), 4.0
+#: significant digits kept of every real-valued shape parameter (a shape id must not depend on float noise)
+SIGNIFICANT = 4
+#: shared-noise correlations sqrt(rho) xi_g + sqrt(1 - rho) xi_i lie in [0, 1); 0.99 keeps the own part
+RHO_MAX = 0.99
+#: a sphere walk whose mean cosine between first and last capture is <= 0 has decorrelated: simulated at this decay
+DECAY_DECORRELATED = 16.0
 
 
 @dataclass(frozen=True)
@@ -68,9 +74,13 @@ class CalibrationShape:
             raise ValueError(f"calibration shape {d!r} lacks a field ({exc})") from None
 
 
+def _sig(x: float) -> float:
+    return float(f"{x:.{SIGNIFICANT}g}")
+
+
 def _relative_times(times: np.ndarray) -> tuple[float, ...]:
     s = (times - times[0]) / (times[-1] - times[0])
-    return tuple(float(f"{x:.4g}") for x in s)
+    return tuple(_sig(x) for x in s)
 
 
 def _generating_rho(r: float, *, G: int, N: int) -> float:
@@ -95,14 +105,12 @@ def shape_of(*, kind: str, times, labels: np.ndarray, d: int, hyperplane: bool, 
     """
     sizes = np.bincount(labels)
     r = _generating_rho(float(np.nan_to_num(rho)), G=sizes.size, N=int(labels.size)) if drift == "common" else rho
-    r = float(np.clip(np.round(np.nan_to_num(r) / RHO_STEP) * RHO_STEP, 0.0, 0.8))
+    r = _sig(float(np.clip(np.nan_to_num(r), 0.0, RHO_MAX)))
     dec = 0.0
     if kind == "sphere":
-        lo, hi = DECAY_RANGE
-        dec = hi if decay is None or not np.isfinite(decay) or decay <= 0 else float(
-            np.clip(DECAY_BASE ** np.round(np.log(decay) / np.log(DECAY_BASE)), lo, hi))
-    return CalibrationShape(kind, _relative_times(np.asarray(times, float)), tuple(sorted(sizes.tolist(), reverse=True)), int(d), bool(hyperplane), drift,
-                            round(r, 2), dec)
+        dec = DECAY_DECORRELATED if decay is None or not np.isfinite(decay) or decay <= 0 else _sig(float(decay))
+    return CalibrationShape(kind, _relative_times(np.asarray(times, float)), tuple(sorted(sizes.tolist(), reverse=True)),
+                            int(d), bool(hyperplane), drift, r, dec)
 
 
 def select_walkers(labels: np.ndarray, max_walkers: int, rng) -> np.ndarray:
@@ -123,13 +131,24 @@ def select_walkers(labels: np.ndarray, max_walkers: int, rng) -> np.ndarray:
     return np.flatnonzero(np.isin(labels, keep))
 
 
+def _gate_bounds(r, rate: float) -> tuple[float, float]:
+    """(low, high) bounds of a row's gate rate: stored columns, else recomputed from rate x n."""
+    lo, hi = getattr(r, "ci_low", np.nan), getattr(r, "ci_high", np.nan)
+    if lo is not None and hi is not None and np.isfinite(lo) and np.isfinite(hi):
+        return float(lo), float(hi)
+    from .gates import cp_bounds
+    return cp_bounds(int(round(rate * int(r.n_replicates))), int(r.n_replicates))
+
+
 def calibration_for(table, shape: CalibrationShape) -> dict | None:
     """Size and power of the rule at exactly `shape` from the calibration table, or None.
 
     Returns:
-        {"shape", "size" (rate of "not brownian" on Brownian motion), "size_se", "equivalence_power" (rate of
-        "brownian" on Brownian motion), "power": {alternative: rate of a verdict other than "brownian"},
-        "rates": {process: {verdict: rate}}, "n_replicates"}.
+        {"shape", "size" (rate of "not brownian" on Brownian motion), "size_upper" (its one-sided Clopper-Pearson
+        upper bound, gates.GATE_CONFIDENCE), "size_se", "equivalence_power" (rate of "brownian" on Brownian motion),
+        "power": {alternative: rate of a verdict other than "brownian"}, "power_lower": {alternative: its lower
+        bound} (empty when the alternatives were not simulated at this shape), "rates": {process: {verdict: rate}},
+        "n_replicates", "power_n_replicates"}.
     """
     if table is None or len(table) == 0 or "shape_id" not in table:
         return None
@@ -139,13 +158,29 @@ def calibration_for(table, shape: CalibrationShape) -> dict | None:
     rates = {str(r.process): {"brownian": float(r.rate_brownian), "not brownian": float(r.rate_not_brownian),
                               "inconclusive": float(r.rate_inconclusive)} for r in cell.itertuples()}
     reps = dict(zip(cell["process"].astype(str), cell["n_replicates"].astype(int)))
+    bounds = {str(r.process): _gate_bounds(r, float(r.rate_not_brownian) if r.process == "brownian"
+                                           else 1.0 - float(r.rate_brownian)) for r in cell.itertuples()}
     null = rates.get("brownian")
     if null is None:
         return None
     size, n = null["not brownian"], reps["brownian"]
     smooth = (size * n + 1) / (n + 2)  # (k + 1)/(n + 2): a size of 0 in n replicates is not known to +-0
-    return {"shape": shape.to_dict(full=False), "size": size, "size_se": float(np.sqrt(smooth * (1 - smooth) / n)),
-            "equivalence_power": null["brownian"],
-            "power": {p: 1.0 - v["brownian"] for p, v in rates.items() if p != "brownian"},
-            "rates": rates, "n_replicates": n, "power_n_replicates": min((v for p, v in reps.items() if p != "brownian"),
-                                                                         default=None)}
+    alts = [p for p in rates if p != "brownian"]
+    return {"shape": shape.to_dict(full=False), "size": size, "size_upper": bounds["brownian"][1],
+            "size_se": float(np.sqrt(smooth * (1 - smooth) / n)), "equivalence_power": null["brownian"],
+            "power": {p: 1.0 - rates[p]["brownian"] for p in alts}, "power_lower": {p: bounds[p][0] for p in alts},
+            "rates": rates, "n_replicates": n, "power_n_replicates": min((reps[p] for p in alts), default=None)}
+
+
+def fitted_calibration_for(table, fit_id: str | None) -> dict | None:
+    """Size of the rule under a file's fitted null (calibration.calibrate_fitted rows), or None."""
+    if table is None or fit_id is None or len(table) == 0 or "shape_id" not in table:
+        return None
+    cell = table[(table["shape_id"] == fit_id) & (table["test"] == "verdict") & (table["process"] == "fitted")]
+    if cell.empty:
+        return None
+    r = next(cell.itertuples())
+    lo, hi = _gate_bounds(r, float(r.rate_not_brownian))
+    fitted = getattr(r, "fitted", None)
+    return {"id": fit_id, "size": float(r.rate_not_brownian), "size_upper": hi, "n_replicates": int(r.n_replicates),
+            "equivalence_power": float(r.rate_brownian), "model": json.loads(fitted) if isinstance(fitted, str) else None}

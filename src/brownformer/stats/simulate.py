@@ -230,7 +230,8 @@ def _hyperplane_basis(d: int) -> np.ndarray:
 
 
 def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates: int, rng, rho: float = 0.0,
-                   hyperplane: bool = False, decay: float = 1.0, drift: str = "common") -> np.ndarray:
+                   hyperplane: bool = False, decay: float = 1.0, drift: str = "common",
+                   margins: dict | None = None) -> np.ndarray:
     """R replicates of a CALIBRATION_PROCESSES process at a real file's shape: (R, T, N, d).
 
     Args:
@@ -241,9 +242,14 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
         hyperplane: sphere only: walk on S^(d-2) inside sum(z) = 0 (LayerNorm), else on S^(d-1).
         decay: sphere only: (k-1) D (t_T - t_0), i.e. E<u_0, u_T> = exp(-decay) under the null.
         drift: the battery's drift handling; "ou_edge" is placed at the margin edge as the battery sees it.
+        margins: StatsConfig.margins, for the margin-edge processes of edges.py (default config.DEFAULT_MARGINS).
     """
-    if process not in CALIBRATION_PROCESSES:
-        raise ValueError(f"unknown process {process!r}; known: {sorted(CALIBRATION_PROCESSES)}")
+    from . import edges
+    if process not in CALIBRATION_PROCESSES and process not in edges.EDGE_PROCESSES:
+        raise ValueError(f"unknown process {process!r}; known: {sorted(CALIBRATION_PROCESSES) + sorted(edges.EDGE_PROCESSES)}")
+    if margins is None:
+        from brownformer.config import DEFAULT_MARGINS
+        margins = DEFAULT_MARGINS
     rng = np.random.default_rng(rng)
     t = np.asarray(times, float)
     s = (t - t[0]) / (t[-1] - t[0])  # elapsed share of the clock, 0..1
@@ -263,17 +269,24 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
                 a = np.exp(-theta * (s[i] - s[i - 1]))
                 out[:, i] = a * out[:, i - 1] + np.sqrt((1 - a * a) / (2 * theta)) * xi[:, i]
             return out
+        if process in edges.EDGE_PROCESSES:
+            return walk_levels(edges.edge_increments(process, times=t, labels=labels, d=d, replicates=R, rng=rng,
+                                                     rho=rho, drift=drift, margins=margins))
         inc = _shared_noise(rng, R, T - 1, labels, d, rho) * np.sqrt(np.diff(clock)).astype(np.float32)[None, :, None, None]
         return walk_levels(inc)
     if kind != "sphere":
         raise ValueError(f"kind must be 'euclidean' or 'sphere', got {kind!r}")
-    if process == "ou_edge":
-        raise ValueError("ou_edge is simulated for euclidean trajectories only")
+    if process == "ou_edge" or (process in edges.EDGE_PROCESSES and process not in edges.edge_processes("sphere")):
+        raise ValueError(f"{process} is simulated for euclidean trajectories only")
     u = _normalize(rng.standard_normal((R, N, k), dtype=np.float32))
     if process == "iid":
         V = _normalize(rng.standard_normal((R, T, N, k), dtype=np.float32))
     else:
-        D = decay / max(k - 1, 1)
+        # harmonic_low: resets to a uniform point at rate lam add lam to every harmonic's decay (edges.py); the
+        # first harmonic's total decay stays `decay`
+        lam_rel = edges.harmonic_reset_rate(k, edges.edge_value(process, margins)) if process == "harmonic_low" else 0.0
+        D = decay / (1 + lam_rel) / max(k - 1, 1)
+        lam = lam_rel * (k - 1) * D
         per_sub = max(_SUBSTEP_DECAY, decay / _MAX_SUBSTEPS)
         V = np.empty((R, T, N, k), dtype=np.float32)
         V[:, 0] = u
@@ -283,5 +296,8 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
             step = np.float32(np.sqrt(2 * D * dc / n_sub))
             for _ in range(n_sub):
                 u = _normalize(u + step * _shared_noise(rng, R, 1, labels, k, rho)[:, 0])
+                if lam > 0:
+                    reset = rng.random((R, N)) < -np.expm1(-lam * dc / n_sub)
+                    u[reset] = _normalize(rng.standard_normal((int(reset.sum()), k), dtype=np.float32))
             V[:, i] = u
     return V @ _hyperplane_basis(d).T.astype(np.float32) if k < d else V

@@ -14,12 +14,22 @@ log = logging.getLogger(__name__)
 __all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "calibration_shapes"]
 
 
-def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None) -> dict:
-    """Battery, verdict and description of any (T, N, d) array (DESIGN.md `stats trajectory`) -> OUT.json."""
+def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None, calibrate: bool = False,
+                     echo=None) -> dict:
+    """Battery, verdict and description of any (T, N, d) array (DESIGN.md `stats trajectory`) -> OUT.json.
+
+    Without `calibrate` the output says the verdict is uncalibrated ("calibration": null, "calibration_note").
+    With it, the rule is simulated at the array's own shape (idealised null, every alternative) and from a model
+    fitted to it (fitted null); a cost estimate is passed to `echo` (default: stderr) first; "verdict" is then the
+    rule's verdict after the gates (claims/brownian.py file_verdict), "rule_verdict" the rule's own.
+    """
     from brownformer.io import write_json
 
     from .run_stats import trajectory_file_stats
     result = trajectory_file_stats(file, stats=stats, kind=kind)
+    if calibrate:
+        from .user_calibration import calibrate_result
+        result = calibrate_result(file, result, stats=stats, kind=kind, echo=echo)
     write_json(out, result)
     return result
 
@@ -50,51 +60,73 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
     A file whose verdict is "inconclusive" stays so whatever the calibration says (it can only certify or
     downgrade a decision), so its shape is simulated only when some decided file shares it.
     """
+    return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
+
+
+def decided_files(run_summaries: list[Path]) -> list[tuple]:
+    """(shape, trajectory path, verdict, category) of every decided battery file of the runs' stats/summary.json files."""
     from .run_stats import BATTERY_CATEGORIES
     from .shapes import CalibrationShape
-    shapes = {}
+    out = []
     for path in run_summaries:
         path = Path(path)
         try:
-            files = json.loads(path.read_text())["files"]
+            summary = json.loads(path.read_text())
+            files = summary["files"]
         except (OSError, json.JSONDecodeError, KeyError) as exc:
             raise ValueError(f"{path}: not a run's stats summary ({exc})") from None
+        traj = Path(summary.get("traj_dir", "."))
         for f in files:
             if (f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
                     and f.get("verdict") in ("brownian", "not brownian")):
-                shape = CalibrationShape.from_dict(f["calibration_shape"])
-                shapes.setdefault(shape.id, shape)
-    return list(shapes.values())
+                rel = Path(f["path"])
+                out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
+                            f["verdict"], f["category"]))
+    return out
 
 
 def _cell(job):
-    from .calibration import run_calibration
-    shape, process, kwargs = job
-    return run_calibration([shape], processes=[process], **kwargs)
+    from .calibration import calibrate_fitted, run_calibration
+    what, item, process, kwargs, stats = job
+    if what == "shape":
+        return run_calibration([item], processes=[process], **kwargs)
+    from .run_stats import fit_file_null
+    fid, null = fit_file_null(item[0], stats=stats, kind=item[1])
+    return calibrate_fitted(null, fid, **kwargs)
 
 
 def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: int | None = None,
                     jobs: int = 1):
     """Size and power of the Brownian rule at every shape of the runs' battery files -> calibration.parquet.
 
+    The idealised null is simulated at every decided file's exact shape, the alternatives only at shapes where some
+    file says "brownian" (power only certifies "brownian"; a rejection rests on size alone), and the fitted null
+    (fitted_null.py) of every decided file of the categories in stats.fitted_null.
+
     Args:
         run_summaries: results/runs/<R>/stats/summary.json of every run.
         out: the parquet to write.
-        stats: StatsConfig (calibration_replicates, alpha, margins, seed, n_resamples).
-        replicates: overrides stats.calibration_replicates.
-        jobs: worker processes, one (shape, process) cell each at a time; results do not depend on it.
+        stats: StatsConfig (calibration_replicates, alpha, margins, seed, n_resamples: the data's own count).
+        replicates: overrides stats.calibration_replicates (the null's cap).
+        jobs: worker processes, one cell each at a time; results do not depend on it.
     """
     import pandas as pd
 
     from brownformer.io import atomic_path
 
     from .calibration import processes_for
-    shapes = calibration_shapes(run_summaries)
+    files = decided_files(run_summaries)
+    shapes = {s.id: s for s, *_ in files}
+    certify = {s.id for s, _, v, _ in files if v == "brownian"}
     n = int(replicates or stats.calibration_replicates)
     kwargs = {"n_replicates": n, "rng": stats.seed, "alpha": stats.alpha, "margins": dict(stats.margins),
-              "n_resamples": min(stats.n_resamples, 199)}
-    cells = [(s, p, kwargs) for s in shapes for p in processes_for(s.kind)]
-    log.info("calibrating %d shapes (%d cells) x %d replicates", len(shapes), len(cells), n)
+              "n_resamples": stats.n_resamples}
+    cells = [("shape", s, p, kwargs, stats) for s in shapes.values() for p in processes_for(s.kind)
+             if p == "brownian" or s.id in certify]
+    fitted = {str(p): (s, p) for s, p, _, cat in files if cat in stats.fitted_null}
+    cells += [("fitted", (path, s.kind), "fitted", kwargs, stats) for s, path in fitted.values()]
+    log.info("calibrating %d shapes and %d fitted nulls (%d cells), null cap %d replicates", len(shapes), len(fitted),
+             len(cells), n)
     if jobs > 1 and len(cells) > 1:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=jobs) as pool:

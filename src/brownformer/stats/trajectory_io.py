@@ -58,8 +58,9 @@ def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.nda
 def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.ndarray, dict]:
     """Load FILE.npy and its optional sidecar FILE.json.
 
-    Without a sidecar the kind defaults to "euclidean" and times to arange(T). An explicit
-    `kind` overrides the sidecar's.
+    Without a sidecar the kind defaults to "euclidean" and times to arange(T) (meta "time": "index"). An
+    explicit `kind` overrides the sidecar's. meta "time" names the clock actually used: the sidecar's "time",
+    or "times (unnamed clock)" when the sidecar gives times without naming them.
 
     Returns:
         (X, meta): X float64 of shape (T, N, d); meta with at least "kind", "time", "times", "path", "sha256".
@@ -83,8 +84,11 @@ def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.nd
             raise ValueError(f"{sidecar}: invalid JSON ({exc})") from None
     meta = dict(meta)
     meta["kind"] = kind or meta.get("kind") or "euclidean"
-    meta.setdefault("time", "index")
     times = meta.get("times")
+    # the clock actually used: the sidecar's name for its times, "times (unnamed clock)" when it gives times
+    # without a name, "index" (0..T-1) only when there are no times
+    if not meta.get("time") or (meta.get("time") == "index" and times is not None):
+        meta["time"] = "index" if times is None else "times (unnamed clock)"
     if times is not None and len(times) != (X.shape[0] if X.ndim else -1):
         raise ValueError(f"{sidecar}: 'times' has {len(times)} entries, array has T={X.shape[0] if X.ndim else 0}")
     Xv, tv = validate_trajectory(X, kind=meta["kind"], times=times)

@@ -2,21 +2,25 @@
 
 Per file the verdict is the calibrated rule itself (stats/rule.py `decide`, the function the calibration
 simulates through): it is re-applied here to the file's stored key effects with this StatsConfig's
-margins and alpha. A file counts only where the calibration simulated its exact shape
-(stats/shapes.py) and found the rule trustworthy there for the verdict it gives, each verdict being
-held to its own false-positive rate: "not brownian" needs the rate of "not brownian" on Brownian motion
-(the rule's size) at most SIZE_GOAL; "brownian" needs that too and, at each margin edge and on i.i.d.
-points, the rate of "brownian" at most 1 - POWER_GOAL (the equivalence test's own size). A rejection's
-validity rests on its size; how often the rule would miss a walk that is not Brownian says nothing
-against a rejection that was made. Size and power are cited for every file either way. Without that
-the file is "inconclusive", never evidence for "supported".
+margins and alpha. A file counts only where the calibration simulated its exact shape (stats/shapes.py) and
+the gates (stats/gates.py) pass for the verdict it gives, each verdict held to its own false-positive rate:
+"not brownian" needs the upper bound of the rule's size (rate of "not brownian" on Brownian motion) at most
+SIZE_GOAL under the idealised null and, where it was simulated, under the file's fitted null
+(stats/fitted_null.py); "brownian" needs that too and, at every alternative (margin edges, OU, i.i.d.
+points), a lower bound of the rate of a verdict other than "brownian" above POWER_GOAL. Without that the
+file is "inconclusive", never evidence for "supported".
 
-Per run (the files of one family: layers, or layers x weight matrices): "supported" when every file is a
-certified "brownian" (an intersection-union test: no multiplicity correction is needed for an "all"
-statement); "not supported" when more than half of the files are certified "not brownian" (a majority,
-so that one file's 5% false alarm cannot decide a run); else "inconclusive". Across runs and per
-optimizer: claims/common.py `pool_runs` (supported when every trained run is, not supported when some
-run is). Runs that did not train are left out.
+Pooling (stats/pooling.py), with the size of each count rule stated in the record:
+- run (the files of one family: layers, or layers x weight matrices; dependent): "supported" when every file
+  is a certified "brownian" (intersection-union); "not supported" when at least k_run files are certified "not
+  brownian", k_run the smallest count whose Markov bound sum_i s_i / k (any dependence between files) is at most
+  alpha, s_i the file's calibrated size (Laplace-smoothed, the larger of the two nulls; SIZE_GOAL[1] for a file
+  not calibrated); else "inconclusive".
+- claim and optimizer (runs: independent seeds): "supported" when every trained run is; "not supported" when at
+  least m runs are not supported, m the smallest count whose Poisson-binomial tail under the runs' size bounds is
+  at most alpha; its p-value (the tail at the observed count) joins the Holm adjustment of the headline claims,
+  and the runs' Markov p-values are Benjamini-Hochberg adjusted within the claim. Runs that did not train are
+  left out.
 """
 from __future__ import annotations
 
@@ -24,10 +28,13 @@ import math
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
-from ..calibration import POWER_GOAL, SIZE_GOAL
+from ..gates import POWER_GOAL, SIZE_GOAL, cp_bounds
+from ..multiple import bh_adjust
+from ..pooling import independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail, smoothed_size
 from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
-from ..shapes import CalibrationShape, calibration_for
-from .common import did_not_train_record, pool_runs, unit_mean_interval
+from ..rule_history import rule_history
+from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
+from .common import did_not_train_record, unit_mean_interval
 
 __all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
 
@@ -37,18 +44,29 @@ TITLES = {"3a": "Token states move as Brownian motion over depth",
           "3c": "Weights move as Brownian motion over training"}
 
 
-def _trustworthy(cal: dict | None, verdict: str) -> tuple[bool, str]:
+def _trustworthy(cal: dict | None, verdict: str, fitted: dict | None = None) -> tuple[bool, str]:
     """Whether the calibration at a file's shape backs `verdict` (module docstring: each verdict is held to its
-    own false-positive rate; power is needed only to certify "brownian")."""
+    own false-positive rate on Clopper-Pearson bounds; power is needed only to certify "brownian")."""
     if cal is None:
         return False, "no calibration at this file's shape"
-    if cal["size"] > SIZE_GOAL[1]:
-        return False, f"calibrated size {cal['size']:.3f} > {SIZE_GOAL[1]}"
+    upper = cal.get("size_upper", cal["size"])
+    if upper > SIZE_GOAL[1]:
+        return False, f"calibrated size {cal['size']:.3f} (upper bound {upper:.3f}) > {SIZE_GOAL[1]}"
+    if fitted is not None and fitted["size_upper"] > SIZE_GOAL[1]:
+        return False, (f"size under the fitted null {fitted['size']:.3f} (upper bound {fitted['size_upper']:.3f}) "
+                       f"> {SIZE_GOAL[1]}")
     if verdict != "brownian":
         return True, ""
-    weak = {p: v for p, v in cal["power"].items() if v < POWER_GOAL}
+    lower = cal.get("power_lower")
+    if lower is None:  # a table without bounds: the gate still reads bounds, recomputed from rate and replicates
+        n = int(cal.get("power_n_replicates") or cal["n_replicates"])
+        lower = {p: cp_bounds(int(round(v * n)), n)[0] for p, v in cal["power"].items()}
+    if not lower:
+        return False, "the alternatives were not simulated at this shape"
+    weak = {p: v for p, v in lower.items() if not v > POWER_GOAL}
     if weak:
-        return False, "calibrated power " + ", ".join(f"{p} {v:.2f}" for p, v in weak.items()) + f" < {POWER_GOAL}"
+        return False, ("calibrated power lower bound " + ", ".join(f"{p} {v:.2f}" for p, v in weak.items())
+                       + f" <= {POWER_GOAL}")
     return True, ""
 
 
@@ -56,32 +74,57 @@ def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
     """(rule verdict, reason, calibration at the file's shape) of one per-file battery output.
 
     The rule verdict is rule.decide_one on the stored effects; it is downgraded to "inconclusive" when
-    the calibration at the file's exact shape is missing or shows the rule untrustworthy there.
+    the calibration at the file's exact shape is missing or shows the rule untrustworthy there. The
+    calibration dict carries the fitted null's size under "fitted" (None when it was not simulated).
     """
     verdict, reason = decide_one(result.get("effects") or {}, kind=result["kind"], margins=dict(stats.margins),
-                                 alpha=stats.alpha, n_times=int(result["n_times"]))
+                                 alpha=stats.alpha, n_times=int(result["n_times"]),
+                                 n_groups=result.get("n_groups"))
     shape = result.get("calibration_shape")
     cal = calibration_for(table, CalibrationShape.from_dict(shape)) if shape and table is not None else None
-    ok, why = _trustworthy(cal, verdict)
+    fitted = fitted_calibration_for(table, (result.get("fitted_null") or {}).get("id"))
+    if cal is not None:
+        cal = {**cal, "fitted": fitted}
+    ok, why = _trustworthy(cal, verdict, fitted)
     if verdict != INCONCLUSIVE and not ok:
         return INCONCLUSIVE, f"rule says {verdict!r} but {why}", cal
     return verdict, reason, cal
 
 
+def _file_size(cal: dict | None) -> float:
+    """The size s_i a file brings to the run's count rule (module docstring)."""
+    if cal is None:
+        return SIZE_GOAL[1]
+    s = smoothed_size(cal["size"] * cal["n_replicates"], cal["n_replicates"])
+    f = cal.get("fitted")
+    if f:
+        s = max(s, smoothed_size(f["size"] * f["n_replicates"], f["n_replicates"]))
+    return s
+
+
 def _worst_calibration(cals: list[dict]) -> dict | None:
-    """The least favourable calibration among a set of files' shapes (largest size, smallest power)."""
+    """The least favourable calibration among a set of files' shapes (largest size under either null, smallest
+    power and power bound)."""
     cals = [c for c in cals if c]
     if not cals:
         return None
-    worst = max(cals, key=lambda c: c["size"])
-    power = {}
+    worst = max(cals, key=lambda c: c.get("size_upper", c["size"]))
+    power, lower = {}, {}
     for c in cals:
         for p, v in c["power"].items():
             power[p] = min(power.get(p, 1.0), v)
-    return {"shape": worst["shape"], "size": worst["size"], "size_se": worst["size_se"],
-            "equivalence_power": min(c["equivalence_power"] for c in cals), "power": power,
+        for p, v in (c.get("power_lower") or {}).items():
+            lower[p] = min(lower.get(p, 1.0), v)
+    fitted = [c["fitted"] for c in cals if c.get("fitted")]
+    wf = max(fitted, key=lambda f: f["size_upper"]) if fitted else None
+    return {"shape": worst["shape"], "size": worst["size"], "size_upper": worst.get("size_upper"),
+            "size_se": worst["size_se"], "size_idealised": worst["size"],
+            "size_fitted": wf["size"] if wf else None, "size_fitted_upper": wf["size_upper"] if wf else None,
+            "n_fitted": len(fitted), "n_files": len(cals),
+            "equivalence_power": min(c["equivalence_power"] for c in cals), "power": power, "power_lower": lower,
             "n_replicates": min(c["n_replicates"] for c in cals), "n_shapes": len({c["shape"]["id"] for c in cals}),
-            "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape"}
+            "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape "
+                    "(idealised null) and from a model fitted to each file (fitted null)"}
 
 
 def _exponent(result: dict) -> float:
@@ -90,27 +133,57 @@ def _exponent(result: dict) -> float:
 
 
 def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
-    verdicts, cals, rows = [], [], []
+    verdicts, cals, rows, sizes = [], [], [], []
     for f in files:
         v, why, cal = file_verdict(f["result"], stats, table)
         verdicts.append(v)
         cals.append(cal)
+        sizes.append(_file_size(cal))
         rows.append({"path": f["path"], "verdict": v, "reason": why, "msd_exponent": _exponent(f["result"]),
-                     "shape_id": (f["result"].get("calibration_shape") or {}).get("id")})
+                     "shape_id": (f["result"].get("calibration_shape") or {}).get("id"),
+                     "size": cal["size"] if cal else None,
+                     "size_fitted": (cal.get("fitted") or {}).get("size") if cal else None})
     n = len(verdicts)
     n_b, n_nb = verdicts.count("brownian"), verdicts.count("not brownian")
+    k_run, bound = markov_threshold(sizes, stats.alpha)
+    p = markov_pvalue(sizes, n_nb)
     counts = f"{n_b} brownian, {n_nb} not brownian, {n - n_b - n_nb} inconclusive of {n} files"
     if n and n_b == n:
         verdict, reason = SUPPORTED, f"every file certified Brownian ({counts})"
-    elif n_nb > n / 2:
-        verdict, reason = NOT_SUPPORTED, f"most files certified not Brownian ({counts})"
+    elif k_run is not None and n_nb >= k_run:
+        verdict, reason = NOT_SUPPORTED, (f"{n_nb} >= {k_run} files certified not Brownian ({counts}); size of this "
+                                          f"count rule <= {bound:.3f} under any dependence between files")
     else:
         first = next((r["reason"] for r in rows if r["verdict"] != "brownian"), "no files")
-        verdict, reason = INCONCLUSIVE, f"{counts}; e.g. {first}"
+        need = f"{k_run} files certified not Brownian" if k_run else "more files than there are"
+        verdict, reason = INCONCLUSIVE, f"{counts}; a rejection needs {need}; e.g. {first}"
     est, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats, name="MSD exponent (mean over files)")
+    pooling = {"rule": "Markov count rule over dependent files", "file_sizes": sizes, "k_run": k_run,
+               "size_bound": bound if k_run is not None else 0.0, "n_not_brownian": n_nb, "p_value": p}
     return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
                        margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
-                       details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n})
+                       details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n,
+                                "pooling": pooling, "p_value": p})
+
+
+def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> tuple[str, str, dict]:
+    """Claim-level count rule over independent runs (module docstring): (verdict, reason, pooling details)."""
+    if not records:
+        return INCONCLUSIVE, f"no {unit} with data for this claim", {}
+    sizes = [r.details.get("pooling", {}).get("size_bound", 0.0) for r in records.values()]
+    n_ns = sum(r.verdict == NOT_SUPPORTED for r in records.values())
+    n_s = sum(r.verdict == SUPPORTED for r in records.values())
+    m, tail = independent_threshold(sizes, alpha)
+    p = poisson_binomial_tail(sizes, n_ns) if n_ns else None
+    text = f"{n_s} supported, {n_ns} not supported, {len(records) - n_s - n_ns} inconclusive of {len(records)} {unit}"
+    det = {"rule": "Poisson-binomial count rule over independent runs", "run_size_bounds": sizes, "m_claim": m,
+           "size": tail if m is not None else 0.0, "n_not_supported": n_ns, "p_value": p}
+    if n_s == len(records):
+        return SUPPORTED, f"all {len(records)} {unit} supported", det
+    if m is not None and n_ns >= m:
+        return NOT_SUPPORTED, (f"{n_ns} >= {m} {unit} not supported ({text}); size of this count rule {tail:.2g}, "
+                               f"p = {p:.2g}"), det
+    return INCONCLUSIVE, f"{text}; a rejection needs {m if m else 'more'} {unit} not supported", det
 
 
 def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=None,
@@ -131,22 +204,28 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
         by_run.setdefault(f["run"], []).append(f)
     per_run = {run: (did_not_train_record(key, TITLES[key], excluded[run]) if run in excluded
                      else _run_record(key, run, fs, stats, table)) for run, fs in sorted(by_run.items())}
-    verdict, reason, _ = pool_runs(per_run, excluded=excluded)
+    trained = {r: rec for r, rec in per_run.items() if r not in excluded}
+    verdict, reason, pooling = _pool(trained, stats.alpha)
+    if excluded:
+        reason += f"; {len(excluded)} run(s) that did not train left out"
     if table is None:
         reason += "; no calibration table: no verdict can be 'supported'"
-    trained = {r: rec for r, rec in per_run.items() if r not in excluded}
+    run_p = {r: rec.details.get("p_value") for r, rec in trained.items()}
+    keys = [r for r, v in run_p.items() if v is not None]
+    q = dict(zip(keys, bh_adjust([run_p[r] for r in keys]).tolist())) if keys else {}
     per_opt: dict[str, dict] = {}
     for run, rec in trained.items():
         parts = run.split("__")
         per_opt.setdefault(parts[1] if len(parts) == 3 else "unknown", {})[run] = rec
     per_optimizer = {}
     for opt, recs in sorted(per_opt.items()):
-        v, why, _ = pool_runs(recs, excluded={})
+        v, why, det = _pool(recs, stats.alpha)
         est, _ = unit_mean_interval([r.estimate.value for r in recs.values() if r.estimate], stats=stats,
                                     name="MSD exponent (mean over runs)")
         per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
                                          margin=tuple(stats.margins["msd_exponent"]),
-                                         calibration=_worst_calibration([r.calibration for r in recs.values()]))
+                                         calibration=_worst_calibration([r.calibration for r in recs.values()]),
+                                         details={"pooling": det, "p_value": det.get("p_value")})
     est, _ = unit_mean_interval([r.estimate.value for r in trained.values() if r.estimate], stats=stats,
                                 name="MSD exponent (mean over runs of the mean over files)")
     kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
@@ -157,6 +236,9 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
         tests=[{"name": t, "margin": list(stats.margins[MARGIN_KEYS[t]])}
                for k in kinds for t in KEY_EFFECTS[k]],
         per_run=per_run, per_optimizer=per_optimizer,
-        details={"p_value": None, "p_value_note": "an equivalence decision over several key effects per file has no "
-                 "single p-value; not part of the Holm adjustment", "rule": __doc__.split("\n\n")[1].strip(),
+        details={"p_value": pooling.get("p_value"),
+                 "p_value_note": "tail of the count of runs not supported under the runs' size bounds "
+                                 "(Poisson-binomial); joins the Holm adjustment of the headline claims",
+                 "pooling": pooling, "run_q_values_bh": q, "rule": __doc__.split("\n\n")[1].strip(),
+                 "pooling_rule": __doc__.split("\n\n")[2].strip(), "rule_history": rule_history(),
                  "n_runs": len(trained)})
