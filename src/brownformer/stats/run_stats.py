@@ -201,6 +201,8 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
                        "input": {"path": str(path), "sha256": sha256_file(path)}})
         write_json(out_dir / rel_out, to_jsonable(result))
         row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
+        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/replicas.py)
+            row["unit"] = entry["unit"]
         for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
             if k in result:
                 row[k] = result[k]

@@ -34,22 +34,24 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
     """The distinct calibration shapes of the decided battery files listed in runs' stats/summary.json files.
 
     A file whose verdict is "inconclusive" stays so whatever the calibration says (it can only certify or
-    downgrade a decision), so its shape is simulated only when some decided file shares it.
+    downgrade a decision), so its shape is simulated only when some decided file shares it. Where replica files
+    decide a family (claims 3b, 3c), its single-path files are not simulated (stats/replicas.py).
     """
+    from .replicas import calibrated_files
     from .run_stats import BATTERY_CATEGORIES
     from .shapes import CalibrationShape
-    shapes = {}
+    shapes, rows = {}, []
     for path in run_summaries:
         path = Path(path)
         try:
-            files = json.loads(path.read_text())["files"]
+            rows += json.loads(path.read_text())["files"]
         except (OSError, json.JSONDecodeError, KeyError) as exc:
             raise ValueError(f"{path}: not a run's stats summary ({exc})") from None
-        for f in files:
-            if (f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
-                    and f.get("verdict") in ("brownian", "not brownian")):
-                shape = CalibrationShape.from_dict(f["calibration_shape"])
-                shapes.setdefault(shape.id, shape)
+    for f in calibrated_files(rows):  # families decided on replicas: their single-path files are description only
+        if (f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
+                and f.get("verdict") in ("brownian", "not brownian")):
+            shape = CalibrationShape.from_dict(f["calibration_shape"])
+            shapes.setdefault(shape.id, shape)
     return list(shapes.values())
 
 
