@@ -57,6 +57,10 @@ def load_calibration(calibration):
 
 def battery_inputs(meta: dict, kind: str) -> dict:
     """analyze_trajectory's keyword arguments from a sidecar: groups, hyperplane and drift handling."""
+    clock = meta.get("drift_clock")
+    if clock is not None and meta.get("drift", "common") != "none" and clock != meta.get("time"):
+        raise ValueError(f"sidecar drift_clock {clock!r} differs from its time clock {meta.get('time')!r}: the battery "
+                         "removes a drift linear in the time clock only")
     hyperplane = meta.get("sum_zero")
     if hyperplane is None and kind == "sphere" and meta.get("ln") in ("pre", "post"):
         hyperplane = True  # LayerNorm output before the affine: in the hyperplane sum(z) = 0
