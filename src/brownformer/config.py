@@ -237,8 +237,10 @@ class ExperimentConfig:
         return sets
 
     def replica_runs(self) -> list[RunSpec]:
-        """The extra training runs the replicas need (replica >= 1 of every set; replica 0 is a grid run)."""
-        return [r for reps in self.replica_sets().values() for r in reps if r.replica]
+        """The extra training runs the replicas need: every replica that is not a run of the grid (replica >= 1, and
+        replica 0 too when the grid does not name it). A replica is probed even where its grid block is not."""
+        grid = {r.run_id for r in self.runs()}
+        return [r for reps in self.replica_sets().values() for r in reps if r.run_id not in grid]
 
     def analysis_window(self, run_id: str) -> AnalysisWindow:
         """The captures a training-time analysis of this run uses (stats.momentum_times; AnalysisWindow)."""
@@ -268,7 +270,7 @@ class ExperimentConfig:
     def probed(self, run_id: str) -> bool:
         """Whether the run captures probes (`probed_runs`, and the replica runs when probes are enabled)."""
         return run_id in {r.run_id for r in self.probed_runs()} or (
-            self.probes.enabled and run_id in {r.run_id for r in self.replica_runs()})
+            self.probes.enabled and run_id in {r.run_id for reps in self.replica_sets().values() for r in reps})
 
     def pair_seeds(self) -> dict[tuple[str, str], tuple[int, ...]]:
         """The seeds each (model, optimizer) pair of the grid runs with, in run order (blocks may differ)."""
@@ -367,11 +369,6 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
                                     seeds=tuple(b.get("seeds", d["seeds"])), count=int(b["count"]))
                        for b in d.get("replicas") or ()),
     )
-    probed = {r.run_id for r in cfg.probed_runs()}
-    for base in cfg.replica_sets():
-        if base not in probed:
-            raise ConfigError(f"{source}: key 'replicas': run {base!r} has replicas but is not a probed run of the grid "
-                              "(replica 0 is the grid's run, with probe captures)")
     return cfg
 
 

@@ -19,7 +19,7 @@ RUNS = [r.run_id for r in CFG.runs()]
 PROBED_RUNS = [r.run_id for r in CFG.probed_runs()]
 DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
 # Replicas of the training noise (config `replicas:`): base run -> its replicas (replica 0 = the base run itself);
-# REPLICA_RUNS are the extra training runs (replica >= 1): trained with probes, combined by extract_replicas only.
+# REPLICA_RUNS are the extra training runs (replicas the grid does not name): probed, combined by extract_replicas only.
 REPLICA_SETS = {base: [r.run_id for r in reps] for base, reps in CFG.replica_sets().items()}
 REPLICA_RUNS = [r.run_id for r in CFG.replica_runs()]
 ENV = "../../envs/brownformer.yaml"

@@ -172,8 +172,13 @@ def summarize_results(config, results_dir: str | Path, out_dir: str | Path, *, r
                         if base_run(run) == run}  # a replica set's metrics are its base run's
     else:
         stats_dirs = {r.run_id: str(results_dir / "runs" / r.run_id / "stats") for r in config.probed_runs()}
-        stats_dirs.update({replica_set_key(base): str(results_dir / "replicas" / base / "stats")
-                           for base in config.replica_sets()})  # claims 3b, 3c over replicas
+        for base in config.replica_sets():  # claims 3b, 3c over replicas (the pipeline always computes these)
+            sdir = results_dir / "replicas" / base / "stats"
+            if (sdir / "summary.json").exists():
+                stats_dirs[replica_set_key(base)] = str(sdir)
+            else:
+                log.warning("replica set %s has no statistics (%s): claims 3b/3c fall back to single paths there",
+                            base, sdir / "summary.json")
         metric_files = {r.run_id: results_dir / "runs" / r.run_id / "metrics.parquet" for r in config.runs()}
     metrics, baselines, chance = {}, {}, {}
     for run, mp in metric_files.items():
