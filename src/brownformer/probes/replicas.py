@@ -41,6 +41,8 @@ MIN_REPLICAS = 4  # 3 contrasts: the fewest a t-interval over units (G - 1 degre
 
 _DRIFT_REASON = ("none: the drift is the replica-mean path and the contrasts are orthogonal to it, so any path the "
                  "replicas share (a drift linear in lr_sum, lr_sq_sum or neither) cancels exactly")
+_SPHERE_NOTE = ("ambient contrasts of points of radius ~1: the sphere is locally flat while final_spread << 1 "
+                "(contrasts of unrelated unit vectors have a mean squared norm of 1)")
 _CLOCK_REASON = ("sum of lr^2: SGD noise adds a variance proportional to lr^2 per step, so under the Brownian null "
                  "the noise part of the weights (and of the tokens they move) diffuses linearly in this clock; "
                  "step and lr_sum ride along in 'clocks' as checks")
@@ -93,6 +95,32 @@ def _open_stores(run_dirs: list[Path]) -> tuple[list[CaptureStore], list[dict]]:
     return stores, metas
 
 
+def _write_contrast(tmp: Path, rel: str, X: np.ndarray, sidecar: dict) -> dict:
+    """Contrasts of X (R, T, N, d) to tmp/rel with their sidecar, the mean path to tmp/mean/rel; the index entry."""
+    C = replica_contrasts(X)
+    arr, groups = _stack_contrasts(C)
+    for path, array in ((tmp / rel, arr), (tmp / "mean" / rel, replica_mean(X).astype(np.float32))):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        np.save(path, array)
+    spread = float(np.mean(np.sum(C[:, -1] ** 2, -1)))  # mean squared contrast norm at the last capture
+    write_json((tmp / rel).with_suffix(".json"), {**sidecar, "groups": groups, "n_groups": C.shape[0],
+                                                  "final_spread": spread})
+    src = sidecar["source"]
+    return {"path": rel, "category": rel.split("/")[0], "kind": "euclidean", "time": PRIMARY_CLOCK,
+            "layer": src["layer"], "tensor": src["tensor"], "capture": None, "unit": "replica"}
+
+
+def _load_window(stores: list[CaptureStore], ks: list[int], meta: dict) -> tuple[np.ndarray, np.ndarray]:
+    """Tokens (R, T, L, B n, d) (LN output / sqrt(d)) and weights (R, T, L, 4, rows, cols) at captures ks."""
+    L, d, B, n = meta["n_layers"], meta["d_model"], meta["n_inputs"], meta["n_tokens"]
+    tokens, weights = [], []
+    for store in stores:
+        caps = [store.load(k) for k in ks]
+        tokens.append(np.stack([c["ln_hat"].astype(np.float32).reshape(L, B * n, d) / math.sqrt(d) for c in caps]))
+        weights.append(np.stack([c["weights"].astype(np.float32) for c in caps]))
+    return np.stack(tokens), np.stack(weights)
+
+
 def extract_replicas(cfg: ExperimentConfig, base_run: str, run_dirs: list[str | Path], out_dir: str | Path) -> dict:
     """Write the replica-contrast trajectories of one replica set (module docstring) and index.json.
 
@@ -119,52 +147,31 @@ def extract_replicas(cfg: ExperimentConfig, base_run: str, run_dirs: list[str | 
     ks = [int(index["capture"].iloc[i]) for i in keep]
     clocks = {"step": [steps[i] for i in keep], "lr_sum": [float(index["lr_sum"].iloc[i]) for i in keep],
               "lr_sq_sum": [float(index["lr_sq_sum"].iloc[i]) for i in keep]}
-    L, d, B, n = meta["n_layers"], meta["d_model"], meta["n_inputs"], meta["n_tokens"]
-    tokens, weights = [], []  # per replica: (T, L, B*n, d) and (T, L, 4, rows, cols)
-    for store in stores:
-        caps = [store.load(k) for k in ks]
-        tokens.append(np.stack([c["ln_hat"].astype(np.float32).reshape(L, B * n, d) / math.sqrt(d) for c in caps]))
-        weights.append(np.stack([c["weights"].astype(np.float32) for c in caps]))
-    tokens, weights = np.stack(tokens), np.stack(weights)  # (R, T, L, N, d), (R, T, L, 4, rows, cols)
+    tokens, weights = _load_window(stores, ks, meta)
     window_info = {"start_step": window.start_step, "min_gap_steps": window.min_gap,
                    "momentum_steps": window.momentum_steps, "momentum_times": cfg.stats.momentum_times,
                    "captures": ks, "n_captures_run": len(steps)}
     common = {"kind": "euclidean", "time": PRIMARY_CLOCK, "times": clocks[PRIMARY_CLOCK], "clocks": clocks,
               "clock_reason": _CLOCK_REASON, "drift": "none", "drift_reason": _DRIFT_REASON, "unit": "replica",
-              "n_replicas": R, "contrast": "helmert", "window": window_info,
-              "replica_runs": [m["run"] for m in metas]}
+              "n_replicas": R, "contrast": "helmert", "window": window_info, "replica_runs": [m["run"] for m in metas]}
+
+    def source(layer, tensor):
+        return {"run": base_run, "layer": layer, "head": None, "tensor": tensor, "captures": ks, "steps": clocks["step"]}
+
+    B, n, rows = meta["n_inputs"], meta["n_tokens"], weights.shape[-2]
     entries = []
     with _staging_dir(Path(out_dir)) as tmp:
-        def save(rel, X, category, layer, tensor, walkers, extra):
-            C = replica_contrasts(X)
-            arr, groups = _stack_contrasts(C)
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            np.save(tmp / rel, arr)
-            spread = float(np.mean(np.sum(C[:, -1] ** 2, -1)))  # mean squared contrast norm at the last capture
-            write_json((tmp / rel).with_suffix(".json"), {
-                **common, "walkers": walkers, "groups": groups, "n_groups": R - 1, "final_spread": spread,
-                "source": {"run": base_run, "layer": layer, "head": None, "tensor": tensor, "captures": ks,
-                           "steps": clocks["step"]}, **extra})
-            mean_rel = Path("mean") / rel
-            (tmp / mean_rel).parent.mkdir(parents=True, exist_ok=True)
-            np.save(tmp / mean_rel, replica_mean(X).astype(np.float32))
-            entries.append({"path": rel, "category": category, "kind": "euclidean", "time": PRIMARY_CLOCK,
-                            "layer": layer, "tensor": tensor, "capture": None, "unit": "replica"})
-
-        tok_walkers = (f"contrast c of {R} replicas (Helmert), walker c*{B * n} + i*{n} + t: token t of probe input i "
-                       "(LN output before the affine / sqrt(d))")
-        for l in range(L):
-            save(f"training/ln_l{l}.npy", tokens[:, :, l], "training", l, "ln", tok_walkers,
-                 {"sphere_note": "ambient contrasts of points of radius ~1: the sphere is locally flat while "
-                                 "final_spread << 2 (the chord of two independent uniform points has mean 2)",
-                  "n_inputs": B, "n_tokens": n})
-        rows = weights.shape[-2]
-        for l in range(L):
+        for l in range(meta["n_layers"]):
+            entries.append(_write_contrast(tmp, f"training/ln_l{l}.npy", tokens[:, :, l], {
+                **common, "source": source(l, "ln"), "sphere_note": _SPHERE_NOTE,
+                "walkers": f"contrast c of {R} replicas (Helmert), walker c*{B * n} + i*{n} + t: token t of probe "
+                           f"input i ({B} inputs x {n} tokens; LN output before the affine / sqrt(d))"}))
+        for l in range(meta["n_layers"]):
             for j, m in enumerate(MATRICES):
-                save(f"weights/l{l}_{m}.npy", weights[:, :, l, j], "weights", l, m,
-                     f"contrast c of {R} replicas (Helmert), walker c*{rows} + r: row r of W_{m.upper()}; the rows of "
-                     "one contrast are one group (they share inputs and K-FAC's factors mix them)",
-                     {"projection": meta.get("projection")})
+                entries.append(_write_contrast(tmp, f"weights/l{l}_{m}.npy", weights[:, :, l, j], {
+                    **common, "source": source(l, m), "projection": meta.get("projection"),
+                    "walkers": f"contrast c of {R} replicas (Helmert), walker c*{rows} + r: row r of W_{m.upper()}; "
+                               "the rows of one contrast are one group (they share inputs; K-FAC's factors mix them)"}))
         write_json(tmp / "index.json", {"run": base_run, "unit": "replica", "files": entries,
                                         "extra": {"mean": "mean/<path>: the replica-mean path (T, N, d), the drift"}})
         summary = {"run": base_run, "n_replicas": R, "replica_runs": common["replica_runs"], "n_files": len(entries),
