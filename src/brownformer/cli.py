@@ -52,6 +52,15 @@ def _cmd_extract(args) -> None:
     extract_trajectories(cfg, args.run_dir, args.out)
 
 
+def _cmd_extract_replicas(args) -> None:
+    from brownformer.probes import extract_replicas
+    cfg = _load(args)
+    sets = cfg.replica_sets()
+    if args.run not in sets:
+        raise UsageError(f"run {args.run!r} has no replicas in the config (replica sets: {sorted(sets) or 'none'})")
+    extract_replicas(cfg, args.run, [args.runs_dir / r.run_id for r in sets[args.run]], args.out)
+
+
 def _cmd_stats(args) -> None:
     cfg = _load(args) if getattr(args, "config", None) else None
     if args.stats_cmd == "summary":
@@ -226,6 +235,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--run-dir", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=_cmd_extract)
+
+    p = sub.add_parser("extract-replicas", help="replica-contrast trajectories of one run's replicas (claims 3b, 3c)",
+                       description="Reads the probe stores of the run's replicas (config `replicas:`; replica 0 is "
+                       "the run, replica k trains as RUN__r<k>) under RUNS_DIR and writes the contrasts of the "
+                       "replicas around their mean path (the drift), in the analysis window, as trajectory files.")
+    _common(p)
+    p.add_argument("--run", required=True, help="the grid run whose replicas to combine (<model>__<optimizer>__s<seed>)")
+    p.add_argument("--runs-dir", type=Path, required=True, help="the folder holding every replica's run folder")
+    p.add_argument("--out", type=Path, required=True)
+    p.set_defaults(func=_cmd_extract_replicas)
 
     p = sub.add_parser("stats", help="statistics: trajectory, attention, run, calibrate, summary")
     _add_stats_parsers(p)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -17,11 +18,12 @@ from typing import Any, Mapping
 import yaml
 
 from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, load_schema, validate_dict
+from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_steps, replica_seed
 
 __all__ = [
     "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
     "TunedConfig", "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
-    "config_hash", "apply_overrides", "SCHEMA_PATH",
+    "config_hash", "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps",
 ]
 
 
@@ -130,6 +132,7 @@ class StatsConfig:
     #: categories whose decided files get a fitted-null calibration too (per file: it dominates the calibration's cost)
     fitted_null: tuple[str, ...] = ("depth", "training", "weights")
     seed: int = 0
+    momentum_times: float = 1.0  # training-time windows start after (and space captures by) this many 1/(1 - beta)
     margins: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
 
 
@@ -144,24 +147,48 @@ class ReportConfig:
 
 @dataclass(frozen=True)
 class RunSpec:
-    """One training run: (model variant, optimizer, seed)."""
+    """One training run: (model variant, optimizer, seed), or replica `replica` >= 1 of it.
+
+    A replica shares the initialisation (torch seed `seed`) and draws its own data order (`data_seed`)
+    and dropout noise (`noise_seed`); replica 0 is the run itself (data seed = seed, no reseeding).
+    """
     model: str
     optimizer: str
     seed: int
+    replica: int = 0
 
     @property
     def run_id(self) -> str:
-        return f"{self.model}__{self.optimizer}__s{self.seed}"
+        base = f"{self.model}__{self.optimizer}__s{self.seed}"
+        return f"{base}__r{self.replica}" if self.replica else base
+
+    @property
+    def base(self) -> "RunSpec":
+        """The grid run this replica belongs to (itself for replica 0)."""
+        return RunSpec(self.model, self.optimizer, self.seed)
+
+    @property
+    def data_seed(self) -> int:
+        """Seed of the batch order (and augmentation draws): the run's seed for replica 0."""
+        return self.seed if self.replica == 0 else replica_seed(self.seed, self.replica, "data")
+
+    @property
+    def noise_seed(self) -> int | None:
+        """torch seed set after initialisation (dropout, sampled Fisher labels); None for replica 0 (no reseed)."""
+        return None if self.replica == 0 else replica_seed(self.seed, self.replica, "noise")
 
     @classmethod
     def parse(cls, run_id: str) -> "RunSpec":
         try:
-            model, optimizer, seed = run_id.split("__")
-            if not seed.startswith("s"):
+            model, optimizer, seed, *rest = run_id.split("__")
+            if not seed.startswith("s") or len(rest) > 1 or (rest and not rest[0].startswith("r")):
                 raise ValueError
-            return cls(model, optimizer, int(seed[1:]))
+            replica = int(rest[0][1:]) if rest else 0
+            if replica < 0 or (rest and replica == 0):
+                raise ValueError
+            return cls(model, optimizer, int(seed[1:]), replica)
         except ValueError:
-            raise ConfigError(f"run id {run_id!r} is not of the form <model>__<optimizer>__s<seed>") from None
+            raise ConfigError(f"run id {run_id!r} is not of the form <model>__<optimizer>__s<seed>[__r<replica>]") from None
 
 
 @dataclass(frozen=True)
@@ -201,6 +228,31 @@ class ExperimentConfig:
     paths: Mapping[str, str] = field(default_factory=dict)  # output roots; the schema has their defaults
     scaling: Mapping[str, int] | None = None  # {"width", "depth"} when the config is a depth x width study
     tuned: Mapping[tuple[str, str], TunedConfig] = field(default_factory=dict)  # (model, optimizer) -> settings
+    replicas: tuple[ReplicaBlock, ...] = ()  # replicas of the training noise (claims 3b, 3c)
+
+    def replica_sets(self) -> dict[str, tuple[RunSpec, ...]]:
+        """Base run id -> its replicas (replica 0, the grid's run, first), for every run the `replicas` blocks name."""
+        sets: dict[str, tuple[RunSpec, ...]] = {}
+        for block in self.replicas:
+            for model, optimizer, seed in block.bases():
+                sets.setdefault(RunSpec(model, optimizer, seed).run_id,
+                                tuple(RunSpec(model, optimizer, seed, k) for k in range(block.count)))
+        return sets
+
+    def replica_runs(self) -> list[RunSpec]:
+        """The extra training runs the replicas need: every replica that is not a run of the grid (replica >= 1, and
+        replica 0 too when the grid does not name it). A replica is probed even where its grid block is not."""
+        grid = {r.run_id for r in self.runs()}
+        return [r for reps in self.replica_sets().values() for r in reps if r.run_id not in grid]
+
+    def analysis_window(self, run_id: str) -> AnalysisWindow:
+        """The captures a training-time analysis of this run uses (stats.momentum_times; AnalysisWindow)."""
+        spec = RunSpec.parse(run_id)
+        opt = self.optimizer_for(spec.model, spec.optimizer)
+        tau = momentum_steps(opt.type, opt.params)
+        gap = max(1, math.ceil(self.stats.momentum_times * tau - 1e-9))
+        return AnalysisWindow(start_step=max(self.train.warmup_steps, gap if self.stats.momentum_times else 0),
+                              min_gap=gap, momentum_steps=tau)
 
     def runs(self) -> list[RunSpec]:
         """Every run of the grid, in a stable order (blocks in turn, a run where it first appears), without duplicates."""
@@ -219,8 +271,9 @@ class ExperimentConfig:
         return [r for r in self.runs() if r.run_id in probed]
 
     def probed(self, run_id: str) -> bool:
-        """Whether the run captures probes (`probed_runs`)."""
-        return run_id in {r.run_id for r in self.probed_runs()}
+        """Whether the run captures probes (`probed_runs`, and the replica runs when probes are enabled)."""
+        return run_id in {r.run_id for r in self.probed_runs()} or (
+            self.probes.enabled and run_id in {r.run_id for reps in self.replica_sets().values() for r in reps})
 
     def pair_seeds(self) -> dict[tuple[str, str], tuple[int, ...]]:
         """The seeds each (model, optimizer) pair of the grid runs with, in run order (blocks may differ)."""
@@ -231,8 +284,8 @@ class ExperimentConfig:
 
     def run(self, run_id: str) -> RunSpec:
         spec = RunSpec.parse(run_id)
-        if spec.run_id not in {r.run_id for r in self.runs()}:
-            raise ConfigError(f"run {run_id!r} is not in the config's grid")
+        if spec.run_id not in {r.run_id for r in self.runs()} | {r.run_id for r in self.replica_runs()}:
+            raise ConfigError(f"run {run_id!r} is not in the config's grid or replicas")
         return spec
 
     def eval_every(self, run_id: str) -> int:
@@ -302,7 +355,7 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
     stats = dict(d.get("stats", {}))
     margins = dict(DEFAULT_MARGINS)
     margins.update({k: tuple(v) for k, v in stats.pop("margins", {}).items()})
-    return ExperimentConfig(
+    cfg = ExperimentConfig(
         seeds=tuple(d["seeds"]),
         device=d["device"],
         datasets={n: DatasetConfig(name=n, **v) for n, v in d["datasets"].items()},
@@ -321,7 +374,11 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         paths=d["paths"], scaling=d.get("scaling"),
         tuned={(model, name): _tuned(model, name, settings)
                for model, per_opt in (d.get("tuned") or {}).items() for name, settings in per_opt.items()},
+        replicas=tuple(ReplicaBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
+                                    seeds=tuple(b.get("seeds", d["seeds"])), count=int(b["count"]))
+                       for b in d.get("replicas") or ()),
     )
+    return cfg
 
 
 def _tuned(model: str, optimizer: str, settings: Mapping[str, Any]) -> TunedConfig:

@@ -120,6 +120,12 @@ def _check_references(data: dict, source: str) -> None:
             if o not in data["optimizers"]:
                 raise ConfigError(f"{source}: key 'grid.{i}.optimizers': unknown optimizer {o!r}; "
                                   f"known: {sorted(data['optimizers'])}")
+    for i, block in enumerate(data.get("replicas") or []):
+        for key, known in (("models", data["models"]), ("optimizers", data["optimizers"])):
+            for name in block[key]:
+                if name not in known:
+                    raise ConfigError(f"{source}: key 'replicas.{i}.{key}': unknown {key[:-1]} {name!r}; "
+                                      f"known: {sorted(known)}")
     _check_optimizer_keys(data, source)
     for key, (low, high) in data.get("stats", {}).get("margins", {}).items():
         if low > high:

@@ -162,7 +162,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
 
     Args:
         cfg: the validated experiment config.
-        run_id: "<model>__<optimizer>__s<seed>", a run of cfg's grid.
+        run_id: "<model>__<optimizer>__s<seed>", a run of cfg's grid, or "...__r<k>", replica k of one
+            (`replicas:`; same initialisation, its own data order and noise: RunSpec.data_seed, noise_seed).
         data_dir: the prepared dataset of the run's model (results/data/<dataset>), loaded once.
         out_dir: the run folder (results/runs/<run_id>).
         probes: record the trajectory probes into out_dir/probes when the config probes the run
@@ -193,9 +194,11 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
 
     torch.manual_seed(spec.seed)
     model = model_for_data(cfg, spec.model, data).to(device)
+    if spec.noise_seed is not None:  # a replica: the run's initialisation, its own dropout/sampling noise from here
+        torch.manual_seed(spec.noise_seed)
     opt_params = {**ocfg.params, **implementation_flags(ocfg.type, device, cuda_graphs=tcfg.cuda_graphs)}
     optimizer = build_optimizer(model, ocfg.type, ocfg.lr, opt_params)
-    sampler = DeviceSampler(data, "train", device, seed=spec.seed, batch_size=tcfg.batch_size, seq_len=seq_len,
+    sampler = DeviceSampler(data, "train", device, seed=spec.data_seed, batch_size=tcfg.batch_size, seq_len=seq_len,
                             augment=cfg.dataset_of(spec.model).augment)
     val = eval_batches_on(eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches,
                                        seq_len=seq_len), device)
@@ -270,10 +273,10 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     if not probing:  # the pipeline declares the index a training output; an existing one keeps its rows
         CaptureStore(out_dir / "probes").write_index()
     write_json(out_dir / "manifest.json", build_manifest(
-        run_id=run_id, run={"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed},
+        run_id=run_id, run={"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed, "replica": spec.replica},
         config_hash=cfg.hash, run_hash=cfg.run_hash(run_id), config={"model": asdict(mcfg), "optimizer": asdict(ocfg), "train": asdict(tcfg)},
-        seeds={"torch": spec.seed, "data": spec.seed, "split": cfg.dataset_of(spec.model).split_seed,
-               "probes": cfg.probes.seed},
+        seeds={"torch": spec.seed, "data": spec.data_seed, "noise": spec.noise_seed,
+               "split": cfg.dataset_of(spec.model).split_seed, "probes": cfg.probes.seed},
         determinism=flags, device=device_description(device), wall_time_s=wall,
         steps=tcfg.steps, n_parameters=sum(p.numel() for p in model.parameters()),
         final={k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rows[-1].items()} if rows else {}))

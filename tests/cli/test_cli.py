@@ -68,3 +68,14 @@ def test_report_subcommand_refuses_a_missing_config(tmp_path, capsys):
     code = main(["report", "--config", str(tmp_path / "missing.yaml"), "--out", str(tmp_path / "out")])
     assert code == 2 and "missing.yaml" in capsys.readouterr().err
     assert not (tmp_path / "out").exists()
+
+
+def test_extract_replicas_refuses_a_run_without_replicas_and_missing_stores(tmp_path, capsys):
+    cfg = str(ROOT / "config/ci.yaml")
+    code = main(["extract-replicas", "--config", cfg, "--run", "lm-pre__adamw__s0", "--runs-dir", str(tmp_path),
+                 "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert code == 2 and "has no replicas" in err and len(err.strip().splitlines()) == 1
+    code = main(["extract-replicas", "--config", cfg, "--run", "vit-pre__kfac-iterative__s0", "--runs-dir",
+                 str(tmp_path), "--out", str(tmp_path / "out")])
+    assert code == 2 and "no captures" in capsys.readouterr().err and not (tmp_path / "out").exists()

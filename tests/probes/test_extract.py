@@ -75,7 +75,9 @@ def test_trajectories_equal_the_captured_tensors(extracted):
     if side["sum_zero"]:  # LayerNorm output before the affine lies in the hyperplane sum(z) = 0
         assert np.abs(training.sum(-1)).max() < 2e-3  # up to the captures' storage rounding
     weights, side_w = _load(out, "weights/l0_k.npy")
-    assert side_w["time"] == "lr_sq_sum" and side_w["drift"] == "per_walker" and "groups" not in side_w
+    assert side_w["time"] == "lr_sq_sum" and side_w["drift"] == "per_walker"
+    assert side_w["drift_clock"] == side_w["time"]  # the drift is removed on the clock the sidecar declares
+    assert side_w["groups"] == [0] * weights.shape[1]  # rows of one matrix are dependent: one group
     noise, side_noise = _load(out, "gradnoise/l1_o.npy")
     noise_ks = [k for k, h in zip(ks, store.index["has_noise"]) if h]
     assert side_noise["source"]["captures"] == noise_ks and noise.shape[0] == len(noise_ks)

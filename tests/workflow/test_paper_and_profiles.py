@@ -22,6 +22,7 @@ SLURM_PROFILE = ROOT / "workflow" / "profiles" / "slurm"
 CIFAR_TRAIN_IMAGES = 45_000  # official 50,000 less the 10% validation split
 DRY_RUN_TIMEOUT_S = 120  # a generous ceiling on a slow CI machine, not a timed assertion
 N_PAPER_RUNS = 2 * 5 * 3  # (pre, post) x 5 optimizers x 3 seeds
+N_PAPER_REPLICA_RUNS = 3  # replicas 1-3 of vit-pre__adamw__s0 (claims 3b/3c over replicas)
 
 
 def _has(module: str) -> bool:
@@ -119,8 +120,10 @@ def test_paper_dry_run_builds_the_whole_dag(workdir):
     out = _dry_run(workdir, "--cores", "1")
     counts = _job_counts(out)
     assert counts["prepare_data"] == 1
-    for rule in ("train_model", "extract_trajectories", "compute_stats"):
+    assert counts["train_model"] == N_PAPER_RUNS + N_PAPER_REPLICA_RUNS, counts
+    for rule in ("extract_trajectories", "compute_stats"):
         assert counts[rule] == N_PAPER_RUNS, (rule, counts)
+    assert counts["extract_replicas"] == counts["compute_replica_stats"] == 1, counts
     for rule in ("calibrate_tests", "summarize_stats", "plot_figures", "build_report"):
         assert counts[rule] == 1, (rule, counts)
 
@@ -141,9 +144,9 @@ def test_slurm_profile_parses():
 @pytest.mark.parametrize("how", ["--workflow-profile", "--profile"])
 def test_slurm_profile_dry_run_requests_a_gpu_per_training_job(workdir, how):
     out = _dry_run(workdir, how, "workflow/profiles/slurm")
-    assert _job_counts(out)["train_model"] == N_PAPER_RUNS
+    assert _job_counts(out)["train_model"] == N_PAPER_RUNS + N_PAPER_REPLICA_RUNS
     lines = _train_resources(out)
-    assert len(lines) == N_PAPER_RUNS
+    assert len(lines) == N_PAPER_RUNS + N_PAPER_REPLICA_RUNS
     paper = yaml.safe_load(PAPER.read_text())["resources"]
     for line in lines:
         assert "gpu=1" in line, line

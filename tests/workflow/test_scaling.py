@@ -73,6 +73,7 @@ def test_deep_model_depth_trajectories_have_n_layers_plus_one_points(tmp_path):
     raw["models"] = {"vit-deep": {"arch": "vit", "dataset": "digits", "ln": "pre", "d_model": 8, "n_layers": 16,
                                   "n_heads": 2, "mlp_ratio": 1, "patch_size": 4, "steps": 4}}
     raw["grid"] = [{"models": ["vit-deep"], "optimizers": ["adamw"]}]
+    raw["replicas"] = []  # ci.yaml's replicas name vit-pre
     raw["probes"].update(n_inputs=2, log_points=2, linear_every=2)
     (tmp_path / "deep.yaml").write_text(yaml.safe_dump(raw))
     cfg = load_config(tmp_path / "deep.yaml")

@@ -79,6 +79,11 @@ def test_whole_dag_on_ci_config(tmp_path):
         index = json.loads((rdir / "trajectories" / "index.json").read_text())
         assert index["files"], f"{run.run_id}: no trajectories extracted"
         assert (rdir / "stats" / "summary.json").stat().st_size > 100
+    for base, reps in cfg.replica_sets().items():  # replicas: trained, combined into contrasts, analysed
+        index = json.loads((work / "results" / "replicas" / base / "trajectories" / "index.json").read_text())
+        assert index["files"] and all(f["unit"] == "replica" for f in index["files"])
+        assert all((work / "results" / "runs" / r.run_id / "metrics.parquet").exists() for r in reps)
+        assert (work / "results" / "replicas" / base / "stats" / "summary.json").stat().st_size > 100
     claims = json.loads((work / "results" / "stats" / "claims.json").read_text())
     assert claims
     for name in FIGURES:

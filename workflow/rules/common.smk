@@ -18,6 +18,10 @@ RUNS = [r.run_id for r in CFG.runs()]
 # (grid blocks with `probes: false`) are metrics-only, for claim 4 and the training status.
 PROBED_RUNS = [r.run_id for r in CFG.probed_runs()]
 DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
+# Replicas of the training noise (config `replicas:`): base run -> its replicas (replica 0 = the base run itself);
+# REPLICA_RUNS are the extra training runs (replicas the grid does not name): probed, combined by extract_replicas only.
+REPLICA_SETS = {base: [r.run_id for r in reps] for base, reps in CFG.replica_sets().items()}
+REPLICA_RUNS = [r.run_id for r in CFG.replica_runs()]
 ENV = "../envs/brownformer.yaml"
 # Output roots (config `paths`): another config (config/scaling.yaml) writes beside the default, never over it.
 RESULTS = CFG.paths["results"]
@@ -70,7 +74,8 @@ def config_slice(kind):
 
 
 wildcard_constraints:
-    run="|".join(RUNS),
+    run="|".join(RUNS + REPLICA_RUNS),
+    rset="|".join(REPLICA_SETS) or "(?!)",  # (?!) matches nothing: no replica sets, no replica jobs
     dataset="|".join(DATASETS),
 
 
@@ -89,7 +94,17 @@ def train_resources_gpu(wildcards):
 
 
 def all_run_stats(wildcards):
-    return expand(in_results("runs/{run}/stats/summary.json"), run=PROBED_RUNS)
+    """Per-run statistics of every probed run, and of every replica set's contrast trajectories."""
+    return (expand(in_results("runs/{run}/stats/summary.json"), run=PROBED_RUNS)
+            + expand(in_results("replicas/{rset}/stats/summary.json"), rset=list(REPLICA_SETS)))
+
+
+def replica_probe_indexes(wildcards):
+    return expand(in_results("runs/{run}/probes/index.parquet"), run=REPLICA_SETS[wildcards.rset])
+
+
+def replica_dir(wildcards):
+    return in_results(f"replicas/{wildcards.rset}")
 
 
 def all_run_metrics(wildcards):

@@ -17,3 +17,25 @@ rule extract_trajectories:
     shell:
         "brownformer extract --config {params.config} --run-dir {params.run_dir} "
         "--out {params.run_dir}/trajectories 2>> {log}"
+
+
+# The replicas of one run (same initialisation, other data order) -> their contrasts around the replica-mean path
+# (the drift), in the training-time analysis window: claims 3b and 3c are decided on these.
+rule extract_replicas:
+    input:
+        probes=replica_probe_indexes,
+    output:
+        index=in_results("replicas/{rset}/trajectories/index.json"),
+    params:
+        config=CONFIG_FILE,
+        runs=in_results("runs"),
+        out=replica_dir,
+    log:
+        in_results("logs/extract_replicas/{rset}.log"),
+    benchmark:
+        in_results("benchmarks/extract_replicas/{rset}.tsv")
+    conda:
+        ENV
+    shell:
+        "brownformer extract-replicas --config {params.config} --run {wildcards.rset} --runs-dir {params.runs} "
+        "--out {params.out}/trajectories 2>> {log}"

@@ -19,6 +19,27 @@ rule compute_stats:
         "--traj-dir {params.run_dir}/trajectories --out {params.run_dir}/stats 2>> {log}"
 
 
+
+rule compute_replica_stats:
+    input:
+        index=in_results("replicas/{rset}/trajectories/index.json"),
+    output:
+        summary=in_results("replicas/{rset}/stats/summary.json"),
+    params:
+        config=CONFIG_FILE,
+        out=replica_dir,
+    threads: CFG.resources.get("stats_threads", 1)
+    log:
+        in_results("logs/compute_replica_stats/{rset}.log"),
+    benchmark:
+        in_results("benchmarks/compute_replica_stats/{rset}.tsv")
+    conda:
+        ENV
+    shell:
+        "brownformer stats run --config {params.config} --run {wildcards.rset} "
+        "--traj-dir {params.out}/trajectories --out {params.out}/stats 2>> {log}"
+
+
 # The calibration simulates the exact shapes (capture times, groups, correlation) of the battery files,
 # which the per-run statistics record; the claims then cite size and power at each file's shape.
 rule calibrate_tests:

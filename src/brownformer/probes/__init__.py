@@ -7,9 +7,9 @@ torch, which the recorder and the extractor need.
 import importlib
 
 _EXPORTS = {"extract_trajectories": "extract", "describe_layout": "layout", "ProbeRecorder": "recorder",
-            "capture_schedule": "schedule"}
+            "capture_schedule": "schedule", "extract_replicas": "replicas"}
 
-__all__ = ["capture_schedule", "ProbeRecorder", "extract_trajectories", "describe_layout"]
+__all__ = ["capture_schedule", "ProbeRecorder", "extract_trajectories", "describe_layout", "extract_replicas"]
 
 
 def __getattr__(name: str):

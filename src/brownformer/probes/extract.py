@@ -34,12 +34,16 @@ N_PER_CAPTURE_FILES = 8  # depth and attention files for the first, last and ~6 
 #: the clock of training-time trajectories (tokens and weights); the other clocks ride along in "clocks"
 PRIMARY_CLOCK = "lr_sq_sum"
 _CLOCK_REASON = ("sum of lr^2: SGD noise adds a variance proportional to lr^2 per step, so under the Brownian "
-                 "null the weights (and the tokens they move) diffuse linearly in this clock; lr_sum (the drift's "
-                 "clock) and step are kept as checks")
+                 "null the weights (and the tokens they move) diffuse linearly in this clock; lr_sum (on which a "
+                 "constant gradient's drift is linear) and step are kept as checks")
 _WARMUP = ("handled by the clock: while the learning rate ramps up, lr^2 and hence the clock grow slowly, so "
            "warm-up steps count for little time")
-_DRIFT_WEIGHTS = ("per_walker: each row of W follows its own gradient, so each row's linear drift over the clock "
-                  "is removed (a shared drift would leave most of it in)")
+_DRIFT_WEIGHTS = ("per_walker: each row of W follows its own gradient, so each row's drift is removed as a line in "
+                  "the trajectory's clock (drift_clock, lr_sq_sum). A constant gradient drifts linearly in lr_sum, "
+                  "not in lr_sq_sum, and a changing one in neither, so part of the drift can remain: the replica "
+                  "files (results/replicas/<run>) remove any drift exactly, as the replica-mean path")
+_GROUPS_WEIGHTS = ("one group: the rows of one matrix share their inputs and K-FAC's factors mix them, so they are not "
+                   "independent walkers; one path gives point estimates only, intervals are over replicas")
 _RADIUS_NOTE = ("not renormalised: LayerNorm's eps gives |z| = sqrt(var / (var + eps)) <= 1, below 1 where a "
                 "token's variance is small (claim 1 is measured on these values); ln 'none' is exactly 1")
 
@@ -183,12 +187,14 @@ def _open_weights(w: _Writer, meta: dict, shape: tuple, ks: list, clocks: dict) 
     proj = meta["projection"]
     walkers = (f"row r of W_<m> ({rows} output units), projected to {cols} dims ({proj.get('kind')}, seed "
                f"{proj.get('seed')})" if proj["projected"] else f"row r of W_<m> ({rows} output units) over {cols} inputs")
-    # rows of one matrix are treated as independent walkers (no groups): they share inputs but not parameters
+    # the rows of one matrix are one group: they share their inputs and K-FAC's factors mix them, so one path of one
+    # matrix is one unit (its battery gives point estimates, no interval); intervals come from replicas
     return {(l, m): w.memmap(f"weights/l{l}_{m}.npy", (C, rows, cols), _sidecar(
         "euclidean", PRIMARY_CLOCK, clocks[PRIMARY_CLOCK], walkers.replace("<m>", m.upper()),
         {"run": meta["run"], "layer": l, "head": None, "tensor": f"W_{m.upper()}", "captures": ks, "steps": steps},
         projection=proj, clocks=clocks, clock_reason=_CLOCK_REASON, warmup=_WARMUP, drift="per_walker",
-        drift_reason=_DRIFT_WEIGHTS), category="weights", layer=l, tensor=m)
+        drift_clock=PRIMARY_CLOCK, drift_reason=_DRIFT_WEIGHTS, groups=[0] * rows, groups_reason=_GROUPS_WEIGHTS),
+        category="weights", layer=l, tensor=m)
         for l in range(L) for m in MATRICES}
 
 

@@ -58,6 +58,10 @@ def load_calibration(calibration):
 
 def battery_inputs(meta: dict, kind: str) -> dict:
     """analyze_trajectory's keyword arguments from a sidecar: groups, hyperplane and drift handling."""
+    clock = meta.get("drift_clock")
+    if clock is not None and meta.get("drift", "common") != "none" and clock != meta.get("time"):
+        raise ValueError(f"sidecar drift_clock {clock!r} differs from its time clock {meta.get('time')!r}: the battery "
+                         "removes a drift linear in the time clock only")
     hyperplane = meta.get("sum_zero")
     if hyperplane is None and kind == "sphere" and meta.get("ln") in ("pre", "post"):
         hyperplane = True  # LayerNorm output before the affine: in the hyperplane sum(z) = 0
@@ -231,6 +235,8 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
                        "input": {"path": str(path), "sha256": sha256_file(path)}})
         write_json(out_dir / rel_out, to_jsonable(result))
         row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
+        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/replicas.py)
+            row["unit"] = entry["unit"]
         for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
             if k in result:
                 row[k] = result[k]

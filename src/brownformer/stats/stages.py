@@ -58,16 +58,19 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
     """The distinct calibration shapes of the decided battery files listed in runs' stats/summary.json files.
 
     A file whose verdict is "inconclusive" stays so whatever the calibration says (it can only certify or
-    downgrade a decision), so its shape is simulated only when some decided file shares it.
+    downgrade a decision), so its shape is simulated only when some decided file shares it. Where replica files
+    decide a family (claims 3b, 3c), its single-path files are not simulated (stats/replicas.py).
     """
     return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
 
 
 def decided_files(run_summaries: list[Path]) -> list[tuple]:
-    """(shape, trajectory path, verdict, category) of every decided battery file of the runs' stats/summary.json files."""
+    """(shape, trajectory path, verdict, category) of every decided battery file of the runs' stats/summary.json
+    files, leaving out the single-path files of families that replica files decide (stats/replicas.py)."""
+    from .replicas import calibrated_files
     from .run_stats import BATTERY_CATEGORIES
     from .shapes import CalibrationShape
-    out = []
+    pairs = []
     for path in run_summaries:
         path = Path(path)
         try:
@@ -75,13 +78,15 @@ def decided_files(run_summaries: list[Path]) -> list[tuple]:
             files = summary["files"]
         except (OSError, json.JSONDecodeError, KeyError) as exc:
             raise ValueError(f"{path}: not a run's stats summary ({exc})") from None
-        traj = Path(summary.get("traj_dir", "."))
-        for f in files:
-            if (f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
-                    and f.get("verdict") in ("brownian", "not brownian")):
-                rel = Path(f["path"])
-                out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
-                            f["verdict"], f["category"]))
+        pairs += [(f, Path(summary.get("traj_dir", "."))) for f in files]
+    kept = {id(f) for f in calibrated_files([f for f, _ in pairs])}
+    out = []
+    for f, traj in pairs:
+        if (id(f) in kept and f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
+                and f.get("verdict") in ("brownian", "not brownian")):
+            rel = Path(f["path"])
+            out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
+                        f["verdict"], f["category"]))
     return out
 
 

@@ -22,6 +22,7 @@ from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 from .claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim, optimizer_claim,
                      sphere_claim)
+from .replicas import base_run, replica_set_key
 from .results import to_jsonable
 from .trajectory_io import sha256_file
 from .training_status import RULES, ChanceBaseline, chance_baseline, training_status
@@ -79,7 +80,7 @@ def collect_run_outputs(run_stats_dirs: dict[str, str | Path]) -> RunOutputs:
             out.rows.extend(_rows_for(run, f["path"], res))
             cat = res.get("category")
             if cat in BROWNIAN_FAMILIES and "tests" in res:  # files too short for the battery carry no tests
-                out.trajectories[cat].append({"run": run, "path": f["path"], "result": res})
+                out.trajectories[cat].append({"run": run, "path": f["path"], "result": res})  # run: replica_set_key
             if cat == "depth" and res.get("sphere"):
                 out.sphere.append({"run": run, "path": f["path"], "sphere": res["sphere"],
                                    "capture": (res.get("entry") or {}).get("capture")})
@@ -120,6 +121,8 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
     baselines = baselines or {}
     status = {run: training_status(df, baselines.get(run)).to_dict() for run, df in sorted(metrics_by_run.items())}
     excluded = {run: st["reason"] for run, st in status.items() if st["did_not_train"]}
+    excluded.update({key: f"replica 0 ({base_run(key)}) did not train: {excluded[base_run(key)]}"
+                     for key in run_stats_dirs if base_run(key) != key and base_run(key) in excluded})
     for run in excluded:
         log.warning("%s did not train (%s): left out of every claim", run, excluded[run])
     outputs = collect_run_outputs(run_stats_dirs)
@@ -141,7 +144,7 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
                         calibration={"path": str(calibration) if calibration else None,
                                      "available": calibration is not None,
                                      "sha256": sha256_file(calibration) if calibration else None},
-                        runs=sorted(set(run_stats_dirs) | set(metrics_by_run)))
+                        runs=sorted({base_run(r) for r in run_stats_dirs} | set(metrics_by_run)))
     write_json(out_dir / "claims.json", to_jsonable(result.to_dict()))
     return result
 
@@ -165,9 +168,17 @@ def summarize_results(config, results_dir: str | Path, out_dir: str | Path, *, r
     results_dir = Path(results_dir)
     if runs:
         stats_dirs = dict(runs)
-        metric_files = {run: Path(sdir).parent / "metrics.parquet" for run, sdir in stats_dirs.items()}
+        metric_files = {run: Path(sdir).parent / "metrics.parquet" for run, sdir in stats_dirs.items()
+                        if base_run(run) == run}  # a replica set's metrics are its base run's
     else:
         stats_dirs = {r.run_id: str(results_dir / "runs" / r.run_id / "stats") for r in config.probed_runs()}
+        for base in config.replica_sets():  # claims 3b, 3c over replicas (the pipeline always computes these)
+            sdir = results_dir / "replicas" / base / "stats"
+            if (sdir / "summary.json").exists():
+                stats_dirs[replica_set_key(base)] = str(sdir)
+            else:
+                log.warning("replica set %s has no statistics (%s): claims 3b/3c fall back to single paths there",
+                            base, sdir / "summary.json")
         metric_files = {r.run_id: results_dir / "runs" / r.run_id / "metrics.parquet" for r in config.runs()}
     metrics, baselines, chance = {}, {}, {}
     for run, mp in metric_files.items():

@@ -21,6 +21,10 @@ Pooling (stats/pooling.py), with the size of each count rule stated in the recor
   at most alpha; its p-value (the tail at the observed count) joins the Holm adjustment of the headline claims,
   and the runs' Markov p-values are Benjamini-Hochberg adjusted within the claim. Runs that did not train are
   left out.
+
+Claims 3b and 3c over replicas (stats/replicas.py): where the family has replica-contrast files, a "run" is a
+replica set (keyed by its base run), each file's intervals are over independent replica contrasts and the drift
+(the replica-mean path) is removed exactly; every run's single-path files are then description only.
 """
 from __future__ import annotations
 
@@ -31,6 +35,7 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 from ..gates import POWER_GOAL, SIZE_GOAL, cp_bounds
 from ..multiple import bh_adjust
 from ..pooling import independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail, smoothed_size
+from ..replicas import is_replica_file, split_by_unit
 from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
 from ..rule_history import rule_history
 from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
@@ -186,12 +191,30 @@ def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> 
     return INCONCLUSIVE, f"{text}; a rejection needs {m if m else 'more'} {unit} not supported", det
 
 
+def _single_path_description(files: list[dict], stats) -> dict:
+    """Per run, the single-path files of a family decided on replicas: the uncalibrated rule's verdicts and the mean
+    MSD exponent, as description (conditional on one training path; stats/replicas.py)."""
+    out: dict[str, dict] = {}
+    for f in files:
+        v, _ = decide_one(f["result"].get("effects") or {}, kind=f["result"]["kind"], margins=dict(stats.margins),
+                          alpha=stats.alpha, n_times=int(f["result"]["n_times"]))
+        row = out.setdefault(f["run"], {"n_files": 0, "rule_verdicts": {}, "msd_exponents": []})
+        row["n_files"] += 1
+        row["rule_verdicts"][v] = row["rule_verdicts"].get(v, 0) + 1
+        row["msd_exponents"].append(_exponent(f["result"]))
+    for row in out.values():
+        exps = [e for e in row.pop("msd_exponents") if math.isfinite(e)]
+        row["msd_exponent_mean"] = sum(exps) / len(exps) if exps else None
+    return out
+
+
 def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=None,
                           excluded: dict | None = None) -> ClaimRecord:
-    """Claim `key` ("3a", "3b" or "3c") over runs.
+    """Claim `key` ("3a", "3b" or "3c") over runs; 3b and 3c over replica sets where the family has replica files.
 
     Args:
-        key: the claim id; files: [{"run", "path", "result": per-file battery JSON}] of that family.
+        key: the claim id; files: [{"run", "path", "result": per-file battery JSON}] of that family (a replica
+            set's files under its stats key, stats/replicas.py: they decide 3b/3c, keyed by their base run).
         stats: StatsConfig (margins, alpha, confidence level, seed).
         calibration: calibration.parquet path or table (None: every verdict is "inconclusive").
         excluded: run -> reason, the runs that did not train (left out, shown as "did not train").
@@ -199,6 +222,9 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     from ..run_stats import load_calibration
     excluded = dict(excluded or {})
     table = load_calibration(calibration)
+    category = next(c for c, k in BROWNIAN_FAMILIES.items() if k == key)
+    files, single_path = split_by_unit(category, files)
+    unit = "replica contrasts" if any(is_replica_file(f["result"]) for f in files) else "probe inputs of one path"
     by_run: dict[str, list] = {}
     for f in files:
         by_run.setdefault(f["run"], []).append(f)
@@ -216,7 +242,7 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     per_opt: dict[str, dict] = {}
     for run, rec in trained.items():
         parts = run.split("__")
-        per_opt.setdefault(parts[1] if len(parts) == 3 else "unknown", {})[run] = rec
+        per_opt.setdefault(parts[1] if len(parts) >= 3 else "unknown", {})[run] = rec
     per_optimizer = {}
     for opt, recs in sorted(per_opt.items()):
         v, why, det = _pool(recs, stats.alpha)
@@ -241,4 +267,8 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
                                  "(Poisson-binomial); joins the Holm adjustment of the headline claims",
                  "pooling": pooling, "run_q_values_bh": q, "rule": __doc__.split("\n\n")[1].strip(),
                  "pooling_rule": __doc__.split("\n\n")[2].strip(), "rule_history": rule_history(),
-                 "n_runs": len(trained)})
+                 "n_runs": len(trained), "unit_of_replication": unit,
+                 **({"single_path": _single_path_description(single_path, stats),
+                     "single_path_note": "one training path per run: intervals over its probe inputs are conditional "
+                                         "on that path; description only (not calibrated, not pooled)"}
+                    if single_path else {})})

@@ -1,0 +1,77 @@
+"""Replicas of the training noise and the training-time analysis window (claims 3b, 3c).
+
+A replica shares a run's initialisation and draws its own data order and dropout noise
+(`replica_seed`); `ReplicaBlock` is one `replicas:` block of the config. Momentum (AdamW's beta1,
+heavy-ball) correlates updates over about 1/(1 - beta) steps (`momentum_steps`), so a training-time
+analysis starts after warm-up and that many steps and uses captures at least that far apart
+(`AnalysisWindow`, built by ExperimentConfig.analysis_window from `stats.momentum_times`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+__all__ = ["ReplicaBlock", "AnalysisWindow", "momentum_steps", "replica_seed"]
+
+_REPLICA_SALT = 0x5EED  # keeps replica seeds apart from any other use of (seed, replica)
+_STREAMS = {"data": 0, "noise": 1}
+
+
+def replica_seed(seed: int, replica: int, stream: str) -> int:
+    """A 32-bit seed for replica `replica` of run seed `seed`: "data" (batch order) or "noise" (torch RNG).
+
+    numpy's SeedSequence mixes (seed, replica, salt, stream) into well-spread, platform-independent seeds.
+    """
+    import numpy as np
+    return int(np.random.SeedSequence([seed, replica, _REPLICA_SALT, _STREAMS[stream]]).generate_state(1)[0])
+
+
+@dataclass(frozen=True)
+class ReplicaBlock:
+    """Replicas of the training noise: `count` runs per (model, optimizer, seed), replica 0 being the grid's run."""
+    models: tuple[str, ...]
+    optimizers: tuple[str, ...]
+    seeds: tuple[int, ...]
+    count: int
+
+    def bases(self) -> list[tuple[str, str, int]]:
+        """(model, optimizer, seed) of every replica set of the block."""
+        return [(m, o, s) for m in self.models for o in self.optimizers for s in self.seeds]
+
+
+@dataclass(frozen=True)
+class AnalysisWindow:
+    """Which captures a training-time analysis uses (claims 3b, 3c).
+
+    start_step: first step used, max(warm-up, momentum_times x momentum time); min_gap: least number of steps
+    between two captures used (the momentum time x momentum_times, at least 1); momentum_steps: 1/(1 - beta).
+    """
+    start_step: int
+    min_gap: int
+    momentum_steps: float
+
+    def select(self, steps) -> list[int]:
+        """Indices of the captures (at `steps`, increasing) in the window, greedily spaced >= min_gap apart."""
+        keep: list[int] = []
+        for i, s in enumerate(steps):
+            if s >= self.start_step and (not keep or s - steps[keep[-1]] >= self.min_gap):
+                keep.append(i)
+        return keep
+
+
+def momentum_steps(opt_type: str, params: Mapping[str, Any]) -> float:
+    """Momentum time 1/(1 - beta) in steps of an optimizer: the lag over which its momentum correlates updates.
+
+    beta is AdamW's beta1 (torch default 0.9), SGD's momentum (default 0), Muon's momentum (default 0.95) and
+    K-FAC's heavy-ball momentum (default 0.9; its AdamW half uses 0.9 too).
+    """
+    p = params
+    if opt_type == "adamw":
+        beta = float((p.get("betas") or (0.9, 0.999))[0])
+    elif opt_type == "sgd":
+        beta = float(p.get("momentum", 0.0))
+    elif opt_type == "muon":
+        beta = float(p.get("momentum", 0.95))
+    else:
+        beta = max(float(p.get("momentum", 0.9)), float((p.get("betas") or (0.9, 0.999))[0]))
+    return 1.0 / (1.0 - beta)

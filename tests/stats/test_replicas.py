@@ -1,0 +1,58 @@
+"""Claims 3b/3c over replicas: replica files decide, single-path files describe; calibration skips the latter."""
+import numpy as np
+
+from brownformer.config import StatsConfig
+from brownformer.probes.replicas import replica_contrasts
+from brownformer.stats.brownian import analyze_trajectory
+from brownformer.stats.claims.brownian import brownian_family_claim
+from brownformer.stats.replicas import base_run, calibrated_files, replica_set_key, split_by_unit
+
+STATS = StatsConfig(n_resamples=99)
+BASE = "vit-pre__adamw__s0"
+
+
+def _result(X, *, replica: bool, groups=None, drift="none"):
+    res = analyze_trajectory(X, kind="euclidean", times=np.arange(1.0, X.shape[0] + 1), groups=groups, drift=drift,
+                             n_resamples=99, rng=0)
+    res["entry"] = {"category": "weights", **({"unit": "replica"} if replica else {})}
+    return res
+
+
+def _files():
+    rng = np.random.default_rng(0)
+    R, T, N, d = 5, 12, 8, 4
+    X = rng.standard_normal((R, T, N, d)).cumsum(1)
+    C = replica_contrasts(X).transpose(1, 0, 2, 3).reshape(T, (R - 1) * N, d)
+    rep = _result(C, replica=True, groups=np.repeat(np.arange(R - 1), N))
+    single = _result(X[0], replica=False, drift="per_walker")
+    return [{"run": replica_set_key(BASE), "path": "weights/l0_q.npy", "result": rep},
+            {"run": BASE, "path": "weights/l0_q.npy", "result": single},
+            {"run": "vit-post__adamw__s0", "path": "weights/l0_q.npy", "result": single}]
+
+
+def test_keys_round_trip():
+    assert base_run(replica_set_key(BASE)) == BASE and base_run(BASE) == BASE
+
+
+def test_replica_files_decide_and_single_paths_describe():
+    files = _files()
+    deciding, single = split_by_unit("weights", files)
+    assert [f["run"] for f in deciding] == [BASE] and len(single) == 2
+    assert split_by_unit("depth", files) == (files, [])  # 3a is not a claim about training noise
+    assert split_by_unit("weights", files[1:]) == (files[1:], [])  # no replicas: the single paths decide
+    claim = brownian_family_claim("3c", files, STATS, calibration=None)
+    assert set(claim.per_run) == {BASE} and claim.details["unit_of_replication"] == "replica contrasts"
+    assert set(claim.details["single_path"]) == {BASE, "vit-post__adamw__s0"}
+    assert claim.per_run[BASE].details["n_files"] == 1
+    without = brownian_family_claim("3c", files[1:], STATS, calibration=None)
+    assert without.details["unit_of_replication"] == "probe inputs of one path" and "single_path" not in without.details
+
+
+def test_calibration_skips_single_path_files_of_replicated_families():
+    rows = [{"path": "weights/l0_q.npy", "category": "weights", "unit": "replica"},
+            {"path": "weights/l0_q.npy", "category": "weights"},
+            {"path": "training/ln_l0.npy", "category": "training"},
+            {"path": "depth/ln_c0.npy", "category": "depth"}]
+    kept = calibrated_files(rows)
+    assert kept == [rows[0], rows[2], rows[3]]  # training has no replica file here: its single paths still decide
+    assert calibrated_files(rows[1:]) == rows[1:]
