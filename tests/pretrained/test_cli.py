@@ -3,6 +3,7 @@ with one line and write nothing."""
 from __future__ import annotations
 
 import json
+import socket
 import sys
 
 import pytest
@@ -17,6 +18,21 @@ from brownformer.io import sha256_file  # noqa: E402
 from .tiny_models import save_ids, save_model, tiny_model  # noqa: E402
 
 CLAIMS = {"1", "2", "3a", "3b", "3c"}
+
+
+@pytest.fixture(autouse=True)
+def no_network(monkeypatch):
+    """Offline by contract: every attempt to open a connection is refused and recorded, and fails the test
+    even when the library catches the refusal."""
+    attempts = []
+
+    def refuse(*args, **kwargs):
+        attempts.append(args[1:] or kwargs)
+        raise OSError("network disabled by the test")
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    yield
+    assert not attempts, f"network calls attempted: {attempts}"
 
 
 def _run(argv, capsys):

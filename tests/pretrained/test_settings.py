@@ -80,3 +80,11 @@ def test_snakemake_plans_one_job_per_listed_model_and_refuses_a_folder_without_a
     out = _snakemake(bad)
     assert out.returncode != 0 and "pretrained.tiny.path" in out.stdout + out.stderr
     assert not (bad / "results" / "data").exists() and not (bad / "results" / "pretrained").exists()
+
+
+def test_paths_expand_the_home_folder(tmp_path, monkeypatch):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    _model_dir(tmp_path)
+    raw = from_dict(_raw(gpt={"path": "~/my model", "text": "~/t.txt"})).raw
+    entry = pretrained_entries(raw)["gpt"]
+    assert entry["path"] == str(tmp_path / "my model") and entry["text"] == str(tmp_path / "t.txt")

@@ -14,7 +14,7 @@ T.logging.set_verbosity_error()
 VOCAB, CONTEXT = 50, 64
 
 
-def _config(kind: str, n_layers: int = 3, width: int = 32):
+def tiny_config(kind: str, n_layers: int = 3, width: int = 32):
     common = {"num_hidden_layers": n_layers, "hidden_size": width, "num_attention_heads": 4,
               "intermediate_size": 2 * width}
     if kind == "gpt2":
@@ -36,7 +36,7 @@ KINDS = ("gpt2", "gpt_neox", "bert", "llama", "vit")
 def tiny_model(kind: str, *, n_layers: int = 3, width: int = 32, seed: int = 0):
     """A random-init base model of `kind` in eval mode with eager attention."""
     torch.manual_seed(seed)
-    return T.AutoModel.from_config(_config(kind, n_layers, width), attn_implementation="eager").eval()
+    return T.AutoModel.from_config(tiny_config(kind, n_layers, width), attn_implementation="eager").eval()
 
 
 def tiny_inputs(kind: str, *, batch: int = 2, n_tokens: int = 10, seed: int = 0) -> torch.Tensor:

@@ -130,8 +130,10 @@ except ConfigError as exc:
 PRETRAINED_OUTPUTS = expand(in_results("pretrained/{name}/pretrained.json"), name=list(PRETRAINED))
 
 
-def pretrained_model_config(wildcards):
-    return str(Path(PRETRAINED[wildcards.name]["path"]) / "config.json")
+def pretrained_model_files(wildcards):
+    """config.json and the weights: a changed checkpoint is analysed again."""
+    d = Path(PRETRAINED[wildcards.name]["path"])
+    return [str(d / "config.json"), *(str(p) for p in sorted(d.glob("*.safetensors")))]
 
 
 def pretrained_model_dir(wildcards):

@@ -7,7 +7,7 @@ if PRETRAINED:
 
     rule analyze_pretrained:
         input:
-            model_config=pretrained_model_config,
+            model=pretrained_model_files,
         output:
             json=in_results("pretrained/{name}/pretrained.json"),
         params:

@@ -15,7 +15,6 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import torch
 
 from brownformer.config import ProbeConfig

@@ -18,6 +18,7 @@ _OPTIONS = {"text": "--text", "dataset": "--dataset", "input_ids": "--input-ids"
             "n_inputs": "--n-inputs", "n_tokens": "--n-tokens", "checkpoints": "--checkpoints",
             "module_map": "--module-map", "calibration_replicates": "--calibration-replicates"}
 _SOURCES = ("text", "dataset", "input_ids", "images")
+_PATHS = ("path", "text", "input_ids", "images", "checkpoints", "module_map")  # "~" expanded
 
 
 def pretrained_entries(raw: Mapping) -> dict[str, dict]:
@@ -28,13 +29,14 @@ def pretrained_entries(raw: Mapping) -> dict[str, dict]:
     """
     out = {}
     for name, entry in sorted((raw.get("pretrained") or {}).items()):
+        entry = {k: (str(Path(v).expanduser()) if k in _PATHS else v) for k, v in entry.items()}
         if not (Path(entry["path"]) / "config.json").is_file():
             raise ConfigError(f"pretrained.{name}.path: {entry['path']!r} has no config.json "
                               "(a local Hugging Face model folder is needed; nothing is downloaded)")
         given = [k for k in _SOURCES if k in entry]
         if len(given) > 1:
             raise ConfigError(f"pretrained.{name}: give one input source, not {given}")
-        out[name] = dict(entry)
+        out[name] = entry
     return out
 
 

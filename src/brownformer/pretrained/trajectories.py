@@ -111,7 +111,8 @@ class TrajectoryWriter:
                 "sum_zero": self.centered, "clocks": {"step": list(steps)},
                 "clock_reason": "the checkpoints' step numbers (a series saved without learning rates)",
                 **self._common()}, category="training", tensor="ln", layer=l)
-            out[l] = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(len(steps), self.B * self.n, d))
+            shape = (len(steps), self.B * self.n, d)  # (checkpoints, walkers, d)
+            out[l] = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=shape)
         return out
 
     def open_weights(self, shapes: dict, steps: list[int], checkpoints: list[str], projection: dict) -> dict:
