@@ -137,7 +137,7 @@ class ReportConfig:
     target_optimizer: str = "adamw"  # claim 4's baseline
     proposed: str = "kfac-iterative"  # the optimizer claim 4 tests
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
-    title: str | None = None
+    title: str = "Brownian motion in the transformer: a replication"
 
 
 @dataclass(frozen=True)

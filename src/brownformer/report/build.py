@@ -107,7 +107,7 @@ def build_report(cfg: ExperimentConfig, results_dir: Path, figures_dir: Path, ou
     _inject_parameters(nb, {"config_path": str(Path(config_path).resolve()),
                             "results_dir": str(Path(results_dir).resolve()),
                             "figures_dir": str(Path(figures_dir).resolve())})
-    nb.metadata["title"] = cfg.report.title or "brownformer report"
+    nb.metadata["title"] = cfg.report.title
     with _kernel_for_this_python() as kernel:
         client = NotebookClient(nb, kernel_name=kernel, timeout=timeout, resources={"metadata": {"path": str(out_dir)}})
         try:
