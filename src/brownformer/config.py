@@ -19,9 +19,9 @@ import yaml
 from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, load_schema, validate_dict
 
 __all__ = [
-    "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
-    "TunedConfig", "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
-    "config_hash", "apply_overrides", "SCHEMA_PATH",
+    "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig",
+    "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
+    "config_hash", "apply_overrides", "SCHEMA_PATH", "DEFAULT_MARGINS",
 ]
 
 
