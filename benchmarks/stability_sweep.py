@@ -53,7 +53,8 @@ def plan(raw: dict, models: list[str], optimizers: list[str], args) -> list[dict
         steps = args.steps or model_steps(raw, model)
         for optimizer in optimizers:
             tuned = cfg.optimizer_for(model, optimizer)
-            source = "tuned" if "lr" in ((raw.get("tuned") or {}).get(model) or {}).get(optimizer, {}) else "optimizer"
+            own = cfg.tuned_for(model, optimizer)
+            source = "tuned" if own is not None and own.lr is not None else "optimizer"
             for factor in args.lr_factors:
                 runs += [{"model": model, "optimizer": optimizer, "lr_factor": factor, "lr": tuned.lr * factor,
                           "base_lr": tuned.lr, "base_lr_source": source, "damping": tuned.params.get("damping"),

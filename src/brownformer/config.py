@@ -23,7 +23,7 @@ from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_s
 __all__ = [
     "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
     "TunedConfig", "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
-    "config_hash", "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps",
+    "config_hash", "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "DEFAULT_MARGINS",
 ]
 
 
@@ -142,7 +142,7 @@ class ReportConfig:
     target_optimizer: str = "adamw"  # claim 4's baseline
     proposed: str = "kfac-iterative"  # the optimizer claim 4 tests
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
-    title: str | None = None
+    title: str = "Brownian motion in the transformer: a replication"
 
 
 @dataclass(frozen=True)

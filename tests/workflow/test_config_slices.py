@@ -114,6 +114,19 @@ def test_a_report_title_reruns_only_the_cross_run_rules(finished):
     assert set(jobs) == {"summarize_stats", "plot_figures", "build_report", "all"}, sorted(jobs)
 
 
+def test_every_rule_that_reads_the_config_lists_its_slice():
+    """A rule handed the config file (a constant path, which triggers no rerun) must take its slice as an
+    input, or a config edit would never rerun it."""
+    from brownformer.config_slices import SLICES
+
+    for path in sorted((ROOT / "workflow").rglob("*.smk")) + [ROOT / "workflow" / "Snakefile"]:
+        for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", path.read_text(), re.M | re.S):
+            if "CONFIG_FILE" in body:
+                kind = re.search(r"^\s+config=config_slice\(\"(\w+)\"\),$", body, re.M)
+                assert kind, f"{path.name}: rule {rule} reads the config but lists no config=config_slice(...) input"
+                assert kind.group(1) in SLICES, f"{path.name}: rule {rule}: unknown slice {kind.group(1)!r}"
+
+
 @pytest.mark.parametrize("name", ["ci.yaml", "scaling_ci.yaml", "paper.yaml"])
 def test_a_configfile_stands_alone(tmp_path, name):
     """The config the rules read is the --configfile alone (schema defaults filled in), with nothing of

@@ -19,6 +19,7 @@ __all__ = ["appendix", "stage_times", "provenance"]
 def provenance(ctx: ReportContext) -> dict:
     """Git state, versions and device recorded by the runs (the first manifest), else measured now."""
     manifests = list(ctx.results.manifests.values())
+    runs = {r.run_id for r in ctx.cfg.runs()}
     first = manifests[0] if manifests else None
     return {"git_runs": sorted({str(m.git_sha) for m in manifests}),
             "git_dirty_runs": sorted({str(m.git_dirty) for m in manifests}),
@@ -28,8 +29,8 @@ def provenance(ctx: ReportContext) -> dict:
             "config_hashes": sorted({str(m.config_hash) for m in manifests}),
             # runs trained under other settings than this config gives them (a run a config edit did not
             # touch keeps its manifest, and with it the config hash of the config it was trained under)
-            "stale_runs": sorted(r.run_id for r in ctx.cfg.runs() if r.run_id in ctx.results.manifests
-                                 and ctx.results.manifests[r.run_id].run_hash not in (None, ctx.cfg.run_hash(r.run_id)))}
+            "stale_runs": sorted(run for run, m in ctx.results.manifests.items() if run in runs
+                                 and m.run_hash not in (None, ctx.cfg.run_hash(run)))}
 
 
 def stage_times(ctx: ReportContext) -> pd.DataFrame:

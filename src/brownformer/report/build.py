@@ -100,7 +100,7 @@ def build_report(cfg: ExperimentConfig, results_dir: Path, figures_dir: Path, ou
                                     "results_dir": str(Path(results_dir).resolve()),
                                     "figures_dir": str(Path(figures_dir).resolve())},
                                kernel_name="python3", language="python")
-    nb.metadata["title"] = cfg.report.title or "brownformer report"
+    nb.metadata["title"] = cfg.report.title
     with _kernel_for_this_python() as kernel:
         client = NotebookClient(nb, kernel_name=kernel, timeout=timeout, resources={"metadata": {"path": str(out_dir)}})
         try:

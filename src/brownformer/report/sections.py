@@ -126,7 +126,7 @@ def abstract(ctx: ReportContext) -> str:
                         + "; ".join(f"{c}: {v}" for c, v in zip(head["claim"], head["verdict"])) + ".")
     comp = comparison_table(ctx)
     kfac = " ".join(kfac_sentences(ctx, comp)) if not comp.empty else "No training metrics were available."
-    title = cfg.report.title or "Brownian motion in the transformer: a replication"
+    title = cfg.report.title
     return "\n".join([
         f"# {title}", "",
         "**Abstract.** We test the claims of “The Brownian motion in the transformer model” (arXiv 2107.05264) "
