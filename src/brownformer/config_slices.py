@@ -49,7 +49,8 @@ SLICES: dict[str, Slice] = {
     # prepare_data: the dataset's own settings
     "dataset": Slice("dataset", _datasets, lambda cfg, name: {"dataset": cfg.raw["datasets"][name]}),
     # train_model, extract_trajectories: what shapes one run (ExperimentConfig.run_slice; its hash is run_hash)
-    "run": Slice("run", lambda cfg: [r.run_id for r in cfg.runs()], lambda cfg, run: cfg.run_slice(run)),
+    "run": Slice("run", lambda cfg: [r.run_id for r in (*cfg.runs(), *cfg.replica_runs())],
+                 lambda cfg, run: cfg.run_slice(run)),
     # compute_stats, calibrate_tests: the statistics settings (the CLI passes them only StatsConfig)
     "stats": Slice(None, lambda cfg: [""], lambda cfg, _key: {"stats": cfg.raw.get("stats", {})}),
     # summarize_stats, plot_figures, build_report: every science key (they read the grid, the report settings...)

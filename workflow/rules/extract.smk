@@ -23,6 +23,8 @@ rule extract_trajectories:
 # (the drift), in the training-time analysis window: claims 3b and 3c are decided on these.
 rule extract_replicas:
     input:
+        # the window's stats.momentum_times; the replica runs' own slices reach it through their probe stores
+        config=config_slice("stats"),
         probes=replica_probe_indexes,
     output:
         index=in_results("replicas/{rset}/trajectories/index.json"),

@@ -7,6 +7,7 @@ if PRETRAINED:
 
     rule analyze_pretrained:
         input:
+            config=config_slice("study"),
             model=pretrained_model_files,
         output:
             json=in_results("pretrained/{name}/pretrained.json"),
@@ -15,7 +16,7 @@ if PRETRAINED:
             model_dir=pretrained_model_dir,
             options=pretrained_options,
             out=pretrained_out_dir,
-        threads: CFG.resources.get("stats_threads", 1)
+        threads: CFG.resources["stats_threads"]
         log:
             in_results("logs/analyze_pretrained/{name}.log"),
         benchmark:

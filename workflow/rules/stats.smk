@@ -22,13 +22,14 @@ rule compute_stats:
 
 rule compute_replica_stats:
     input:
+        config=config_slice("stats"),
         index=in_results("replicas/{rset}/trajectories/index.json"),
     output:
         summary=in_results("replicas/{rset}/stats/summary.json"),
     params:
         config=CONFIG_FILE,
         out=replica_dir,
-    threads: CFG.resources.get("stats_threads", 1)
+    threads: CFG.resources["stats_threads"]
     log:
         in_results("logs/compute_replica_stats/{rset}.log"),
     benchmark:
