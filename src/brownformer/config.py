@@ -120,6 +120,19 @@ DEFAULT_MARGINS = {
 }
 
 
+# Claim 3's fitting window, fixed before the data (stats/local_slope.py): displacements start at the first capture at
+# or after `start_step` (None: train.warmup_steps), and only lags of at least 1/(1 - momentum) steps are used
+# (AdamW's beta1 and the heavy-ball momentum 0.9 correlate increments over ~10 steps).
+DEFAULT_WINDOW = {
+    "start_step": None,
+    "momentum": 0.9,
+    "local_points": 5,  # captures per running log-log regression of the local-slope curve
+    "envelope_replicates": 39,  # Brownian motions at the file's shape: the pointwise 95% envelope is their range
+    "flat_margin": 0.2,  # |late - early local exponent| inside this: the curve is a power law across the window
+    "mixed_share": 0.2,  # "mixed" needs at least this share of walkers both inside and outside the Brownian range
+}
+
+
 @dataclass(frozen=True)
 class StatsConfig:
     confidence_level: float = 0.95
@@ -129,6 +142,7 @@ class StatsConfig:
     max_walkers: int = 512
     seed: int = 0
     margins: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+    window: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_WINDOW))
 
 
 @dataclass(frozen=True)
@@ -295,6 +309,9 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
     stats = dict(d.get("stats", {}))
     margins = dict(DEFAULT_MARGINS)
     margins.update({k: tuple(v) for k, v in stats.pop("margins", {}).items()})
+    window = {**DEFAULT_WINDOW, **stats.pop("window", {})}
+    if window["start_step"] is None:  # the warm-up's one home is train.warmup_steps
+        window["start_step"] = int(d["train"].get("warmup_steps", 0))
     return ExperimentConfig(
         seeds=tuple(d["seeds"]),
         device=d["device"],
@@ -307,7 +324,7 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
         probes=ProbeConfig(**d.get("probes", {})),
-        stats=StatsConfig(margins=margins, **stats),
+        stats=StatsConfig(margins=margins, window=window, **stats),
         resources=d.get("resources", {}),
         report=ReportConfig(**d.get("report", {})),
         raw=d,
