@@ -36,6 +36,8 @@ MIN_WINDOW_POINTS = 6
 #: per-walker psi_i = -ln cos_i / (k - 1) is used while cos_i > this (beyond it one walker's cosine is
 #: dominated by its 1/sqrt(k) fluctuation and -ln cos_i is no longer close to lambda_i tau)
 WALKER_COS_FLOOR = 0.5
+#: the capture-noise offset is kept where an F-test of c = 0 rejects at this level (fit_offset_power)
+OFFSET_LEVEL = 0.99
 #: exponents of the profile least-squares fit of c + D tau^alpha
 ALPHA_GRID = np.round(np.arange(0.05, 2.5001, 0.01), 2)
 
@@ -147,11 +149,15 @@ def walker_curves(F: np.ndarray, tau: np.ndarray, *, kind: str, k: int) -> np.nd
         return np.where(keep, psi, np.nan)
 
 
-def fit_offset_power(tau: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def fit_offset_power(tau: np.ndarray, y: np.ndarray, *, level: float = OFFSET_LEVEL
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Profile least squares of y = c + D tau^alpha, c >= 0, in relative errors (weights 1/y^2).
 
-    For each alpha of ALPHA_GRID the fit is linear in (c, D); alpha minimises the weighted residual. NaN
-    points of y are left out; fewer than 3 points give NaN.
+    For each alpha of ALPHA_GRID the fit is linear in (c, D); alpha minimises the weighted residual. The
+    offset is kept only where it improves the fit significantly (F-test of c = 0 at `level`, 1 and n - 3
+    df): a free offset fitted to noise would be subtracted from every walker and bias the exponent up,
+    while real capture noise flattens the short lags far beyond noise. NaN points of y are left out;
+    fewer than 3 points give NaN.
 
     Args:
         tau: (n,) lags; y: (..., n) curves.
@@ -159,6 +165,7 @@ def fit_offset_power(tau: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nda
     Returns:
         (alpha, c, D), each of shape y.shape[:-1].
     """
+    from scipy.special import fdtri  # F quantile
     y = np.asarray(y, float)
     ok = np.isfinite(y) & (y > 0)
     w = np.where(ok, 1.0 / np.where(ok, y, 1.0) ** 2, 0.0)[..., None, :]  # (..., 1, n)
@@ -173,13 +180,25 @@ def fit_offset_power(tau: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.nda
         neg = ~(c >= 0)  # the constrained fit: no offset
         D = np.where(neg, Sby / S2, D)
         c = np.where(neg, 0.0, c)
-        resid = (w * (yy - c[..., None] - D[..., None] * b) ** 2).sum(-1)  # (..., g)
-    resid = np.where(np.isfinite(resid) & (D > 0), resid, np.inf)
-    best = np.argmin(resid, axis=-1)
-    take = lambda a: np.take_along_axis(a, best[..., None], -1)[..., 0]  # noqa: E731
-    enough = ok.sum(-1) >= 3
-    return (np.where(enough, ALPHA_GRID[best], np.nan), np.where(enough, take(c), np.nan),
-            np.where(enough, take(D), np.nan))
+        D0 = Sby / S2
+
+        def ssr(cc, dd):
+            r = (w * (yy - cc[..., None] - dd[..., None] * b) ** 2).sum(-1)  # (..., g)
+            return np.where(np.isfinite(r) & (dd > 0), r, np.inf)
+
+        r1, r0 = ssr(c, D), ssr(np.zeros_like(D0), D0)
+    best1, best0 = np.argmin(r1, axis=-1), np.argmin(r0, axis=-1)
+    take = lambda a, i: np.take_along_axis(a, i[..., None], -1)[..., 0]  # noqa: E731
+    n = ok.sum(-1)
+    s1, s0 = take(r1, best1), take(r0, best0)
+    with np.errstate(all="ignore"):
+        F = (s0 - s1) / (s1 / np.maximum(n - 3, 1))
+        keep = (n > 3) & (F > fdtri(1, np.maximum(n - 3, 1), level))
+    alpha = np.where(keep, ALPHA_GRID[best1], ALPHA_GRID[best0])
+    cc = np.where(keep, take(c, best1), 0.0)
+    dd = np.where(keep, take(D, best1), take(D0, best0))
+    enough = n >= 3
+    return np.where(enough, alpha, np.nan), np.where(enough, cc, np.nan), np.where(enough, dd, np.nan)
 
 
 def local_slopes(tau: np.ndarray, y: np.ndarray, *, points: int = 5) -> np.ndarray:

@@ -73,6 +73,34 @@ def _check_clocks(meta: dict, T: int) -> dict:
     return clocks
 
 
+def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
+    """Claim 3's reading on the pre-fixed window (stats/window_reading.py): "local_slopes", "walkers", and the
+    verdict and classification re-decided on the window exponent (the full-range ones are kept as
+    "verdict_full_range", "classification_full_range")."""
+    from .bootstrap import group_labels
+    from .rule import decide_one
+    from .shapes import select_walkers
+    from .window_reading import window_effects, window_classification, window_reading
+    inputs = battery_inputs(meta, out["kind"])
+    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
+    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
+    steps = (meta.get("clocks") or {}).get("step")
+    steps = steps if steps is not None and len(steps) == X.shape[0] else None
+    side = {**meta, "n_tokens": meta.get("n_tokens") if idx.size == X.shape[1] else None}  # positions need all walkers
+    block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=np.unique(labels[idx], return_inverse=True)[1],
+                           k=out["span_dimension"], hyperplane=out["hyperplane"],
+                           drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps, meta=side,
+                           stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed)
+    out["walkers"] = block.pop("walkers", None)
+    out["local_slopes"] = block
+    out["verdict_full_range"], out["reason_full_range"] = out["verdict"], out["reason"]
+    out["verdict"], out["reason"] = decide_one(window_effects(out), kind=out["kind"], margins=dict(stats.margins),
+                                               alpha=stats.alpha, n_times=int(out["n_times"]))
+    out["brownian"] = out["verdict"] == "brownian"
+    out["classification_full_range"] = out["classification"]
+    out["classification"] = window_classification(out)
+
+
 def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None) -> dict:
     """The battery, verdict and description of one trajectory file (DESIGN.md `stats trajectory`).
 
@@ -90,6 +118,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
                              n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
                              max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
                              check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
+    _add_window(out, X, meta, stats)
     out["time"] = meta.get("time")
     out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
     out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
@@ -204,6 +233,8 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
         for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
             if k in result:
                 row[k] = result[k]
+        if isinstance(result.get("local_slopes"), dict):
+            row["window_exponent"] = result["local_slopes"]["effect"].get("estimate")
         if "sphere" in result:
             row["sphere_tensor"], row["sphere_verdict"] = result["sphere"]["tensor"], result["sphere"]["verdict"]
         files.append(row)

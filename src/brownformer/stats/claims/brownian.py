@@ -2,7 +2,10 @@
 
 Per file the verdict is the calibrated rule itself (stats/rule.py `decide`, the function the calibration
 simulates through): it is re-applied here to the file's stored key effects with this StatsConfig's
-margins and alpha. A file counts only where the calibration simulated its exact shape
+margins and alpha, the MSD exponent being the window exponent (stats/window_reading.py: the mean
+per-walker log-log slope inside the window fixed in the config before the data, after the warm-up and
+beyond the momentum time); a verdict also needs that exponent's own rule to keep its size on the
+Brownian motions simulated at the file's shape over the window. A file counts only where the calibration simulated its exact shape
 (stats/shapes.py) and found the rule trustworthy there for the verdict it gives, each verdict being
 held to its own false-positive rate: "not brownian" needs the rate of "not brownian" on Brownian motion
 (the rule's size) at most SIZE_GOAL; "brownian" needs that too and, at each margin edge and on i.i.d.
@@ -27,6 +30,7 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 from ..calibration import POWER_GOAL, SIZE_GOAL
 from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
 from ..shapes import CalibrationShape, calibration_for
+from ..window_reading import window_effects
 from .common import did_not_train_record, pool_runs, unit_mean_interval
 
 __all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
@@ -58,14 +62,30 @@ def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
     The rule verdict is rule.decide_one on the stored effects; it is downgraded to "inconclusive" when
     the calibration at the file's exact shape is missing or shows the rule untrustworthy there.
     """
-    verdict, reason = decide_one(result.get("effects") or {}, kind=result["kind"], margins=dict(stats.margins),
+    verdict, reason = decide_one(window_effects(result), kind=result["kind"], margins=dict(stats.margins),
                                  alpha=stats.alpha, n_times=int(result["n_times"]))
     shape = result.get("calibration_shape")
     cal = calibration_for(table, CalibrationShape.from_dict(shape)) if shape and table is not None else None
     ok, why = _trustworthy(cal, verdict)
+    if ok and verdict != INCONCLUSIVE:
+        ok, why = _window_null_ok(result)
     if verdict != INCONCLUSIVE and not ok:
         return INCONCLUSIVE, f"rule says {verdict!r} but {why}", cal
     return verdict, reason, cal
+
+
+def _window_null_ok(result: dict) -> tuple[bool, str]:
+    """Whether the window exponent's own rule keeps its size at this file's shape: the Clopper-Pearson interval of
+    its rate of "outside the margin" on the simulated Brownian motions must not lie above SIZE_GOAL."""
+    null = ((result.get("local_slopes") or {}).get("effect") or {}).get("null")
+    if not null:
+        return True, ""
+    from scipy.stats import binomtest
+    n = int(null["n_replicates"])
+    low = binomtest(int(round(null["size"] * n)), n).proportion_ci(0.95, method="exact").low
+    if low > SIZE_GOAL[1]:
+        return False, f"the window exponent's size on Brownian motion at this shape is {null['size']:.2f} of {n}"
+    return True, ""
 
 
 def _worst_calibration(cals: list[dict]) -> dict | None:
@@ -85,8 +105,21 @@ def _worst_calibration(cals: list[dict]) -> dict | None:
 
 
 def _exponent(result: dict) -> float:
-    v = (result.get("msd_exponent") or {}).get("estimate")
+    """The window exponent (the verdict's MSD effect), or the full-range one for an output without a window."""
+    v = (window_effects(result).get("msd_exponent") or result.get("msd_exponent") or {}).get("estimate")
     return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def _window_row(result: dict) -> dict:
+    """What a claim row shows of a file's window reading (the local-slope curve stays in the per-file JSON)."""
+    win = result.get("local_slopes") or {}
+    walkers = result.get("walkers") or {}
+    return {"classification": result.get("classification"), "window": win.get("classification"),
+            "window_description": win.get("description"),
+            "ensemble_exponent": (win.get("ensemble_exponent") or {}).get("estimate"),
+            "full_range_exponent": (result.get("msd_exponent") or {}).get("estimate"),
+            "window_null_size": ((win.get("effect") or {}).get("null") or {}).get("size"),
+            "walkers": walkers.get("reading"), "walker_rates": walkers.get("rates")}
 
 
 def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
@@ -96,7 +129,7 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
         verdicts.append(v)
         cals.append(cal)
         rows.append({"path": f["path"], "verdict": v, "reason": why, "msd_exponent": _exponent(f["result"]),
-                     "shape_id": (f["result"].get("calibration_shape") or {}).get("id")})
+                     "shape_id": (f["result"].get("calibration_shape") or {}).get("id"), **_window_row(f["result"])})
     n = len(verdicts)
     n_b, n_nb = verdicts.count("brownian"), verdicts.count("not brownian")
     counts = f"{n_b} brownian, {n_nb} not brownian, {n - n_b - n_nb} inconclusive of {n} files"
@@ -107,10 +140,15 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
     else:
         first = next((r["reason"] for r in rows if r["verdict"] != "brownian"), "no files")
         verdict, reason = INCONCLUSIVE, f"{counts}; e.g. {first}"
-    est, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats, name="MSD exponent (mean over files)")
+    est, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats,
+                                name="window MSD exponent (mean over files)")
+    classes: dict[str, int] = {}
+    for r in rows:
+        classes[str(r["classification"])] = classes.get(str(r["classification"]), 0) + 1
     return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
                        margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
-                       details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n})
+                       details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n,
+                                "classifications": classes})
 
 
 def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=None,
@@ -143,12 +181,12 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     for opt, recs in sorted(per_opt.items()):
         v, why, _ = pool_runs(recs, excluded={})
         est, _ = unit_mean_interval([r.estimate.value for r in recs.values() if r.estimate], stats=stats,
-                                    name="MSD exponent (mean over runs)")
+                                    name="window MSD exponent (mean over runs)")
         per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
                                          margin=tuple(stats.margins["msd_exponent"]),
                                          calibration=_worst_calibration([r.calibration for r in recs.values()]))
     est, _ = unit_mean_interval([r.estimate.value for r in trained.values() if r.estimate], stats=stats,
-                                name="MSD exponent (mean over runs of the mean over files)")
+                                name="window MSD exponent (mean over runs of the mean over files)")
     kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
     return ClaimRecord(
         claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
