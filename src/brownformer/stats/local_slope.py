@@ -39,7 +39,7 @@ WALKER_COS_FLOOR = 0.5
 #: the capture-noise offset is kept where an F-test of c = 0 rejects at this level (fit_offset_power)
 OFFSET_LEVEL = 0.99
 #: exponents of the profile least-squares fit of c + D tau^alpha
-ALPHA_GRID = np.round(np.arange(0.05, 2.5001, 0.01), 2)
+ALPHA_GRID = np.round(np.arange(0.04, 2.5001, 0.02), 2)
 
 
 @dataclass(frozen=True)

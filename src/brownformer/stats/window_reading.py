@@ -30,6 +30,8 @@ from .walkers import andi_diagnostics, token_types, walker_reading
 __all__ = ["window_reading", "window_effects", "window_classification", "WINDOW_CLASSES"]
 
 WINDOW_CLASSES = ("brownian", "subdiffusive", "superdiffusive", "crossover", "mixed", "inconclusive")
+#: bootstrap resamples of the (descriptive) ensemble exponent's interval
+ENSEMBLE_RESAMPLES = 99
 #: sphere decays -ln E<u_w, u_end> are simulated inside this range (beyond it the walk has decorrelated)
 _DECAY_RANGE = (1 / 16, 16.0)
 
@@ -45,6 +47,27 @@ def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, point
                             ens_tau=tau, ens_curve=curve)
     return {"tau": tau, "F": F, "curve": curve, "alpha": alpha, "offset": c, "D": D,
             "local": local_slopes(tau, curve - c0[:, None], points=points), "walker": ws, "diag": diag}
+
+
+_NULL_CACHE: dict = {}
+_NULL_CACHE_SIZE = 16
+
+
+def _null_batch(tw, win: FittingWindow, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str,
+                decay: float, rho: float, replicates: int, points: int, seed: int) -> dict:
+    """`_batch` on Brownian motion simulated at the window's shape, cached within the process: the 16 weight
+    matrices of a run share one shape, so they share one simulation (seeded by the shape, hence reproducible)."""
+    rel = (tw - tw[0]) / (tw[-1] - tw[0])
+    key = (tuple(np.round(rel, 6)), tuple(win.used - win.start), np.asarray(labels).tobytes(), d, kind, k,
+           hyperplane, drift, decay, rho, replicates, points, seed)
+    if key not in _NULL_CACHE:
+        Xs = simulate_batch("brownian", times=tw, labels=labels, d=d, kind=kind, replicates=replicates,
+                            rng=np.random.default_rng([seed, 7]), rho=rho, hyperplane=hyperplane, decay=decay)
+        null_win = FittingWindow(0, win.used - win.start, win.start_step, win.min_lag_steps, win.why)
+        if len(_NULL_CACHE) >= _NULL_CACHE_SIZE:
+            _NULL_CACHE.pop(next(iter(_NULL_CACHE)))
+        _NULL_CACHE[key] = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=points)
+    return _NULL_CACHE[key]
 
 
 def _mean_over_walkers(boot: ClusterBootstrap, values: np.ndarray):
@@ -71,7 +94,8 @@ def _outside(est, tlo, thi, p, margin, alpha) -> np.ndarray:
 
 def _classify(effect: dict, curvature: dict, early: float, late: float, reading: str, *, margin, flat_margin: float,
               alpha: float) -> tuple[str, str]:
-    est, (tlo, thi), p = effect["estimate"], effect["tost_ci"], effect.get("p_value")
+    f = lambda v: np.nan if v is None else float(v)  # noqa: E731
+    est, tlo, thi, p = f(effect["estimate"]), f(effect["tost_ci"][0]), f(effect["tost_ci"][1]), f(effect.get("p_value"))
     lo, hi = margin
     if not (np.isfinite(est) and np.isfinite(tlo) and np.isfinite(thi)):
         return "inconclusive", "window exponent undefined: " + (effect.get("why_undefined") or "too few usable walkers")
@@ -80,8 +104,7 @@ def _classify(effect: dict, curvature: dict, early: float, late: float, reading:
         return "mixed", f"{text}; walkers are mixed (see walkers): the ensemble exponent describes no walker"
     if tlo >= lo and thi <= hi:
         return "brownian", f"{text} inside [{lo:g}, {hi:g}]"
-    if not _outside(np.array(est), np.array(tlo), np.array(thi), np.array(p if p is not None else np.nan),
-                    margin, alpha):
+    if not _outside(np.array(est), np.array(tlo), np.array(thi), np.array(p), margin, alpha):
         return "inconclusive", f"{text} overlaps the margin edge of [{lo:g}, {hi:g}]"
     cest, (clo, chi) = curvature["estimate"], curvature["tost_ci"]
     side = "subdiffusive" if est < lo else "superdiffusive"
@@ -126,21 +149,22 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     curvature = _interval_dict(curv, 0, confidence_level=conf, alpha=alpha)
     early = float(_mean_over_walkers(boot, data["walker"]["early"]).estimate[0])
     late = float(_mean_over_walkers(boot, data["walker"]["late"]).estimate[0])
-    ens = boot.estimate(data["F"], lambda m: fit_offset_power(data["tau"], ensemble_curve(
+    # descriptive (the verdict rests on the per-walker exponent): ENSEMBLE_RESAMPLES keep the profile fit cheap
+    ens_boot = ClusterBootstrap(labels, n_resamples=min(ENSEMBLE_RESAMPLES, stats.n_resamples), rng=rng)
+    ens = ens_boot.estimate(data["F"], lambda m: fit_offset_power(data["tau"], ensemble_curve(
         m, kind=kind, k=k, n_walkers=labels.size))[0])
     # the null: Brownian motion at this shape over the window, through the identical code
-    tw = times[win.start:]
     decay = 1.0
     if kind == "sphere":
         U = X[0] / np.linalg.norm(X[0], axis=-1, keepdims=True)
         with np.errstate(all="ignore"):
             dec = -np.log(np.mean(np.sum(U[win.start] * U[-1], -1)))
         decay = float(np.clip(dec, *_DECAY_RANGE)) if np.isfinite(dec) and dec > 0 else _DECAY_RANGE[1]
+        decay = float(2.0 ** (np.round(4 * np.log2(decay)) / 4))  # a 19% grid: files of one run share simulations
     R = int(w["envelope_replicates"])
-    Xs = simulate_batch("brownian", times=tw, labels=labels, d=X.shape[-1], kind=kind, replicates=R, rng=rng,
-                        rho=float(np.clip(np.nan_to_num(rho), 0.0, 0.8)), hyperplane=hyperplane, decay=decay)
-    null_win = FittingWindow(0, win.used - win.start, win.start_step, win.min_lag_steps, win.why)
-    null = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=pts)
+    null = _null_batch(times[win.start:], win, labels, d=X.shape[-1], kind=kind, k=k, hyperplane=hyperplane,
+                       drift=drift, decay=decay, rho=round(float(np.clip(np.nan_to_num(rho), 0.0, 0.8)), 1),
+                       replicates=R, points=pts, seed=stats.seed)
     # parametric-bootstrap bias correction (Efron & Tibshirani 1993, ch. 10): the simulated Brownian motions'
     # median window exponent minus 1 (on the sphere -ln cos_i of one walker is biased up by its fluctuation)
     nraw = _mean_over_walkers(boot, null["walker"]["alpha"])
