@@ -126,7 +126,7 @@ DEFAULT_MARGINS = {
 DEFAULT_WINDOW = {
     "start_step": None,
     "momentum": 0.9,
-    "local_points": 5,  # captures per running log-log regression of the local-slope curve
+    "local_decades": 0.5,  # width on the log clock of each running log-log regression of the local-slope curve
     "envelope_replicates": 39,  # Brownian motions at the file's shape: the pointwise 95% envelope is their range
     "flat_margin": 0.2,  # |late - early local exponent| inside this: the curve is a power law across the window
     "mixed_share": 0.2,  # "mixed" needs at least this share of walkers both inside and outside the Brownian range

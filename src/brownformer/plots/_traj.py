@@ -15,8 +15,8 @@ __all__ = ["unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_m
            "clock_label"]
 
 #: the sidecar "time" of a trajectory -> what its axis measures
-_CLOCKS = {"lr_sq_sum": "Σ lr² (sum of squared learning rates)", "lr_sum": "Σ lr (sum of learning rates)",
-           "step": "training steps", "layer": "layers", "index": "capture index"}
+_CLOCKS = {"lr_sq_sum": "clock Σ lr²", "lr_sum": "clock Σ lr", "step": "steps", "layer": "layers",
+           "index": "capture index"}
 
 
 def clock_label(time: str | None, *, since: str = "the first capture") -> str:

@@ -51,7 +51,7 @@ def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> Non
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.set(title=title, xlabel=clock_label(rows[0]["time"], since="the window start"),
-           ylabel="local slope d log MSD / d log t")
+           ylabel="local slope (d log MSD / d log t)")
     ax.set_ylim(-0.5, 3.0)
 
 

@@ -201,23 +201,24 @@ def fit_offset_power(tau: np.ndarray, y: np.ndarray, *, level: float = OFFSET_LE
     return np.where(enough, alpha, np.nan), np.where(enough, cc, np.nan), np.where(enough, dd, np.nan)
 
 
-def local_slopes(tau: np.ndarray, y: np.ndarray, *, points: int = 5) -> np.ndarray:
-    """Running exponent d log y / d log tau: the OLS slope over `points` consecutive lags centred on each lag
-    (fewer at the ends, at least 3); NaN where fewer than 3 finite positive values are in reach.
+def local_slopes(tau: np.ndarray, y: np.ndarray, *, decades: float = 0.5) -> np.ndarray:
+    """Running exponent d log y / d log tau: the OLS slope of log y on log tau over the lags within
+    `decades`/2 of each lag on the log axis (a fixed width in log time, not a fixed number of captures: late in
+    a cosine schedule many captures crowd into a short stretch of the clock); NaN where fewer than 3 finite
+    positive values are in reach.
 
     Args:
         tau: (n,); y: (..., n) with the offset already removed. Returns (..., n).
     """
     y = np.asarray(y, float)
-    n = y.shape[-1]
-    h = points // 2
+    lt = np.log10(np.asarray(tau, float))
     out = np.full(y.shape, np.nan)
-    for j in range(n):
-        a, b = max(0, j - h), min(n, j + h + 1)
-        seg = y[..., a:b]
+    for j in range(lt.size):
+        near = np.abs(lt - lt[j]) <= decades / 2
+        seg = y[..., near]
         ok = np.isfinite(seg) & (seg > 0)
         with np.errstate(all="ignore"):
-            s = log_slope(tau[a:b], np.where(ok, seg, 1.0), ok)
+            s = log_slope(tau[near], np.where(ok, seg, 1.0), ok)
         out[..., j] = np.where(ok.sum(-1) >= 3, s, np.nan)
     return out
 

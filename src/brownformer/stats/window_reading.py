@@ -36,7 +36,7 @@ ENSEMBLE_RESAMPLES = 99
 _DECAY_RANGE = (1 / 16, 16.0)
 
 
-def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: int) -> dict:
+def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: float) -> dict:
     """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null."""
     tau, F = window_features(X, times, win, kind=kind, k=k, drift=drift)
     curve = ensemble_curve(F.mean(1), kind=kind, k=k, n_walkers=F.shape[1])  # (R, n)
@@ -46,7 +46,7 @@ def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, point
     diag = andi_diagnostics(X[:, win.start:], np.asarray(times, float)[win.start:], kind=kind, k=k, drift=drift,
                             ens_tau=tau, ens_curve=curve)
     return {"tau": tau, "F": F, "curve": curve, "alpha": alpha, "offset": c, "D": D,
-            "local": local_slopes(tau, curve - c0[:, None], points=points), "walker": ws, "diag": diag}
+            "local": local_slopes(tau, curve - c0[:, None], decades=points), "walker": ws, "diag": diag}
 
 
 _NULL_CACHE: dict = {}
@@ -54,7 +54,7 @@ _NULL_CACHE_SIZE = 16
 
 
 def _null_batch(tw, win: FittingWindow, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str,
-                decay: float, rho: float, replicates: int, points: int, seed: int) -> dict:
+                decay: float, rho: float, replicates: int, points: float, seed: int) -> dict:
     """`_batch` on Brownian motion simulated at the window's shape, cached within the process: the 16 weight
     matrices of a run share one shape, so they share one simulation (seeded by the shape, hence reproducible)."""
     rel = (tw - tw[0]) / (tw[-1] - tw[0])
@@ -141,14 +141,15 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
                 "effect": {"estimate": None, "ci": [None, None], "tost_ci": [None, None], "why_undefined": why}}
     X = np.asarray(X)[None]
     margin = tuple(stats.margins["msd_exponent"])
-    conf, alpha, pts = stats.confidence_level, stats.alpha, int(w["local_points"])
+    conf, alpha, pts = stats.confidence_level, stats.alpha, float(w["local_decades"])
     rng = np.random.default_rng(rng)
     boot = ClusterBootstrap(labels, n_resamples=stats.n_resamples, rng=rng)
     data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts)
+    both = np.isfinite(data["walker"]["late"] - data["walker"]["early"])  # one set of walkers for all three
     curv = _mean_over_walkers(boot, data["walker"]["late"] - data["walker"]["early"])
     curvature = _interval_dict(curv, 0, confidence_level=conf, alpha=alpha)
-    early = float(_mean_over_walkers(boot, data["walker"]["early"]).estimate[0])
-    late = float(_mean_over_walkers(boot, data["walker"]["late"]).estimate[0])
+    early = float(_mean_over_walkers(boot, np.where(both, data["walker"]["early"], np.nan)).estimate[0])
+    late = float(_mean_over_walkers(boot, np.where(both, data["walker"]["late"], np.nan)).estimate[0])
     # descriptive (the verdict rests on the per-walker exponent): ENSEMBLE_RESAMPLES keep the profile fit cheap
     ens_boot = ClusterBootstrap(labels, n_resamples=min(ENSEMBLE_RESAMPLES, stats.n_resamples), rng=rng)
     ens = ens_boot.estimate(data["F"], lambda m: fit_offset_power(data["tau"], ensemble_curve(
@@ -200,7 +201,7 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
         for name, v in data["diag"].items()}
     cls, desc = _classify(effect, curvature, early, late, walkers["reading"], margin=margin,
                           flat_margin=float(w["flat_margin"]), alpha=alpha)
-    if walkers.get("rates") == "spread" and cls != "mixed":
+    if walkers.get("rates") == "spread" and cls == "brownian":
         desc += ("; walker rates differ beyond estimation noise, so the ensemble curve (one mean over "
                  "different rates) is not read as anomalous diffusion")
     ens_lo, ens_hi = ens.interval(conf)
