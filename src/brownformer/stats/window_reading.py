@@ -19,6 +19,8 @@ returns the per-file block the claims and the figure read:
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .bootstrap import ClusterBootstrap
@@ -183,7 +185,8 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     null_out = _outside(nexpo.estimate, ntlo, nthi, nexpo.pvalue(1.0), margin, alpha)
     null_in = (ntlo >= lo) & (nthi <= hi)
     ncurv = _mean_over_walkers(boot, null["walker"]["late"] - null["walker"]["early"]).estimate
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # lags where no replicate has a local slope: NaN
         env = np.nanquantile(np.where(np.isfinite(null["local"]), null["local"], np.nan), [0.025, 0.5, 0.975], axis=0) \
             if np.isfinite(null["local"]).any() else np.full((3, data["tau"].size), np.nan)
     effect.update(margin=list(margin), method="mean over walkers of the log-log slope of y_i - c over the pre-fixed "
