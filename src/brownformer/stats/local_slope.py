@@ -22,6 +22,7 @@ identical code on simulated Brownian motion.
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -141,7 +142,8 @@ def walker_curves(F: np.ndarray, tau: np.ndarray, *, kind: str, k: int) -> np.nd
     """
     if kind == "euclidean":
         return F
-    with np.errstate(all="ignore"):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a walker with no positive cosine at its first lags: NaN
         psi = np.where(F > 0, -np.log(np.where(F > 0, F, 1.0)) / (k - 1), np.nan)
         first = np.nanmean(psi[..., :2] / tau[:2], axis=-1, keepdims=True)  # (R, N, 1) early rate
         horizon = -np.log(WALKER_COS_FLOOR) / (k - 1)

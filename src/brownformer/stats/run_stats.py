@@ -21,6 +21,12 @@ has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "s
   "within_group_correlation", "calibration_shape" {id, kind, T, N, d, G, rho, decay, times, group_sizes}.
   The calibration stage simulates the shapes of the decided files; the claims (stats/claims/brownian.py)
   look each file's shape up in calibration.parquet and cite size and power at exactly that shape.
+- Claim 3's window reading (stats/window_reading.py, docs/methods/claim3-local-slopes.md) on every battery file:
+  "local_slopes" {window, tau, curve, local_slope, envelope {low, median, high}, effect (the window exponent with
+  its null size), curvature, ensemble_exponent, classification, description} and "walkers" {reading, rates,
+  quantiles overall / by_type / by_position, diagnostics {eb, ergodicity_ratio, ageing_ratio, vacf_q1/2/4, alpha2}
+  with their Brownian ranges}. "verdict", "reason" and "classification" rest on the window exponent; the full-range
+  ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range".
 - gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
 """
 from __future__ import annotations

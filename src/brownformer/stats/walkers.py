@@ -128,15 +128,16 @@ def _ageing_ratio(Y, tw, kind, k, bridge, ens_tau, ens_curve) -> np.ndarray:
 
 def _vacf(Y: np.ndarray, tw: np.ndarray, q: int) -> np.ndarray:
     """Correlation of successive non-overlapping displacements over q captures, each per sqrt(clock)."""
-    R, Tw = Y.shape[:2]
-    idx = np.arange(0, Tw, q)
+    R = Y.shape[0]
+    idx = np.arange(0, Y.shape[1], q)
     if idx.size < 3:
         return np.full(R, np.nan)
-    v = (Y[:, idx[1:]] - Y[:, idx[:-1]]) / np.sqrt(np.diff(tw[idx]))[None, :, None, None]
-    num = np.einsum("rtnd,rtnd->r", v[:, :-1], v[:, 1:]).astype(np.float64)
-    den = np.einsum("rtnd,rtnd->r", v[:, :-1], v[:, :-1]).astype(np.float64)
+    dY = np.diff(Y[:, ::q], axis=1)  # (R, m, N, d): one copy; the clock weights are applied to the dot products
+    dt = np.diff(tw[idx])
+    num = np.einsum("rtnd,rtnd->rt", dY[:, :-1], dY[:, 1:]).astype(np.float64) / np.sqrt(dt[:-1] * dt[1:])
+    den = np.einsum("rtnd,rtnd->rt", dY[:, :-1], dY[:, :-1]).astype(np.float64) / dt[:-1]
     with np.errstate(all="ignore"):
-        return num / den
+        return num.sum(1) / den.sum(1)
 
 
 def _quantiles(x: np.ndarray) -> list | None:
