@@ -21,7 +21,8 @@ def _window_rule(ctx: ReportContext) -> str:
             "kept only where an F-test needs it) and read through its local slope against the envelope of Brownian "
             f"motion simulated at the file's shape ({w['envelope_replicates']} replicates). The verdict rests on the "
             "window exponent: the mean over walkers of their own log-log slopes (bias-corrected by the simulations), "
-            "which walkers diffusing at different rates leave at 1. “Sub-” or “superdiffusive” is said only where "
+            "which walkers diffusing at different rates leave at 1. “Sub-” or “superdiffusive” is said only "
+            "where "
             f"that exponent lies outside the margin and the local slope is flat across the window (late minus early "
             f"half within ±{w['flat_margin']:g}); a curve that bends is a crossover; walkers of which a real share is "
             "Brownian and a real share is not are “mixed”.")

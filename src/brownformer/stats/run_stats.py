@@ -93,7 +93,8 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
     steps = (meta.get("clocks") or {}).get("step")
     steps = steps if steps is not None and len(steps) == X.shape[0] else None
     side = {**meta, "n_tokens": meta.get("n_tokens") if idx.size == X.shape[1] else None}  # positions need all walkers
-    block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=np.unique(labels[idx], return_inverse=True)[1],
+    sub_labels = np.unique(labels[idx], return_inverse=True)[1]
+    block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=sub_labels,
                            k=out["span_dimension"], hyperplane=out["hyperplane"],
                            drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps, meta=side,
                            stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed)

@@ -212,7 +212,8 @@ def walker_reading(alpha: np.ndarray, rate: np.ndarray, null_alpha: np.ndarray, 
            "exponent_quantiles": _quantiles(alpha), "rate_quantiles": _quantiles(rate),
            "null_exponent_range": [float(lo), float(hi)], "null_exponent_quantiles": _quantiles(na),
            "share_outside": share_out, "null_share_outside_limit": out_limit, "log10_rate_iqr": spread,
-           "null_log10_rate_iqr_limit": spread_limit, "exponent_iqr": iqr, "null_exponent_iqr_limit": iqr_limit, "n_valid": int(valid.sum()), "by_type": by_type}
+           "null_log10_rate_iqr_limit": spread_limit, "exponent_iqr": iqr, "null_exponent_iqr_limit": iqr_limit,
+           "n_valid": int(valid.sum()), "by_type": by_type}
     if positions is not None:
         P = int(positions.max()) + 1
         with np.errstate(all="ignore"), warnings.catch_warnings():

@@ -112,7 +112,8 @@ def _classify(effect: dict, curvature: dict, early: float, late: float, reading:
     side = "subdiffusive" if est < lo else "superdiffusive"
     if np.isfinite(clo) and clo >= -flat_margin and chi <= flat_margin:
         return side, f"{text} outside [{lo:g}, {hi:g}] and flat across the window (curvature {cest:+.2f})"
-    if np.isfinite(clo) and (chi < -flat_margin or clo > flat_margin or (chi < 0 or clo > 0) and abs(cest) > flat_margin):
+    bends = chi < -flat_margin or clo > flat_margin or ((chi < 0 or clo > 0) and abs(cest) > flat_margin)
+    if np.isfinite(clo) and bends:
         how = "falls" if cest < 0 else "rises"
         shape = "fast, then arrested" if cest < 0 else "slow, then accelerating"
         return "crossover", (f"a crossover, not a power law: the local exponent {how} from {early:.2f} to {late:.2f} "
@@ -193,7 +194,8 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
                   "window, minus the simulated Brownian motions' median bias; t-interval over groups with the "
                   "cluster-bootstrap SE; H0 exponent = 1",
                   null={"size": float(np.mean(null_out)), "equivalence_power": float(np.mean(null_in)),
-                        "n_replicates": R, "quantiles": [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
+                        "n_replicates": R,
+                        "quantiles": [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
                         "what": "the window exponent's own rule (interval inside / outside the margin) on Brownian "
                                 "motion simulated at this file's shape over the window"})
     types, positions = token_types(meta, labels.size)

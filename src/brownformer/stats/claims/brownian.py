@@ -5,8 +5,8 @@ simulates through): it is re-applied here to the file's stored key effects with 
 margins and alpha, the MSD exponent being the window exponent (stats/window_reading.py: the mean
 per-walker log-log slope inside the window fixed in the config before the data, after the warm-up and
 beyond the momentum time); a verdict also needs that exponent's own rule to keep its size on the
-Brownian motions simulated at the file's shape over the window. A file counts only where the calibration simulated its exact shape
-(stats/shapes.py) and found the rule trustworthy there for the verdict it gives, each verdict being
+Brownian motions simulated at the file's shape over the window. A file counts only where the calibration
+simulated its exact shape (stats/shapes.py) and found the rule trustworthy there for the verdict it gives, each verdict being
 held to its own false-positive rate: "not brownian" needs the rate of "not brownian" on Brownian motion
 (the rule's size) at most SIZE_GOAL; "brownian" needs that too and, at each margin edge and on i.i.d.
 points, the rate of "brownian" at most 1 - POWER_GOAL (the equivalence test's own size). A rejection's
