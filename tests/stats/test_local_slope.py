@@ -126,3 +126,29 @@ def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
     eff = window_effects(result)
     assert eff["msd_exponent"]["estimate"] == out["effect"]["estimate"] and eff["variance_ratio"]["estimate"] == 1.0
     assert out["effect"]["null"]["size"] <= 0.2 and out["effect"]["null"]["n_replicates"] == 29
+
+
+@pytest.mark.parametrize("window_estimate,null_size,expected", [
+    (1.0, 0.0, "brownian"),  # the full-range exponent is outside, the window's inside: the window decides
+    (0.5, 0.0, "not brownian"),
+    (0.5, 0.5, "inconclusive"),  # the window exponent's own rule does not keep its size at this shape
+])
+def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate, null_size, expected):
+    from brownformer.stats.claims import brownian as claim
+    cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.95,
+           "power": {"clock_0.9": 0.95}, "rates": {}, "n_replicates": 400}
+    monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
+    inside = {"estimate": 1.0, "tost_ci": [0.98, 1.02], "p_value": 0.9}
+    e = window_estimate
+    p = 0.9 if e == 1 else 1e-6
+    result = {"kind": "euclidean", "n_times": 20, "msd_exponent": {"estimate": 0.5},
+              "effects": {"msd_exponent": {"estimate": 0.5, "tost_ci": [0.45, 0.55], "p_value": 1e-6},
+                          "variance_ratio": inside, "increment_autocorrelation": {**inside, "estimate": 0.0,
+                                                                                   "tost_ci": [-0.02, 0.02]},
+                          "gaussianity": {**inside, "estimate": 0.0, "tost_ci": [-0.1, 0.1]}},
+              "local_slopes": {"effect": {"estimate": e, "tost_ci": [e - 0.02, e + 0.02], "p_value": p,
+                                          "null": {"size": null_size, "n_replicates": 39}}},
+              "calibration_shape": {"kind": "euclidean", "times": [0, 1], "group_sizes": [1], "d": 2,
+                                    "hyperplane": False, "drift": "none", "rho": 0.0, "decay": 0.0}}
+    verdict, _, _ = claim.file_verdict(result, StatsConfig(), table=object())
+    assert verdict == expected
