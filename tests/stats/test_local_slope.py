@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
-from brownformer.stats.local_slope import fit_offset_power, fitting_window, local_slopes, walker_slopes
+from brownformer.stats.local_slope import (fit_offset_power, fitting_window, local_slopes, storage_offset,
+                                             walker_slopes)
 from brownformer.stats.simulate import fgn_increments, spherical_brownian_motion
 from brownformer.stats.window_reading import window_effects, window_reading
 
@@ -152,3 +153,16 @@ def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate
                                     "hyperplane": False, "drift": "none", "rho": 0.0, "decay": 0.0}}
     verdict, _, _ = claim.file_verdict(result, StatsConfig(), table=object())
     assert verdict == expected
+
+
+def test_storage_offset_is_the_float16_rounding_variance():
+    rng = np.random.default_rng(7)
+    X = rng.uniform(0.55, 0.95, (20, 50, 8)).astype(np.float16).astype(np.float32)  # ulp 2^-11 on [0.5, 1)
+    assert storage_offset(X, kind="euclidean", k=8) == pytest.approx(2 * 2.0**-22 / 12)
+    # the expected squared displacement of two float16 roundings of the same values matches it
+    a = rng.uniform(0.55, 0.95, (4000, 8))
+    b = a + rng.uniform(-0.01, 0.01, a.shape)  # a later capture: many ulps away, so its rounding is independent
+    err = (b.astype(np.float16) - a.astype(np.float16)) - (b - a)
+    assert np.mean(err**2) == pytest.approx(2 * 2.0**-22 / 12, rel=0.1)
+    assert storage_offset(rng.standard_normal((20, 50, 8)), kind="euclidean", k=8) == 0.0
+    assert storage_offset(X / np.sqrt(8), kind="sphere", k=7) > 0  # the token files: float16 / sqrt(d)

@@ -8,9 +8,10 @@ is read on
   first capture at or after the warm-up and only lags of at least the momentum time 1/(1 - beta) steps
   count (momentum correlates increments over that many steps);
 - the curve inside it: euclidean MSD(tau) = mean_i |Y_i(t_w + tau) - Y_i(t_w)|^2 / d (drift handled as the
-  battery does), on the sphere psi(tau) = -ln mean_i <u_i(t_w), u_i(t_w + tau)> / (k - 1) (STATISTICS.md 2.a:
-  psi = D tau for spherical Brownian motion), each fitted as c + D tau^alpha, c >= 0 being the capture noise
-  (storage rounding adds a constant to every squared displacement);
+  battery does), on the sphere psi(tau) = -ln mean_i <u_i(t_w), u_i(t_w + tau)> / (k - 1) (psi = D tau for
+  spherical Brownian motion), with MSD = c + D tau^alpha: c, the capture noise, is computed from the storage
+  precision (`storage_offset`: float16 rounding adds a known constant to every squared displacement), and a
+  fitted c (`fit_offset_power`) is reported beside it as a check;
 - its local slope d log(y - c) / d log tau (`local_slopes`: a running regression over a few captures);
 - per-walker curves (`walker_curves`) and their log-log slopes, whose mean is the window exponent the
   verdict rests on: in R^d the mean of per-walker OLS slopes is exactly 1 for Brownian walkers of ANY rates
@@ -30,7 +31,7 @@ import numpy as np
 from .battery import levels, log_slope
 
 __all__ = ["FittingWindow", "fitting_window", "window_features", "ensemble_curve", "walker_curves",
-           "fit_offset_power", "local_slopes", "walker_slopes", "MIN_WINDOW_POINTS", "WALKER_COS_FLOOR"]
+           "fit_offset_power", "storage_offset", "local_slopes", "walker_slopes", "MIN_WINDOW_POINTS", "WALKER_COS_FLOOR"]
 
 #: a window needs this many lags (a slope over fewer is not a curve)
 MIN_WINDOW_POINTS = 6
@@ -201,6 +202,30 @@ def fit_offset_power(tau: np.ndarray, y: np.ndarray, *, level: float = OFFSET_LE
     dd = np.where(keep, take(D, best1), take(D0, best0))
     enough = n >= 3
     return np.where(enough, alpha, np.nan), np.where(enough, cc, np.nan), np.where(enough, dd, np.nan)
+
+
+def storage_offset(X: np.ndarray, *, kind: str, k: int) -> float:
+    """The capture-noise offset c of the curves from the storage precision of X (T, N, d); 0 when X is not float16.
+
+    Captures are stored in float16 (probes.dtype): each coordinate carries a rounding error uniform over one unit
+    in the last place, variance ulp(x)^2 / 12 (ulp(x) = 2^(floor(log2|x|) - 10)), independent between captures.
+    A displacement's squared length per dimension then gains 2 mean(ulp^2)/12 (euclidean curve); on the sphere
+    1 - cos gains d mean(ulp^2)/12 and psi = -ln cos/(k - 1) about that over k - 1. The training token files hold
+    float16 values divided by sqrt(d), so both scalings are tried. This offset is known, not fitted: an offset
+    fitted to the curve's shape absorbs noise and bends the exponent.
+    """
+    X = np.asarray(X, np.float64)
+    d = X.shape[-1]
+    for scale in (1.0, float(np.sqrt(d))):
+        Z = X * scale
+        with np.errstate(all="ignore"):
+            Z16 = Z.astype(np.float16).astype(np.float64)
+        if not np.all(np.isfinite(Z16)) or np.any(np.abs(Z - Z16) > 1e-6 * np.abs(Z)):
+            continue
+        ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(Z16), 2.0**-14))) - 10)  # subnormals: 2^-24
+        var = float(np.mean(ulp**2)) / 12 / scale**2  # per coordinate, in X's units
+        return 2 * var if kind == "euclidean" else d * var / (k - 1)
+    return 0.0
 
 
 def local_slopes(tau: np.ndarray, y: np.ndarray, *, decades: float = 0.5) -> np.ndarray:

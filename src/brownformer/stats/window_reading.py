@@ -25,7 +25,7 @@ import numpy as np
 
 from .bootstrap import ClusterBootstrap
 from .local_slope import (MIN_WINDOW_POINTS, FittingWindow, ensemble_curve, fit_offset_power, fitting_window,
-                          local_slopes, walker_curves, walker_slopes, window_features)
+                          local_slopes, storage_offset, walker_curves, walker_slopes, window_features)
 from .simulate import simulate_batch
 from .walkers import andi_diagnostics, token_types, walker_reading
 
@@ -42,12 +42,12 @@ def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, point
     """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null."""
     tau, F = window_features(X, times, win, kind=kind, k=k, drift=drift)
     curve = ensemble_curve(F.mean(1), kind=kind, k=k, n_walkers=F.shape[1])  # (R, n)
-    alpha, c, D = fit_offset_power(tau, curve)
-    c0 = np.nan_to_num(c)
+    alpha, c, D = fit_offset_power(tau, curve)  # the fitted offset: a check on the storage one
+    c0 = np.array([storage_offset(x, kind=kind, k=k) for x in X])
     ws = walker_slopes(tau, walker_curves(F, tau, kind=kind, k=k), c0)
     diag = andi_diagnostics(X[:, win.start:], np.asarray(times, float)[win.start:], kind=kind, k=k, drift=drift,
                             ens_tau=tau, ens_curve=curve)
-    return {"tau": tau, "F": F, "curve": curve, "alpha": alpha, "offset": c, "D": D,
+    return {"tau": tau, "F": F, "curve": curve, "alpha": alpha, "offset": c, "storage_offset": c0, "D": D,
             "local": local_slopes(tau, curve - c0[:, None], decades=points), "walker": ws, "diag": diag}
 
 
@@ -214,8 +214,10 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
             "curvature": {**curvature, "early": early, "late": late, "flat_margin": float(w["flat_margin"]),
                           "null_range": [float(q) for q in np.nanquantile(ncurv, [0.025, 0.975])]},
             "ensemble_exponent": {"estimate": float(ens.estimate[0]), "ci": [float(ens_lo[0]), float(ens_hi[0])],
-                                  "offset": float(data["offset"][0]), "D": float(data["D"][0]),
-                                  "fit": "y = c + D tau^alpha on the ensemble curve, c >= 0 (capture noise)"},
+                                  "fitted_offset": float(data["offset"][0]), "D": float(data["D"][0]),
+                                  "fit": "y = c + D tau^alpha on the ensemble curve, c >= 0 kept where an F-test "
+                                         "needs it (descriptive)"},
+            "storage_offset": float(data["storage_offset"][0]),
             "tau": data["tau"], "curve": data["curve"][0], "local_slope": data["local"][0],
             "envelope": {"low": env[0], "median": env[1], "high": env[2], "n_replicates": R, "level": 0.95},
             "walkers": walkers, "null_decay": decay if kind == "sphere" else None}
