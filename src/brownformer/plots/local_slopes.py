@@ -6,6 +6,7 @@ draws, never decides.
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import NullFormatter
 
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import clock_label
@@ -50,6 +51,7 @@ def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> Non
         ax.plot(tau, ls, color=palette[r["optimizer"]], lw=0.7, alpha=0.7)
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xscale("log")
+    ax.xaxis.set_minor_formatter(NullFormatter())  # a window spans about a decade: minor labels collide
     ax.set(title=title, xlabel=clock_label(rows[0]["time"], since="the window start"),
            ylabel="local slope (d log MSD / d log t)")
     ax.set_ylim(-0.5, 3.0)
@@ -57,7 +59,7 @@ def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> Non
 
 def _exponent_panel(ax, rows: list[dict], palette, margin) -> None:
     rows = [r for r in rows if isinstance((r["block"].get("effect") or {}).get("estimate"), (int, float))]
-    title = "window exponent (CI) and reading"
+    title = "window exponent (CI)"
     if not rows:
         no_data(ax, "no defined window exponents", title=title)
         return
@@ -73,11 +75,12 @@ def _exponent_panel(ax, rows: list[dict], palette, margin) -> None:
         ax.axhspan(margin[0], margin[1], color="0.85", zorder=0)
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xticks(range(len(fams)), ["3a depth", "3b tokens", "3c weights"])
+    ax.set_xlim(-0.5, len(fams) - 0.5)
     ax.set(title=title, ylabel="exponent (edge colour: reading)")
 
 
 def _walkers_panel(ax, rows: list[dict]) -> None:
-    title = "per-walker exponents by token type (median, 25-75%)"
+    title = "per-walker exponents by type"
     per_type: dict[str, list] = {}
     for r in rows:
         for t, v in ((r["walkers"] or {}).get("by_type") or {}).items():
@@ -94,7 +97,7 @@ def _walkers_panel(ax, rows: list[dict]) -> None:
         ax.plot(xs, q[:, 2], "o", ms=2.5, color="k")
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xticks(range(len(per_type)), sorted(per_type), rotation=30, ha="right", fontsize=6)
-    ax.set(title=title, ylabel="exponent")
+    ax.set(title=title, ylabel="exponent (median, 25-75%)")
 
 
 def _reading_panel(ax, rows: list[dict]) -> None:
@@ -127,8 +130,8 @@ def plot_local_slopes(res: Results):
     _exponent_panel(axes[1, 0], rows, palette, res.cfg.stats.margins.get("msd_exponent"))
     _walkers_panel(axes[1, 1], rows)
     _reading_panel(axes[1, 2], rows)
-    handles = [axes[0, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
-    fig.legend(handles=handles, fontsize=6, loc="upper right")
+    handles = [axes[1, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
+    axes[1, 0].legend(handles=handles, fontsize=6, loc="lower right")
     fig.text(0.01, 0.005, "grey bands: 95% envelope of the local slope of Brownian motion simulated at each file's "
              "shape; dashed: Brownian value 1; band: equivalence margin", fontsize=6, color="0.3")
     return fig
