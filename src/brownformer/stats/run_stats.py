@@ -94,10 +94,16 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
     steps = steps if steps is not None and len(steps) == X.shape[0] else None
     side = {**meta, "n_tokens": meta.get("n_tokens") if idx.size == X.shape[1] else None}  # positions need all walkers
     sub_labels = np.unique(labels[idx], return_inverse=True)[1]
-    block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=sub_labels,
-                           k=out["span_dimension"], hyperplane=out["hyperplane"],
-                           drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps, meta=side,
-                           stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed)
+    try:
+        block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=sub_labels,
+                               k=out["span_dimension"], hyperplane=out["hyperplane"],
+                               drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps,
+                               meta=side, stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed)
+    except (ValueError, ArithmeticError, IndexError, np.linalg.LinAlgError) as exc:  # keep the battery's result
+        log.warning("window reading failed: %s", exc)
+        why = f"window reading failed: {exc}"
+        block = {"classification": "inconclusive", "description": why,
+                 "effect": {"estimate": None, "ci": [None, None], "tost_ci": [None, None], "why_undefined": why}}
     out["walkers"] = block.pop("walkers", None)
     out["local_slopes"] = block
     out["verdict_full_range"], out["reason_full_range"] = out["verdict"], out["reason"]
