@@ -85,3 +85,14 @@ def test_walker_reading_separates_spread_rates_from_mixtures():
     shifted = walker_reading(0.5 + 0.1 * rng.standard_normal(100), np.ones(100), null_alpha, null_rate, types=types,
                              positions=None, mixed_share=0.2)
     assert shifted["reading"] == "anomalous"
+
+
+def test_row_quantiles_match_numpy():
+    from brownformer.stats.walkers import row_quantiles
+    x = np.random.default_rng(5).standard_normal((6, 11))
+    x[1, 3:] = np.nan
+    x[2] = np.nan
+    got = row_quantiles(x, [0.025, 0.25, 0.5, 0.975])
+    with np.errstate(all="ignore"), pytest.warns(RuntimeWarning):
+        want = np.nanquantile(x, [0.025, 0.25, 0.5, 0.975], axis=-1)
+    assert np.allclose(got, want, equal_nan=True)

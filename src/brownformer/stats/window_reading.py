@@ -19,15 +19,13 @@ returns the per-file block the claims and the figure read:
 """
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 
 from .bootstrap import ClusterBootstrap
 from .local_slope import (MIN_WINDOW_POINTS, FittingWindow, ensemble_curve, fit_offset_power, fitting_window,
                           local_slopes, storage_offset, walker_curves, walker_slopes, window_features)
 from .simulate import simulate_batch
-from .walkers import andi_diagnostics, token_types, walker_reading
+from .walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
 
 __all__ = ["window_reading", "window_effects", "window_classification", "WINDOW_CLASSES"]
 
@@ -38,12 +36,14 @@ ENSEMBLE_RESAMPLES = 99
 _DECAY_RANGE = (1 / 16, 16.0)
 
 
-def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: float) -> dict:
-    """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null."""
+def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: float,
+           stored: bool = True) -> dict:
+    """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null
+    (`stored` False: simulated in float32, no storage rounding)."""
     tau, F = window_features(X, times, win, kind=kind, k=k, drift=drift)
     curve = ensemble_curve(F.mean(1), kind=kind, k=k, n_walkers=F.shape[1])  # (R, n)
     alpha, c, D = fit_offset_power(tau, curve)  # the fitted offset: a check on the storage one
-    c0 = np.array([storage_offset(x, kind=kind, k=k) for x in X])
+    c0 = np.array([storage_offset(x, kind=kind, k=k) if stored else 0.0 for x in X])
     ws = walker_slopes(tau, walker_curves(F, tau, kind=kind, k=k), c0)
     diag = andi_diagnostics(X[:, win.start:], np.asarray(times, float)[win.start:], kind=kind, k=k, drift=drift,
                             ens_tau=tau, ens_curve=curve)
@@ -68,7 +68,7 @@ def _null_batch(tw, win: FittingWindow, labels, *, d: int, kind: str, k: int, hy
         null_win = FittingWindow(0, win.used - win.start, win.start_step, win.min_lag_steps, win.why)
         if len(_NULL_CACHE) >= _NULL_CACHE_SIZE:
             _NULL_CACHE.pop(next(iter(_NULL_CACHE)))
-        _NULL_CACHE[key] = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=points)
+        _NULL_CACHE[key] = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=points, stored=False)
     return _NULL_CACHE[key]
 
 
@@ -186,10 +186,7 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     null_out = _outside(nexpo.estimate, ntlo, nthi, nexpo.pvalue(1.0), margin, alpha)
     null_in = (ntlo >= lo) & (nthi <= hi)
     ncurv = _mean_over_walkers(boot, null["walker"]["late"] - null["walker"]["early"]).estimate
-    with np.errstate(all="ignore"), warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)  # lags where no replicate has a local slope: NaN
-        env = np.nanquantile(np.where(np.isfinite(null["local"]), null["local"], np.nan), [0.025, 0.5, 0.975], axis=0) \
-            if np.isfinite(null["local"]).any() else np.full((3, data["tau"].size), np.nan)
+    env = row_quantiles(null["local"].T, [0.025, 0.5, 0.975])  # (3, n); NaN at lags without a local slope
     effect.update(margin=list(margin), method="mean over walkers of the log-log slope of y_i - c over the pre-fixed "
                   "window, minus the simulated Brownian motions' median bias; t-interval over groups with the "
                   "cluster-bootstrap SE; H0 exponent = 1",
