@@ -122,6 +122,14 @@ DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
     ["properties"].items() if "default" in prop}
 
 
+# Claim 3's fitting window, fixed before the data (stats/local_slope.py): displacements start at the first capture at
+# or after `start_step` (None: train.warmup_steps), and only lags of at least 1/(1 - momentum) steps are used
+# (AdamW's beta1 and the heavy-ball momentum 0.9 correlate increments over ~10 steps).
+DEFAULT_WINDOW: dict[str, Any] = {
+    key: prop["default"] for key, prop in load_schema()["properties"]["stats"]["properties"]["window"]
+    ["properties"].items()}
+
+
 @dataclass(frozen=True)
 class StatsConfig:
     confidence_level: float = 0.95
@@ -134,6 +142,7 @@ class StatsConfig:
     seed: int = 0
     momentum_times: float = 1.0  # training-time windows start after (and space captures by) this many 1/(1 - beta)
     margins: Mapping[str, tuple[float, float]] = field(default_factory=lambda: dict(DEFAULT_MARGINS))
+    window: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_WINDOW))
 
 
 @dataclass(frozen=True)
@@ -355,6 +364,9 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
     stats = dict(d.get("stats", {}))
     margins = dict(DEFAULT_MARGINS)
     margins.update({k: tuple(v) for k, v in stats.pop("margins", {}).items()})
+    window = {**DEFAULT_WINDOW, **stats.pop("window", {})}
+    if window["start_step"] is None:  # the warm-up's one home is train.warmup_steps
+        window["start_step"] = int(d["train"].get("warmup_steps", 0))
     cfg = ExperimentConfig(
         seeds=tuple(d["seeds"]),
         device=d["device"],
@@ -367,7 +379,7 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
         probes=ProbeConfig(**d.get("probes", {})),
-        stats=StatsConfig(margins=margins, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in stats.items()}),
+        stats=StatsConfig(margins=margins, window=window, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in stats.items()}),
         resources=d.get("resources", {}),
         report=ReportConfig(**d.get("report", {})),
         raw=d,

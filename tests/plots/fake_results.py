@@ -97,9 +97,21 @@ def _traj_stats(kind: str, rng, *, brownian: bool) -> dict:
     tests = [test("msd_exponent", exponent, exponent - 0.1, exponent + 0.1, 1.0),
              test("variance_ratio", 1.02, 0.9, 1.15, 1.0), test("hurst", 0.52, 0.44, 0.6, 0.5),
              test("tail_index", 0.97, 0.85, 1.1, 1.0)]
-    return {"kind": kind, "n_times": T, "n_walkers": N, "dim": D,
+    tau = np.geomspace(0.01, 1.0, T - 1)
+    local = exponent + 0.05 * rng.standard_normal(T - 1)
+    window = {"window": {"start_index": 1, "n_points": T - 1}, "tau": tau.tolist(), "local_slope": local.tolist(),
+              "curve": (tau**exponent).tolist(), "classification": "brownian" if brownian else "crossover",
+              "description": "fake", "envelope": {"low": (0.8 + 0 * tau).tolist(), "median": (1 + 0 * tau).tolist(),
+                                                  "high": (1.2 + 0 * tau).tolist(), "n_replicates": 19},
+              "effect": {"estimate": exponent, "ci": [exponent - 0.1, exponent + 0.1],
+                         "tost_ci": [exponent - 0.08, exponent + 0.08], "p_value": 0.4}}
+    walkers = {"reading": "brownian-like", "rates": "spread",
+               "by_type": {t: {"n": 3, "exponent_quantiles": [exponent - 0.3, exponent - 0.1, exponent,
+                                                              exponent + 0.1, exponent + 0.3],
+                               "rate_quantiles": [0.1, 0.2, 0.3, 0.4, 0.5]} for t in ("cls", "patch")}}
+    return {"kind": kind, "n_times": T, "n_walkers": N, "dim": D, "time": "lr_sq_sum",
             "msd_exponent": {"estimate": exponent, "ci": [exponent - 0.1, exponent + 0.1]},
-            "diffusion_coefficient": 0.01, "tests": tests,
+            "diffusion_coefficient": 0.01, "tests": tests, "local_slopes": window, "walkers": walkers,
             "classification": "brownian" if brownian else "subdiffusive", "brownian": brownian}
 
 

@@ -11,7 +11,17 @@ import numpy as np
 
 from brownformer.results import dig
 
-__all__ = ["unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_msd", "find_test", "capture_number"]
+__all__ = ["unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_msd", "find_test", "capture_number",
+           "clock_label"]
+
+#: the sidecar "time" of a trajectory -> what its axis measures
+_CLOCKS = {"lr_sq_sum": "clock Σ lr²", "lr_sum": "clock Σ lr", "step": "steps", "layer": "layers",
+           "index": "capture index"}
+
+
+def clock_label(time: str | None, *, since: str = "the first capture") -> str:
+    """Axis label of a trajectory's own clock (sidecar "time"), elapsed since `since`."""
+    return f"{_CLOCKS.get(time or 'index', str(time))} since {since}"
 
 
 def capture_number(path: str) -> int:

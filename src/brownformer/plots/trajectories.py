@@ -7,7 +7,7 @@ from scipy import stats as sps
 
 from brownformer.results import Results, dig
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
-from brownformer.plots._traj import displacement_msd, find_test, mean_cosine_from_start
+from brownformer.plots._traj import clock_label, displacement_msd, find_test, mean_cosine_from_start
 
 __all__ = ["estimates_table", "plot_training_msd", "plot_increments_tails"]
 
@@ -69,8 +69,9 @@ def _ci_panel(ax, table: pd.DataFrame, palette, *, margin=None, reference=None, 
     ax.set(title=title, ylabel=ylabel)
 
 
-def _msd_panel(ax, res: Results, palette, category: str) -> bool:
-    drew = False
+def _msd_panel(ax, res: Results, palette, category: str) -> str | None:
+    """Draw the category's curves on their own clock; the clock's name (sidecar "time"), None when nothing drew."""
+    drew = None
     for spec in res.runs:
         for entry in res.trajectory_files(spec.run_id, category):
             if category == "training" and entry["path"].endswith("_lrsum.npy"):
@@ -91,7 +92,7 @@ def _msd_panel(ax, res: Results, palette, category: str) -> bool:
             ok = (lag > 0) & (y > 0) & np.isfinite(y)
             if ok.sum() >= 2:
                 ax.loglog(lag[ok], y[ok], color=palette[spec.optimizer], lw=0.7, alpha=0.6)
-                drew = True
+                drew = drew or side.get("time") or "index"
     return drew
 
 
@@ -112,9 +113,10 @@ def plot_training_msd(res: Results):
     margins = res.cfg.stats.margins
     for ax, cat, title, ylabel in ((axes[0, 0], "weights", "weights: MSD", "E‖w_t − w_0‖² / p"),
                                    (axes[0, 1], "training", "token states on the sphere", "ψ(t) = −ln E⟨u₀,u_t⟩ / (d−1)")):
-        if _msd_panel(ax, res, palette, cat):
+        clock = _msd_panel(ax, res, palette, cat)
+        if clock:
             _slope_one(ax)
-            ax.set(xlabel="steps since first capture", ylabel=ylabel, title=title)
+            ax.set(xlabel=clock_label(clock), ylabel=ylabel, title=title)
             handles = [ax.plot([], [], color=c, label=o)[0] for o, c in palette.items()]
             ax.legend(handles=handles + [ax.get_lines()[-len(handles) - 1]], fontsize=6, loc="upper left")
         else:

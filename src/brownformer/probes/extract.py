@@ -152,7 +152,8 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
         return _sidecar("sphere", PRIMARY_CLOCK, clocks[PRIMARY_CLOCK], token_walkers,
                         src(layer=layer, tensor="ln_hat/sqrt(d)", captures=ks, steps=steps), ln=meta["ln"],
                         ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, n_inputs=B, n_tokens=n,
-                        sum_zero=centered, clocks=clocks, clock_reason=_CLOCK_REASON, warmup=_WARMUP)
+                        sum_zero=centered, clocks=clocks, clock_reason=_CLOCK_REASON, warmup=_WARMUP,
+                        cls_index=meta.get("cls_index"))
 
     training = {l: w.memmap(f"training/ln_l{l}.npy", (C, N, d), ln_sidecar(l),
                             category="training", layer=l, tensor="ln") for l in range(L)}

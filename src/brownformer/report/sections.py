@@ -14,6 +14,7 @@ from typing import Callable
 from brownformer.report.claims import claim_lines, claim_table, counts_by_optimizer, did_not_train_text, headline_table
 from brownformer.report.claims12 import markov_text, sphere_text
 from brownformer.report.context import ReportContext
+from brownformer.report.local_slopes import claim3_reading_text
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.optimizers import comparison_table, kfac_sentences
 from brownformer.report.pretrained import pretrained_text
@@ -66,8 +67,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("training", "Training runs", text=_training_text),
     Section("1", "Claim 1: tokens on a hypersphere after LayerNorm", claims=("1",), text=sphere_text),
     Section("2", "Claim 2: attention as a Markov transition matrix", claims=("2",), text=markov_text),
-    Section("3a", "Claim 3 (depth): token updates across layers", claims=("3a",)),
-    Section("3b", "Claim 3 (training): token states and weights over training", claims=("3b", "3c")),
+    Section("3a", "Claim 3 (depth): token updates across layers", claims=("3a",),
+            text=lambda ctx: claim3_reading_text(ctx, ("3a",))),
+    Section("3b", "Claim 3 (training): token states and weights over training", claims=("3b", "3c"),
+            text=lambda ctx: claim3_reading_text(ctx, ("3b", "3c"))),
     Section("calibration", "Calibration of the test battery", text=_calibration_text),
     Section("overview", "Overview", text=_overview_text),
     Section("scaling", "Scaling: the claims against depth and width", text=scaling_text),

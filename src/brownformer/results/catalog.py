@@ -53,6 +53,9 @@ _ENTRIES = (
            "brownformer.plots.depth:plot_depth_cosine", "depth_cosine.rst", "3a"),
     Figure("training_msd", "Training trajectories: mean squared displacement, variance ratio and Hurst exponents",
            "brownformer.plots.trajectories:plot_training_msd", "training_msd.rst", "3b"),
+    Figure("local_slopes", "Claim 3 on its pre-fixed window: local slopes against the Brownian null envelope, "
+           "window exponents, per-walker exponents by token type",
+           "brownformer.plots.local_slopes:plot_local_slopes", "local_slopes.rst", "3b"),
     Figure("increments_tails",
            "Increment distributions and tail indices against matched Gaussian surrogates; gradient noise",
            "brownformer.plots.trajectories:plot_increments_tails", "increments_tails.rst", "3b"),

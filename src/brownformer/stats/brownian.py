@@ -30,7 +30,10 @@ log = logging.getLogger(__name__)
 
 __all__ = ["analyze_trajectory", "battery_batch", "BatteryResult", "CLASSES"]
 
-CLASSES = ("brownian", "subdiffusive", "superdiffusive", "mean-reverting", "heavy-tailed", "correlated", "non-gaussian")
+#: "crossover" (the local slope is not flat across the window) and "mixed" (Brownian and non-Brownian walkers)
+#: come from the window reading (stats/window_reading.py)
+CLASSES = ("brownian", "subdiffusive", "superdiffusive", "mean-reverting", "heavy-tailed", "correlated", "non-gaussian",
+           "crossover", "mixed")
 
 
 @dataclass

@@ -22,6 +22,12 @@ has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "s
   "within_group_correlation", "calibration_shape" {id, kind, T, N, d, G, rho, decay, times, group_sizes}.
   The calibration stage simulates the shapes of the decided files; the claims (stats/claims/brownian.py)
   look each file's shape up in calibration.parquet and cite size and power at exactly that shape.
+- Claim 3's window reading (stats/window_reading.py, docs/methods/claim3-local-slopes.md) on every battery file:
+  "local_slopes" {window, tau, curve, local_slope, envelope {low, median, high}, effect (the window exponent with
+  its null size), curvature, ensemble_exponent, classification, description} and "walkers" {reading, rates,
+  quantiles overall / by_type / by_position, diagnostics {eb, ergodicity_ratio, ageing_ratio, vacf_q1/2/4, alpha2}
+  with their Brownian ranges}. "verdict", "reason" and "classification" rest on the window exponent; the full-range
+  ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range".
 - gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
 """
 from __future__ import annotations
@@ -98,6 +104,42 @@ def fit_file_null(path, *, stats, kind: str | None = None):
     return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null
 
 
+def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
+    """Claim 3's reading on the pre-fixed window (stats/window_reading.py): "local_slopes", "walkers", and the
+    verdict and classification re-decided on the window exponent (the full-range ones are kept as
+    "verdict_full_range", "classification_full_range")."""
+    from .bootstrap import group_labels
+    from .rule import decide_one
+    from .shapes import select_walkers
+    from .window_reading import window_effects, window_classification, window_reading
+    inputs = battery_inputs(meta, out["kind"])
+    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
+    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
+    steps = (meta.get("clocks") or {}).get("step")
+    steps = steps if steps is not None and len(steps) == X.shape[0] else None
+    side = {**meta, "n_tokens": meta.get("n_tokens") if idx.size == X.shape[1] else None}  # positions need all walkers
+    sub_labels = np.unique(labels[idx], return_inverse=True)[1]
+    try:
+        block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=sub_labels,
+                               k=out["span_dimension"], hyperplane=out["hyperplane"],
+                               drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps,
+                               meta=side, stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed)
+    except (ValueError, ArithmeticError, IndexError, np.linalg.LinAlgError) as exc:  # keep the battery's result
+        log.warning("window reading failed: %s", exc)
+        why = f"window reading failed: {exc}"
+        block = {"classification": "inconclusive", "description": why,
+                 "effect": {"estimate": None, "ci": [None, None], "tost_ci": [None, None], "why_undefined": why}}
+    out["walkers"] = block.pop("walkers", None)
+    out["local_slopes"] = block
+    out["verdict_full_range"], out["reason_full_range"] = out["verdict"], out["reason"]
+    out["verdict"], out["reason"] = decide_one(window_effects(out), kind=out["kind"], margins=dict(stats.margins),
+                                               alpha=stats.alpha, n_times=int(out["n_times"]),
+                                               n_groups=out.get("n_groups"))
+    out["brownian"] = out["verdict"] == "brownian"
+    out["classification_full_range"] = out["classification"]
+    out["classification"] = window_classification(out)
+
+
 def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None) -> dict:
     """The battery, verdict and description of one trajectory file (DESIGN.md `stats trajectory`).
 
@@ -115,6 +157,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
                              n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
                              max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
                              check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
+    _add_window(out, X, meta, stats)
     from .fitted_null import fitted_id
     from .shapes import fitted_calibration_for
     out["time"] = meta.get("time")
@@ -240,6 +283,8 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
         for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
             if k in result:
                 row[k] = result[k]
+        if isinstance(result.get("local_slopes"), dict):
+            row["window_exponent"] = result["local_slopes"]["effect"].get("estimate")
         if "sphere" in result:
             row["sphere_tensor"] = result["sphere"]["tensor"]
         files.append(row)

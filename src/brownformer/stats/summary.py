@@ -54,6 +54,11 @@ def _rows_for(run: str, rel: str, res: dict) -> list[dict]:
         ci = v.get("ci") or [None, None]
         rows.append({**base, "quantity": q, "estimate": v.get("mean"), "ci_low": ci[0], "ci_high": ci[1],
                      "p_value": None, "reject": None})
+    win = (res.get("local_slopes") or {}).get("effect")
+    if isinstance(win, dict):  # claim 3's window exponent (stats/window_reading.py), the verdict's MSD effect
+        ci = win.get("ci") or [None, None]
+        rows.append({**base, "quantity": "window_exponent", "estimate": win.get("estimate"), "ci_low": ci[0],
+                     "ci_high": ci[1], "p_value": win.get("p_value"), "reject": None})
     if "brownian" in res:
         rows.append({**base, "quantity": "brownian", "estimate": float(bool(res["brownian"])), "ci_low": None,
                      "ci_high": None, "p_value": None, "reject": None})

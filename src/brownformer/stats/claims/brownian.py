@@ -2,13 +2,16 @@
 
 Per file the verdict is the calibrated rule itself (stats/rule.py `decide`, the function the calibration
 simulates through): it is re-applied here to the file's stored key effects with this StatsConfig's
-margins and alpha. A file counts only where the calibration simulated its exact shape (stats/shapes.py) and
-the gates (stats/gates.py) pass for the verdict it gives, each verdict held to its own false-positive rate:
-"not brownian" needs the upper bound of the rule's size (rate of "not brownian" on Brownian motion) at most
-SIZE_GOAL under the idealised null and, where it was simulated, under the file's fitted null
-(stats/fitted_null.py); "brownian" needs that too and, at every alternative (margin edges, OU, i.i.d.
-points), a lower bound of the rate of a verdict other than "brownian" above POWER_GOAL. Without that the
-file is "inconclusive", never evidence for "supported".
+margins and alpha, the MSD exponent being the window exponent (stats/window_reading.py: the mean
+per-walker log-log slope inside the window fixed in the config before the data, after the warm-up and
+beyond the momentum time); a verdict also needs that exponent's own rule to keep its size on the
+Brownian motions simulated at the file's shape over the window. A file counts only where the calibration
+simulated its exact shape (stats/shapes.py) and the gates (stats/gates.py) pass for the verdict it gives,
+each verdict held to its own false-positive rate: "not brownian" needs the upper bound of the rule's size
+(rate of "not brownian" on Brownian motion) at most SIZE_GOAL under the idealised null and, where it was
+simulated, under the file's fitted null (stats/fitted_null.py); "brownian" needs that too and, at every
+alternative (margin edges, OU, i.i.d. points), a lower bound of the rate of a verdict other than "brownian"
+above POWER_GOAL. Without that the file is "inconclusive", never evidence for "supported".
 
 Pooling (stats/pooling.py), with the size of each count rule stated in the record:
 - run (the files of one family: layers, or layers x weight matrices; dependent): "supported" when every file
@@ -39,6 +42,7 @@ from ..replicas import is_replica_file, split_by_unit
 from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
 from ..rule_history import rule_history
 from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
+from ..window_reading import window_effects
 from .common import did_not_train_record, unit_mean_interval
 
 __all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
@@ -82,7 +86,7 @@ def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
     the calibration at the file's exact shape is missing or shows the rule untrustworthy there. The
     calibration dict carries the fitted null's size under "fitted" (None when it was not simulated).
     """
-    verdict, reason = decide_one(result.get("effects") or {}, kind=result["kind"], margins=dict(stats.margins),
+    verdict, reason = decide_one(window_effects(result), kind=result["kind"], margins=dict(stats.margins),
                                  alpha=stats.alpha, n_times=int(result["n_times"]),
                                  n_groups=result.get("n_groups"))
     shape = result.get("calibration_shape")
@@ -91,6 +95,8 @@ def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
     if cal is not None:
         cal = {**cal, "fitted": fitted}
     ok, why = _trustworthy(cal, verdict, fitted)
+    if ok and verdict != INCONCLUSIVE:
+        ok, why = _window_null_ok(result)
     if verdict != INCONCLUSIVE and not ok:
         return INCONCLUSIVE, f"rule says {verdict!r} but {why}", cal
     return verdict, reason, cal
@@ -105,6 +111,20 @@ def _file_size(cal: dict | None) -> float:
     if f:
         s = max(s, smoothed_size(f["size"] * f["n_replicates"], f["n_replicates"]))
     return s
+
+
+def _window_null_ok(result: dict) -> tuple[bool, str]:
+    """Whether the window exponent's own rule keeps its size at this file's shape: the Clopper-Pearson interval of
+    its rate of "outside the margin" on the simulated Brownian motions must not lie above SIZE_GOAL."""
+    null = ((result.get("local_slopes") or {}).get("effect") or {}).get("null")
+    if not null:
+        return True, ""
+    from scipy.stats import binomtest
+    n = int(null["n_replicates"])
+    low = binomtest(int(round(null["size"] * n)), n).proportion_ci(0.95, method="exact").low
+    if low > SIZE_GOAL[1]:
+        return False, f"the window exponent's size on Brownian motion at this shape is {null['size']:.2f} of {n}"
+    return True, ""
 
 
 def _worst_calibration(cals: list[dict]) -> dict | None:
@@ -133,8 +153,21 @@ def _worst_calibration(cals: list[dict]) -> dict | None:
 
 
 def _exponent(result: dict) -> float:
-    v = (result.get("msd_exponent") or {}).get("estimate")
+    """The window exponent (the verdict's MSD effect), or the full-range one for an output without a window."""
+    v = (window_effects(result).get("msd_exponent") or result.get("msd_exponent") or {}).get("estimate")
     return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def _window_row(result: dict) -> dict:
+    """What a claim row shows of a file's window reading (the local-slope curve stays in the per-file JSON)."""
+    win = result.get("local_slopes") or {}
+    walkers = result.get("walkers") or {}
+    return {"classification": result.get("classification"), "window": win.get("classification"),
+            "window_description": win.get("description"),
+            "ensemble_exponent": (win.get("ensemble_exponent") or {}).get("estimate"),
+            "full_range_exponent": (result.get("msd_exponent") or {}).get("estimate"),
+            "window_null_size": ((win.get("effect") or {}).get("null") or {}).get("size"),
+            "walkers": walkers.get("reading"), "walker_rates": walkers.get("rates")}
 
 
 def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
@@ -147,7 +180,7 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
         rows.append({"path": f["path"], "verdict": v, "reason": why, "msd_exponent": _exponent(f["result"]),
                      "shape_id": (f["result"].get("calibration_shape") or {}).get("id"),
                      "size": cal["size"] if cal else None,
-                     "size_fitted": (cal.get("fitted") or {}).get("size") if cal else None})
+                     "size_fitted": (cal.get("fitted") or {}).get("size") if cal else None, **_window_row(f["result"])})
     n = len(verdicts)
     n_b, n_nb = verdicts.count("brownian"), verdicts.count("not brownian")
     k_run, bound = markov_threshold(sizes, stats.alpha)
@@ -162,13 +195,16 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
         first = next((r["reason"] for r in rows if r["verdict"] != "brownian"), "no files")
         need = f"{k_run} files certified not Brownian" if k_run else "more files than there are"
         verdict, reason = INCONCLUSIVE, f"{counts}; a rejection needs {need}; e.g. {first}"
-    est, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats, name="MSD exponent (mean over files)")
+    est, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats, name="window MSD exponent (mean over files)")
+    classes: dict[str, int] = {}
+    for r in rows:
+        classes[str(r["classification"])] = classes.get(str(r["classification"]), 0) + 1
     pooling = {"rule": "Markov count rule over dependent files", "file_sizes": sizes, "k_run": k_run,
                "size_bound": bound if k_run is not None else 0.0, "n_not_brownian": n_nb, "p_value": p}
     return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
                        margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
                        details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n,
-                                "pooling": pooling, "p_value": p})
+                                "pooling": pooling, "p_value": p, "classifications": classes})
 
 
 def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> tuple[str, str, dict]:
@@ -196,7 +232,7 @@ def _single_path_description(files: list[dict], stats) -> dict:
     MSD exponent, as description (conditional on one training path; stats/replicas.py)."""
     out: dict[str, dict] = {}
     for f in files:
-        v, _ = decide_one(f["result"].get("effects") or {}, kind=f["result"]["kind"], margins=dict(stats.margins),
+        v, _ = decide_one(window_effects(f["result"]), kind=f["result"]["kind"], margins=dict(stats.margins),
                           alpha=stats.alpha, n_times=int(f["result"]["n_times"]))
         row = out.setdefault(f["run"], {"n_files": 0, "rule_verdicts": {}, "msd_exponents": []})
         row["n_files"] += 1
@@ -247,13 +283,13 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     for opt, recs in sorted(per_opt.items()):
         v, why, det = _pool(recs, stats.alpha)
         est, _ = unit_mean_interval([r.estimate.value for r in recs.values() if r.estimate], stats=stats,
-                                    name="MSD exponent (mean over runs)")
+                                    name="window MSD exponent (mean over runs)")
         per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
                                          margin=tuple(stats.margins["msd_exponent"]),
                                          calibration=_worst_calibration([r.calibration for r in recs.values()]),
                                          details={"pooling": det, "p_value": det.get("p_value")})
     est, _ = unit_mean_interval([r.estimate.value for r in trained.values() if r.estimate], stats=stats,
-                                name="MSD exponent (mean over runs of the mean over files)")
+                                name="window MSD exponent (mean over runs of the mean over files)")
     kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
     return ClaimRecord(
         claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,

@@ -1,0 +1,34 @@
+"""Claim 3's window readings as one table, quoted by the report (the figure draws the same blocks)."""
+from __future__ import annotations
+
+import pandas as pd
+
+from brownformer.results.reader import Results, dig
+
+__all__ = ["FAMILIES", "window_table"]
+
+#: battery file family -> claim
+FAMILIES = {"depth": "3a", "training": "3b", "weights": "3c"}
+
+
+def window_table(res: Results) -> pd.DataFrame:
+    """One row per battery file with a window block (stats/window_reading.py): run, optimizer, claim, file,
+    clock, window start step and minimum lag, reading, window / ensemble / full-range exponents, walkers."""
+    rows = []
+    for spec in res.runs:
+        for key, data in sorted(res.all_run_stats.get(spec.run_id, {}).items()):
+            fam = key.split("/")[0]
+            if fam not in FAMILIES or not isinstance(data, dict) or not isinstance(data.get("local_slopes"), dict):
+                continue
+            b = data["local_slopes"]
+            rows.append({"run": spec.run_id, "optimizer": spec.optimizer, "claim": FAMILIES[fam], "file": key,
+                         "clock": data.get("time"), "start_step": dig(b, "window", "start_step"),
+                         "min_lag_steps": dig(b, "window", "min_lag_steps"), "n_lags": dig(b, "window", "n_points"),
+                         "reading": b.get("classification"), "description": b.get("description"),
+                         "window_exponent": dig(b, "effect", "estimate"),
+                         "window_null_size": dig(b, "effect", "null", "size"),
+                         "ensemble_exponent": dig(b, "ensemble_exponent", "estimate"),
+                         "full_range_exponent": dig(data, "msd_exponent", "estimate"),
+                         "walkers": dig(data, "walkers", "reading"), "rates": dig(data, "walkers", "rates"),
+                         "verdict": data.get("verdict")})
+    return pd.DataFrame(rows)
