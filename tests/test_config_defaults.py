@@ -43,6 +43,7 @@ def test_dataclass_and_schema_agree(cls, section, own):
             continue
         default = _default(fields[name])
         if "default" in prop:
+            default = list(default) if isinstance(default, tuple) else default  # YAML lists are read as tuples
             assert default == prop["default"], f"{cls.__name__}.{name}: {default!r} vs schema {prop['default']!r}"
         elif name in required:
             assert default is dataclasses.MISSING, f"{cls.__name__}.{name} is required by the schema"
@@ -90,7 +91,9 @@ def test_a_minimal_config_gets_the_dataclass_defaults():
     dataclasses' defaults."""
     cfg = from_dict(_minimal())
     assert cfg.train == C.TrainConfig(steps=1, batch_size=1)
-    assert cfg.probes == C.ProbeConfig() and cfg.stats == C.StatsConfig()
+    # the window's start_step default (null) means "train.warmup_steps": resolved when the config is read
+    window = {**C.DEFAULT_WINDOW, "start_step": cfg.train.warmup_steps}
+    assert cfg.probes == C.ProbeConfig() and cfg.stats == dataclasses.replace(C.StatsConfig(), window=window)
     assert cfg.models["m"] == C.ModelConfig(name="m", arch="vit", dataset="d", ln="pre")
     assert cfg.datasets["d"] == C.DatasetConfig(name="d", source="digits")
 

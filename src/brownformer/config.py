@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from brownformer.config_checks import SCHEMA_PATH, ConfigError, apply_overrides, load_schema, validate_dict
+from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, SCHEMA_PATH, ConfigError, apply_overrides,
+                                      validate_dict)
 from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_steps, replica_seed
 
 __all__ = [
@@ -113,21 +114,6 @@ class ProbeConfig:
     max_weight_size: int = 65536
     projection_dim: int = 256
     dtype: str = "float16"
-
-
-# Pre-registered equivalence margins: a value inside counts as "Brownian" (or supports the claim). Their
-# one home is the schema (`stats.margins`, each key's default and the reason for it); read once here.
-DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
-    key: tuple(prop["default"]) for key, prop in load_schema()["properties"]["stats"]["properties"]["margins"]
-    ["properties"].items() if "default" in prop}
-
-
-# Claim 3's fitting window, fixed before the data (stats/local_slope.py): displacements start at the first capture at
-# or after `start_step` (None: train.warmup_steps), and only lags of at least 1/(1 - momentum) steps are used
-# (AdamW's beta1 and the heavy-ball momentum 0.9 correlate increments over ~10 steps).
-DEFAULT_WINDOW: dict[str, Any] = {
-    key: prop["default"] for key, prop in load_schema()["properties"]["stats"]["properties"]["window"]
-    ["properties"].items()}
 
 
 @dataclass(frozen=True)

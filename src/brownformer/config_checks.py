@@ -150,3 +150,19 @@ def apply_overrides(raw: dict, overrides: list[str] | None) -> dict:
                 raise ConfigError(f"--set {item!r}: {p!r} is not a mapping")
         node[parts[-1]] = yaml.safe_load(value)
     return data
+
+
+# Pre-registered equivalence margins: a value inside counts as "Brownian" (or supports the claim). Their
+# one home is the schema (`stats.margins`, each key's default and the reason for it); read once here
+# (brownformer.config re-exports them).
+DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
+    key: tuple(prop["default"]) for key, prop in load_schema()["properties"]["stats"]["properties"]["margins"]
+    ["properties"].items() if "default" in prop}
+
+
+# Claim 3's fitting window, fixed before the data (stats/local_slope.py): displacements start at the first capture at
+# or after `start_step` (None: train.warmup_steps), and only lags of at least 1/(1 - momentum) steps are used
+# (AdamW's beta1 and the heavy-ball momentum 0.9 correlate increments over ~10 steps).
+DEFAULT_WINDOW: dict[str, Any] = {
+    key: prop["default"] for key, prop in load_schema()["properties"]["stats"]["properties"]["window"]
+    ["properties"].items()}
