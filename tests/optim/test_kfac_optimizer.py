@@ -190,7 +190,6 @@ def test_nonfinite_gradient_restores_the_last_good_state(caplog):
     for _ in range(3):  # snapshots before steps 0 and 2
         _one_batch_step(model, opt)
     good = opt.good.params
-    momentum = [opt.state[p]["momentum_buffer"].clone() for p in opt._params()]
     assert opt.good.step == 2 and not all(torch.equal(p, q) for p, q in zip(model.parameters(), good))
     with caplog.at_level("WARNING"):
         _nan_batch_step(model, opt)
@@ -199,9 +198,9 @@ def test_nonfinite_gradient_restores_the_last_good_state(caplog):
     stats = opt.last_stats
     assert stats["failures_total"] == 1 and not stats["preconditioned"] and stats["damping"] == pytest.approx(0.1)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), good))
-    assert not all(torch.equal(opt.state[p]["momentum_buffer"], m) for p, m in zip(opt._params(), momentum))
+    assert all("momentum_buffer" not in opt.state[p] for p in opt._params())  # momentum restarts from zero
     _one_batch_step(model, opt)  # and training continues
-    assert opt.failures == 0 and all(torch.isfinite(p).all() for p in model.parameters())
+    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
 def test_consecutive_failures_stop_with_one_error():
@@ -211,7 +210,7 @@ def test_consecutive_failures_stop_with_one_error():
     _one_batch_step(model, opt)
     for _ in range(3):
         _nan_batch_step(model, opt)
-    with pytest.raises(FloatingPointError, match="4 consecutive failed steps"):
+    with pytest.raises(FloatingPointError, match="4 failed steps in a row"):
         _nan_batch_step(model, opt)
 
 

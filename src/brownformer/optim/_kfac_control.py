@@ -6,9 +6,6 @@
   ``lr * nu * X = (lr / lr0) sqrt(kl_clip) X / sqrt(<V, X>)``: its size still follows the schedule's
   factor ``lr / lr0`` (warm-up and decay act), where kfac-pytorch's ``nu`` (from the current lr)
   would cancel the lr and make the bound the step rule.
-* Damping relative to the factors: layer ``l`` solves ``G X A + lambda_l X = V`` with
-  ``lambda_l = damping * tau_l``, ``tau_l = (tr A_l / n_a)(tr G_l / n_g)`` the mean eigenvalue of
-  ``A_l (x) G_l``: one dimensionless ``damping`` means the same for every layer and every loss scale.
 * Levenberg-Marquardt (Martens & Grosse 2015, sec. 6.5; kfac-jax's damping adaptation): every
   ``adapt_every`` steps, with a closure that re-evaluates the loss on the step's batch,
   ``rho = (h(theta + delta) - h(theta)) / (g^T delta + 1/2 sum_l <D_l, G_l D_l A_l>)`` (actual over
@@ -16,9 +13,10 @@
   the AdamW half included; the parameters K-FAC does not precondition enter the model linearly);
   ``damping *= omega`` if ``rho > 3/4``, ``/= omega`` if ``rho < 1/4``, ``omega = 0.95^adapt_every``.
 * Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) restore the last
-  good snapshot (parameters and first-order state, taken every ``adapt_every`` steps), multiply the
-  damping by 10 and refresh the factors from the next batch; ``max_failures`` consecutive failures
-  stop the run with one error.
+  good snapshot (parameters and AdamW moments, taken every ``adapt_every`` steps; momentum restarts
+  from zero), multiply the damping by 10 and refresh the factors from the next batch. A failure within
+  ``adapt_every`` steps of the previous one counts as the same run of failures; ``max_failures`` of
+  them stop training with one error, so there is never an endless cycle of restores.
 """
 from __future__ import annotations
 
@@ -26,21 +24,16 @@ import torch
 
 LM_LOW, LM_HIGH = 0.25, 0.75  # reduction-ratio thresholds (Martens & Grosse 2015; kfac-jax)
 LM_DECAY_PER_STEP = 0.95  # omega = 0.95^adapt_every (Martens & Grosse: (19/20)^T1)
-DAMPING_MIN, DAMPING_MAX = 1e-6, 1e3  # relative damping: 1e3 x the mean eigenvalue is SGD with lr / lambda
+DAMPING_MIN, DAMPING_MAX = 1e-6, 1e3  # G and A are O(1) at the loss's scale: 1e3 is SGD with lr / 1e3
 FAILURE_GROWTH = 10.0  # one order of magnitude per failure
-SNAPSHOT_KEYS = ("momentum_buffer", "exp_avg", "exp_avg_sq")  # the first-order state a restore brings back
-TAU_FLOOR = 1e-30  # a layer whose factors are exactly 0 (no curvature yet) keeps a positive damping
+# the first-order state a restore brings back; the momentum buffers are cleared instead (measured: a buffer
+# saved a few steps before a divergence already points along it and re-diverged the restored state at once)
+SNAPSHOT_KEYS = ("exp_avg", "exp_avg_sq")
 
 
 def lm_omega(adapt_every: int) -> float:
     """Multiplicative damping change per adaptation, ``0.95^adapt_every``."""
     return LM_DECAY_PER_STEP ** adapt_every
-
-
-def mean_eigenvalue(a: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-    """``tau = (tr A / n_a)(tr G / n_g)`` per stacked layer, ``(k, 1, 1)``: the mean eigenvalue of ``A (x) G``."""
-    tau = a.diagonal(dim1=1, dim2=2).mean(-1) * g.diagonal(dim1=1, dim2=2).mean(-1)  # (k,)
-    return tau.clamp_min(TAU_FLOOR)[:, None, None]
 
 
 def kronecker_quadratic(g: torch.Tensor, a: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
@@ -70,6 +63,7 @@ class Snapshot:
         if self.params:
             torch._foreach_copy_([p.data for p in params], self.params)
         for p, saved in zip(params, self.buffers):
+            state[p].pop("momentum_buffer", None)
             for key in SNAPSHOT_KEYS:
                 if key in saved:
                     state[p][key].copy_(saved[key])

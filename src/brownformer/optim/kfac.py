@@ -7,8 +7,8 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
    ``w = max(1 - rho^factor_every, 1/n)`` at the ``n``-th update (``_kfac_math.factor_weight``). ``G``
    comes from labels sampled from the model (``fisher="sampled"``, the true Fisher; default) or from
    the training labels (``"empirical"``), scaled by the loss's reduction (``loss_reduction``);
-2. solve ``G X A + lambda_l X = V`` with ``lambda_l = damping * tau_l`` relative to the layer's mean
-   Kronecker eigenvalue (``_kfac_control``): ``inverse="eigen"`` from eigendecompositions refreshed
+2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``): ``inverse="eigen"`` from
+   eigendecompositions refreshed
    every ``inverse_every`` steps, all factors in at most two batched ``eigh`` calls;
    ``inverse="cg"`` by masked conjugate-gradient iterations on the current factors, warm-started
    from the previous solution;
@@ -56,9 +56,15 @@ from brownformer.optim._kfac_step import check_arguments, fold_per_layer, materi
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["KFAC", "DEFAULT_LR"]
+__all__ = ["KFAC", "DEFAULT_LR", "DEFAULT_DAMPING"]
 
-DEFAULT_LR = 0.1  # with momentum 0.9 a full natural-gradient step per ~10 steps; the KL bound caps early steps
+# Defaults measured on a small MLP regression and a small transformer against AdamW's defaults
+# (tests/optim/test_kfac_defaults.py; docs/methods/kfac.md): at lr 0.1 the KL bound set every step and
+# the loss rose late in training; a starting damping of 1e-3 let the exact (eigen) solve amplify
+# low-curvature directions until the bound set the step; Levenberg-Marquardt moves it from 1e-2.
+DEFAULT_LR = 0.03
+DEFAULT_DAMPING = 1e-2
+DEFAULT_MOMENTUM = 0.5  # the KL bound acts on each step's X: momentum 0.9 adds up ~10 bound steps (measured worse)
 DEFAULT_REST_LR = 1e-3  # torch.optim.AdamW's default, for the parameters K-FAC does not precondition
 _CG_CHECK_AT = 5  # one host check after 5 CG iterations (a warm-started solve needs ~3.4 on the ViT)
 SETTINGS = ("inverse", "factor_decay", "factor_every", "inverse_every", "cg_max_iter", "cg_tol", "warm_start",
@@ -78,8 +84,8 @@ class KFAC(Optimizer):
         lr: Learning rate (``>= 0``) of the preconditioned layers (default ``DEFAULT_LR``).
         params: Optional param groups (dicts with ``"params"`` and any group setting), as for
             ``torch.optim``; default: one group for the preconditioned layers and one for the rest.
-        damping: Initial relative damping: ``lambda_l = damping x`` the mean eigenvalue of
-            ``A_l (x) G_l`` (1e-3; adapted by Levenberg-Marquardt when ``step`` gets a closure).
+        damping: Initial ``lambda`` in ``G X A + lambda X = V`` (``DEFAULT_DAMPING``; adapted by
+            Levenberg-Marquardt when ``step`` gets a closure; the author's code used a fixed 3e-3).
         inverse: ``"eigen"`` or ``"cg"`` (the paper's iterative K-FAC).
         factor_decay: Decay ``rho`` per step of the running factors, in ``[0, 1)`` (0.95).
         factor_every: Collect factors every this many steps (1).
@@ -90,7 +96,7 @@ class KFAC(Optimizer):
         weight_sharing: ``"expand"`` or ``"reduce"`` (Eschenhagen et al. 2023).
         per_head: Block-diagonal ``G`` per head for the attention Q, K, V projections.
         scope: ``"all"``, ``"attention"`` or ``"mlp"`` (rule in ``_kfac_capture``).
-        momentum: SGD momentum in ``[0, 1)`` (0.9).
+        momentum: SGD momentum in ``[0, 1)`` (``DEFAULT_MOMENTUM``).
         weight_decay: Weight decay ``>= 0`` (coupled for SGD, decoupled for AdamW).
         kl_clip: Step bound ``> 0`` at the base lr (1e-3, kfac-pytorch's default) or None (off).
         fisher: ``"sampled"`` (labels sampled from the model: the true Fisher; default) or
@@ -103,7 +109,8 @@ class KFAC(Optimizer):
         n_heads: Head count for ``per_head`` (else read from the attention module).
         seed: Seed of the generator that samples the labels of ``fisher="sampled"``.
         adapt_every: Damping adaptation and snapshot period in steps (5; 0: neither).
-        max_failures: Consecutive failed steps before ``FloatingPointError`` (5).
+        max_failures: Failures in a row (each within ``adapt_every`` steps of the last) before
+            ``FloatingPointError`` (5).
 
     Raises:
         ValueError: On an invalid argument or when no ``nn.Linear`` layer is in scope.
@@ -114,10 +121,10 @@ class KFAC(Optimizer):
     """
 
     def __init__(self, model: nn.Module, lr: float = DEFAULT_LR, *, params: list[dict] | None = None,
-                 damping: float = 1e-3, inverse: str = "eigen", factor_decay: float = 0.95, factor_every: int = 1,
+                 damping: float = DEFAULT_DAMPING, inverse: str = "eigen", factor_decay: float = 0.95, factor_every: int = 1,
                  inverse_every: int = 10, cg_max_iter: int = 10, cg_tol: float = 1e-2, warm_start: bool = True,
                  weight_sharing: str = "expand", per_head: bool = False, scope: str = "all",
-                 momentum: float = 0.9, weight_decay: float = 0.0, kl_clip: float | None = 1e-3,
+                 momentum: float = DEFAULT_MOMENTUM, weight_decay: float = 0.0, kl_clip: float | None = 1e-3,
                  fisher: str = "sampled", loss_reduction: str = "mean", rest_update: str = "adamw",
                  rest_lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
                  n_heads: int | None = None, seed: int = 0, adapt_every: int = 5, max_failures: int = 5):
@@ -153,7 +160,7 @@ class KFAC(Optimizer):
         self.groups = group_layers(self.layers)
         self.capture = FactorCapture(model, self.layers, fisher=fisher, loss_reduction=loss_reduction,
                                      generator=self.generator)
-        self.factor_updates, self.failures = 0, 0
+        self.factor_updates, self.failures, self._healthy_run = 0, 0, 0
         self.good: control.Snapshot | None = None
         self.timings = {"factors": 0.0, "inverse": 0.0, "apply": 0.0}
         self._stats: dict = {}
@@ -195,7 +202,7 @@ class KFAC(Optimizer):
         """torch's state dict plus ``"kfac"``: every setting, counter and snapshot the next steps use."""
         state = super().state_dict()
         state["kfac"] = {**{k: getattr(self, k) for k in SETTINGS}, "factor_updates": self.factor_updates,
-                         "failures": self.failures, "good": None if self.good is None else self.good.to_dict(),
+                         "failures": self.failures, "healthy_run": self._healthy_run, "good": None if self.good is None else self.good.to_dict(),
                          "totals": {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in self._totals.items()}}
         if self.generator is not None:
             state["generator"] = self.generator.get_state()
@@ -224,6 +231,7 @@ class KFAC(Optimizer):
             if self.fisher == "sampled" and self.generator is None:
                 self.generator = self.capture.generator = torch.Generator(device=self.layers[0].module.weight.device)
             self.factor_updates, self.failures = settings["factor_updates"], settings.get("failures", 0)
+            self._healthy_run = settings.get("healthy_run", 0)
             good = settings.get("good")
             self.good = None if good is None else control.Snapshot.from_dict(good, self.layers[0].module.weight.device)
             self._totals = defaultdict(int, settings["totals"])
@@ -375,7 +383,9 @@ class KFAC(Optimizer):
                 group["damping"] = max(group["initial_damping"], group["damping"] * control.lm_omega(self.adapt_every))
         if checkpoint:
             self.good = pending
-        self.failures = 0
+        self._healthy_run += 1
+        if self._healthy_run >= max(self.adapt_every, 1):  # failures further apart are separate incidents
+            self.failures = 0
         self._finish(stats)
         return loss
 
@@ -455,9 +465,10 @@ class KFAC(Optimizer):
         """One failure incident: restore the last good state (``restore``), damping x10, fresh factors;
         one log line; ``max_failures`` in a row raise."""
         self.failures += 1
+        self._healthy_run = 0
         self._totals["failures"] += 1
         if self.failures > self.max_failures:
-            raise FloatingPointError(f"K-FAC: {self.failures} consecutive failed steps (last at step {step}: "
+            raise FloatingPointError(f"K-FAC: {self.failures} failed steps in a row (last at step {step}: "
                                      f"{reason}); lower lr, raise damping or check the data")
         restored = restore and self.good is not None
         if restored:
