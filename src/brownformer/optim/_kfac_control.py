@@ -20,7 +20,13 @@
 """
 from __future__ import annotations
 
+import logging
+
 import torch
+
+from brownformer.optim._kfac_groups import EIGEN_KEYS
+
+logger = logging.getLogger("brownformer.optim.kfac")
 
 LM_LOW, LM_HIGH = 0.25, 0.75  # reduction-ratio thresholds (Martens & Grosse 2015; kfac-jax)
 LM_DECAY_PER_STEP = 0.95  # omega = 0.95^adapt_every (Martens & Grosse: (19/20)^T1)
@@ -80,3 +86,52 @@ class Snapshot:
         snap.params = [t.to(device) for t in saved["params"]]
         snap.buffers = [{k: v.to(device) for k, v in b.items()} for b in saved["buffers"]]
         return snap
+
+
+def reduction_ratio(opt, items, before: Snapshot, loss, closure) -> tuple[float, float]:
+    """``(loss after the step, rho)``: the closure re-evaluated once, one host read."""
+    params = [p for p in opt._params() if p.grad is not None]
+    index = {id(p): j for j, p in enumerate(opt._params())}
+    delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
+    predicted = torch.stack([(g * d).sum() for g, d in zip((p.grad for p in params), delta)]).sum()
+    moved = dict(zip(params, delta))
+    for sub, c, _ in items:
+        d = sub.gradients(moved)
+        predicted = predicted + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], d)
+    with torch.no_grad():
+        after = closure()
+    after_value, before_value, predicted_value = torch.stack(
+        [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device) for t in
+         (after, loss, predicted)]).tolist()
+    opt._totals["adaptations"] += 1
+    rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
+    return after_value, rho
+
+
+def fail(opt, step: int, reason: str, loss, *, restore: bool):
+    """One failure incident: restore the last good state (``restore``), damping x10, fresh factors;
+    one log line; ``max_failures`` in a row raise."""
+    opt.failures += 1
+    opt._healthy_run = 0
+    opt._totals["failures"] += 1
+    if opt.failures > opt.max_failures:
+        raise FloatingPointError(f"K-FAC: {opt.failures} failed steps in a row (last at step {step}: "
+                                 f"{reason}); lower lr, raise damping or check the data")
+    restored = restore and opt.good is not None
+    if restored:
+        opt.good.restore(opt._params(), opt.state)
+    old = opt._group_of(opt.layers[0])["damping"]
+    for group in opt.param_groups:
+        group["damping"] = min(group["damping"] * FAILURE_GROWTH, DAMPING_MAX)
+    opt.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
+    for g in opt.groups:
+        for key in EIGEN_KEYS + ("cg_solution",):
+            if g.stacks.pop(key, None) is not None:
+                for layer in g.layers:
+                    opt.state[layer.module.weight].pop(key, None)
+    where = f"restored the state of step {opt.good.step}" if restored else "step skipped"
+    logger.warning("K-FAC step %d: %s; %s, damping %.3g -> %.3g, factors refreshed (failure %d in a row, "
+                   "at most %d)", step, reason, where, old, opt._group_of(opt.layers[0])["damping"],
+                   opt.failures, opt.max_failures)
+    opt._finish({"step": step, "preconditioned": False, "nu": 1.0, "failure": reason})
+    return loss

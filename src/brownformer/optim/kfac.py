@@ -23,13 +23,10 @@ Settings per parameter group (``param_groups``, like ``lr``; a schedule edits th
 ``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
 A layer uses the group that holds its weight.
 
-Robustness, decided by ONE host check per step (all finiteness flags of the step together; plus one
-read of the reduction ratio on adaptation steps): a non-finite batch factor is dropped (a non-finite
-running factor restarts from the batch factor). A non-finite gradient, a non-finite loss after the
-step or a failed solve is a failure: the last good snapshot is restored, the damping multiplied by 10
-and the factors refreshed from the next batch, with one log line; ``max_failures`` consecutive
-failures raise ``FloatingPointError``. A CG system that diverges falls back to its raw gradient on the
-device, without a host check, and is counted.
+Robustness (``_kfac_control``), decided by ONE host check per step (plus one read on adaptation
+steps): a non-finite batch factor is dropped; a non-finite gradient or loss or a failed solve restores
+the last good snapshot, raises the damping x10 and refreshes the factors; ``max_failures`` in a row
+raise ``FloatingPointError``. A diverged CG system falls back to its raw gradient, on the device.
 
 Hooks (``_kfac_capture``) only keep tensors; ``remove_hooks()`` removes them, and a second K-FAC on
 the same model (or the garbage collection of this one) removes this one's hooks.
@@ -37,7 +34,6 @@ the same model (or the garbage collection of this one) removes this one's hooks.
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections import defaultdict
@@ -50,28 +46,23 @@ from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_blocks import pad, per_system, plan_blocks, unpad
 from brownformer.optim._kfac_capture import FactorCapture, find_layers
-from brownformer.optim._kfac_groups import EIGEN_KEYS, LAYER_KEYS, group_layers
+from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
 from brownformer.optim._kfac_math import block_conjugate_gradient, eigen_solve, factor_weight, kl_clip_scale, padded_eigh
+from brownformer.optim._kfac_state import KFACPersistence
 from brownformer.optim._kfac_step import check_arguments, fold_per_layer, materialise_stats, partial_view
-
-logger = logging.getLogger(__name__)
 
 __all__ = ["KFAC", "DEFAULT_LR", "DEFAULT_DAMPING"]
 
-# Defaults measured on a small MLP regression and a small transformer against AdamW's defaults
-# (tests/optim/test_kfac_defaults.py; docs/methods/kfac.md): at lr 0.1 the KL bound set every step and
-# the loss rose late in training; a starting damping of 1e-3 let the exact (eigen) solve amplify
-# low-curvature directions until the bound set the step; Levenberg-Marquardt moves it from 1e-2.
+# Defaults measured against AdamW's defaults (tests/optim/test_kfac_defaults.py; docs/methods/kfac.md):
+# lr 0.1 let the bound set every step; damping 1e-3 let the eigen solve amplify low-curvature directions.
 DEFAULT_LR = 0.03
 DEFAULT_DAMPING = 1e-2
 DEFAULT_MOMENTUM = 0.5  # the KL bound acts on each step's X: momentum 0.9 adds up ~10 bound steps (measured worse)
 DEFAULT_REST_LR = 1e-3  # torch.optim.AdamW's default, for the parameters K-FAC does not precondition
 _CG_CHECK_AT = 5  # one host check after 5 CG iterations (a warm-started solve needs ~3.4 on the ViT)
-SETTINGS = ("inverse", "factor_decay", "factor_every", "inverse_every", "cg_max_iter", "cg_tol", "warm_start",
-            "weight_sharing", "fisher", "loss_reduction", "adapt_every", "max_failures")
 
 
-class KFAC(Optimizer):
+class KFAC(KFACPersistence, Optimizer):
     """K-FAC optimizer (eigen or iterative/CG inverse) for any model made of ``nn.Linear`` layers.
 
     Usage is that of any ``torch.optim`` optimizer: ``opt.zero_grad(); loss.backward(); opt.step()``;
@@ -196,48 +187,6 @@ class KFAC(Optimizer):
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
-
-    # ---- persistence -------------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        """torch's state dict plus ``"kfac"``: every setting, counter and snapshot the next steps use."""
-        state = super().state_dict()
-        state["kfac"] = {**{k: getattr(self, k) for k in SETTINGS}, "factor_updates": self.factor_updates,
-                         "failures": self.failures, "healthy_run": self._healthy_run, "good": None if self.good is None else self.good.to_dict(),
-                         "totals": {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in self._totals.items()}}
-        if self.generator is not None:
-            state["generator"] = self.generator.get_state()
-        return state
-
-    def load_state_dict(self, state_dict: dict) -> None:
-        """Restore; K-FAC tensors keep the factor dtype and are re-stacked per shape group; the saved
-        eigenbases are used as they are (never recomputed), so a resumed run is bit-identical."""
-        state_dict = dict(state_dict)
-        generator_state = state_dict.pop("generator", None)
-        settings = state_dict.pop("kfac", None)
-        params = self._params()
-        keep = {i: {k: v for k, v in s.items() if k in LAYER_KEYS}
-                for i, s in state_dict["state"].items() if isinstance(s, dict)}
-        super().load_state_dict(state_dict)
-        for i, tensors in keep.items():
-            self.state[params[i]].update({k: v.to(params[i].device, copy=True) for k, v in tensors.items()})
-        for group in self.groups:
-            group.restack(self.state)
-        if settings is not None:
-            for key in SETTINGS:
-                if key in settings:  # absent in checkpoints written before the setting existed
-                    setattr(self, key, settings[key])
-            self.fisher = {"mc": "sampled"}.get(self.fisher, self.fisher)
-            self.capture.fisher, self.capture.loss_reduction = self.fisher, self.loss_reduction
-            if self.fisher == "sampled" and self.generator is None:
-                self.generator = self.capture.generator = torch.Generator(device=self.layers[0].module.weight.device)
-            self.factor_updates, self.failures = settings["factor_updates"], settings.get("failures", 0)
-            self._healthy_run = settings.get("healthy_run", 0)
-            good = settings.get("good")
-            self.good = None if good is None else control.Snapshot.from_dict(good, self.layers[0].module.weight.device)
-            self._totals = defaultdict(int, settings["totals"])
-        if generator_state is not None and self.generator is not None:
-            self.generator.set_state(generator_state)
-        self.capture.enabled = self.param_groups[0]["step"] % self.factor_every == 0
 
     # ---- one step ----------------------------------------------------------------------------
     def _new_factors(self) -> tuple[dict, list]:
@@ -370,11 +319,11 @@ class KFAC(Optimizer):
         pending = control.Snapshot(step, self._params(), self.state) if checkpoint else None
         stats = self._apply(items, v, xs, info, step)
         if checkpoint and closure is not None and loss is not None:
-            after, rho = self._reduction_ratio(items, pending, loss, closure)
+            after, rho = control.reduction_ratio(self, items, pending, loss, closure)
             stats["rho"] = rho
             if not math.isfinite(after):
                 self.good = pending
-                return self._fail(step, "non-finite loss after the step", loss, restore=True)
+                return control.fail(self, step, "non-finite loss after the step", loss, restore=True)
             omega = control.lm_omega(self.adapt_every)
             for group in self.param_groups:
                 group["damping"] = control.adapt_damping(group["damping"], rho, omega)
@@ -388,25 +337,6 @@ class KFAC(Optimizer):
             self.failures = 0
         self._finish(stats)
         return loss
-
-    def _reduction_ratio(self, items, before: "control.Snapshot", loss, closure) -> tuple[float, float]:
-        """``(loss after the step, rho)``: the closure re-evaluated once, one host read."""
-        params = [p for p in self._params() if p.grad is not None]
-        index = {id(p): j for j, p in enumerate(self._params())}
-        delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
-        predicted = torch.stack([(g * d).sum() for g, d in zip((p.grad for p in params), delta)]).sum()
-        moved = dict(zip(params, delta))
-        for sub, c, _ in items:
-            d = sub.gradients(moved)
-            predicted = predicted + 0.5 * control.kronecker_quadratic(c["factor_g"], c["factor_a"], d)
-        with torch.no_grad():
-            after = closure()
-        after_value, before_value, predicted_value = torch.stack(
-            [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device) for t in
-             (after, loss, predicted)]).tolist()
-        self._totals["adaptations"] += 1
-        rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
-        return after_value, rho
 
     def _commit(self, new: dict, cur: dict, batches: list) -> None:
         for g in self.groups:
@@ -441,7 +371,7 @@ class KFAC(Optimizer):
     def _slow_step(self, step, grads, batches, loss, closure):
         """The rare path after a failed check: find what failed and apply the robustness rules."""
         if grads and not bool(torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all()):
-            return self._fail(step, "non-finite gradient", loss, restore=True)
+            return control.fail(self, step, "non-finite gradient", loss, restore=True)
         if batches:
             dropped = fold_per_layer(self.groups, self.state, batches,
                                      factor_weight(self.factor_updates + 1, decay=self.factor_decay,
@@ -457,37 +387,9 @@ class KFAC(Optimizer):
         except torch.linalg.LinAlgError:
             healthy = False
         if not healthy:
-            return self._fail(step, "preconditioning failed", loss, restore=False)
+            return control.fail(self, step, "preconditioning failed", loss, restore=False)
         self._commit({}, cur, [])
         return self._update(step, items, v, xs, info, loss, closure)
-
-    def _fail(self, step: int, reason: str, loss, *, restore: bool):
-        """One failure incident: restore the last good state (``restore``), damping x10, fresh factors;
-        one log line; ``max_failures`` in a row raise."""
-        self.failures += 1
-        self._healthy_run = 0
-        self._totals["failures"] += 1
-        if self.failures > self.max_failures:
-            raise FloatingPointError(f"K-FAC: {self.failures} failed steps in a row (last at step {step}: "
-                                     f"{reason}); lower lr, raise damping or check the data")
-        restored = restore and self.good is not None
-        if restored:
-            self.good.restore(self._params(), self.state)
-        old = self._group_of(self.layers[0])["damping"]
-        for group in self.param_groups:
-            group["damping"] = min(group["damping"] * control.FAILURE_GROWTH, control.DAMPING_MAX)
-        self.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
-        for g in self.groups:
-            for key in EIGEN_KEYS + ("cg_solution",):
-                if g.stacks.pop(key, None) is not None:
-                    for layer in g.layers:
-                        self.state[layer.module.weight].pop(key, None)
-        where = f"restored the state of step {self.good.step}" if restored else "step skipped"
-        logger.warning("K-FAC step %d: %s; %s, damping %.3g -> %.3g, factors refreshed (failure %d in a row, "
-                       "at most %d)", step, reason, where, old, self._group_of(self.layers[0])["damping"],
-                       self.failures, self.max_failures)
-        self._finish({"step": step, "preconditioned": False, "nu": 1.0, "failure": reason})
-        return loss
 
     def _finish(self, stats: dict) -> None:
         for group in self.param_groups:
