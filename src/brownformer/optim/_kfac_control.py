@@ -1,0 +1,137 @@
+"""Step control of K-FAC: the lr-scaled KL bound, Levenberg-Marquardt damping, recovery from failures.
+
+* Step bound (kfac-pytorch's KL-clip, scaled with the schedule): the preconditioned directions ``X``
+  are scaled by ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2 <V_l, X_l>))`` where ``lr0`` is the group's
+  base lr (``initial_lr``), not its current lr. When the bound binds the step is
+  ``lr * nu * X = (lr / lr0) sqrt(kl_clip) X / sqrt(<V, X>)``: its size still follows the schedule's
+  factor ``lr / lr0`` (warm-up and decay act), where kfac-pytorch's ``nu`` (from the current lr)
+  would cancel the lr and make the bound the step rule.
+* Levenberg-Marquardt (Martens & Grosse 2015, sec. 6.5; kfac-jax's damping adaptation): every
+  ``adapt_every`` steps, with a closure that re-evaluates the loss on the step's batch,
+  ``rho = (h(theta + delta) - h(theta)) / (g^T delta + 1/2 sum_l <D_l, G_l D_l A_l>)`` (actual over
+  the change the undamped Kronecker quadratic model predicts, ``delta`` the whole update, momentum and
+  the AdamW half included; the parameters K-FAC does not precondition enter the model linearly);
+  ``damping *= omega`` if ``rho > 3/4``, ``/= omega`` if ``rho < 1/4``, ``omega = 0.95^adapt_every``.
+* Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) restore the last
+  good snapshot (parameters and AdamW moments, taken every ``adapt_every`` steps; momentum restarts
+  from zero), multiply the damping by 10 and refresh the factors from the next batch. A failure within
+  ``adapt_every`` steps of the previous one counts as the same run of failures; ``max_failures`` of
+  them stop training with one error, so there is never an endless cycle of restores.
+"""
+from __future__ import annotations
+
+import logging
+
+import torch
+
+from brownformer.optim._kfac_groups import EIGEN_KEYS
+
+logger = logging.getLogger("brownformer.optim.kfac")
+
+LM_LOW, LM_HIGH = 0.25, 0.75  # reduction-ratio thresholds (Martens & Grosse 2015; kfac-jax)
+LM_DECAY_PER_STEP = 0.95  # omega = 0.95^adapt_every (Martens & Grosse: (19/20)^T1)
+DAMPING_MIN, DAMPING_MAX = 1e-6, 1e3  # G and A are O(1) at the loss's scale: 1e3 is SGD with lr / 1e3
+FAILURE_GROWTH = 10.0  # one order of magnitude per failure
+# the first-order state a restore brings back; the momentum buffers are cleared instead (measured: a buffer
+# saved a few steps before a divergence already points along it and re-diverged the restored state at once)
+SNAPSHOT_KEYS = ("exp_avg", "exp_avg_sq")
+
+
+def lm_omega(adapt_every: int) -> float:
+    """Multiplicative damping change per adaptation, ``0.95^adapt_every``."""
+    return LM_DECAY_PER_STEP ** adapt_every
+
+
+def kronecker_quadratic(g: torch.Tensor, a: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    """``sum_l <D_l, G_l D_l A_l>``: the curvature term of the undamped Kronecker model, a 0-d tensor."""
+    return (d * torch.bmm(torch.bmm(g, d), a)).sum()
+
+
+def adapt_damping(damping: float, rho: float, omega: float) -> float:
+    """One Levenberg-Marquardt update of the (relative) damping from the reduction ratio ``rho``
+    (a non-finite ``rho``, e.g. a predicted change that is not a decrease, counts as a poor fit)."""
+    if rho == rho and rho > LM_HIGH:
+        damping *= omega
+    elif not (rho == rho) or rho < LM_LOW:
+        damping /= omega
+    return min(max(damping, DAMPING_MIN), DAMPING_MAX)
+
+
+class Snapshot:
+    """Parameters and first-order optimizer state at one step (the state a failure restores)."""
+
+    def __init__(self, step: int, params: list[torch.Tensor], state: dict):
+        self.step = step
+        self.params = torch._foreach_mul([p.detach() for p in params], 1.0) if params else []
+        self.buffers = [{k: s[k].clone() for k in SNAPSHOT_KEYS if k in s} for s in (state.get(p, {}) for p in params)]
+
+    def restore(self, params: list[torch.Tensor], state: dict) -> None:
+        if self.params:
+            torch._foreach_copy_([p.data for p in params], self.params)
+        for p, saved in zip(params, self.buffers):
+            state[p].pop("momentum_buffer", None)
+            for key in SNAPSHOT_KEYS:
+                if key in saved:
+                    state[p][key].copy_(saved[key])
+                else:
+                    state[p].pop(key, None)
+
+    def to_dict(self) -> dict:
+        return {"step": self.step, "params": list(self.params), "buffers": self.buffers}
+
+    @classmethod
+    def from_dict(cls, saved: dict, device) -> "Snapshot":
+        snap = cls.__new__(cls)
+        snap.step = saved["step"]
+        snap.params = [t.to(device) for t in saved["params"]]
+        snap.buffers = [{k: v.to(device) for k, v in b.items()} for b in saved["buffers"]]
+        return snap
+
+
+def reduction_ratio(opt, items, before: Snapshot, loss, closure) -> tuple[float, float]:
+    """``(loss after the step, rho)``: the closure re-evaluated once, one host read."""
+    params = [p for p in opt._params() if p.grad is not None]
+    index = {id(p): j for j, p in enumerate(opt._params())}
+    delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
+    predicted = torch.stack([(g * d).sum() for g, d in zip((p.grad for p in params), delta)]).sum()
+    moved = dict(zip(params, delta))
+    for sub, c, _ in items:
+        d = sub.gradients(moved)
+        predicted = predicted + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], d)
+    with torch.no_grad():
+        after = closure()
+    after_value, before_value, predicted_value = torch.stack(
+        [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device) for t in
+         (after, loss, predicted)]).tolist()
+    opt._totals["adaptations"] += 1
+    rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
+    return after_value, rho
+
+
+def fail(opt, step: int, reason: str, loss, *, restore: bool):
+    """One failure incident: restore the last good state (``restore``), damping x10, fresh factors;
+    one log line; ``max_failures`` in a row raise."""
+    opt.failures += 1
+    opt._healthy_run = 0
+    opt._totals["failures"] += 1
+    if opt.failures > opt.max_failures:
+        raise FloatingPointError(f"K-FAC: {opt.failures} failed steps in a row (last at step {step}: "
+                                 f"{reason}); lower lr, raise damping or check the data")
+    restored = restore and opt.good is not None
+    if restored:
+        opt.good.restore(opt._params(), opt.state)
+    old = opt._group_of(opt.layers[0])["damping"]
+    for group in opt.param_groups:
+        group["damping"] = min(group["damping"] * FAILURE_GROWTH, DAMPING_MAX)
+    opt.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
+    for g in opt.groups:
+        for key in EIGEN_KEYS + ("cg_solution",):
+            if g.stacks.pop(key, None) is not None:
+                for layer in g.layers:
+                    opt.state[layer.module.weight].pop(key, None)
+    where = f"restored the state of step {opt.good.step}" if restored else "step skipped"
+    logger.warning("K-FAC step %d: %s; %s, damping %.3g -> %.3g, factors refreshed (failure %d in a row, "
+                   "at most %d)", step, reason, where, old, opt._group_of(opt.layers[0])["damping"],
+                   opt.failures, opt.max_failures)
+    opt._finish({"step": step, "preconditioned": False, "nu": 1.0, "failure": reason})
+    return loss
