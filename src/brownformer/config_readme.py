@@ -48,7 +48,7 @@ def _resolve(node: dict, root: dict) -> dict:
 
 def _kind(node: dict) -> str:
     if "enum" in node:
-        return " \\| ".join("null" if v is None else str(v) for v in node["enum"])
+        return " | ".join(_value(v) for v in node["enum"])
     t = node.get("type", "object" if "properties" in node else "")
     return " or ".join(t) if isinstance(t, list) else str(t)
 
@@ -77,6 +77,11 @@ def undocumented(schema: dict) -> list[str]:
     return [path for path, node in iter_keys(schema) if not node.get("description")]
 
 
+def _value(v: Any) -> str:
+    """A default or enum value as YAML writes it (null, true, false)."""
+    return "null" if v is None else str(v).lower() if isinstance(v, bool) else str(v)
+
+
 def _cell(text: Any) -> str:
     return str(text).replace("|", "\\|").replace("\n", " ").strip()
 
@@ -91,12 +96,14 @@ def render(schema: dict | None = None) -> str:
             continue
         seen.add(path)
         top = path.split(".")[0].split("[")[0]
+        default = _value(node["default"]) if "default" in node and not isinstance(node["default"], (dict, list)) \
+            else ""
         if "." not in path and "[" not in path:
             out.append(f"\n## `{top}`\n\n{_cell(node.get('description', ''))}\n")
-            out.append("| key | type | default | description |\n|---|---|---|---|")
+            nested = any(k.startswith((path + ".", path + "[")) for k, _ in iter_keys(schema))
+            out.append("| key | type | default | description |\n|---|---|---|---|" if nested
+                       else f"Type: {_cell(_kind(node)) or 'see the schema'}" + (f"; default: `{default}`." if default else "."))
             continue
-        default = node.get("default", "")
-        default = "null" if default is None and "default" in node else default
         out.append(f"| `{path}` | {_cell(_kind(node))} | {_cell(default)} | {_cell(node.get('description', ''))} |")
     return "\n".join(out) + "\n"
 
