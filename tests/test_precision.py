@@ -1,5 +1,5 @@
 """bf16 autocast on CPU: the ViT trains with finite losses close to float32, and K-FAC keeps its
-factors and solves in float32 under autocast (DESIGN.md: factors in float32 even under bf16).
+factors and solves in float32 under autocast (docs/methods/kfac.md: factors in float32 even under bf16).
 
 The same code path runs on CUDA (tests/test_gpu.py); here it is checked where CI can run it.
 """

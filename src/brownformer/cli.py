@@ -1,6 +1,6 @@
 """`brownformer` command line: one subcommand per pipeline stage.
 
-This module only parses arguments and dispatches to the library (STYLE.md 10). Exit codes:
+This module only parses arguments and dispatches to the library (docs/ARCHITECTURE.md). Exit codes:
 0 success; 2 bad config or input (a one-line message naming the problem); 1 anything unexpected.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""`brownformer stats attention FILE.npy --out OUT.json`: the DESIGN.md contract on any row-stochastic array."""
+"""`brownformer stats attention FILE.npy --out OUT.json`: the contract (docs/ARTIFACTS.md) on any row-stochastic array."""
 import json
 
 import numpy as np

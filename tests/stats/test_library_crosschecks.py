@@ -1,4 +1,4 @@
-"""STYLE.md 7: where scipy, statsmodels or arch compute the same thing, compare on fixed data."""
+"""Where scipy, statsmodels or arch compute the same thing, compare on fixed data."""
 import numpy as np
 import pytest
 from scipy import stats

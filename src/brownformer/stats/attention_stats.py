@@ -222,7 +222,7 @@ def attention_file_stats(path: str | Path, *, features: str | Path | None = None
 
     Per matrix and aggregated: spectral_gap, stationary_entropy, entropy_rate, reversibility_residual,
     dobrushin, doubly_stochastic_deviation, max_row_sum_error, and the vMF kernel fit with its output error
-    when features are given (DESIGN.md contract); the row-shuffled null on a subsample; per head the
+    when features are given (docs/ARTIFACTS.md); the row-shuffled null on a subsample; per head the
     identity fraction and asymmetry of W_Q^T W_K when the weights are given ((d, d) or (L, d, d) in
     torch.nn.Linear layout); inputs recorded with their sha256.
 

@@ -1,4 +1,4 @@
-"""The Brownian battery on euclidean trajectories, batched over R replicates (STATISTICS.md 2.b).
+"""The Brownian battery on euclidean trajectories, batched over R replicates (docs/METHODS.md, "Formulas").
 
 Input X has shape (R, T, N, d) = (replicates, time, walkers, dims) on real capture times (irregular
 spacing honoured). Every statistic is a smooth function of walker means of per-walker features, so its

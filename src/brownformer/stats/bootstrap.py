@@ -1,7 +1,7 @@
 """Cluster bootstrap over groups of dependent walkers, shared by every statistic of one analysis.
 
 Walkers of one group (the tokens of one probe input) move together, so the unit of replication is
-the group (STATISTICS.md 2.d): resampling draws whole groups with replacement. Almost every statistic
+the group (docs/METHODS.md, "Dependence"): resampling draws whole groups with replacement. Almost every statistic
 of the battery is a smooth function g of walker means of per-walker features F_i (shape (N, k)); with
 group sums S_g = sum_{i in g} F_i and sizes c_g, a resample with multinomial group counts w_g has
 walker mean sum_g w_g S_g / sum_g w_g c_g. Drawing W (B, G) once makes every replicate a matrix
@@ -28,7 +28,7 @@ MIN_FINITE_SHARE = 0.9
 
 
 def group_labels(n_walkers: int, *, groups=None, n_inputs: int | None = None, n_tokens: int | None = None) -> np.ndarray:
-    """Group label 0..G-1 of each walker from the sidecar fields (DESIGN.md trajectory contract).
+    """Group label 0..G-1 of each walker from the sidecar fields (the trajectory contract, docs/ARTIFACTS.md).
 
     Args:
         n_walkers: N.

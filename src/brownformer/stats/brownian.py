@@ -3,7 +3,7 @@
 `battery_batch` runs the key statistics on R trajectories at once and applies the one decision rule
 (rule.decide); the calibration simulates through it. `analyze_trajectory` runs it on one trajectory,
 adds descriptive tests (tails, isotropy, drift, Hurst, volatility, Gram clustering) and a
-classification, and returns the JSON of DESIGN.md's `stats trajectory` contract.
+classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
 
 Walkers of one group (sidecar "groups", or "n_inputs" x "n_tokens") are dependent: every interval
 and test resamples groups (bootstrap.py). Times are real clock values (irregular spacing honoured).

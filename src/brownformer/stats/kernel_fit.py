@@ -81,7 +81,7 @@ def fit_vmf_kernels(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa
     """One-parameter von Mises-Fisher kernel fits A_ij ~ softmax_{j != i}(kappa <u_i, u_j>), per matrix.
 
     kappa_hat = argmin_kappa mean_i KL(A_i. || softmax_j(kappa <u_i,u_j>)) over the off-diagonal rows
-    (`_offdiagonal_rows`; a one-parameter softmax regression, STATISTICS.md 2.c); u = features
+    (`_offdiagonal_rows`; a one-parameter softmax regression, docs/METHODS.md); u = features
     normalised to unit length. Returns, per matrix, kappa, the fit's KL, the uniform kernel's
     (kappa = 0) and "explained_vs_uniform" = 1 - KL / KL_uniform (descriptive); `vmf_scores` adds the
     output error, the consequence claim 2 is decided on.

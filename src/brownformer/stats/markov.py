@@ -1,4 +1,4 @@
-"""Claim 2: attention matrices as Markov transition matrices (STATISTICS.md 2.c).
+"""Claim 2: attention matrices as Markov transition matrices (docs/METHODS.md, "Formulas").
 
 Row-stochasticity holds by construction and is only checked (bad input is refused). The
 testable content: stationary law pi (left Perron vector), spectral gap 1 - |lambda_2|, entropy
@@ -246,7 +246,7 @@ def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
 
 
 def attention_null_models(A, *, features=None, init_attention=None, rng=0, n_shuffles: int = 1) -> dict:
-    """The same statistics under null models (STATISTICS.md 2.c).
+    """The same statistics under null models (docs/METHODS.md, "Formulas").
 
     - "row_shuffled": each row's weights permuted independently (keeps every row's weight
       distribution, destroys structure; the random-Markov-matrix baseline of a large gap).

@@ -67,7 +67,7 @@ class TestResult:
 
     def to_dict(self) -> dict:
         out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["p_value"] = out.pop("pvalue")  # the DESIGN.md spelling
+        out["p_value"] = out.pop("pvalue")  # the JSON contract's spelling (docs/ARTIFACTS.md)
         out["ci"] = out.pop("confidence_interval")
         out["tost_ci"] = out.pop("tost_interval")
         return to_jsonable(out)

@@ -141,7 +141,7 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
 
 
 def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None) -> dict:
-    """The battery, verdict and description of one trajectory file (DESIGN.md `stats trajectory`).
+    """The battery, verdict and description of one trajectory file (docs/ARTIFACTS.md, `stats trajectory`).
 
     Args:
         path: FILE.npy (T, N, d) with an optional sidecar FILE.json (kind, time, times, groups or

@@ -96,7 +96,7 @@ def spherical_brownian_motion(T: int, N: int, d: int, *, diffusion: float, rng, 
 
     Each unit of time is split into small steps u <- (u + sqrt(2 D dt) xi)/|.|, xi ~ N(0, I_d);
     the radial part of xi is discarded by the normalisation, so the tangent step has variance
-    2 D dt per tangent coordinate and E<u_0, u_t> -> exp(-(d-1) D t) as dt -> 0 (STATISTICS.md 2.a).
+    2 D dt per tangent coordinate and E<u_0, u_t> -> exp(-(d-1) D t) as dt -> 0 (docs/METHODS.md, "Formulas").
 
     Returns:
         Unit vectors of shape (T, N, d).

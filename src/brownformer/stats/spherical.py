@@ -1,4 +1,4 @@
-"""The Brownian battery on the sphere, batched over R replicates (STATISTICS.md 2.a).
+"""The Brownian battery on the sphere, batched over R replicates (docs/METHODS.md, "Formulas").
 
 Spherical Brownian motion with generator D * Laplace-Beltrami on the unit sphere S^(k-1) of a
 k-dimensional space has, for any start, E<u_0, u_t> = exp(-(k-1) D t) and, for the second Gegenbauer

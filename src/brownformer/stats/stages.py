@@ -16,7 +16,7 @@ __all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate"
 
 def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None, calibrate: bool = False,
                      echo=None) -> dict:
-    """Battery, verdict and description of any (T, N, d) array (DESIGN.md `stats trajectory`) -> OUT.json.
+    """Battery, verdict and description of any (T, N, d) array (docs/ARTIFACTS.md, `stats trajectory`) -> OUT.json.
 
     Without `calibrate` the output says the verdict is uncalibrated ("calibration": null, "calibration_note").
     With it, the rule is simulated at the array's own shape (idealised null, every alternative) and from a model
@@ -36,7 +36,7 @@ def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None, c
 
 def stats_attention(file: Path, out: Path, *, stats, features: Path | None = None, wq: Path | None = None,
                     wk: Path | None = None, n_heads: int | None = None) -> dict:
-    """Markov-chain statistics of any (..., n, n) array (DESIGN.md `stats attention`) with a verdict per claim-2
+    """Markov-chain statistics of any (..., n, n) array (docs/ARTIFACTS.md, `stats attention`) with a verdict per claim-2
     criterion and its margin (claims/markov.py `file_verdicts`) -> OUT.json."""
     from brownformer.io import write_json
 

@@ -1,4 +1,4 @@
-"""Reading trajectory arrays (T, N, d) and their optional JSON sidecars (DESIGN.md contract)."""
+"""Reading trajectory arrays (T, N, d) and their optional JSON sidecars (docs/ARTIFACTS.md)."""
 from __future__ import annotations
 
 import json
