@@ -76,15 +76,24 @@ def _cmd_stats(args) -> None:
     if args.stats_cmd == "attention":
         import json
 
+        from brownformer.io import to_jsonable
         from brownformer.stats.attention_stats import summary_text
         result = stages.stats_attention(args.file, args.out, stats=stats, features=args.features, wq=args.wq,
                                         wk=args.wk, n_heads=args.heads)
         if args.json:
-            print(json.dumps(result))
+            print(json.dumps(to_jsonable(result), allow_nan=False))
         elif not args.quiet:
             print(summary_text(result))
     elif args.stats_cmd == "trajectory":
-        stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind, calibrate=args.calibrate)
+        import json
+
+        from brownformer.io import to_jsonable
+        from brownformer.stats.trajectory_summary import summary_text
+        result = stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind, calibrate=args.calibrate)
+        if args.json:
+            print(json.dumps(to_jsonable(result), allow_nan=False))
+        elif not args.quiet:
+            print(summary_text(result))
     elif args.stats_cmd == "run":
         stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id)
     elif args.stats_cmd == "calibrate":
@@ -105,6 +114,14 @@ def _runs_option(items: list[str] | None) -> dict[str, str] | None:
     return runs
 
 
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """What `stats trajectory|attention` print: a short summary (default), only the JSON, or nothing."""
+    p.add_argument("--out", type=Path, default=None, help="write the full JSON result here")
+    shown = p.add_mutually_exclusive_group()
+    shown.add_argument("--json", action="store_true", help="print only the JSON result to stdout")
+    shown.add_argument("--quiet", action="store_true", help="print nothing (the JSON is still written to --out)")
+
+
 def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     sub = parent.add_subparsers(dest="stats_cmd", required=True)
     p = sub.add_parser("trajectory", help="Brownian-motion battery on any (T, N, d) array",
@@ -121,7 +138,7 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     p.add_argument("--calibrate", action="store_true",
                    help="simulate the rule at this array's own shape (idealised and fitted nulls, every margin edge; "
                    "prints a cost estimate first); without it the output says the verdict is uncalibrated")
-    p.add_argument("--out", type=Path, required=True)
+    _output_options(p)
     p = sub.add_parser("attention", help="Markov-chain statistics of any (..., n, n) row-stochastic array")
     _common(p, config_required=False)
     p.add_argument("file", type=Path)
@@ -129,9 +146,7 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     p.add_argument("--wq", type=Path, default=None, help="W_Q (d, d) or (layers, d, d), nn.Linear layout: head isotropy")
     p.add_argument("--wk", type=Path, default=None, help="W_K, same shape as --wq")
     p.add_argument("--heads", type=int, default=None, help="number of heads of --wq/--wk")
-    p.add_argument("--json", action="store_true", help="print only the JSON result to stdout")
-    p.add_argument("--quiet", action="store_true", help="print nothing (the JSON is still written to --out)")
-    p.add_argument("--out", type=Path, required=True)
+    _output_options(p)
     p = sub.add_parser("run", help="every trajectory of one run")
     _common(p)
     p.add_argument("--run", dest="run_id", required=True)

@@ -14,7 +14,7 @@ log = logging.getLogger(__name__)
 __all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "calibration_shapes"]
 
 
-def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None, calibrate: bool = False,
+def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = None, calibrate: bool = False,
                      echo=None) -> dict:
     """Battery, verdict and description of any (T, N, d) array (docs/ARTIFACTS.md, `stats trajectory`) -> OUT.json.
 
@@ -30,11 +30,12 @@ def stats_trajectory(file: Path, out: Path, *, stats, kind: str | None = None, c
     if calibrate:
         from .user_calibration import calibrate_result
         result = calibrate_result(file, result, stats=stats, kind=kind, echo=echo)
-    write_json(out, result)
+    if out is not None:
+        write_json(out, result)
     return result
 
 
-def stats_attention(file: Path, out: Path, *, stats, features: Path | None = None, wq: Path | None = None,
+def stats_attention(file: Path, out: Path | None, *, stats, features: Path | None = None, wq: Path | None = None,
                     wk: Path | None = None, n_heads: int | None = None) -> dict:
     """Markov-chain statistics of any (..., n, n) array (docs/ARTIFACTS.md, `stats attention`) with a verdict per claim-2
     criterion and its margin (claims/markov.py `file_verdicts`) -> OUT.json."""
@@ -44,7 +45,8 @@ def stats_attention(file: Path, out: Path, *, stats, features: Path | None = Non
     from .claims.markov import file_verdicts
     result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
     result["verdicts"] = file_verdicts(result, stats)
-    write_json(out, result)
+    if out is not None:
+        write_json(out, result)
     return result
 
 
