@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_path", "write_json", "write_bytes", "sha256_file", "to_jsonable"]
+__all__ = ["atomic_path", "write_json", "write_bytes", "sha256_file", "to_jsonable", "progress"]
 
 
 @contextmanager
@@ -69,3 +69,14 @@ def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:
         while block := fh.read(chunk):
             h.update(block)
     return h.hexdigest()
+
+
+def progress(iterable, *, desc: str, total: int | None = None):
+    """A tqdm progress bar over `iterable` when stderr is a terminal; the bare iterable otherwise (under Snakemake
+    stderr goes to the rule's log, which gets plain log lines instead)."""
+    import sys
+
+    if not sys.stderr.isatty():
+        return iterable
+    from tqdm.auto import tqdm
+    return tqdm(iterable, desc=desc, total=total, mininterval=1)

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable
 
 from brownformer.config import ExperimentConfig
+from brownformer.io import progress
 from brownformer.results.catalog import FIGURES, Figure
 
 log = logging.getLogger(__name__)
@@ -69,7 +70,8 @@ def make_figures(cfg: ExperimentConfig, results_dir: Path, out_dir: Path, *, job
     if jobs > 1 and len(stems) > 1:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=min(jobs, len(stems))) as pool:
-            parts = list(pool.map(_draw, *zip(*[(cfg, results_dir, out_dir, [s]) for s in stems])))
+            parts = list(progress(pool.map(_draw, *zip(*[(cfg, results_dir, out_dir, [s]) for s in stems])),
+                                  desc="figures", total=len(stems)))
     else:
         parts = [_draw(cfg, results_dir, out_dir, stems)]
     written = [p for paths, _ in parts for p in paths]

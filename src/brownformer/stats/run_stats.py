@@ -38,7 +38,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import write_json
+from brownformer.io import progress, write_json
 
 from .brownian import analyze_trajectory
 from .results import to_jsonable
@@ -262,7 +262,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
         from .attention_stats import init_attention
         init = init_attention(entries, traj_dir, stats)
     files, errors = [], []
-    for entry in entries:
+    for entry in progress(entries, desc=f"statistics {run_id or traj_dir.name}"):
         rel = Path(entry["path"])
         path = rel if rel.is_absolute() else traj_dir / rel
         if path.name.endswith("_features.npy"):

@@ -119,7 +119,7 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
     """
     import pandas as pd
 
-    from brownformer.io import atomic_path
+    from brownformer.io import atomic_path, progress
 
     from .calibration import processes_for
     files = decided_files(run_summaries)
@@ -137,9 +137,9 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
     if jobs > 1 and len(cells) > 1:
         from concurrent.futures import ProcessPoolExecutor
         with ProcessPoolExecutor(max_workers=jobs) as pool:
-            parts = list(pool.map(_cell, cells))
+            parts = list(progress(pool.map(_cell, cells), desc="calibration cells", total=len(cells)))
     else:
-        parts = [_cell(c) for c in cells]
+        parts = [_cell(c) for c in progress(cells, desc="calibration cells")]
     parts = [p for p in parts if len(p)]
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["shape_id", "process", "test", "rejection_rate"])
