@@ -1,0 +1,140 @@
+"""Outputs of the tuning: the config's ``tuned`` block (a YAML file, optionally rewritten in a config
+in place) and the tuning table with every trial (markdown and JSON)."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+from brownformer.io import atomic_path, to_jsonable
+
+__all__ = ["tuned_block", "block_text", "replace_tuned_block", "write_tuned", "write_tables"]
+
+
+
+def _spelled(x):
+    """JSON spelling of a score: a number, "inf" (censored: never reached the target), None (undefined)."""
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return None
+    return "inf" if x == math.inf else x
+
+
+def _scalar(value) -> str:
+    """YAML text of one value that reads back as the same value (PyYAML reads '1e-05' as a string)."""
+    text = yaml.safe_dump(value, default_flow_style=True).strip()
+    return text[:-3].strip() if text.endswith("...") else text
+
+
+def tuned_block(results, cfg) -> dict:
+    """The config's ``tuned`` mapping with each tuned (model, optimizer) entry updated by its winner."""
+    tuned = {m: {o: dict(s) for o, s in per.items()} for m, per in (cfg.raw.get("tuned") or {}).items()}
+    for r in results:
+        tuned.setdefault(r.model, {}).setdefault(r.optimizer, {}).update(r.best_settings)
+    return tuned
+
+
+def block_text(tuned: dict, comment: list[str]) -> str:
+    """``tuned:`` and one flow-style line per model, the comment lines inside the block (indented)."""
+    lines = ["tuned:"] + [f"  # {c}" for c in comment]
+    for model, per in tuned.items():
+        entries = ", ".join(f"{o}: {{" + ", ".join(f"{k}: {_scalar(v)}" for k, v in s.items()) + "}"
+                            for o, s in per.items())
+        lines.append(f"  {model}: {{{entries}}}")
+    return "\n".join(lines) + "\n"
+
+
+def replace_tuned_block(config_text: str, block: str) -> str:
+    """``config_text`` with its top-level ``tuned:`` block (that line and the indented or blank lines after
+    it, trailing blank lines kept) replaced by ``block``; appended when the config has none."""
+    lines = config_text.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if re.match(r"^tuned\s*:", line)), None)
+    if start is None:
+        sep = "" if config_text.endswith("\n") or not config_text else "\n"
+        return config_text + sep + "\n" + block
+    end = start + 1
+    while end < len(lines) and (not lines[end].strip() or lines[end][0] in " \t"):
+        end += 1
+    while end > start + 1 and not lines[end - 1].strip():  # keep the blank lines before the next key
+        end -= 1
+    return "".join(lines[:start]) + block + "".join(lines[end:])
+
+
+def _comment(results, source: str, table) -> list[str]:
+    pairs = sorted({(r.model, r.optimizer) for r in results})
+    models = sorted({m for m, _ in pairs})
+    trials = sorted({len(r.trials) for r in results})
+    return [f"Written by `brownformer tune` from {source}: {', '.join(models)} re-tuned "
+            f"({'/'.join(map(str, trials))} trials per optimizer, selection on steps to report.targets);",
+            f"every trial: {table}. Other entries are kept from before."]
+
+
+def write_tuned(results, cfg, out, *, into=None, source: str = "config", table="") -> dict:
+    """Write the ``tuned:`` block to ``out`` (a YAML file) and, with ``into``, into that config file."""
+    tuned = tuned_block(results, cfg)
+    block = block_text(tuned, _comment(results, source, table))
+    if yaml.safe_load(block)["tuned"] != tuned:  # every value must read back as itself
+        raise ValueError("the tuned block does not read back as the tuned settings")
+    with atomic_path(out) as tmp:
+        tmp.write_text(block)
+    if into is not None:
+        text = replace_tuned_block(Path(into).read_text(), block)
+        with atomic_path(into) as tmp:
+            tmp.write_text(text)
+    return tuned
+
+
+def _trial_rows(results) -> list[dict]:
+    rows = []
+    for r in results:
+        for n, (index, settings, outcome) in enumerate(r.trials, 1):
+            seeds = "; ".join(f"s{s['seed']}: " + (f"{s['steps']:g}" if s["reached"] else
+                              ("diverged" if s["diverged"] else f">{s['steps_run']}"))
+                              for s in outcome.seeds)
+            rows.append({"model": r.model, "optimizer": r.optimizer, "trial": n, **settings,
+                         "steps (upper median)": outcome.score if outcome.complete else math.nan,
+                         "complete": outcome.complete, "per seed (steps to target)": seeds,
+                         "metric at stop (mean)": (abs(outcome.tiebreak) if math.isfinite(outcome.tiebreak)
+                                                   else math.nan),
+                         "chosen": n - 1 == r.best, "seconds": sum(s["seconds"] for s in outcome.seeds),
+                         "grid index": list(index)})
+    return rows
+
+
+def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, workers: int) -> None:
+    """The tuning table: protocol, the chosen setting per pair with its bracket status, every trial."""
+    table = Path(table)
+    rows = _trial_rows(results)
+    chosen = [{"model": r.model, "optimizer": r.optimizer, **r.best_settings,
+               "steps (upper median)": r.best_outcome.score, "trials": len(r.trials),
+               "knobs": ", ".join(f"{k.key}: {s}" for k, s in zip(r.knobs, r.status)),
+               "search seconds": r.seconds} for r in results]
+    knobs = "; ".join(f"{o}: " + ", ".join(f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
+                                           for k in ks) for o, ks in tc.knobs.items())
+    cpu = sum(row["seconds"] for row in rows)
+    text = "\n".join([
+        f"# Equal-budget tuning ({source})", "",
+        f"Command: `brownformer tune --config {source} ...` (rule tune_optimizers); protocol: docs/methods/claim4.md.",
+        f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); {tc.trials} trials per (model, "
+        f"optimizer), every optimizer alike; evaluation every {tc.eval_every} steps; target = report.targets "
+        f"{ {m: cfg.report.targets[m] for m in tc.models} }; score = upper median over the seeds of the steps to the "
+        "target (a seed that never reaches it within the budget is censored: infinite); ties: better metric at the "
+        "stop. A trial stops once it cannot beat the best so far (incomplete: worse than the winner).",
+        f"Knobs (search order, grid step): {knobs}.",
+        f"Training CPU: {cpu:.0f} s over {len(rows)} trials ({workers} worker(s), {wall_seconds:.0f} s wall).", "",
+        "## Chosen settings", "", pd.DataFrame(chosen).to_markdown(index=False, floatfmt=".4g"), "",
+        "## Every trial", "", pd.DataFrame(rows).drop(columns=["grid index"]).to_markdown(index=False, floatfmt=".4g"),
+        ""])
+    with atomic_path(table) as tmp:
+        tmp.write_text(text)
+    payload = {"source": source, "seeds": list(tc.seeds), "trials_per_pair": tc.trials, "eval_every": tc.eval_every,
+               "targets": {m: cfg.report.targets[m] for m in tc.models}, "cpu_seconds": cpu,
+               "wall_seconds": wall_seconds,
+               "chosen": [{**c, "steps (upper median)": _spelled(c["steps (upper median)"])} for c in chosen],
+               "trials": [{**row, "steps (upper median)": _spelled(row["steps (upper median)"]), "seeds": list(r_seeds)}
+                          for row, r_seeds in zip(rows, [o.seeds for r in results for _, _, o in r.trials])]}
+    with atomic_path(table.with_suffix(".json")) as tmp:
+        tmp.write_text(json.dumps(to_jsonable(payload), indent=1))
