@@ -82,3 +82,34 @@ def test_cli_names_a_bad_tuning_block_in_one_line(tmp_path, capsys):
     config.write_text(yaml.safe_dump(_raw(seeds=[0, 1])))
     rc = main(["tune", "--config", str(config), "--out", str(tmp_path / "t.yaml"), "--table", str(tmp_path / "t.md")])
     assert rc == 2 and "disjoint" in capsys.readouterr().err
+
+
+def _pair(model, optimizer, lr, steps):
+    from brownformer.tuning.run import PairResult
+    from brownformer.tuning.search import outcome_of
+    seeds = [{"seed": s, "reached": True, "steps": steps, "steps_run": steps, "metric": 0.9, "diverged": False,
+              "seconds": 1.0} for s in (100, 101)]
+    return PairResult(model, optimizer, (Knob("lr", 3.0),), {"lr": lr}, [((0.0,), {"lr": lr}, outcome_of(seeds, 2))],
+                      0, ["not searched"], 2.0)
+
+
+def test_separate_tuning_runs_share_one_table_and_one_tuned_block(tmp_path):
+    from brownformer.tuning.write import write_tables, write_tuned
+    cfg = from_dict(_raw())
+    tc = tuning_config(cfg)
+    table, tuned = tmp_path / "tuning.md", tmp_path / "tuned.yaml"
+    first, second = [_pair("vit-pre", "adamw", 0.01, 150)], [_pair("vit-pre", "kfac-iterative", 0.1, 90)]
+    write_tables(first, tc, cfg, table, source="c", wall_seconds=1.0, workers=1)
+    write_tables(second, tc, cfg, table, source="c", wall_seconds=1.0, workers=1)
+    data = json.loads(table.with_suffix(".json").read_text())
+    assert {(c["optimizer"], c["lr"]) for c in data["chosen"]} == {("adamw", 0.01), ("kfac-iterative", 0.1)}
+    write_tables([_pair("vit-pre", "adamw", 0.03, 120)], tc, cfg, table, source="c", wall_seconds=1.0, workers=1)
+    data = json.loads(table.with_suffix(".json").read_text())
+    assert sorted((c["optimizer"], c["lr"]) for c in data["chosen"]) == [("adamw", 0.03), ("kfac-iterative", 0.1)]
+    assert len(data["trials"]) == 2  # a redone pair replaces its earlier trials
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(_raw()))
+    write_tuned(second, from_dict(yaml.safe_load(config.read_text())), tuned, into=config)
+    write_tuned(first, from_dict(yaml.safe_load(config.read_text())), tuned, into=config)
+    block = yaml.safe_load(config.read_text())["tuned"]["vit-pre"]
+    assert block["adamw"]["lr"] == 0.01 and block["kfac-iterative"]["lr"] == 0.1

@@ -67,9 +67,9 @@ def _comment(results, source: str, table) -> list[str]:
     pairs = sorted({(r.model, r.optimizer) for r in results})
     models = sorted({m for m, _ in pairs})
     trials = sorted({len(r.trials) for r in results})
-    return [f"Written by `brownformer tune` from {source}: {', '.join(models)} re-tuned "
-            f"({'/'.join(map(str, trials))} trials per optimizer, selection on steps to report.targets);",
-            f"every trial: {table}. Other entries are kept from before."]
+    return [f"Written by `brownformer tune` from {source} (last: {', '.join(models)} x "
+            f"{', '.join(sorted({o for _, o in pairs}))}; {'/'.join(map(str, trials))} trials per optimizer, selection",
+            f"on steps to report.targets); every trial: {table}. Entries no tuning run wrote are kept from before."]
 
 
 def write_tuned(results, cfg, out, *, into=None, source: str = "config", table="") -> dict:
@@ -104,37 +104,55 @@ def _trial_rows(results) -> list[dict]:
     return rows
 
 
+def _previous(path: Path, tc) -> dict:
+    """What an earlier tuning with the same protocol (seeds, trials, evaluation) wrote into this table's JSON."""
+    if not path.exists():
+        return {}
+    old = json.loads(path.read_text())
+    same = (old.get("seeds") == list(tc.seeds) and old.get("trials_per_pair") == tc.trials
+            and old.get("eval_every") == tc.eval_every)
+    return old if same else {}
+
+
 def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, workers: int) -> None:
-    """The tuning table: protocol, the chosen setting per pair with its bracket status, every trial."""
+    """The tuning table: protocol, the chosen setting per pair with its bracket status, every trial.
+
+    Pairs an earlier tuning with the same protocol wrote into the same table, and this one does not
+    redo, are kept (so the optimizers may be tuned in separate runs into one table)."""
     table = Path(table)
-    rows = _trial_rows(results)
-    chosen = [{"model": r.model, "optimizer": r.optimizer, **r.best_settings,
-               "steps (upper median)": r.best_outcome.score, "trials": len(r.trials),
-               "knobs": ", ".join(f"{k.key}: {s}" for k, s in zip(r.knobs, r.status)),
-               "search seconds": r.seconds} for r in results]
-    knobs = "; ".join(f"{o}: " + ", ".join(f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
-                                           for k in ks) for o, ks in tc.knobs.items())
+    old = _previous(table.with_suffix(".json"), tc)
+    redone = {(r.model, r.optimizer) for r in results}
+    kept = lambda row: (row["model"], row["optimizer"]) not in redone
+    rows = [{**row, "steps (upper median)": _spelled(row["steps (upper median)"]), "seeds": list(o.seeds)}
+            for row, o in zip(_trial_rows(results), [o for r in results for _, _, o in r.trials])]
+    rows = [r for r in old.get("trials", []) if kept(r)] + rows
+    chosen = [c for c in old.get("chosen", []) if kept(c)] + [
+        {"model": r.model, "optimizer": r.optimizer, **r.best_settings,
+         "steps (upper median)": _spelled(r.best_outcome.score), "trials": len(r.trials),
+         "knobs": ", ".join(f"{k.key}: {s}" for k, s in zip(r.knobs, r.status)), "search seconds": r.seconds}
+        for r in results]
+    knobs = {**old.get("knobs", {}), **{o: [f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
+                                            for k in ks] for o, ks in tc.knobs.items()}}
+    targets = {**old.get("targets", {}), **{m: cfg.report.targets[m] for m in tc.models}}
     cpu = sum(row["seconds"] for row in rows)
+    wall = old.get("wall_seconds", 0.0) + wall_seconds
     text = "\n".join([
         f"# Equal-budget tuning ({source})", "",
         f"Command: `brownformer tune --config {source} ...` (rule tune_optimizers); protocol: docs/methods/claim4.md.",
         f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); {tc.trials} trials per (model, "
         f"optimizer), every optimizer alike; evaluation every {tc.eval_every} steps; target = report.targets "
-        f"{ {m: cfg.report.targets[m] for m in tc.models} }; score = upper median over the seeds of the steps to the "
-        "target (a seed that never reaches it within the budget is censored: infinite); ties: better metric at the "
-        "stop. A trial stops once it cannot beat the best so far (incomplete: worse than the winner).",
-        f"Knobs (search order, grid step): {knobs}.",
-        f"Training CPU: {cpu:.0f} s over {len(rows)} trials ({workers} worker(s), {wall_seconds:.0f} s wall).", "",
+        f"{targets}; score = upper median over the seeds of the steps to the target (a seed that never reaches it "
+        "within the budget is censored: inf); ties: better metric at the stop. A trial stops once it cannot beat the "
+        "best so far (incomplete: worse than the winner).",
+        "Knobs (search order, grid step): " + "; ".join(f"{o}: {', '.join(k)}" for o, k in knobs.items()) + ".",
+        f"Training CPU: {cpu:.0f} s over {len(rows)} trials ({wall:.0f} s wall, {workers} worker(s)).", "",
         "## Chosen settings", "", pd.DataFrame(chosen).to_markdown(index=False, floatfmt=".4g"), "",
-        "## Every trial", "", pd.DataFrame(rows).drop(columns=["grid index"]).to_markdown(index=False, floatfmt=".4g"),
-        ""])
+        "## Every trial", "",
+        pd.DataFrame(rows).drop(columns=["grid index", "seeds"]).to_markdown(index=False, floatfmt=".4g"), ""])
     with atomic_path(table) as tmp:
         tmp.write_text(text)
     payload = {"source": source, "seeds": list(tc.seeds), "trials_per_pair": tc.trials, "eval_every": tc.eval_every,
-               "targets": {m: cfg.report.targets[m] for m in tc.models}, "cpu_seconds": cpu,
-               "wall_seconds": wall_seconds,
-               "chosen": [{**c, "steps (upper median)": _spelled(c["steps (upper median)"])} for c in chosen],
-               "trials": [{**row, "steps (upper median)": _spelled(row["steps (upper median)"]), "seeds": list(r_seeds)}
-                          for row, r_seeds in zip(rows, [o.seeds for r in results for _, _, o in r.trials])]}
+               "targets": targets, "knobs": knobs, "cpu_seconds": cpu, "wall_seconds": wall, "chosen": chosen,
+               "trials": rows}
     with atomic_path(table.with_suffix(".json")) as tmp:
         tmp.write_text(json.dumps(to_jsonable(payload), indent=1))
