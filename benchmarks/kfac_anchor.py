@@ -11,7 +11,7 @@ Protocol (one run, same seeds for every optimizer; the tuning's own machinery, b
 - every optimizer tried on the same number of settings, all seeds each: the three K-FACs on the same
   lr x damping grid (``--kfac-lrs`` x ``--dampings``), AdamW on as many learning rates (``--adamw-lrs``);
   within an optimizer, settings run in order and a setting stops once it cannot beat the best so far;
-- the chosen setting per optimizer is the one with the smallest upper-median steps to the target
+- the chosen setting per optimizer is the one with the smallest restricted mean steps to the target
   over the seeds (brownformer.tuning.search.outcome_of), then its per-seed steps, Kaplan-Meier median
   and the ratio of medians to AdamW and to kfac-pytorch with a bootstrap interval (stats/survival.py).
   Tuned and measured on the same seeds: the selection bias is the same for every optimizer.
@@ -186,7 +186,7 @@ def write(args, results: dict, target: float, wall: float) -> None:
         f"for every optimizer; {len(next(iter(results.values())))} settings each: K-FACs lr {args.kfac_lrs} x damping "
         f"{args.dampings}, AdamW lr {args.adamw_lrs}. Training CPU {cpu:.0f} s ({wall:.0f} s wall, "
         f"{args.workers} workers). A run that never reaches the target within the budget shows as >steps run.", "",
-        "## Chosen setting per optimizer (upper-median steps over the seeds), KM median ratios", "",
+        "## Chosen setting per optimizer (restricted mean steps over the seeds), KM median ratios", "",
         pd.DataFrame(rows).to_markdown(index=False, floatfmt=".4g"), "", "## Every setting", "",
         pd.DataFrame(every).to_markdown(index=False, floatfmt=".4g"), ""])
     out = Path(args.out)

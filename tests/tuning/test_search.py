@@ -15,7 +15,8 @@ def _bowl(optimum, budget_steps=400, seeds=2):
     def evaluate(index, incumbent):
         steps = 100 + 40 * sum((i - o) ** 2 for i, o in zip(index, optimum))
         calls.append((index, incumbent))
-        rows = [{"seed": s, "reached": steps <= budget_steps, "steps": steps, "metric": -steps} for s in range(seeds)]
+        rows = [{"seed": s, "reached": steps <= budget_steps, "steps": steps, "censored_at": budget_steps + 5,
+                 "metric": -steps} for s in range(seeds)]
         return outcome_of(rows, seeds)
     return evaluate, calls
 
@@ -49,16 +50,15 @@ def test_the_incumbent_is_passed_to_every_later_trial():
     assert calls[0][1] is None and all(inc is not None and inc.score == 100 for _, inc in calls[1:])
 
 
-def test_score_is_the_upper_median_with_censoring():
-    rows = lambda *steps: [{"seed": i, "reached": math.isfinite(s), "steps": s, "metric": 0.9} for i, s in
-                           enumerate(steps)]
-    assert outcome_of(rows(120, 180), 2).score == 180  # two seeds: the slower one
-    assert outcome_of(rows(120, math.inf), 2).score == math.inf  # one censored seed of two: censored
-    assert outcome_of(rows(120, 150, math.inf), 3).score == 150  # median of three absorbs one censored seed
-    fast, slow = outcome_of(rows(100, 200), 2), outcome_of(rows(150, 150), 2)
-    assert slow.key < fast.key  # 150 on both seeds beats 100 / 200
-    # ties in steps go to the better metric; a trial stopped early ranks after every complete one
-    better = outcome_of([{"seed": 0, "reached": True, "steps": 150, "metric": 0.95}] * 2, 2)
-    assert better.key < slow.key
+def test_score_is_the_restricted_mean_with_censoring():
+    def rows(*steps):
+        return [{"seed": i, "reached": math.isfinite(t), "steps": t, "censored_at": 405, "metric": 0.9}
+                for i, t in enumerate(steps)]
+    assert outcome_of(rows(120, 180), 2).score == 150
+    assert outcome_of(rows(120, math.inf), 2).score == (120 + 405) / 2  # censored: one evaluation past the budget
+    assert outcome_of(rows(math.inf, math.inf), 2).score == 405
+    # ties go to the better metric; a trial stopped early ranks after every complete one
+    better = outcome_of([{**r, "metric": 0.95} for r in rows(150, 150)], 2)
+    assert better.key < outcome_of(rows(150, 150), 2).key
     stopped = outcome_of(rows(120)[:1], 2)
-    assert not stopped.complete and Outcome(math.inf, -1.0, True).key < stopped.key
+    assert not stopped.complete and outcome_of(rows(math.inf, math.inf), 2).key < stopped.key

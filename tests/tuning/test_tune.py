@@ -70,9 +70,9 @@ def test_tiny_tuning_writes_the_tuned_block_and_every_trial(tmp_path):
     tuned = yaml.safe_load(out.read_text())["tuned"]
     assert tuned["vit-pre"]["adamw"]["lr"] == chosen["lr"]
     assert {t["lr"] for t in trials} == {0.001, 0.003, 0.009}  # start 0.003 (ci.yaml) and its two neighbours
-    # the chosen trial reaches the target no later (upper median over both seeds) than any complete trial
-    steps = [float(t["steps (upper median)"]) for t in trials if t["complete"]]  # "inf": censored
-    assert float(chosen["steps (upper median)"]) == min(steps)
+    # the chosen trial has the smallest restricted mean steps to the target of the complete trials
+    steps = [t["steps (mean)"] for t in trials if t["complete"]]
+    assert chosen["steps (mean)"] == min(steps)
     rewritten = yaml.safe_load(config.read_text())
     assert rewritten["tuned"] == tuned and {k: v for k, v in rewritten.items() if k != "tuned"} == raw
 
@@ -87,8 +87,8 @@ def test_cli_names_a_bad_tuning_block_in_one_line(tmp_path, capsys):
 def _pair(model, optimizer, lr, steps):
     from brownformer.tuning.run import PairResult
     from brownformer.tuning.search import outcome_of
-    seeds = [{"seed": s, "reached": True, "steps": steps, "steps_run": steps, "metric": 0.9, "diverged": False,
-              "seconds": 1.0} for s in (100, 101)]
+    seeds = [{"seed": s, "reached": True, "steps": steps, "steps_run": steps, "censored_at": 405, "metric": 0.9,
+              "diverged": False, "seconds": 1.0} for s in (100, 101)]
     return PairResult(model, optimizer, (Knob("lr", 3.0),), {"lr": lr}, [((0.0,), {"lr": lr}, outcome_of(seeds, 2))],
                       0, ["not searched"], 2.0)
 

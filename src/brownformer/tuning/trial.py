@@ -4,8 +4,8 @@ A seed run trains the model exactly as a metrics-only run of the grid does (the 
 batch, schedule, clipping, evaluation on the validation batches every ``eval_every`` steps) with
 the trial's setting written to ``tuned.<model>.<optimizer>``, and stops at its first evaluation on
 the target (its time), at a non-finite training loss (it diverged: censored), or, when an incumbent
-exists, once it is past the incumbent's score without reaching the target (it cannot win; the
-remaining seeds of the trial are skipped). Deterministic given the config: the incumbent a trial
+exists, once the trial's mean time can no longer match the incumbent's even if every remaining seed
+reached the target at its first evaluation (it cannot win: the remaining seeds are skipped). Deterministic given the config: the incumbent a trial
 sees depends only on the trials of its own (model, optimizer) before it.
 """
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from brownformer.config import from_dict
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
 
-from .search import Outcome, outcome_of
+from .search import Outcome, capped_time, outcome_of
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
     value = float(last[m.column]) if last is not None else math.nan
     sign = 1.0 if m.higher_is_better else -1.0
     return {"seed": seed, "reached": not hit.empty, "steps": float(hit["step"].iat[0]) if len(hit) else math.nan,
-            "steps_run": steps_run, "metric_value": value, "metric": sign * value if math.isfinite(value) else -math.inf,
+            "steps_run": steps_run, "censored_at": float(budget + eval_every), "metric_value": value, "metric": sign * value if math.isfinite(value) else -math.inf,
             "diverged": diverged, "stopped": hit.empty and not diverged and steps_run < budget,
             "seconds": time.perf_counter() - start}
 
@@ -81,19 +81,24 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
 def run_trial(raw: dict, model: str, optimizer: str, settings: dict, seeds, data_dir: str, *, target: float,
               eval_every: int, incumbent: Outcome | None) -> Outcome:
     """Every tuning seed of one setting, with early stopping against the incumbent (module docstring)."""
-    bound = incumbent.score if incumbent is not None and math.isfinite(incumbent.score) else None
-    allowed_misses = len(seeds) - (len(seeds) // 2 + 1)  # misses the upper median can absorb
-    rows = []
-    for seed in seeds:
+    best = incumbent.score if incumbent is not None and math.isfinite(incumbent.score) else None
+    n, rows = len(seeds), []
+    for k, seed in enumerate(seeds):
+        stop_at = None
+        if best is not None:
+            # the largest time this seed may take so that the mean can still match the incumbent's, the seeds
+            # after it reaching the target at their first evaluation
+            stop_at = n * best - sum(capped_time(r) for r in rows) - (n - k - 1) * eval_every
+            if stop_at < eval_every:
+                break  # it cannot win even if this seed reached the target at its first evaluation
         row = run_seed(raw, model, optimizer, settings, seed, data_dir, target=target, eval_every=eval_every,
-                       stop_at=bound)
+                       stop_at=stop_at)
         rows.append(row)
         log.info("%s %s %s seed %d: %s", model, optimizer, settings, seed,
                  f"target at step {row['steps']:g}" if row["reached"] else f"no target by step {row['steps_run']}")
-        misses = sum(not r["reached"] for r in rows)
-        if bound is not None and misses > allowed_misses:
-            break  # its upper median is past the incumbent's: it cannot win
-    outcome = outcome_of(rows, len(seeds))
-    if bound is not None and outcome.complete and outcome.score > bound:
+        if row["stopped"]:
+            break
+    outcome = outcome_of(rows, n)
+    if best is not None and outcome.complete and outcome.score > best:
         outcome = Outcome(outcome.score, outcome.tiebreak, False, outcome.seeds)
     return outcome

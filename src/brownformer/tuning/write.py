@@ -95,7 +95,7 @@ def _trial_rows(results) -> list[dict]:
                               ("diverged" if s["diverged"] else f">{s['steps_run']}"))
                               for s in outcome.seeds)
             rows.append({"model": r.model, "optimizer": r.optimizer, "trial": n, **settings,
-                         "steps (upper median)": outcome.score if outcome.complete else math.nan,
+                         "steps (mean)": outcome.score if outcome.complete else math.nan,
                          "complete": outcome.complete, "per seed (steps to target)": seeds,
                          "metric at stop (mean)": (abs(outcome.tiebreak) if math.isfinite(outcome.tiebreak)
                                                    else math.nan),
@@ -123,12 +123,12 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
     old = _previous(table.with_suffix(".json"), tc)
     redone = {(r.model, r.optimizer) for r in results}
     kept = lambda row: (row["model"], row["optimizer"]) not in redone
-    rows = [{**row, "steps (upper median)": _spelled(row["steps (upper median)"]), "seeds": list(o.seeds)}
+    rows = [{**row, "steps (mean)": _spelled(row["steps (mean)"]), "seeds": list(o.seeds)}
             for row, o in zip(_trial_rows(results), [o for r in results for _, _, o in r.trials])]
     rows = [r for r in old.get("trials", []) if kept(r)] + rows
     chosen = [c for c in old.get("chosen", []) if kept(c)] + [
         {"model": r.model, "optimizer": r.optimizer, **r.best_settings,
-         "steps (upper median)": _spelled(r.best_outcome.score), "trials": len(r.trials),
+         "steps (mean)": _spelled(r.best_outcome.score), "trials": len(r.trials),
          "knobs": ", ".join(f"{k.key}: {s}" for k, s in zip(r.knobs, r.status)), "search seconds": r.seconds}
         for r in results]
     knobs = {**old.get("knobs", {}), **{o: [f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
@@ -141,9 +141,9 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
         f"Command: `brownformer tune --config {source} ...` (rule tune_optimizers); protocol: docs/methods/claim4.md.",
         f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); {tc.trials} trials per (model, "
         f"optimizer), every optimizer alike; evaluation every {tc.eval_every} steps; target = report.targets "
-        f"{targets}; score = upper median over the seeds of the steps to the target (a seed that never reaches it "
-        "within the budget is censored: inf); ties: better metric at the stop. A trial stops once it cannot beat the "
-        "best so far (incomplete: worse than the winner).",
+        f"{targets}; score = restricted mean over the seeds of the steps to the target (a seed that never reaches it "
+        "within the budget counts as one evaluation past it); ties: better metric at the stop. A trial stops once it "
+        "cannot beat the best so far (incomplete: worse than the winner).",
         "Knobs (search order, grid step): " + "; ".join(f"{o}: {', '.join(k)}" for o, k in knobs.items()) + ".",
         f"Training CPU: {cpu:.0f} s over {len(rows)} trials ({wall:.0f} s wall, {workers} worker(s)).", "",
         "## Chosen settings", "", pd.DataFrame(chosen).to_markdown(index=False, floatfmt=".4g"), "",
