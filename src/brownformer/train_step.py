@@ -105,15 +105,40 @@ class TrainStep:
                               cache_enabled=False if self.capture else None)
 
     def _update(self, x: torch.Tensor, y: torch.Tensor, *, zero_grad: bool) -> torch.Tensor:
+        if getattr(self.optimizer, "wants_closure", False):  # K-FAC: re-evaluates the loss every few steps
+            return self.optimizer.step(self._closure(x, y, zero_grad=zero_grad))
         with self.autocast():
             loss = loss_fn(self.forward(x), y)
         if zero_grad:
             self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        if self.grad_clip is not None:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+        self._clip()
         self.optimizer.step()
         return loss.detach()
+
+    def _clip(self) -> None:
+        # An optimizer that bounds its own step (K-FAC's KL bound, which follows the lr schedule) is not
+        # clipped: a clip before preconditioning would become part of its step rule, and when the bound
+        # binds it undoes any rescaling of the gradient anyway (measured: docs/methods/kfac.md).
+        if self.grad_clip is not None and not getattr(self.optimizer, "bounds_its_step", False):
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.grad_clip)
+
+    def _closure(self, x: torch.Tensor, y: torch.Tensor, *, zero_grad: bool) -> Callable[[], torch.Tensor]:
+        """The loss on (x, y) at the current parameters; with gradients (zeroed first) when grad is enabled.
+
+        The optimizer calls it once with gradients and, on its adaptation steps, once more under
+        torch.no_grad() (a forward only); the values stay on the device.
+        """
+        def closure() -> torch.Tensor:
+            with self.autocast():
+                loss = loss_fn(self.forward(x), y)
+            if torch.is_grad_enabled():
+                if zero_grad:
+                    self.optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                self._clip()
+            return loss.detach()
+        return closure
 
     def __call__(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """One step on (x, y); returns the batch's loss, a 0-d device tensor (never read here)."""

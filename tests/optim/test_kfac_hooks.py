@@ -22,7 +22,8 @@ def test_hook_factors_equal_independent_expectations(case_builder, reference_fac
     refs = reference_factors(model, x, y, weight_sharing=weight_sharing)
     model.zero_grad()
     # the loss averages mean-pooled logits over the batch: R = B, whatever the model's output rows
-    opt = KFAC(model, lr=1e-3, factor_decay=0.0, weight_sharing=weight_sharing, loss_reduction="batch")
+    opt = KFAC(model, lr=1e-3, factor_decay=0.0, weight_sharing=weight_sharing, loss_reduction="batch",
+               fisher="empirical")
     loss_fn(model, x, y).backward()
     opt.step()
     for layer in opt.layers:
@@ -37,7 +38,7 @@ def test_hook_factors_equal_independent_expectations(case_builder, reference_fac
 def test_per_head_gives_block_diagonal_g_for_qkv_only(tiny_transformer):
     torch.manual_seed(0)
     model = tiny_transformer().double()
-    opt = KFAC(model, lr=1e-3, factor_decay=0.0, per_head=True)
+    opt = KFAC(model, lr=1e-3, factor_decay=0.0, per_head=True, fisher="empirical")
     x = torch.randn(4, 6, 5, dtype=torch.float64)
     F.cross_entropy(model(x), torch.tensor([0, 1, 2, 0])).backward()
     opt.step()
@@ -61,7 +62,7 @@ def test_mc_fisher_matches_exact_fisher_of_softmax_regression():
     with torch.no_grad():
         p = model(x).softmax(dim=-1)  # (B, classes)
     expected = (torch.diag_embed(p) - p[:, :, None] * p[:, None, :]).mean(dim=0)
-    opt = KFAC(model, lr=1e-3, factor_decay=0.0, fisher="mc", seed=3)
+    opt = KFAC(model, lr=1e-3, factor_decay=0.0, fisher="sampled", seed=3)
     F.cross_entropy(model(x), y).backward()
     opt.step()
     factor_g = opt.state[model.weight]["factor_g"]
@@ -88,7 +89,7 @@ def test_accumulated_passes_average_their_factors(case_builder, reference_factor
     model, batch, loss_fn = case_builder(case)
     refs = [reference_factors(model, *batch(step), weight_sharing="expand") for step in (0, 1)]
     model.zero_grad()
-    opt = KFAC(model, lr=1e-3, factor_decay=0.0, loss_reduction="batch")
+    opt = KFAC(model, lr=1e-3, factor_decay=0.0, loss_reduction="batch", fisher="empirical")
     for step in (0, 1):
         loss_fn(model, *batch(step)).backward()
     opt.step()

@@ -55,8 +55,8 @@ def test_cg_to_convergence_equals_eigen(case_builder, case):
 @pytest.mark.parametrize("options", [
     dict(inverse="eigen", inverse_every=7),
     dict(inverse="cg", factor_every=3),
-    dict(inverse="eigen", fisher="mc", weight_sharing="reduce"),
-], ids=["eigen", "cg", "eigen-mc-reduce"])
+    dict(inverse="eigen", fisher="empirical", weight_sharing="reduce"),
+], ids=["eigen", "cg", "eigen-empirical-reduce"])
 def test_state_dict_round_trip_resumes_exactly(case_builder, options):
     model, batch, loss_fn = case_builder("mlp")
     twin = copy.deepcopy(model)
@@ -121,7 +121,7 @@ def test_trains_project_vit():
 def test_out_of_scope_parameters_get_the_base_update(tiny_transformer):
     torch.manual_seed(0)
     model = tiny_transformer().double()
-    opt = KFAC(model, lr=0.1, scope="attention", momentum=0.0, weight_decay=0.0)
+    opt = KFAC(model, lr=0.1, scope="attention", momentum=0.0, weight_decay=0.0, rest_update="sgd")
     assert {layer.name.rsplit(".", 1)[1] for layer in opt.layers} == {"q", "k", "v", "o"}
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     F.cross_entropy(model(torch.randn(4, 6, 5, dtype=torch.float64)), torch.tensor([0, 1, 2, 0])).backward()
@@ -175,39 +175,62 @@ def _one_batch_step(model, opt):
     opt.step()
 
 
-def test_nonfinite_gradient_skips_the_step():
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
-    opt = KFAC(model, lr=0.1)
-    _one_batch_step(model, opt)
-    before = [p.detach().clone() for p in model.parameters()]
+def _nan_batch_step(model, opt):
     x = torch.randn(8, 3, dtype=torch.float64)
     x[0, 0] = float("nan")
     opt.zero_grad()
     F.cross_entropy(model(x), torch.randint(0, 2, (8,))).backward()
     opt.step()
-    assert opt.last_stats["skipped_steps_total"] == 1
-    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
-    _one_batch_step(model, opt)  # and training continues
-    assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_nonfinite_factor_raises_damping_and_uses_raw_gradient():
+def test_nonfinite_gradient_restores_the_last_good_state(caplog):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
-    opt = KFAC(model, lr=0.1, inverse="eigen", inverse_every=1, momentum=0.0, kl_clip=None)
+    opt = KFAC(model, lr=0.1, adapt_every=2, damping=1e-2)
+    for _ in range(3):  # snapshots before steps 0 and 2
+        _one_batch_step(model, opt)
+    good = opt.good.params
+    momentum = [opt.state[p]["momentum_buffer"].clone() for p in opt._params()]
+    assert opt.good.step == 2 and not all(torch.equal(p, q) for p, q in zip(model.parameters(), good))
+    with caplog.at_level("WARNING"):
+        _nan_batch_step(model, opt)
+    assert [r.getMessage() for r in caplog.records if "K-FAC" in r.getMessage()][0].count("restored the state of step 2")
+    assert len(caplog.records) == 1  # one line per incident
+    stats = opt.last_stats
+    assert stats["failures_total"] == 1 and not stats["preconditioned"] and stats["damping"] == pytest.approx(0.1)
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), good))
+    assert not all(torch.equal(opt.state[p]["momentum_buffer"], m) for p, m in zip(opt._params(), momentum))
+    _one_batch_step(model, opt)  # and training continues
+    assert opt.failures == 0 and all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_consecutive_failures_stop_with_one_error():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    opt = KFAC(model, lr=0.1, max_failures=3)
+    _one_batch_step(model, opt)
+    for _ in range(3):
+        _nan_batch_step(model, opt)
+    with pytest.raises(FloatingPointError, match="4 consecutive failed steps"):
+        _nan_batch_step(model, opt)
+
+
+def test_nonfinite_factor_skips_the_step_raises_damping_and_refreshes_the_factors():
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    opt = KFAC(model, lr=0.1, inverse="eigen", inverse_every=1, momentum=0.0, kl_clip=None, damping=3e-3)
     _one_batch_step(model, opt)
     opt.state[model[0].weight]["factor_a"][0, 0] = float("nan")  # a corrupted running factor
     model.zero_grad()
     opt.capture.enabled = False  # no new batch factors: the corrupted one is used as is
     F.cross_entropy(model(torch.randn(8, 3, dtype=torch.float64)), torch.randint(0, 2, (8,))).backward()
-    before = [(p.detach().clone(), p.grad.clone()) for p in model.parameters()]
+    before = [p.detach().clone() for p in model.parameters()]
     opt.step()
     assert opt.last_stats["damping"] == pytest.approx(3e-2) and not opt.last_stats["preconditioned"]
-    for p, (p0, g) in zip(model.parameters(), before):
-        torch.testing.assert_close(p, p0 - 0.1 * g)
-    _one_batch_step(model, opt)  # the next factor update resets the corrupted factor
+    assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
+    _one_batch_step(model, opt)  # the next batch factor replaces the corrupted one
     assert opt.last_stats["preconditioned"] and all(torch.isfinite(p).all() for p in model.parameters())
+    assert torch.isfinite(opt.state[model[0].weight]["factor_a"]).all()
 
 
 def test_cg_divergence_falls_back_to_raw_gradient_and_is_counted():

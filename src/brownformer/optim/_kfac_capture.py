@@ -22,14 +22,18 @@ that autograd saved for backward anyway a little longer, plus the output gradien
 activation-sized tensor per layer). Statistics are computed in float32 (float64 for a float64
 model) with autocast disabled, so bf16 autocast never reaches the factors.
 
-``fisher="mc"``: a forward hook on the model keeps the logits ``z`` (``(B, ..., classes)``) and
-registers a tensor hook on them. When ``loss.backward()`` reaches ``z`` the hook samples
-``y ~ softmax(z)`` and runs ``torch.autograd.grad(z, [s_l], grad_outputs=(softmax(z) -
-onehot(y)) / R, retain_graph=True)`` (``R`` as the loss reduction, ``FactorCapture``): the gradients of the sampled-label cross-entropy (the
-true Fisher, Martens & Grosse 2015 sec. 5) w.r.t. every captured layer output. That costs one
-extra backward pass to the layer outputs (no weight gradients), i.e. roughly a third of a
-forward+backward, on factor-update steps only. It assumes the model returns the logits of a
-categorical likelihood (cross-entropy loss) as a tensor.
+``fisher="sampled"`` (the true Fisher; ``"mc"`` is its old name): a forward hook on the model keeps
+the output ``z`` (``(B, ..., C)``) and registers a tensor hook on it. When ``loss.backward()`` reaches
+``z`` with the loss's gradient ``dL/dz``, the hook draws labels from the model's own likelihood and
+runs ``torch.autograd.grad(z, [s_l], grad_outputs=e / R, retain_graph=True)`` (``R`` as the loss
+reduction, ``FactorCapture``): the gradients of the sampled-label loss (Martens & Grosse 2015 sec. 5)
+w.r.t. every captured layer output. The likelihood is read from the loss on the device, per batch,
+without a host sync: when ``q = softmax(z) - R dL/dz`` is a probability vector in every row the loss is
+a cross-entropy (``q`` its target, one-hot or smoothed) and ``e = softmax(z) - onehot(y~)`` with
+``y~ ~ softmax(z)`` (categorical); otherwise the output is read as the mean of a unit-variance
+Gaussian (a squared-error loss) and ``e ~ N(0, I)``. That costs one extra backward pass to the layer
+outputs (no weight gradients), roughly a third of a forward+backward, on factor-update steps only.
+The model must return its output as a tensor.
 """
 
 from __future__ import annotations
@@ -46,7 +50,8 @@ import torch.nn as nn
 logger = logging.getLogger(__name__)
 
 SCOPES = ("all", "attention", "mlp")
-FISHERS = ("empirical", "mc")
+FISHERS = ("sampled", "empirical")
+_CATEGORICAL_TOL = 0.02  # |row sum of q - 1| and -min(q) below this: a cross-entropy (bf16 gradients included)
 LOSS_REDUCTIONS = ("mean", "batch")
 _ATTENTION = re.compile(r"attn|attention")
 _MLP = re.compile(r"mlp|ffn|feed_?forward")
@@ -182,7 +187,7 @@ class FactorCapture:
         layer.inputs.append(args[0].detach())
         if not output.requires_grad:
             return
-        if self.fisher == "mc":
+        if self.fisher == "sampled":
             self._outputs.append((layer, output))
         else:
             output.register_hook(layer.output_grads.append)
@@ -193,28 +198,34 @@ class FactorCapture:
         if isinstance(output, torch.Tensor) and output.dim() >= 1:
             self.scale = output.shape[0] if self.loss_reduction == "batch" or output.dim() == 1 \
                 else output.numel() // output.shape[-1]
-        if self.fisher != "mc" or not self._outputs:
+        if self.fisher != "sampled" or not self._outputs:
             return
         if not isinstance(output, torch.Tensor) or not output.requires_grad:
-            raise TypeError("fisher='mc' needs a model that returns a logits tensor")
+            raise TypeError("fisher='sampled' needs a model that returns its output as a tensor")
         outputs, self._outputs = self._outputs, []
         handles = []
         scale = self.scale
 
         def once(grad):
             handles.pop().remove()  # the inner backward below passes through the logits again
-            self._mc_backward(output, outputs, scale)
+            self._sampled_backward(output, outputs, scale, grad)
 
         handles.append(output.register_hook(once))
 
-    def _mc_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]], scale: int) -> None:
-        """Backpropagate the sampled-label cross-entropy gradient (divided by ``R``, as the loss) to the layer outputs."""
+    def _sampled_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]], scale: int,
+                          loss_grad: torch.Tensor) -> None:
+        """Backpropagate the sampled-label loss gradient (divided by ``R``, as the loss) to the layer outputs."""
         start = time.perf_counter()
         n_classes = logits.shape[-1]
         with torch.no_grad(), torch.autocast(logits.device.type, enabled=False):
             probs = logits.detach().float().softmax(dim=-1).reshape(-1, n_classes)  # (rows, classes)
-            sampled = torch.multinomial(probs, 1, generator=self.generator)  # (rows, 1)
-            grad = probs.scatter_add(1, sampled, -torch.ones_like(probs[:, :1])) / scale
+            target = probs - loss_grad.detach().float().reshape(-1, n_classes) * scale  # cross-entropy's target
+            categorical = (target.min() > -_CATEGORICAL_TOL) & ((target.sum(dim=1) - 1).abs().max() < _CATEGORICAL_TOL)
+            # a non-finite row (a diverged step; the optimizer handles it) must not stop the sampling
+            sampled = torch.multinomial(torch.nan_to_num(probs, nan=1.0, posinf=1.0, neginf=0.0).clamp_min(1e-30), 1,
+                                        generator=self.generator)  # (rows, 1)
+            noise = torch.randn(probs.shape, generator=self.generator, device=probs.device)
+            grad = torch.where(categorical, probs.scatter_add(1, sampled, -torch.ones_like(probs[:, :1])), noise) / scale
             grad = grad.reshape(logits.shape).to(logits.dtype)
         with torch.enable_grad():
             grads = torch.autograd.grad(logits, [s for _, s in outputs], grad_outputs=grad,

@@ -103,11 +103,13 @@ class LayerGroup:
                     state[m.module.weight].pop(key, None)
 
     # ---- gradients ---------------------------------------------------------------------------
-    def gradients(self) -> torch.Tensor:
-        """``V = [dL/dW, dL/db]`` of every member, ``(k, out, in[+1])`` in the factor dtype."""
-        w = torch.stack([m.module.weight.grad for m in self.layers])  # (k, out, in)
+    def gradients(self, values: dict | None = None) -> torch.Tensor:
+        """``V = [dL/dW, dL/db]`` of every member, ``(k, out, in[+1])`` in the factor dtype (or the same
+        stacking of ``values[p]``, e.g. the parameters' change in a step)."""
+        of = (lambda p: p.grad) if values is None else values.__getitem__
+        w = torch.stack([of(m.module.weight) for m in self.layers])  # (k, out, in)
         if self.has_bias:
-            b = torch.stack([m.module.bias.grad for m in self.layers])  # (k, out)
+            b = torch.stack([of(m.module.bias) for m in self.layers])  # (k, out)
             w = torch.cat([w, b[:, :, None]], dim=2)  # (k, out, in+1)
         return w.to(self.dtype)
 

@@ -188,7 +188,9 @@ def padded_eigh(mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tens
         for i in bucket:
             m, n = mats[i], sizes[i]
             padded = torch.zeros(m.shape[0], size, size, dtype=m.dtype, device=m.device)
-            padded[:, :n, :n] = m
+            # non-finite entries are zeroed: the caller's finiteness flags on the factors decide the step,
+            # and eigh must not fail (and log) on them a second time
+            padded[:, :n, :n] = torch.where(torch.isfinite(m), m, 0.0)
             padded[:, n:, n:] = -torch.eye(size - n, dtype=m.dtype, device=m.device)
             parts.append(padded)
         d, q = symmetric_eigh_raw(torch.cat(parts))

@@ -26,7 +26,7 @@ def _check(condition: bool, message: str) -> None:
 
 def check_arguments(*, lr, damping, inverse, factor_decay, factor_every, inverse_every, cg_max_iter, cg_tol,
                     weight_sharing, scope, momentum, weight_decay, kl_clip, fisher, loss_reduction, rest_update,
-                    rest_lr, n_heads) -> None:
+                    rest_lr, n_heads, adapt_every, max_failures) -> None:
     """Validate ``KFAC``'s arguments, each with a ValueError naming it."""
     _check(lr >= 0, f"lr must be >= 0, got {lr}")
     _check(damping > 0, f"damping must be > 0, got {damping}")
@@ -46,6 +46,8 @@ def check_arguments(*, lr, damping, inverse, factor_decay, factor_every, inverse
     _check(rest_update in BASES, f"rest_update must be one of {BASES}, got {rest_update!r}")
     _check(rest_lr is None or rest_lr >= 0, f"rest_lr must be >= 0, got {rest_lr}")
     _check(n_heads is None or n_heads >= 1, f"n_heads must be >= 1, got {n_heads}")
+    _check(int(adapt_every) == adapt_every >= 0, f"adapt_every must be an int >= 0, got {adapt_every}")
+    _check(int(max_failures) == max_failures >= 0, f"max_failures must be an int >= 0, got {max_failures}")
 
 
 def materialise_stats(stats: dict, totals: dict) -> dict:
@@ -57,7 +59,7 @@ def materialise_stats(stats: dict, totals: dict) -> dict:
     has_iters = isinstance(iters, torch.Tensor) and iters.numel() > 0
     out["cg_iterations_mean"] = float(iters.float().mean()) if has_iters else 0.0
     out["cg_iterations_max"] = int(iters.max()) if has_iters else 0
-    steps = max(out.get("step", 0) + 1 - out.get("skipped_steps_total", 0), 1)
+    steps = max(out.get("step", 0) + 1 - out.get("failures_total", 0), 1)
     out["kl_clip_binding_fraction"] = out.get("kl_clip_binding_steps_total", 0) / steps
     return out
 
