@@ -47,7 +47,12 @@ KL_CLIP, FACTOR_DECAY, INVERSE_EVERY, MOMENTUM = 1e-3, 0.95, 10, 0.9  # kfac-pyt
 
 
 class KfacPytorchSGD:
-    """SGD with momentum preconditioned by kfac-pytorch's KFACPreconditioner (duck-typed torch optimizer)."""
+    """SGD with momentum preconditioned by kfac-pytorch's KFACPreconditioner (duck-typed torch optimizer).
+
+    ``bounds_its_step``: its KL-clip bounds the step, so the training step does not clip its gradients
+    (as for our K-FAC: a clip before preconditioning would become part of the step rule)."""
+
+    bounds_its_step = True
 
     def __init__(self, model, lr: float, damping: float):
         import torch

@@ -29,9 +29,9 @@ def _scalar(value) -> str:
     return text[:-3].strip() if text.endswith("...") else text
 
 
-def tuned_block(results, cfg) -> dict:
-    """The config's ``tuned`` mapping with each tuned (model, optimizer) entry updated by its winner."""
-    tuned = {m: {o: dict(s) for o, s in per.items()} for m, per in (cfg.raw.get("tuned") or {}).items()}
+def tuned_block(results, base: dict | None) -> dict:
+    """``base`` (a config's ``tuned`` mapping) with each tuned (model, optimizer) entry updated by its winner."""
+    tuned = {m: {o: dict(s) for o, s in per.items()} for m, per in (base or {}).items()}
     for r in results:
         tuned.setdefault(r.model, {}).setdefault(r.optimizer, {}).update(r.best_settings)
     return tuned
@@ -73,8 +73,12 @@ def _comment(results, source: str, table) -> list[str]:
 
 
 def write_tuned(results, cfg, out, *, into=None, source: str = "config", table="") -> dict:
-    """Write the ``tuned:`` block to ``out`` (a YAML file) and, with ``into``, into that config file."""
-    tuned = tuned_block(results, cfg)
+    """Write the ``tuned:`` block to ``out`` (a YAML file) and, with ``into``, into that config file.
+
+    With ``into`` the block updated is that file's as it reads now (another tuning run may have written
+    other pairs meanwhile), else the config's."""
+    base = (yaml.safe_load(Path(into).read_text()) or {}).get("tuned") if into is not None else cfg.raw.get("tuned")
+    tuned = tuned_block(results, base)
     block = block_text(tuned, _comment(results, source, table))
     if yaml.safe_load(block)["tuned"] != tuned:  # every value must read back as itself
         raise ValueError("the tuned block does not read back as the tuned settings")
