@@ -60,7 +60,7 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
             return True
         return stop_at is not None and row["step"] >= stop_at
 
-    start = time.perf_counter()
+    start, cpu_start = time.perf_counter(), time.process_time()
     with tempfile.TemporaryDirectory() as tmp:
         metrics = train_run(cfg, run_id, data_dir, Path(tmp) / run_id, stop_when=stop_when, progress=False)
     m = val_metric(metrics)
@@ -75,7 +75,7 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
     return {"seed": seed, "reached": not hit.empty, "steps": float(hit["step"].iat[0]) if len(hit) else math.nan,
             "steps_run": steps_run, "censored_at": float(budget + eval_every), "metric_value": value, "metric": sign * value if math.isfinite(value) else -math.inf,
             "diverged": diverged, "stopped": hit.empty and not diverged and steps_run < budget,
-            "seconds": time.perf_counter() - start}
+            "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
 
 
 def run_trial(raw: dict, model: str, optimizer: str, settings: dict, seeds, data_dir: str, *, target: float,
