@@ -172,7 +172,9 @@ def write(args, results: dict, target: float, wall: float) -> None:
         times, reached = _times(c)
         row = {"optimizer": o, **{k: c["settings"].get(k) for k in ("lr", "damping")},
                "steps per seed": ", ".join(f"{t:g}" if r else f">{t:g}" for t, r in zip(times, reached)),
-               "reached": f"{int(reached.sum())}/{reached.size}", "KM median": km_median(times, reached)}
+               "reached": f"{int(reached.sum())}/{reached.size}", "KM median": km_median(times, reached),
+               "CPU ms/step": 1e3 * float(np.median([s["cpu_seconds"] / max(s["steps_run"], 1)
+                                                     for t in results[o] for s in t["outcome"].seeds]))}
         for ref in ("adamw", LIBRARY):
             if o != ref:
                 r = median_ratio((times, reached), _times(chosen[ref]), n_resamples=9999, rng=0)
