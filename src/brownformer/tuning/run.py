@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import logging
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -109,16 +109,24 @@ def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *
         for optimizer in tc.optimizers:
             jobs.append((raw, model, optimizer, tc, start_settings(cfg, tc, model, optimizer), data_dir,
                          float(cfg.report.targets[model])))
-    # K-FAC first: the longest searches start first, so the workers finish together
-    order = sorted(range(len(jobs)), key=lambda j: not jobs[j][2].startswith("kfac"))
+    # model by model (a tuning stopped early has every optimizer of the first models), K-FAC first within a model:
+    # the longest searches start first, so the workers finish together
+    order = sorted(range(len(jobs)), key=lambda j: (tc.models.index(jobs[j][1]), not jobs[j][2].startswith("kfac")))
     t0 = time.perf_counter()
+    results: list[PairResult] = []
+
+    def finished(result: PairResult) -> None:
+        # written as each pair finishes: a tuning stopped early keeps every pair it completed
+        results.append(result)
+        write_tuned([result], cfg, out, into=into, source=source, table=table)
+        write_tables([result], tc, cfg, table, source=source, wall_seconds=time.perf_counter() - t0, workers=workers)
+        log.info("tuned %s %s: %s", result.model, result.optimizer, result.best_settings)
+
     if workers > 1:
         with ProcessPoolExecutor(workers) as pool:
-            done = dict(zip(order, pool.map(_job, [jobs[j] for j in order])))
+            for future in as_completed([pool.submit(_job, jobs[j]) for j in order]):
+                finished(future.result())
     else:
-        done = {j: _job(jobs[j]) for j in order}
-    results = [done[j] for j in range(len(jobs))]
-    wall = time.perf_counter() - t0
-    write_tuned(results, cfg, out, into=into, source=source, table=table)
-    write_tables(results, tc, cfg, table, source=source, wall_seconds=wall, workers=workers)
+        for j in order:
+            finished(_job(jobs[j]))
     return results

@@ -77,7 +77,12 @@ def write_tuned(results, cfg, out, *, into=None, source: str = "config", table="
 
     With ``into`` the block updated is that file's as it reads now (another tuning run may have written
     other pairs meanwhile), else the config's."""
-    base = (yaml.safe_load(Path(into).read_text()) or {}).get("tuned") if into is not None else cfg.raw.get("tuned")
+    if into is not None:
+        base = (yaml.safe_load(Path(into).read_text()) or {}).get("tuned")
+    elif Path(out).exists():  # an earlier pair of the same tuning wrote it
+        base = (yaml.safe_load(Path(out).read_text()) or {}).get("tuned")
+    else:
+        base = cfg.raw.get("tuned")
     tuned = tuned_block(results, base)
     block = block_text(tuned, _comment(results, source, table))
     if yaml.safe_load(block)["tuned"] != tuned:  # every value must read back as itself
@@ -104,8 +109,13 @@ def _trial_rows(results) -> list[dict]:
                          "metric at stop (mean)": (abs(outcome.tiebreak) if math.isfinite(outcome.tiebreak)
                                                    else math.nan),
                          "chosen": n - 1 == r.best, "seconds": sum(s["seconds"] for s in outcome.seeds),
+                         "cpu seconds": sum(s.get("cpu_seconds", math.nan) for s in outcome.seeds),
                          "grid index": list(index)})
     return rows
+
+
+def _finite(x, default: float) -> float:
+    return float(x) if isinstance(x, (int, float)) and math.isfinite(x) else float(default)
 
 
 def _previous(path: Path, tc) -> dict:
@@ -138,8 +148,8 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
     knobs = {**old.get("knobs", {}), **{o: [f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
                                             for k in ks] for o, ks in tc.knobs.items()}}
     targets = {**old.get("targets", {}), **{m: cfg.report.targets[m] for m in tc.models}}
-    cpu = sum(row["seconds"] for row in rows)
-    wall = old.get("wall_seconds", 0.0) + wall_seconds
+    cpu = sum(_finite(row.get("cpu seconds"), row["seconds"]) for row in rows)
+    wall = max(old.get("wall_seconds", 0.0), wall_seconds)
     text = "\n".join([
         f"# Equal-budget tuning ({source})", "",
         f"Command: `brownformer tune --config {source} ...` (rule tune_optimizers); protocol: docs/methods/claim4.md.",
@@ -149,7 +159,7 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
         "within the budget counts as one evaluation past it); ties: better metric at the stop. A trial stops once it "
         "cannot beat the best so far (incomplete: worse than the winner).",
         "Knobs (search order, grid step): " + "; ".join(f"{o}: {', '.join(k)}" for o, k in knobs.items()) + ".",
-        f"Training CPU: {cpu:.0f} s over {len(rows)} trials ({wall:.0f} s wall, {workers} worker(s)).", "",
+        f"Training: {cpu:.0f} CPU-seconds over {len(rows)} trials ({wall:.0f} s wall, {workers} worker(s)).", "",
         "## Chosen settings", "", pd.DataFrame(chosen).to_markdown(index=False, floatfmt=".4g"), "",
         "## Every trial", "",
         pd.DataFrame(rows).drop(columns=["grid index", "seeds"]).to_markdown(index=False, floatfmt=".4g"), ""])
