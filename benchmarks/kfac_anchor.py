@@ -80,13 +80,14 @@ class KfacPytorchSGD:
         self.sgd.load_state_dict(state)
 
 
-def _use_kfac_pytorch(damping: float) -> None:
-    """Make brownformer.train build KfacPytorchSGD for the optimizer of type sgd (this worker process only)."""
+def _use_kfac_pytorch(damping: float | None) -> None:
+    """Make brownformer.train build KfacPytorchSGD (``damping`` given) or the registry's optimizers (None)."""
     import brownformer.train as train
+    from brownformer.optim import build_optimizer
 
     def build(model, type, lr, params):
         return KfacPytorchSGD(model, lr, damping)
-    train.build_optimizer = build
+    train.build_optimizer = build_optimizer if damping is None else build
 
 
 def search(raw: dict, optimizer: str, grid: list[dict], seeds: list[int], data_dir: str, target: float,
@@ -95,8 +96,8 @@ def search(raw: dict, optimizer: str, grid: list[dict], seeds: list[int], data_d
     trials, best = [], None
     for settings in grid:
         config_settings = settings
+        _use_kfac_pytorch(settings["damping"] if optimizer == LIBRARY else None)  # a worker runs several searches
         if optimizer == LIBRARY:
-            _use_kfac_pytorch(settings["damping"])
             config_settings = {"lr": settings["lr"]}
         t0 = time.perf_counter()
         outcome = run_trial(raw, "vit-pre", optimizer, config_settings, seeds, data_dir, target=target,
