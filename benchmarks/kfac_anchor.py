@@ -39,7 +39,7 @@ import yaml
 from brownformer.config import from_dict
 from brownformer.io import to_jsonable
 from brownformer.stats.survival import km_median, median_ratio
-from brownformer.tuning.run import _data_dir
+from brownformer.tuning.run import dataset_dir
 from brownformer.tuning.trial import run_trial
 
 LIBRARY = "kfac-pytorch"
@@ -131,7 +131,7 @@ def main(argv=None) -> int:
     raw["optimizers"][LIBRARY] = {"type": "sgd", "lr": args.kfac_lrs[0], "momentum": MOMENTUM}
     cfg = from_dict(raw)
     target = float(cfg.report.targets["vit-pre"])
-    data_dir = _data_dir(cfg, "vit-pre", Path(args.data_root))
+    data_dir = dataset_dir(cfg, "vit-pre", Path(args.data_root))
     kfac_grid = [{"lr": lr, "damping": d} for lr, d in itertools.product(args.kfac_lrs, args.dampings)]
     grids = {"adamw": [{"lr": lr} for lr in args.adamw_lrs], "kfac-iterative": kfac_grid, "kfac-eigen": kfac_grid,
              LIBRARY: kfac_grid}

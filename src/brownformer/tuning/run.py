@@ -23,7 +23,7 @@ from .write import write_tables, write_tuned
 
 log = logging.getLogger(__name__)
 
-__all__ = ["PairResult", "tune_pair", "tune_optimizers"]
+__all__ = ["PairResult", "tune_pair", "tune_optimizers", "dataset_dir"]
 
 
 @dataclass(frozen=True)
@@ -69,7 +69,8 @@ def tune_pair(raw: dict, model: str, optimizer: str, tc: TuningConfig, start: di
                       time.perf_counter() - t0)
 
 
-def _data_dir(cfg: ExperimentConfig, model: str, root: Path) -> str:
+def dataset_dir(cfg: ExperimentConfig, model: str, root: Path) -> str:
+    """The prepared dataset of ``model`` under ``root`` (prepared there when missing)."""
     from brownformer.data import prepare_dataset
 
     ds = cfg.dataset_of(model)
@@ -105,7 +106,7 @@ def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *
     raw = copy.deepcopy(dict(cfg.raw))
     jobs = []
     for model in tc.models:
-        data_dir = _data_dir(cfg, model, Path(data_root))
+        data_dir = dataset_dir(cfg, model, Path(data_root))
         for optimizer in tc.optimizers:
             jobs.append((raw, model, optimizer, tc, start_settings(cfg, tc, model, optimizer), data_dir,
                          float(cfg.report.targets[model])))
