@@ -159,4 +159,5 @@ def logrank_test(proposed: tuple, baseline: tuple, *, alternative: str = "greate
         return None
     x = sps.CensoredData(uncensored=tp[rp], right=tp[~rp])
     y = sps.CensoredData(uncensored=tb[rb], right=tb[~rb])
-    return sps.logrank(x, y, alternative=alternative)
+    with np.errstate(invalid="ignore", divide="ignore"):  # zero variance (one event time for all): NaN, reported as such
+        return sps.logrank(x, y, alternative=alternative)
