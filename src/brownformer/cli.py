@@ -171,6 +171,13 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True)
 
 
+def _cmd_tune(args) -> None:
+    from brownformer.tuning import tune_optimizers
+    cfg = _load(args)
+    tune_optimizers(cfg, args.out, args.table, data_root=args.data_root, into=args.into, models=args.models,
+                    optimizers=args.optimizers, workers=args.workers, source=str(args.into or args.config))
+
+
 def _cmd_figures(args) -> None:
     from brownformer.plots import make_figures
     cfg = _load(args)
@@ -264,6 +271,20 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("stats", help="statistics: trajectory, attention, run, calibrate, summary")
     _add_stats_parsers(p)
     p.set_defaults(func=_cmd_stats)
+
+    p = sub.add_parser("tune", help="equal-budget tuning on steps to the target; writes the tuned block",
+                       description="Every optimizer of the config's `tuning` block gets `tuning.trials` settings per "
+                       "model on log grids (a winner on an edge extends its grid), each trained on the tuning seeds "
+                       "(disjoint from the grid's) and ranked by steps to report.targets.")
+    _common(p)
+    p.add_argument("--out", type=Path, required=True, help="YAML file for the `tuned:` block")
+    p.add_argument("--table", type=Path, required=True, help="tuning table (markdown; .json beside it)")
+    p.add_argument("--into", type=Path, default=None, help="also rewrite this config file's `tuned:` block in place")
+    p.add_argument("--data-root", type=Path, default=Path("results/data"), help="prepared datasets (made if missing)")
+    p.add_argument("--models", nargs="+", default=None, help="default: tuning.models")
+    p.add_argument("--optimizers", nargs="+", default=None, help="default: tuning.optimizers")
+    p.add_argument("--workers", type=int, default=1, help="parallel (model, optimizer) searches")
+    p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("figures", help="draw every figure from the results")
     _common(p)

@@ -157,7 +157,7 @@ def _restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
 
 def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir: str | Path, *,
               probes: bool = False, callbacks: list[StepCallback] | None = None,
-              stop_after: int | None = None, progress: bool = True) -> pd.DataFrame:
+              stop_after: int | None = None, stop_when=None, progress: bool = True) -> pd.DataFrame:
     """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists.
 
     Args:
@@ -173,6 +173,9 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             their time is the metrics' probe_wall_time (a callback's `schedule`, the steps it works
             at, lets the clock sync there on CUDA).
         stop_after: stop (with a checkpoint) after this many steps, as if killed; for tests.
+        stop_when: called with each metrics row as it is logged; True ends the run there (no checkpoint,
+            metrics.parquet or manifest written; the rows so far are returned). The tuning stops a trial
+            at its target this way.
     Returns:
         The metrics table (also written to out_dir/metrics.parquet when training completes).
     """
@@ -256,6 +259,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             if not (math.isfinite(row["train_loss"]) and math.isfinite(row["train_loss_mean"])):
                 log.warning("%s: non-finite training loss by step %d", run_id, done)
             bar.set_postfix(loss=f"{row['train_loss']:.3f}")
+            if stop_when is not None and stop_when(row):
+                return pd.DataFrame(rows)
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after:
             _save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),

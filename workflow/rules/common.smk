@@ -146,3 +146,15 @@ def pretrained_options(wildcards):
 
 def pretrained_out_dir(wildcards):
     return in_results(f"pretrained/{wildcards.name}")
+
+# ---- tune_optimizers (rules/tune.smk; on request only) ----
+
+def tuning_data_meta(wildcards):
+    """The prepared datasets of the tuned models (none when the config has no tuning block)."""
+    models = (config.get("tuning") or {}).get("models", [])
+    return sorted({in_results(f"data/{CFG.models[m].dataset}/meta.json") for m in models if m in CFG.models})
+
+
+def tuning_config_source(wildcards):
+    """The config file to rewrite: the first --configfile (default config/config.yaml)."""
+    return str(workflow.configfiles[0]) if workflow.configfiles else "config/config.yaml"

@@ -1,0 +1,218 @@
+"""Side-by-side anchor: gpauloski/kfac-pytorch beside both of our K-FAC variants and AdamW on the default vit-pre.
+
+    # kfac-pytorch is installed for this benchmark only (never a dependency of the project or its tests):
+    git --git-dir=<fetched github:gpauloski/kfac-pytorch> archive HEAD | tar -x -C /tmp/kfac-pytorch
+    pip install --no-deps --target /tmp/kfac_site /tmp/kfac-pytorch
+    PYTHONPATH=/tmp/kfac_site:src OMP_NUM_THREADS=1 nice python benchmarks/kfac_anchor.py --workers 2
+
+Protocol (one run, same seeds for every optimizer; the tuning's own machinery, brownformer.tuning):
+- model vit-pre of the config, its steps, batch, schedule and clipping; evaluation every 5 steps on the
+  whole validation split; target ``report.targets["vit-pre"]``; a seed run stops at the target;
+- every optimizer tried on the same number of settings, all seeds each: the three K-FACs on the same
+  lr x damping grid (``--kfac-lrs`` x ``--dampings``), AdamW on as many learning rates (``--adamw-lrs``);
+  within an optimizer, settings run in order and a setting stops once it cannot beat the best so far;
+- the chosen setting per optimizer is the one with the smallest restricted mean steps to the target
+  over the seeds (brownformer.tuning.search.outcome_of), then its per-seed steps, Kaplan-Meier median
+  and the ratio of medians to AdamW and to kfac-pytorch with a bootstrap interval (stats/survival.py).
+  Tuned and measured on the same seeds: the selection bias is the same for every optimizer.
+
+kfac-pytorch runs as its README says: torch.optim.SGD (momentum 0.9) over every parameter, the
+KFACPreconditioner (KL-clip on, 1e-3; factors every step, decay 0.95; inverses every 10 steps) on
+every nn.Linear, its lr following the schedule. Ours run with the config's K-FAC settings and the grid's
+lr and damping. Writes OUT (markdown) and OUT with suffix .json.
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import itertools
+import json
+import math
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from brownformer.config import from_dict
+from brownformer.io import to_jsonable
+from brownformer.stats.survival import km_median, median_ratio
+from brownformer.tuning.run import dataset_dir
+from brownformer.tuning.trial import run_trial
+
+LIBRARY = "kfac-pytorch"
+KL_CLIP, FACTOR_DECAY, INVERSE_EVERY, MOMENTUM = 1e-3, 0.95, 10, 0.9  # kfac-pytorch's defaults / author's code
+
+
+class KfacPytorchSGD:
+    """SGD with momentum preconditioned by kfac-pytorch's KFACPreconditioner (duck-typed torch optimizer).
+
+    ``bounds_its_step``: its KL-clip bounds the step, so the training step does not clip its gradients
+    (as for our K-FAC: a clip before preconditioning would become part of the step rule)."""
+
+    bounds_its_step = True
+
+    def __init__(self, model, lr: float, damping: float):
+        import torch
+        from kfac.preconditioner import KFACPreconditioner
+
+        self.sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
+        self.param_groups, self.state = self.sgd.param_groups, self.sgd.state
+        for group in self.param_groups:
+            group.setdefault("initial_lr", group["lr"])
+        self.preconditioner = KFACPreconditioner(
+            model, lr=lambda _: self.sgd.param_groups[0]["lr"], damping=damping, kl_clip=KL_CLIP,
+            factor_decay=FACTOR_DECAY, factor_update_steps=1, inv_update_steps=INVERSE_EVERY)
+
+    def step(self, closure=None):
+        self.preconditioner.step()
+        self.sgd.step()
+
+    def zero_grad(self, set_to_none: bool = True):
+        self.sgd.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return self.sgd.state_dict()
+
+    def load_state_dict(self, state):
+        self.sgd.load_state_dict(state)
+
+
+def _use_kfac_pytorch(damping: float | None) -> None:
+    """Make brownformer.train build KfacPytorchSGD (``damping`` given) or the registry's optimizers (None)."""
+    import brownformer.train as train
+    from brownformer.optim import build_optimizer
+
+    def build(model, type, lr, params):
+        return KfacPytorchSGD(model, lr, damping)
+    train.build_optimizer = build_optimizer if damping is None else build
+
+
+def search(raw: dict, optimizer: str, grid: list[dict], seeds: list[int], data_dir: str, target: float,
+           eval_every: int) -> list[dict]:
+    """Every setting of ``grid`` for one optimizer, in order, stopping a setting once it cannot win."""
+    trials, best = [], None
+    for settings in grid:
+        config_settings = settings
+        _use_kfac_pytorch(settings["damping"] if optimizer == LIBRARY else None)  # a worker runs several searches
+        if optimizer == LIBRARY:
+            config_settings = {"lr": settings["lr"]}
+        t0 = time.perf_counter()
+        outcome = run_trial(raw, "vit-pre", optimizer, config_settings, seeds, data_dir, target=target,
+                            eval_every=eval_every, incumbent=best)
+        trials.append({"settings": settings, "outcome": outcome, "seconds": time.perf_counter() - t0})
+        if best is None or outcome.key < best.key:
+            best = outcome
+    return trials
+
+
+def _job(args):
+    return args[1], search(*args)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", default="config/config.yaml")
+    p.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    p.add_argument("--kfac-lrs", nargs="+", type=float, default=[0.03, 0.1])
+    p.add_argument("--dampings", nargs="+", type=float, default=[0.003, 0.03])
+    p.add_argument("--adamw-lrs", nargs="+", type=float, default=[0.003, 0.006, 0.009, 0.018])
+    p.add_argument("--optimizers", nargs="+", default=["kfac-pytorch", "kfac-iterative", "kfac-eigen", "adamw"],
+                   help="a subset of the four (the default: all)")
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--data-root", default="results/data")
+    p.add_argument("--out", default="benchmarks/results/kfac_anchor.md")
+    args = p.parse_args(argv)
+    import kfac  # noqa: F401  (fails here, before any training, when kfac-pytorch is not installed)
+    import logging
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s: %(message)s")
+
+    raw = yaml.safe_load(Path(args.config).read_text())
+    raw.pop("tuning", None)
+    raw["optimizers"][LIBRARY] = {"type": "sgd", "lr": args.kfac_lrs[0], "momentum": MOMENTUM}
+    cfg = from_dict(raw)
+    target = float(cfg.report.targets["vit-pre"])
+    data_dir = dataset_dir(cfg, "vit-pre", Path(args.data_root))
+    kfac_grid = [{"lr": lr, "damping": d} for lr, d in itertools.product(args.kfac_lrs, args.dampings)]
+    grids = {"adamw": [{"lr": lr} for lr in args.adamw_lrs], "kfac-iterative": kfac_grid, "kfac-eigen": kfac_grid,
+             LIBRARY: kfac_grid}
+    grids = {o: grids[o] for o in args.optimizers}
+    if len({len(g) for g in grids.values()}) != 1:
+        raise SystemExit("every optimizer gets the same number of settings: give as many AdamW lrs as K-FAC settings")
+    t0 = time.perf_counter()
+    jobs = [(copy.deepcopy(raw), o, g, args.seeds, data_dir, target, args.eval_every) for o, g in grids.items()]
+    with ProcessPoolExecutor(args.workers) as pool:  # K-FACs first: the longest jobs start first
+        results = dict(pool.map(_job, sorted(jobs, key=lambda j: j[1] == "adamw")))
+    wall = time.perf_counter() - t0
+    write(args, results, target, wall)
+    return 0
+
+
+def _chosen(trials: list[dict]) -> dict:
+    return min(trials, key=lambda t: t["outcome"].key)
+
+
+def _times(trial: dict) -> tuple[np.ndarray, np.ndarray]:
+    seeds = trial["outcome"].seeds
+    reached = np.array([s["reached"] for s in seeds])
+    return np.array([s["steps"] if s["reached"] else s["steps_run"] for s in seeds], float), reached
+
+
+def _num(x: float) -> str:
+    return "undefined" if math.isnan(x) else f"{x:.3g}"
+
+
+def write(args, results: dict, target: float, wall: float) -> None:
+    rows, every, summary = [], [], {}
+    chosen = {o: _chosen(t) for o, t in results.items()}
+    for o, trials in results.items():
+        for t in trials:
+            every.append({"optimizer": o, **t["settings"], "score": t["outcome"].score if t["outcome"].complete
+                          else math.nan, "complete": t["outcome"].complete, "seconds": t["seconds"],
+                          "per seed": "; ".join(f"s{s['seed']}: " + (f"{s['steps']:g}" if s["reached"] else
+                                                f">{s['steps_run']}") for s in t["outcome"].seeds)})
+    for o, c in chosen.items():
+        times, reached = _times(c)
+        row = {"optimizer": o, **{k: c["settings"].get(k) for k in ("lr", "damping")},
+               "steps per seed": ", ".join(f"{t:g}" if r else f">{t:g}" for t, r in zip(times, reached)),
+               "reached": f"{int(reached.sum())}/{reached.size}", "KM median": km_median(times, reached),
+               "CPU ms/step": 1e3 * float(np.median([s["cpu_seconds"] / max(s["steps_run"], 1)
+                                                     for t in results[o] for s in t["outcome"].seeds]))}
+        for ref in ("adamw", LIBRARY):
+            if o != ref and ref in chosen:
+                r = median_ratio((times, reached), _times(chosen[ref]), n_resamples=9999, rng=0)
+                row[f"/ {ref} [95% CI]"] = (f"{_num(r.estimate)} [{_num(r.confidence_interval[0])}, "
+                                            f"{_num(r.confidence_interval[1])}]")
+                summary.setdefault(o, {})[ref] = r.to_dict()
+        rows.append(row)
+    cpu = sum(t["seconds"] for ts in results.values() for t in ts)
+    import pandas as pd
+    text = "\n".join([
+        "# Side-by-side anchor: kfac-pytorch, our two K-FACs and AdamW on the default vit-pre", "",
+        f"Command: `PYTHONPATH=/tmp/kfac_site:src OMP_NUM_THREADS=1 nice python benchmarks/kfac_anchor.py "
+        f"--seeds {' '.join(map(str, args.seeds))} --optimizers {' '.join(args.optimizers)} --kfac-lrs "
+        f"{' '.join(map(str, args.kfac_lrs))} --dampings {' '.join(map(str, args.dampings))} --adamw-lrs "
+        f"{' '.join(map(str, args.adamw_lrs))} --workers {args.workers}` (kfac-pytorch "
+        "installed from its fetched repository for this benchmark only). Protocol: the module docstring.",
+        f"Target val_accuracy {target} (report.targets), evaluation every {args.eval_every} steps, seeds {args.seeds} "
+        f"for every optimizer; {len(next(iter(results.values())))} settings each: K-FACs lr {args.kfac_lrs} x damping "
+        f"{args.dampings}, AdamW lr {args.adamw_lrs}. Training CPU {cpu:.0f} s ({wall:.0f} s wall, "
+        f"{args.workers} workers). A run that never reaches the target within the budget shows as >steps run.", "",
+        "## Chosen setting per optimizer (restricted mean steps over the seeds), KM median ratios", "",
+        pd.DataFrame(rows).to_markdown(index=False, floatfmt=".4g"), "", "## Every setting", "",
+        pd.DataFrame(every).to_markdown(index=False, floatfmt=".4g"), ""])
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    out.with_suffix(".json").write_text(json.dumps(to_jsonable({
+        "target": target, "seeds": args.seeds, "cpu_seconds": cpu, "wall_seconds": wall,
+        "chosen": {o: {"settings": c["settings"], "seeds": list(c["outcome"].seeds)} for o, c in chosen.items()},
+        "ratios": summary, "every_setting": every}), indent=1))
+    print(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
