@@ -5,6 +5,7 @@
 
 rule tune_optimizers:
     input:
+        config=config_slice("study"),
         meta=tuning_data_meta,
     output:
         tuned=in_results("tuning/tuned.yaml"),
