@@ -123,10 +123,10 @@ def abstract(ctx: ReportContext) -> str:
         verdict_text = "No verdicts were available when this report was built (claims.json missing or unreadable)."
     else:
         counts = head["verdict"].value_counts()
-        verdict_text = (f"Of {len(head)} headline claims, {counts.get('supported', 0)} are supported, "
-                        f"{counts.get('not supported', 0)} not supported, {counts.get('inconclusive', 0)} "
-                        f"inconclusive and {counts.get('did not train', 0)} did not train: "
-                        + "; ".join(f"{c}: {v}" for c, v in zip(head["claim"], head["verdict"])) + ".")
+        verdict_text = (f"Of {len(head)} headline claims, supported: {counts.get('supported', 0)}, not supported: "
+                        f"{counts.get('not supported', 0)}, inconclusive: {counts.get('inconclusive', 0)}, "
+                        f"did not train: {counts.get('did not train', 0)} ("
+                        + "; ".join(f"{c}: {v}" for c, v in zip(head["claim"], head["verdict"])) + ").")
     comp = comparison_table(ctx)
     kfac = " ".join(kfac_sentences(ctx, comp)) if not comp.empty else "No training metrics were available."
     title = cfg.report.title

@@ -192,7 +192,7 @@ def methods(ctx: ReportContext) -> str:
         f"{replicates_text(cfg.stats.calibration_replicates)}. The rate at which it calls Brownian motion “not "
         f"Brownian” is its size (α = {cfg.stats.alpha:.0%}); the rate at which it withholds “Brownian” on an "
         f"alternative, its power (goals: {goal_text()}). Each verdict in Section 3 quotes the size and power of "
-        "its rule at its shape; a claim without a calibration at its shape is never “supported”.", "",
+        "its rule at its shape; a claim-3 verdict without a calibration at its shape is never “supported”. Claims 1 and 2 are decided on margins tied to a consequence and checked against null models (Section 3); their rules carry no simulated size table yet, which their rows say.", "",
         "### 2.7 Decisions where the paper is silent", *[f"- {d}" for d in DECISIONS],
     ]
     return "\n".join(parts)

@@ -4,6 +4,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from .window_reading import window_effects
+
 __all__ = ["summary_text"]
 
 
@@ -20,7 +22,9 @@ def _interval(ci) -> str:
 def summary_text(result: dict) -> str:
     """Verdict, reason, the exponent with its CI (window and full range), each key effect against its margin,
     and what is known of the rule's size and power at this shape."""
-    lines = [f"{result['verdict'].upper()} ({result.get('classification', 'n/a')}): {result.get('reason', '')}",
+    cls = result.get("classification")
+    lines = [f"{result['verdict'].upper()}{f' ({cls})' if cls and cls != result['verdict'] else ''}: "
+             f"{result.get('reason', '')}",
              f"{result['kind']} trajectory: {result['n_times']} times x {result['n_walkers']} walkers "
              f"({result.get('n_groups', 'n/a')} groups) x {result['dim']} dims; clock: {result.get('time') or 'index'}"]
     slopes = result.get("local_slopes") or {}
@@ -29,11 +33,12 @@ def summary_text(result: dict) -> str:
     msd = result.get("msd_exponent") or {}
     lines.append(f"full-range MSD exponent {_num(msd.get('estimate'))}{_interval(msd.get('ci'))}"
                  + (f" (undefined: {msd['why_undefined']})" if msd.get("why_undefined") else ""))
-    key = set(result.get("key_effects") or ())
-    for t in result.get("tests") or []:
-        if t["name"] in key:
-            lines.append(f"  {t['name']:<26} {_num(t.get('estimate'))}{_interval(t.get('tost_ci'))} "
-                         f"(90% TOST interval){' ' + t['why_undefined'] if t.get('why_undefined') else ''}")
+    lines.append("key effects, the intervals the verdict reads (all inside their margins: brownian; one outside: "
+                 "not brownian; else inconclusive):")
+    for name, e in window_effects(result).items():
+        if name in (result.get("key_effects") or ()):
+            lines.append(f"  {name:<26} {_num(e.get('estimate'))}{_interval(e.get('tost_ci'))}"
+                         + (f" {e['why_undefined']}" if e.get("why_undefined") else ""))
     cal = result.get("calibration")
     if cal:
         power = cal.get("power_lower") or cal.get("power") or {}
