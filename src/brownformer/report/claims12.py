@@ -53,25 +53,28 @@ def _figures(ctx: ReportContext, key: str) -> str:
 
 def sphere_text(ctx: ReportContext) -> str:
     """Claim 1: the definitional check named as such, then the criteria per run."""
-    t = criteria_table(ctx, "1")
     intro = ("Before the affine map every LayerNorm output lies on the sphere of radius √d in the hyperplane "
              "Σz = 0 by definition (whenever a token's variance exceeds ~50 ε): checked, not evidence. The claim is "
              "decided after the affine map, on what the next layer reads: the spread of token radii about the "
              "LayerNorm's centre β relative to a Gaussian cloud of the same covariance, and the distance of β from "
              "the origin; every (capture, layer) of the second half of training must be inside both margins "
              "(methods: docs/methods/claims12.md).")
-    body = md_table(t) if not t.empty else "Per-criterion values: not available (claims.json has none)."
-    return intro + "\n\n" + body + _figures(ctx, "1")
+    return _claim_text(ctx, "1", intro)
 
 
 def markov_text(ctx: ReportContext) -> str:
     """Claim 2: the three criteria per run, with the rank bound stated."""
-    t = criteria_table(ctx, "2")
     intro = ("Row-stochasticity holds by construction. Per head, M = W_Qᵀ W_K/√d_h has rank ≤ d_h, which caps its "
              "identity fraction (tr M)²/(d ‖M‖²_F) at d_h/d: no single head is isotropic on the whole sphere, so "
              "each head is judged relative to that bound (1 = isotropic within its subspace). The fitted isotropic "
              "(von Mises–Fisher) kernel is judged by a consequence, the relative error of the attention output when "
              "it replaces the attention, against the mean field; reversibility by the detailed-balance residual "
              "(undefined for the causal LM, whose first token absorbs the chain).")
+    return _claim_text(ctx, "2", intro)
+
+
+def _claim_text(ctx: ReportContext, key: str, intro: str) -> str:
+    """The intro, the per-criterion table of claim `key` and its figures."""
+    t = criteria_table(ctx, key)
     body = md_table(t) if not t.empty else "Per-criterion values: not available (claims.json has none)."
-    return intro + "\n\n" + body + _figures(ctx, "2")
+    return intro + "\n\n" + body + _figures(ctx, key)
