@@ -18,7 +18,7 @@ def walk(tmp_path_factory):
 def test_prints_the_verdict_line_without_writing(walk, capsys):
     assert main(["stats", "trajectory", str(walk)]) == 0
     first = capsys.readouterr().out.splitlines()[0]
-    assert first.split(" ")[0] in ("BROWNIAN", "NOT", "INCONCLUSIVE")
+    assert first.split(" ")[0].rstrip(":") in ("BROWNIAN", "NOT", "INCONCLUSIVE")
     assert not (walk.parent / "walk.stats.json").exists()
 
 
