@@ -6,6 +6,7 @@
 # OUT_DIR/device_summary.md.
 #
 #   bash scripts/device_tune.sh [OUT_DIR]     # OUT_DIR defaults to $OUT, else results/device
+#   DEVICE_TASKS="stability gpu" bash scripts/device_tune.sh   # a subset (the K-FAC stability sweep, CUDA tests)
 #
 # Carried beside the working tree in .device/ (ignored by git): whl/ (wheels of jsonschema, its dependencies and
 # tabulate, which the GPU image lacks) and kfac-pytorch/ (the fetched gpauloski/kfac-pytorch, for the anchor only;
@@ -22,6 +23,8 @@ TUNE_WORKERS="${TUNE_WORKERS:-8}"         # one per (model, optimizer) pair: 2 m
 ANCHOR_WORKERS="${ANCHOR_WORKERS:-6}"
 TUNE_TRIALS="${TUNE_TRIALS:-9}"
 ANCHOR_SEEDS="${ANCHOR_SEEDS:-0 1 2}"
+STABILITY_WORKERS="${STABILITY_WORKERS:-14}"
+TASKS="${DEVICE_TASKS:-tune anchor gpu overhead}"  # any of: tune anchor stability gpu overhead
 RES="$(mktemp -d "${TMPDIR:-/tmp}/device.XXXXXX")"
 LOG="$RES/device.log"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg OMP_NUM_THREADS=1 MKL_NUM_THREADS=1
@@ -59,21 +62,35 @@ export PYTHONPATH="$SITE:$PWD/src"
 "$PY" -m brownformer.cli data --config config/config.yaml --dataset digits --out "$RES/data/digits" > "$RES/data.log" 2>&1 \
     || { echo "data preparation failed"; cat "$RES/data.log"; exit 2; }
 
-echo "[$(date -u +%T)] start: tuning ($TUNE_WORKERS workers), anchor ($ANCHOR_WORKERS workers), GPU checks"
-step tune "$BUDGET" "$PY" -m brownformer.cli tune --config config/config.yaml --set "tuning.trials=$TUNE_TRIALS" \
-    --optimizers sgd adamw muon kfac-iterative --workers "$TUNE_WORKERS" --data-root "$RES/data" --log "$RES/tune_progress.log" \
-    --out "$RES/tuned.yaml" --table "$RES/tuning.md" &
-PIDS=($!)
-# shellcheck disable=SC2086
-step anchor "$BUDGET" "$PY" benchmarks/kfac_anchor.py --seeds $ANCHOR_SEEDS --kfac-lrs 0.01 0.03 0.1 \
-    --dampings 0.001 0.01 --adamw-lrs 0.0015 0.003 0.006 0.009 0.018 0.036 --workers "$ANCHOR_WORKERS" \
-    --data-root "$RES/data" --out "$RES/kfac_anchor.md" &
-PIDS+=($!)
-if "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+has() { [[ " $TASKS " == *" $1 "* ]]; }
+echo "[$(date -u +%T)] start: $TASKS"
+PIDS=()
+if has tune; then
+    step tune "$BUDGET" "$PY" -m brownformer.cli tune --config config/config.yaml --set "tuning.trials=$TUNE_TRIALS" \
+        --optimizers sgd adamw muon kfac-iterative --workers "$TUNE_WORKERS" --data-root "$RES/data" \
+        --log "$RES/tune_progress.log" --out "$RES/tuned.yaml" --table "$RES/tuning.md" &
+    PIDS+=($!)
+fi
+if has anchor; then
+    # shellcheck disable=SC2086
+    step anchor "$BUDGET" "$PY" benchmarks/kfac_anchor.py --seeds $ANCHOR_SEEDS --kfac-lrs 0.01 0.03 0.1 \
+        --dampings 0.001 0.01 --adamw-lrs 0.0015 0.003 0.006 0.009 0.018 0.036 --workers "$ANCHOR_WORKERS" \
+        --data-root "$RES/data" --out "$RES/kfac_anchor.md" &
+    PIDS+=($!)
+fi
+if has stability; then  # issue 18: 0 non-finite runs over 5 seeds x lr {1/3, 1, 3} x tuned, on the ViTs
+    step stability "$BUDGET" "$PY" benchmarks/stability_sweep.py --config config/config.yaml \
+        --models vit-pre vit-post --optimizers kfac-iterative --workers "$STABILITY_WORKERS" \
+        --data-root "$RES/data" --out "$RES" &
+    PIDS+=($!)
+fi
+if has gpu && "$PY" -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)'; then
     step gpu_tests 150 "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_gpu.py tests/test_precision.py \
         tests/data/test_device.py tests/train/test_sync_free.py
-    step overhead_cuda 150 "$PY" benchmarks/optimizer_overhead.py --device cuda --repeats 3 \
-        --out "$RES/optimizer_overhead_cuda.json"
+    if has overhead; then
+        step overhead_cuda 150 "$PY" benchmarks/optimizer_overhead.py --device cuda --repeats 3 \
+            --out "$RES/optimizer_overhead_cuda.json"
+    fi
 fi
 wait "${PIDS[@]}"  # not a bare `wait`: it would also wait for the log's tee, which never ends
 echo "[$(date -u +%T)] done"
