@@ -20,12 +20,12 @@ import yaml
 from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, SCHEMA_PATH, ConfigError, apply_overrides,
                                       validate_dict)
 from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_steps, replica_seed
+from brownformer.config_tuned import TunedConfig, read_tuned
 
-__all__ = [
-    "ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig",
-    "TunedConfig", "TrainConfig", "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict",
-    "config_hash", "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "DEFAULT_MARGINS",
-]
+__all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
+           "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict", "config_hash",
+           "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "DEFAULT_MARGINS",
+           "DEFAULT_STATS", "DEFAULT_REPORT"]
 
 
 @dataclass(frozen=True)
@@ -65,20 +65,6 @@ class OptimizerConfig:
     type: str
     lr: float
     params: Mapping[str, Any] = field(default_factory=dict)  # every other key, passed to the constructor
-
-
-@dataclass(frozen=True)
-class TunedConfig:
-    """``tuned.<model>.<optimizer>``: the settings the equal-budget tuning chose for one (model, optimizer)
-    pair (benchmarks/results/tuning.md); they override the optimizer's own settings for that model only."""
-    model: str
-    optimizer: str
-    lr: float | None = None  # None: the optimizer's own lr
-    params: Mapping[str, Any] = field(default_factory=dict)  # every other key
-
-    def settings(self) -> dict[str, Any]:
-        """The keys as the config writes them."""
-        return {**({"lr": self.lr} if self.lr is not None else {}), **self.params}
 
 
 @dataclass(frozen=True)
@@ -131,6 +117,11 @@ class StatsConfig:
     window: Mapping[str, Any] = field(default_factory=lambda: dict(DEFAULT_WINDOW))
 
 
+#: the statistics settings of a config that sets none: the schema's defaults (tests/test_config_defaults.py), the
+#: one constant a statistic's keyword default may name (tests/stats/test_no_restated_defaults.py)
+DEFAULT_STATS = StatsConfig()
+
+
 @dataclass(frozen=True)
 class ReportConfig:
     """The report section: its title and the roles of the optimizers claim 4 compares."""
@@ -138,6 +129,9 @@ class ReportConfig:
     proposed: str = "kfac-iterative"  # the optimizer claim 4 tests
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
     title: str = "Brownian motion in the transformer: a replication"
+
+
+DEFAULT_REPORT = ReportConfig()  # the report settings of a config that sets none (the schema's defaults)
 
 
 @dataclass(frozen=True)
@@ -222,7 +216,7 @@ class ExperimentConfig:
     raw: Mapping[str, Any] = field(repr=False, compare=False, default_factory=dict)
     paths: Mapping[str, str] = field(default_factory=dict)  # output roots; the schema has their defaults
     scaling: Mapping[str, int] | None = None  # {"width", "depth"} when the config is a depth x width study
-    tuned: Mapping[tuple[str, str], TunedConfig] = field(default_factory=dict)  # (model, optimizer) -> settings
+    tuned: Mapping[str, Mapping[str, TunedConfig]] = field(default_factory=dict)  # model -> optimizer -> settings
     replicas: tuple[ReplicaBlock, ...] = ()  # replicas of the training noise (claims 3b, 3c)
 
     def replica_sets(self) -> dict[str, tuple[RunSpec, ...]]:
@@ -311,7 +305,7 @@ class ExperimentConfig:
 
     def tuned_for(self, model: str, optimizer: str) -> TunedConfig | None:
         """The tuned settings of (model, optimizer), or None when the config's `tuned` has none."""
-        return self.tuned.get((model, optimizer))
+        return self.tuned.get(model, {}).get(optimizer)
 
     @property
     def hash(self) -> str:
@@ -370,18 +364,12 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         report=ReportConfig(**d.get("report", {})),
         raw=d,
         paths=d["paths"], scaling=d.get("scaling"),
-        tuned={(model, name): _tuned(model, name, settings)
-               for model, per_opt in (d.get("tuned") or {}).items() for name, settings in per_opt.items()},
+        tuned=read_tuned(d.get("tuned")),
         replicas=tuple(ReplicaBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
                                     seeds=tuple(b.get("seeds", d["seeds"])), count=int(b["count"]))
                        for b in d.get("replicas") or ()),
     )
     return cfg
-
-
-def _tuned(model: str, optimizer: str, settings: Mapping[str, Any]) -> TunedConfig:
-    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in settings.items() if k != "lr"}
-    return TunedConfig(model=model, optimizer=optimizer, lr=settings.get("lr"), params=params)
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> ExperimentConfig:

@@ -49,9 +49,9 @@ def test_logrank_without_any_event_is_undefined():
 def test_ratio_infinite_and_undefined_are_spelled_apart():
     fast = ([100] * 8, [True] * 8)
     never = ([400] * 8, [False] * 8)
-    assert median_ratio(never, fast, n_resamples=99).to_dict()["estimate"] == "inf"
-    assert median_ratio(never, never, n_resamples=99).to_dict()["estimate"] is None
-    assert median_ratio(fast, never, n_resamples=99).estimate == 0.0
+    assert median_ratio(never, fast, confidence_level=0.95, n_resamples=99, rng=0).to_dict()["estimate"] == "inf"
+    assert median_ratio(never, never, confidence_level=0.95, n_resamples=99, rng=0).to_dict()["estimate"] is None
+    assert median_ratio(fast, never, confidence_level=0.95, n_resamples=99, rng=0).estimate == 0.0
     assert [json_number(x) for x in (1.5, math.inf, -math.inf, math.nan)] == [1.5, "inf", "-inf", None]
 
 
@@ -62,6 +62,7 @@ def test_ratio_interval_covers_a_known_scale_ratio():
     for _ in range(60):
         base = np.exp(rng.normal(math.log(300), 0.15, 8))
         prop = 0.6 * np.exp(rng.normal(math.log(300), 0.15, 8))
-        r = median_ratio((prop, np.ones(8, bool)), (base, np.ones(8, bool)), n_resamples=499, rng=rng)
+        r = median_ratio((prop, np.ones(8, bool)), (base, np.ones(8, bool)), confidence_level=0.95, n_resamples=499,
+                         rng=rng)
         cover += r.confidence_interval[0] <= 0.6 <= r.confidence_interval[1]
     assert cover / 60 >= 0.8  # percentile bootstrap of medians with 8 seeds: near nominal, a little under

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
+from brownformer.config import DEFAULT_STATS, ReportConfig
 from brownformer.stats.time_to_target import reference_target, time_to_target, times_to_target
+
+
+def _settings(**stats) -> dict:
+    """The typed settings the rule reads: the schema's statistics defaults (with `stats` changed) and the roles
+    of this file's runs."""
+    return {"stats": dataclasses.replace(DEFAULT_STATS, **stats),
+            "report": ReportConfig(proposed="kfac-iterative", target_optimizer="adamw")}
 
 
 def _curve(reach_step: int, *, steps: int = 400, every: int = 5, seconds_per_step: float = 0.01,
@@ -61,7 +71,7 @@ SEEDS = range(8)  # the protocol's minimum (time_to_target.MIN_SEEDS)
 
 def test_half_the_steps_at_the_same_step_cost_is_supported():
     runs = _runs({s: 100 + 5 * s for s in SEEDS}, {s: 200 + 10 * s for s in SEEDS})
-    result = time_to_target(runs, {"m": 0.8}, n_resamples=2000)["m"]
+    result = time_to_target(runs, {"m": 0.8}, **_settings(n_resamples=2000))["m"]
     ratio = result.ratios["adamw"]["steps"]
     # Kaplan-Meier median of 8 uncensored times: the 4th smallest (S drops to 1/2 there)
     lower_median = lambda x: np.sort(x)[3]
@@ -74,12 +84,12 @@ def test_half_the_steps_at_the_same_step_cost_is_supported():
 
 def test_slower_proposed_optimizer_is_not_supported():
     runs = _runs({s: 240 + 5 * s for s in SEEDS}, {s: 200 + 5 * s for s in SEEDS})
-    assert time_to_target(runs, {"m": 0.8})["m"].verdict == "not supported"
+    assert time_to_target(runs, {"m": 0.8}, **_settings())["m"].verdict == "not supported"
 
 
 def test_never_reaching_the_target_is_not_supported_and_infinite():
     runs = _runs({s: 10_000 for s in SEEDS}, {s: 200 for s in SEEDS})
-    result = time_to_target(runs, {"m": 0.8})["m"]
+    result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
     assert result.verdict == "not supported" and np.isinf(result.ratios["adamw"]["steps"].estimate)
     assert result.to_dict()["ratios"]["adamw"]["steps"]["estimate"] == "inf"
     assert result.to_dict()["km_median_steps"]["kfac-iterative"] == "inf"
@@ -88,7 +98,7 @@ def test_never_reaching_the_target_is_not_supported_and_infinite():
 def test_median_reached_on_too_few_seeds_gives_an_infinite_upper_bound():
     # K-FAC is fast on 3 of 8 seeds and never gets there on 5: its KM median is not reached
     runs = _runs({s: 100 if s < 3 else 10_000 for s in SEEDS}, {s: 200 + 5 * s for s in SEEDS})
-    ratio = time_to_target(runs, {"m": 0.8}, n_resamples=2000)["m"].ratios["adamw"]["steps"]
+    ratio = time_to_target(runs, {"m": 0.8}, **_settings(n_resamples=2000))["m"].ratios["adamw"]["steps"]
     assert np.isinf(ratio.estimate) and np.isinf(ratio.confidence_interval[1])
     assert np.isfinite(ratio.confidence_interval[0])  # resamples with >= 4 fast seeds reach the median
     assert ratio.to_dict()["confidence_interval"][1] == "inf"
@@ -96,7 +106,7 @@ def test_median_reached_on_too_few_seeds_gives_an_infinite_upper_bound():
 
 def test_neither_median_reached_is_undefined_not_infinite():
     runs = _runs({s: 10_000 for s in SEEDS}, {s: 10_000 if s < 5 else 200 for s in SEEDS})
-    result = time_to_target(runs, {"m": 0.8})["m"]
+    result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
     steps = result.ratios["adamw"]["steps"]
     assert np.isnan(steps.estimate) and steps.to_dict()["estimate"] is None
     assert result.verdict == "inconclusive" and "neither" in result.reason
@@ -105,7 +115,7 @@ def test_neither_median_reached_is_undefined_not_infinite():
 def test_logrank_and_medians_against_every_other_optimizer():
     runs = _runs({s: 100 + 5 * s for s in SEEDS}, {s: 200 + 10 * s for s in SEEDS})
     runs.update({f"m__muon__s{s}": _curve(90 + 5 * s) for s in SEEDS})
-    result = time_to_target(runs, {"m": 0.8}, n_resamples=500)["m"]
+    result = time_to_target(runs, {"m": 0.8}, **_settings(n_resamples=500))["m"]
     assert set(result.ratios) == set(result.logrank) == {"adamw", "muon"}
     assert result.logrank["adamw"]["pvalue"] < 0.01 < 0.5 < result.logrank["muon"]["pvalue"]
     assert result.medians["muon"] < result.medians["kfac-iterative"] < result.medians["adamw"]
@@ -114,25 +124,25 @@ def test_logrank_and_medians_against_every_other_optimizer():
 @pytest.mark.parametrize("seeds, every, reason", [(5, 5, "seeds"), (8, 25, "evaluations")])
 def test_protocol_not_met_is_inconclusive(seeds, every, reason):
     runs = _runs({s: 100 for s in range(seeds)}, {s: 200 for s in range(seeds)}, every=every)
-    result = time_to_target(runs, {"m": 0.8})["m"]
+    result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
     assert result.verdict == "inconclusive" and reason in result.reason
 
 
 def test_only_the_compared_pair_must_meet_the_evaluation_protocol():
     runs = _runs({s: 100 + 5 * s for s in SEEDS}, {s: 200 + 10 * s for s in SEEDS})
     runs.update({f"m__sgd__s{s}": _curve(300, every=25) for s in range(2)})  # another optimizer of the grid
-    result = time_to_target(runs, {"m": 0.8}, n_resamples=500)["m"]
+    result = time_to_target(runs, {"m": 0.8}, **_settings(n_resamples=500))["m"]
     assert result.verdict == "supported", result.reason
 
 
 def test_to_dict_is_json_ready():
     import json
     runs = _runs({s: 100 for s in SEEDS}, {s: 200 for s in SEEDS})
-    json.dumps(time_to_target(runs, {"m": 0.8})["m"].to_dict(), allow_nan=False)
+    json.dumps(time_to_target(runs, {"m": 0.8}, **_settings())["m"].to_dict(), allow_nan=False)
 
 
 def test_one_censored_baseline_seed_leaves_the_ratio_defined():
     # AdamW misses the target on one seed of eight: a ratio of means would be inf/inf, the median ratio is not.
     runs = _runs({s: 100 + 5 * s for s in SEEDS}, {s: 200 + 10 * s if s < 7 else 10_000 for s in SEEDS})
-    ratio = time_to_target(runs, {"m": 0.8}, n_resamples=2000)["m"].ratios["adamw"]["steps"]
+    ratio = time_to_target(runs, {"m": 0.8}, **_settings(n_resamples=2000))["m"].ratios["adamw"]["steps"]
     assert np.isfinite(ratio.estimate) and ratio.estimate < 0.75

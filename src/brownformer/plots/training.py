@@ -13,7 +13,7 @@ import pandas as pd
 
 from brownformer.metrics import val_metric
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
-from brownformer.results import Results, report_setting, time_to_target
+from brownformer.results import Results, time_to_target
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +137,7 @@ def plot_time_to_target(res: Results):
     """Figure 2: steps and seconds to the target, per optimizer and model, seeds as points; K-FAC overhead."""
     fig, axes = new_figure(1, 3, width=4.0, height=3.3)
     tt = time_to_target(res)
-    target_opt = report_setting(res.cfg, "target_optimizer")
+    target_opt = res.cfg.report.target_optimizer
     palette = optimizer_palette(r.optimizer for r in res.runs)
     if tt.empty or not np.isfinite(tt["target"]).any():
         why = ("no validation metrics" if tt.empty else f"no claim-4 target (no {target_opt} run to set it)")

@@ -10,8 +10,8 @@ from __future__ import annotations
 from brownformer.results.catalog import FIGURES, Figure
 from brownformer.results.claims import calibration_fields, claims_frame, did_not_train_frame
 from brownformer.results.reader import Manifest, Results, dig
-from brownformer.results.tables import calibration_matrix, report_setting, time_to_target
+from brownformer.results.tables import calibration_matrix, time_to_target
 from brownformer.results.window import window_table
 
 __all__ = ["Results", "Manifest", "FIGURES", "Figure", "claims_frame", "did_not_train_frame", "calibration_fields",
-           "time_to_target", "calibration_matrix", "report_setting", "dig", "window_table"]
+           "time_to_target", "calibration_matrix", "dig", "window_table"]

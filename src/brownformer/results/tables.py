@@ -4,18 +4,12 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from brownformer.config import ExperimentConfig
 from brownformer.results.reader import Results
 
-__all__ = ["report_setting", "time_to_target", "calibration_matrix", "goal_text", "replicates_text"]
+__all__ = ["time_to_target", "calibration_matrix", "goal_text", "replicates_text"]
 
 #: the calibration table's row for the whole decision rule (stats/calibration.py)
 RULE_ROW = "verdict"
-
-
-def report_setting(cfg: ExperimentConfig, name: str):
-    """A report setting of the config (e.g. "target_optimizer"); the schema has filled in its default."""
-    return getattr(cfg.report, name)
 
 
 def _times_from_claims(res: Results) -> pd.DataFrame:
@@ -41,10 +35,7 @@ def _times_from_rule(res: Results) -> pd.DataFrame:
         return pd.DataFrame()
     cfg = res.cfg
     targets = {m: t for m, (t, _) in claim4_targets(by_run, cfg.report).items()}
-    outcome = time_to_target_rule(by_run, targets, proposed=report_setting(cfg, "proposed"),
-                                  baseline=report_setting(cfg, "target_optimizer"),
-                                  confidence_level=cfg.stats.confidence_level, n_resamples=cfg.stats.n_resamples,
-                                  rng=cfg.stats.seed)
+    outcome = time_to_target_rule(by_run, targets, stats=cfg.stats, report=cfg.report)
     return pd.concat([r.runs.assign(model=m, metric=r.metric, target=r.target, higher_is_better=r.higher_is_better)
                       for m, r in outcome.items()], ignore_index=True) if outcome else pd.DataFrame()
 

@@ -113,8 +113,8 @@ class MedianRatioResult:
                 "medians": [json_number(m) for m in self.medians], "n": list(self.n), "method": self.method}
 
 
-def median_ratio(proposed: tuple, baseline: tuple, *, confidence_level: float = 0.95, n_resamples: int = 9999,
-                 rng=None) -> MedianRatioResult:
+def median_ratio(proposed: tuple, baseline: tuple, *, confidence_level: float, n_resamples: int,
+                 rng) -> MedianRatioResult:
     """KM median of ``proposed`` over KM median of ``baseline``, each a ``(times, reached)`` pair.
 
     Args:

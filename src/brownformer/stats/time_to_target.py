@@ -13,8 +13,9 @@ training seconds, with a two-sample percentile bootstrap interval over seeds; a 
 (one-sided: the proposed optimizer reaches the target sooner) is reported beside it.
 
 Verdict against the baseline (pre-registered margins): ``supported`` when the upper bound of the steps
-ratio's interval is ``<= steps_margin`` (0.75) and that of the seconds ratio ``<= seconds_margin``
-(1.0); ``not supported`` when a lower bound lies above its margin; otherwise ``inconclusive`` (also
+ratio's interval is at most the upper end of the margin ``stats.margins.time_to_target_steps_ratio`` and
+that of the seconds ratio at most that of ``time_to_target_seconds_ratio`` (the schema's defaults: 0.75 and 1.0);
+``not supported`` when a lower bound lies above its margin; otherwise ``inconclusive`` (also
 when neither optimizer's median is reached, so no ratio exists). A protocol that is not met (too few
 seeds, evaluations too sparse, no target) makes the model ``inconclusive`` with a reason. The rule's
 size at the real shape (seeds, censoring, evaluation grid) is simulated by
@@ -33,6 +34,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
+from brownformer.config import ReportConfig, StatsConfig
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
 
 from .survival import MedianRatioResult, json_number, km_median, logrank_test, median_ratio
@@ -44,6 +46,8 @@ __all__ = ["MIN_SEEDS", "TimeToTargetResult", "reference_target", "time_to_targe
 NOT_TRAINING_TIME = ("eval_wall_time", "probe_wall_time")
 #: fewest seeds per compared optimizer for a verdict (issue 18: at least 8 per optimizer)
 MIN_SEEDS = 8
+#: widest spacing of evaluations (steps) for a verdict: the protocol evaluates the compared pair every 5 steps
+MAX_EVAL_EVERY = 5
 
 
 def reference_target(reference: pd.DataFrame, *, fraction: float = 0.9, metric: str | None = None) -> float:
@@ -186,25 +190,22 @@ def _censored(g: pd.DataFrame, unit: str) -> tuple[np.ndarray, np.ndarray]:
     return np.where(reached, g["seconds"], censored).astype(float), reached
 
 
-def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[str, float], *,
-                   proposed: str = "kfac-iterative", baseline: str = "adamw", steps_margin: float = 0.75,
-                   seconds_margin: float = 1.0, min_seeds: int = MIN_SEEDS, max_eval_every: int = 5,
-                   confidence_level: float = 0.95, n_resamples: int = 9999, rng=0) -> dict[str, TimeToTargetResult]:
+def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[str, float], *, stats: StatsConfig,
+                   report: ReportConfig, min_seeds: int = MIN_SEEDS,
+                   max_eval_every: int = MAX_EVAL_EVERY) -> dict[str, TimeToTargetResult]:
     """Claim 4 per model under the one time-to-target rule (module docstring).
 
     Args:
         metrics_by_run: run id ``<model>__<optimizer>__s<seed>`` -> metrics with columns ``step``,
             ``wall_time`` (optional ``eval_wall_time``, ``probe_wall_time``) and val_accuracy | val_bpc | val_loss.
         targets: model -> fixed target value (:func:`reference_target` of a long tuned AdamW run).
-        proposed: The optimizer under test.
-        baseline: The optimizer the verdict compares against (ratios to all others are reported too).
-        steps_margin: Largest steps ratio that counts as faster (0.75: the issue's target).
-        seconds_margin: Largest wall-clock ratio that counts as faster (1.0).
+        stats: The statistics settings: the margins ``time_to_target_steps_ratio`` (the largest steps ratio
+            that counts as faster is its upper end) and ``time_to_target_seconds_ratio`` (wall-clock),
+            ``confidence_level`` and ``n_resamples`` of the bootstrap intervals, ``seed``.
+        report: The roles: ``proposed`` (the optimizer under test) and ``target_optimizer`` (the one the
+            verdict compares against; ratios to all others are reported too).
         min_seeds: Fewest seeds per compared optimizer for a verdict other than inconclusive.
         max_eval_every: Widest spacing between evaluations (steps) for a verdict.
-        confidence_level: Level of the bootstrap intervals.
-        n_resamples: Bootstrap resamples.
-        rng: Seed or ``numpy.random.Generator``.
 
     Returns:
         model -> :class:`TimeToTargetResult` (models without runs of both optimizers included,
@@ -212,7 +213,11 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
     """
     from brownformer.config import RunSpec  # config imports nothing from stats: no cycle
 
-    rng = np.random.default_rng(rng)
+    proposed, baseline = report.proposed, report.target_optimizer
+    steps_margin = float(stats.margins["time_to_target_steps_ratio"][1])
+    seconds_margin = float(stats.margins["time_to_target_seconds_ratio"][1])
+    confidence_level, n_resamples = stats.confidence_level, stats.n_resamples
+    rng = np.random.default_rng(stats.seed)
     specs = {r: RunSpec.parse(r) for r in metrics_by_run}
     out: dict[str, TimeToTargetResult] = {}
     for model in sorted({s.model for s in specs.values()}):

@@ -74,8 +74,8 @@ def _simulate(rng, n: int, mu: float, sigma: float, budget: float, every: float)
 
 
 def rule_error_rates(n_proposed: int, n_baseline: int, *, mu: float, sigma: float, budget: float,
-                     eval_every: float, margin: float = 0.75, ratios=(0.5, 1.0), confidence_level: float = 0.95,
-                     n_resamples: int = 499, replicates: int = 400, rng=0) -> RuleErrorRates:
+                     eval_every: float, margin: float, confidence_level: float, n_resamples: int, replicates: int,
+                     rng, ratios=(0.5, 1.0)) -> RuleErrorRates:
     """Verdict rates of the steps rule at true ratios ``margin`` and ``ratios`` (module docstring).
 
     Args:
@@ -85,11 +85,11 @@ def rule_error_rates(n_proposed: int, n_baseline: int, *, mu: float, sigma: floa
         sigma: Standard deviation of the baseline's log steps.
         budget: Training steps (censoring point).
         eval_every: Evaluation spacing in steps (times are rounded up to it).
-        margin: The rule's margin (0.75).
+        margin: The rule's margin (the upper end of stats.margins.time_to_target_steps_ratio).
         ratios: Further true ratios to simulate (e.g. power at 0.5, "not supported" rate at 1.0).
         confidence_level: Level of the bootstrap interval, as in the rule.
         n_resamples: Bootstrap resamples, as in the rule.
-        replicates: Simulated comparisons per true ratio.
+        replicates: Simulated comparisons per true ratio (claim 4 uses stats.calibration_replicates).
         rng: Seed or ``numpy.random.Generator``.
     """
     rng = np.random.default_rng(rng)

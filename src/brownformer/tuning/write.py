@@ -10,6 +10,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from brownformer.config_tuned import tuned_settings
 from brownformer.io import atomic_path, to_jsonable
 
 __all__ = ["tuned_block", "block_text", "replace_tuned_block", "write_tuned", "write_tables"]
@@ -82,7 +83,7 @@ def write_tuned(results, cfg, out, *, into=None, source: str = "config", table="
     elif Path(out).exists():  # an earlier pair of the same tuning wrote it
         base = (yaml.safe_load(Path(out).read_text()) or {}).get("tuned")
     else:
-        base = cfg.raw.get("tuned")
+        base = tuned_settings(cfg.tuned)
     tuned = tuned_block(results, base)
     block = block_text(tuned, _comment(results, source, table))
     if yaml.safe_load(block)["tuned"] != tuned:  # every value must read back as itself

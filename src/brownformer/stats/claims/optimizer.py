@@ -118,10 +118,8 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
     seconds_margin = tuple(stats.margins["time_to_target_seconds_ratio"])
     trained = {r: df for r, df in metrics_by_run.items() if r not in excluded}
     targets = claim4_targets(trained, report)
-    results = time_to_target(trained, {m: t for m, (t, _) in targets.items()}, proposed=report.proposed,
-                             baseline=report.target_optimizer, steps_margin=steps_margin[1],
-                             seconds_margin=seconds_margin[1], confidence_level=stats.confidence_level,
-                             n_resamples=stats.n_resamples, rng=stats.seed) if trained else {}
+    results = time_to_target(trained, {m: t for m, (t, _) in targets.items()}, stats=stats,
+                             report=report) if trained else {}
     per_model = {}
     for model, res in results.items():
         source = targets.get(model, (None, "nowhere: no target"))[1]
