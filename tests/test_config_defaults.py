@@ -57,9 +57,13 @@ def test_output_roots_default_in_one_place():
 
 
 def test_schema_margin_keys_are_the_ones_the_statistics_use():
-    from brownformer.stats.sphere import SPHERE_MARGINS
+    """Every margin key of the schema has its default there (DEFAULT_MARGINS) and is one a statistic reads."""
+    from brownformer.stats.rule import MARGIN_KEYS
+    from brownformer.stats.sphere import SPHERE_MARGIN_KEYS
 
-    assert set(PROPS["stats"]["properties"]["margins"]["properties"]) == set(C.DEFAULT_MARGINS) | set(SPHERE_MARGINS)
+    schema_keys = set(PROPS["stats"]["properties"]["margins"]["properties"])
+    assert schema_keys == set(C.DEFAULT_MARGINS)
+    assert set(SPHERE_MARGIN_KEYS) <= schema_keys and set(MARGIN_KEYS.values()) <= schema_keys
 
 
 def test_a_margin_key_with_a_typo_is_named(raw_config):

@@ -96,8 +96,10 @@ def render(schema: dict | None = None) -> str:
             continue
         seen.add(path)
         top = path.split(".")[0].split("[")[0]
-        default = _value(node["default"]) if "default" in node and not isinstance(node["default"], (dict, list)) \
-            else ""
+        default = node.get("default", "")
+        if isinstance(default, list) and all(isinstance(v, (int, float, str)) for v in default) and default:
+            default = "[" + ", ".join(map(_value, default)) + "]"  # a margin, a list of names: shown as written
+        default = "" if isinstance(default, (dict, list)) else _value(default) if "default" in node else ""
         if "." not in path and "[" not in path:
             out.append(f"\n## `{top}`\n\n{_cell(node.get('description', ''))}\n")
             nested = any(k.startswith((path + ".", path + "[")) for k, _ in iter_keys(schema))

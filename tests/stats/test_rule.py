@@ -10,6 +10,7 @@ from brownformer.stats.rule import KEY_EFFECTS, Effect, decide, decide_one
 from brownformer.stats.simulate import simulate_batch
 
 ALPHA = 0.05
+N_RESAMPLES = 199  # bootstrap resamples of these batteries (enough for the rates checked here, and fast)
 #: log- plus linear-spaced captures, as the probe schedule writes them (irregular spacing)
 TIMES = np.unique(np.r_[np.round(np.geomspace(1, 300, 16)), np.arange(0, 301, 20)]).astype(float)
 GROUPS = np.repeat(np.arange(8), 17)  # 8 probe inputs x 17 tokens (the ViT probes)
@@ -74,7 +75,7 @@ def test_stored_effects_give_the_same_verdict():
 @pytest.mark.parametrize("kind", ["euclidean", "sphere"])
 def test_independent_points_are_never_brownian(kind):
     X = simulate_batch("iid", times=TIMES, labels=GROUPS, d=16, kind=kind, replicates=20, rng=4)
-    bat = battery_batch(X, kind=kind, times=TIMES, labels=GROUPS, margins=DEFAULT_MARGINS, alpha=ALPHA, rng=0)
+    bat = battery_batch(X, kind=kind, times=TIMES, labels=GROUPS, margins=DEFAULT_MARGINS, alpha=ALPHA, n_resamples=N_RESAMPLES, rng=0)
     assert not np.any(bat.verdicts == "brownian")
     if kind == "euclidean":  # white-noise positions: a flat MSD is evidence, not just a failure to certify
         assert np.all(bat.verdicts == "not brownian")
@@ -85,7 +86,7 @@ def test_grouped_brownian_walkers_are_certified_and_covered(kind):
     """Within-group correlation 0.6 (tokens of one input move together), groups resampled."""
     X = simulate_batch("brownian", times=TIMES, labels=GROUPS, d=32, kind=kind, replicates=60, rng=5, rho=0.6,
                        hyperplane=kind == "sphere")
-    bat = battery_batch(X, kind=kind, times=TIMES, labels=GROUPS, margins=DEFAULT_MARGINS, alpha=ALPHA, rng=1,
+    bat = battery_batch(X, kind=kind, times=TIMES, labels=GROUPS, margins=DEFAULT_MARGINS, alpha=ALPHA, n_resamples=N_RESAMPLES, rng=1,
                         hyperplane=kind == "sphere" or None)
     assert np.mean(bat.verdicts == "brownian") >= BROWNIAN_RATE_MIN, dict(zip(*np.unique(bat.reasons, return_counts=True)))
     lo, hi = bat.stats["msd_exponent"].interval(0.95)
@@ -96,8 +97,8 @@ def test_walker_resampling_would_undercover_grouped_walkers():
     """The same data with every walker its own group: the interval is too narrow (why groups matter)."""
     X = simulate_batch("brownian", times=TIMES, labels=GROUPS, d=16, kind="euclidean", replicates=60, rng=5, rho=0.6)
     ignore = battery_batch(X, kind="euclidean", times=TIMES, labels=np.arange(GROUPS.size), margins=DEFAULT_MARGINS,
-                           alpha=ALPHA, rng=1)
-    grouped = battery_batch(X, kind="euclidean", times=TIMES, labels=GROUPS, margins=DEFAULT_MARGINS, alpha=ALPHA, rng=1)
+                           alpha=ALPHA, n_resamples=N_RESAMPLES, rng=1)
+    grouped = battery_batch(X, kind="euclidean", times=TIMES, labels=GROUPS, margins=DEFAULT_MARGINS, alpha=ALPHA, n_resamples=N_RESAMPLES, rng=1)
     width = {name: np.mean(np.subtract(*b.stats["msd_exponent"].interval(0.95)[::-1])) for name, b in
              (("ignore", ignore), ("grouped", grouped))}
     assert width["ignore"] < 0.7 * width["grouped"]

@@ -92,7 +92,7 @@ def test_sphere_about_separates_sphere_ellipsoid_offset_and_gaussian_cloud():
     from brownformer.stats.sphere_fit import sphere_about
     rng = np.random.default_rng(5)
     z = _layernorm(rng.standard_normal((1, 40 * 6, 24)), eps=0.0)
-    kw = {"n_inputs": 40, "n_tokens": 6, "n_resamples": 199}
+    kw = {"n_inputs": 40, "n_tokens": 6, "confidence_level": 0.95, "n_resamples": 199, "rng": 0}
     sphere = sphere_about(2.0 * z + 0.5, np.full(24, 0.5), **kw)["per_layer"]
     assert sphere["radius_spread"]["estimate"][0] < 1e-6  # any radius, any centre: still a sphere about it
     assert sphere["offset"]["estimate"][0] == pytest.approx(0.5 * np.sqrt(24) / (2 * np.sqrt(24)))
@@ -113,6 +113,7 @@ def test_spread_ratio_of_an_evenly_sampled_ellipsoid_matches_its_formula(spread)
     z = np.sqrt(d) * u / np.linalg.norm(u, axis=1, keepdims=True)
     gamma = np.exp(spread * rng.standard_normal(d))
     v = np.std(gamma**2) / np.mean(gamma**2)
-    about = sphere_about(z * gamma, np.zeros(d), n_inputs=100, n_tokens=80, n_resamples=9)
+    about = sphere_about(z * gamma, np.zeros(d), n_inputs=100, n_tokens=80, confidence_level=0.95, n_resamples=9,
+                         rng=0)
     ratio = about["per_layer"]["radius_spread_ratio"]["estimate"][0]
     assert ratio == pytest.approx(v * np.sqrt(d / (d + 2)) / np.sqrt(1 + v * v), rel=0.05)

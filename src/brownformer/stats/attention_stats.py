@@ -151,7 +151,7 @@ def analyze_attention_file(path: Path, stats, init: dict | None) -> dict:
     out["step"] = meta.get("step")
     rng = np.random.default_rng(stats.seed)
     sub_A, sub_F, idx = null_subsample(A, feats, rng)
-    nulls = attention_null_models(sub_A, features=sub_F, rng=rng)
+    nulls = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level, rng=rng)
     nulls_info = {"n_matrices": int(idx.size), "of": int(out["n_matrices"]),
                   "row_shuffled": "each row's weights permuted (random Markov matrix with the same row laws)",
                   "shuffled_keys": "vMF fit with key features permuted across tokens"}
@@ -245,7 +245,8 @@ def attention_file_stats(path: str | Path, *, features: str | Path | None = None
     result = analyze_attention(A, features=F, confidence_level=stats.confidence_level, rng=stats.seed)
     rng = np.random.default_rng(stats.seed)
     sub_A, sub_F, idx = null_subsample(validate_attention(A), F, rng)
-    result["null_models"] = attention_null_models(sub_A, features=sub_F, rng=rng)
+    result["null_models"] = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level,
+                                                  rng=rng)
     result["null_models_info"] = {"n_matrices": int(idx.size), "of": result["n_matrices"]}
     if W is not None:
         Wq, Wk = (w[None] if w.ndim == 2 else w for w in W)

@@ -99,7 +99,7 @@ class ClusterBootstrap:
         rng: seed or Generator.
     """
 
-    def __init__(self, labels, *, n_resamples: int = 499, rng=None):
+    def __init__(self, labels, *, n_resamples: int, rng):
         labels = np.asarray(labels, dtype=np.int64)
         rng = np.random.default_rng(rng)
         self.labels = labels

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
+
 from . import battery as B
 from . import descriptive as desc
 from . import spherical as S
@@ -51,8 +53,8 @@ class BatteryResult:
 
 
 def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.ndarray, margins: dict, alpha: float,
-                  drift: str = "common", hyperplane: bool | None = None, n_resamples: int = 199, rng=0,
-                  describe: bool = False) -> BatteryResult:
+                  n_resamples: int, rng, drift: str = "common",
+                  hyperplane: bool | None = None, describe: bool = False) -> BatteryResult:
     """The battery and the verdict on R trajectories X (R, T, N, d) sharing times and groups.
 
     Args:
@@ -184,8 +186,10 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
 
 def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int | None = None,
                        n_tokens: int | None = None, hyperplane: bool | None = None, drift: str = "common",
-                       confidence_level: float = 0.95, n_resamples: int | None = None, alpha: float = 0.05,
-                       margins: dict | None = None, max_walkers: int = 512, rng=0, calibration=None,
+                       confidence_level: float = DEFAULT_STATS.confidence_level,
+                       n_resamples: int = DEFAULT_STATS.n_resamples, alpha: float = DEFAULT_STATS.alpha,
+                       margins: dict = DEFAULT_STATS.margins, max_walkers: int = DEFAULT_STATS.max_walkers,
+                       rng=DEFAULT_STATS.seed, calibration=None,
                        check_clocks: dict | None = None) -> dict:
     """Run the Brownian battery on one trajectory array, decide, and describe it.
 
@@ -197,9 +201,10 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
         hyperplane: sphere: the vectors are LayerNorm outputs in sum(z) = 0 (None: detected).
         drift: "common" (mean increment over walkers removed), "per_walker" (each walker's linear drift
             removed; weights) or "none".
-        confidence_level, n_resamples: reported intervals (n_resamples: StatsConfig's default when None, the
-            count the calibration simulates with); alpha: the rule's level ((1 - 2 alpha) TOST).
-        margins: StatsConfig.margins (default config.DEFAULT_MARGINS).
+        confidence_level, n_resamples: reported intervals (n_resamples: the count the calibration simulates
+            with); alpha: the rule's level ((1 - 2 alpha) TOST). These, margins, max_walkers and rng default to
+            the schema's (config.DEFAULT_STATS): the stage passes the config's.
+        margins: StatsConfig.margins (a key not given keeps config.DEFAULT_MARGINS').
         max_walkers: whole groups are subsampled (seeded) to at most this many walkers.
         calibration: optional calibration table; the rows at this trajectory's exact shape are attached
             ("calibration": null with "calibration_note" saying why when there are none: the verdict is uncalibrated).
@@ -213,11 +218,9 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
     Raises:
         ValueError: arrays that are not valid trajectories (see validate_trajectory), bad groups or drift.
     """
-    from brownformer.config import DEFAULT_MARGINS, StatsConfig
-    n_resamples = int(n_resamples or StatsConfig().n_resamples)
     X, times = validate_trajectory(X, kind=kind, times=times)
     normalisation = _sphere_normalisation(X) if kind == "sphere" else None
-    m = {**DEFAULT_MARGINS, **{k: tuple(v) for k, v in (margins or {}).items()}}
+    m = {**DEFAULT_MARGINS, **{k: tuple(v) for k, v in margins.items()}}  # a partial mapping overrides some
     margins_for(m, kind)  # a missing key margin is a config error, before any work
     labels = group_labels(X.shape[1], groups=groups, n_inputs=n_inputs, n_tokens=n_tokens)
     rng = np.random.default_rng(rng)

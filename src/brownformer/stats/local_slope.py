@@ -71,7 +71,7 @@ class FittingWindow:
         return out
 
 
-def fitting_window(times, steps=None, *, start_step: int | None = 0, momentum: float = 0.0) -> FittingWindow:
+def fitting_window(times, steps=None, *, start_step: int | None, momentum: float) -> FittingWindow:
     """The pre-fixed window of one trajectory.
 
     Args:

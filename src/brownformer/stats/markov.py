@@ -12,6 +12,8 @@ import logging
 
 import numpy as np
 
+from brownformer.config import DEFAULT_STATS
+
 from .kernel_fit import fit_vmf_kernel, vmf_scores
 from .results import to_jsonable
 
@@ -159,8 +161,9 @@ def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
     return {"mean": float(v.mean()), "ci": ci, "median": float(np.median(v)), "sd": float(v.std()), "n": int(v.size)}
 
 
-def analyze_attention(A, *, features=None, causal: bool | None = None, confidence_level: float = 0.95,
-                      atol: float = 1e-3, rng=0, key_order=None, head_axis: int | None = None) -> dict:
+def analyze_attention(A, *, features=None, causal: bool | None = None,
+                      confidence_level: float = DEFAULT_STATS.confidence_level, atol: float = 1e-3,
+                      rng=DEFAULT_STATS.seed, key_order=None, head_axis: int | None = None) -> dict:
     """Markov-chain statistics of every matrix of A (..., n, n), per matrix and aggregated.
 
     Args:
@@ -245,7 +248,8 @@ def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
                         "kappa_equivalent": (np.trace(Ms, axis1=-2, axis2=-1) / d).tolist()})
 
 
-def attention_null_models(A, *, features=None, init_attention=None, rng=0, n_shuffles: int = 1) -> dict:
+def attention_null_models(A, *, features=None, init_attention=None, rng=DEFAULT_STATS.seed, n_shuffles: int = 1,
+                          confidence_level: float = DEFAULT_STATS.confidence_level) -> dict:
     """The same statistics under null models (docs/METHODS.md, "Formulas").
 
     - "row_shuffled": each row's weights permuted independently (keeps every row's weight
@@ -255,6 +259,7 @@ def attention_null_models(A, *, features=None, init_attention=None, rng=0, n_shu
       kappa -> 0 and "explained" -> 0 if the fit meant anything).
       Permuting tokens of A itself would change nothing: every statistic is permutation invariant.
     - "init": the statistics of the given attention at initialisation.
+    confidence_level and rng (a seed or Generator) as in `analyze_attention`.
     """
     A = validate_attention(A)
     rng = np.random.default_rng(rng)
@@ -265,10 +270,12 @@ def attention_null_models(A, *, features=None, init_attention=None, rng=0, n_shu
     if not causal:
         shuf = np.take_along_axis(flat, rng.random(flat.shape).argsort(-1), axis=-1)
         out["row_shuffled"] = analyze_attention(shuf.reshape(A.shape), features=features, causal=False,
-                                                rng=rng)["aggregate"]
+                                                confidence_level=confidence_level, rng=rng)["aggregate"]
     if features is not None:
         perm = rng.permutation(n)
-        out["shuffled_keys"] = analyze_attention(A, features=features, causal=causal, rng=rng, key_order=perm)["aggregate"]
+        out["shuffled_keys"] = analyze_attention(A, features=features, causal=causal, confidence_level=confidence_level,
+                                                 rng=rng, key_order=perm)["aggregate"]
     if init_attention is not None:
-        out["init"] = analyze_attention(init_attention, features=features, rng=rng)["aggregate"]
+        out["init"] = analyze_attention(init_attention, features=features, confidence_level=confidence_level,
+                                       rng=rng)["aggregate"]
     return out

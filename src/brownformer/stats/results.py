@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from brownformer.config import DEFAULT_STATS
 from brownformer.io import to_jsonable as _plain
 
 __all__ = ["TestResult", "BatchStat", "to_jsonable"]
@@ -53,7 +54,7 @@ class TestResult:
     pvalue: float
     estimate: float = math.nan
     confidence_interval: tuple[float, float] = (math.nan, math.nan)
-    confidence_level: float = 0.95
+    confidence_level: float = DEFAULT_STATS.confidence_level
     method: str = ""
     n: int = 0
     null_value: float = math.nan
@@ -61,7 +62,7 @@ class TestResult:
     why_undefined: str = ""
     extra: dict = field(default_factory=dict)
 
-    def reject(self, alpha: float = 0.05) -> bool:
+    def reject(self, alpha: float) -> bool:
         """True when the p-value is below `alpha` (False for a NaN p-value)."""
         return bool(np.isfinite(self.pvalue) and self.pvalue < alpha)
 

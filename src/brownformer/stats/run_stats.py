@@ -180,7 +180,7 @@ def _depth_tensor(entry: dict, path: Path) -> str:
 
 def _sphere_part(entry: dict, path: Path, stats) -> dict:
     """Claim 1 on one depth file, independent of the battery (any number of layers)."""
-    from .sphere import tensor_sphere_summary
+    from .sphere import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
     X = np.load(path, allow_pickle=False)
     if X.ndim != 3:
         raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
@@ -196,7 +196,7 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
         z_raw = np.load(raw_path, allow_pickle=False).astype(np.float64) * np.sqrt(X.shape[-1])
     out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins),
                                 n_inputs=meta.get("n_inputs"), n_tokens=meta.get("n_tokens"),
-                                confidence_level=stats.confidence_level, n_resamples=min(stats.n_resamples, 999),
+                                confidence_level=stats.confidence_level, n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES),
                                 rng=stats.seed)
     out.update({"ln": meta.get("ln"), "step": meta.get("step"), "capture": entry.get("capture"),
                 "times": meta.get("times") or list(range(X.shape[0]))})

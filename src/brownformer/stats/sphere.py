@@ -10,16 +10,29 @@ by both and by the depth figure.
 """
 from __future__ import annotations
 
+from typing import Mapping
+
 import numpy as np
+
+from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 
 from .bootstrap import ClusterBootstrap
 from .results import to_jsonable
 
-__all__ = ["gram_offdiagonal", "sphere_summary", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGINS",
-           "SPHERE_TENSORS", "GEOMETRY_QUANTITIES"]
+__all__ = ["gram_offdiagonal", "sphere_summary", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGIN_KEYS",
+           "SPHERE_TENSORS", "GEOMETRY_QUANTITIES", "SPHERE_MAX_RESAMPLES"]
 
-#: equivalence margins for claim 1: ||z||/sqrt(d) and 1^T z / sqrt(d) of the raw LN output
-SPHERE_MARGINS = {"sphere_radius": (0.99, 1.01), "sphere_sum": (-0.01, 0.01)}
+#: the margins of the definitional check (stats.margins; their values live in the schema): ||z||/sqrt(d) and
+#: 1^T z / sqrt(d) of the raw LN output
+SPHERE_MARGIN_KEYS = ("sphere_radius", "sphere_sum")
+#: the most resamples claim 1's bootstrap draws per tensor (the stage caps stats.n_resamples at it): its cost grows
+#: linearly in them, a (B, G) x (G, L (7 + d)) product per tensor
+SPHERE_MAX_RESAMPLES = 999
+
+
+def _sphere_margins(margins: Mapping) -> dict:
+    """The definitional check's margins: those given, else the schema's."""
+    return {k: tuple(margins[k] if k in margins else DEFAULT_MARGINS[k]) for k in SPHERE_MARGIN_KEYS}
 
 
 def gram_offdiagonal(U: np.ndarray) -> np.ndarray:
@@ -64,12 +77,12 @@ def _one_summary(z: np.ndarray, margins: dict) -> dict:
     return out
 
 
-def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: dict | None = None) -> dict:
+def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: Mapping = DEFAULT_MARGINS) -> dict:
     """The definitional check of claim 1: is the LayerNorm output on the sphere of radius sqrt(d) in 1^T z = 0?
 
     For z of shape (..., d): the distributions of |z|/sqrt(d) (1 on the sphere) and 1^T z/sqrt(d)
-    (0 in the hyperplane) and the share of tokens inside both margins (default |z|/sqrt(d) in
-    [0.99, 1.01], |1^T z|/sqrt(d) <= 0.01). Raw LN output has radius sqrt(d sigma^2/(sigma^2 + eps)),
+    (0 in the hyperplane) and the share of tokens inside both margins (stats.margins sphere_radius for
+    |z|/sqrt(d), sphere_sum for 1^T z/sqrt(d)). Raw LN output has radius sqrt(d sigma^2/(sigma^2 + eps)),
     so this holds by definition; no verdict is given here (stats/claims/sphere.py decides claim 1 on
     the image after the affine map).
 
@@ -77,13 +90,12 @@ def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: dict | None =
         ln_raw: LayerNorm output before the affine, (..., d) (NOT divided by sqrt(d)).
         ln_affine: optional output after gamma, beta.
         resid: optional residual stream (contrast).
-        margins: overrides of SPHERE_MARGINS.
+        margins: StatsConfig.margins (only SPHERE_MARGIN_KEYS are read; a key not given keeps the schema's).
 
     Returns:
         {"ln_raw": {...}, "ln_affine": {...} | None, "resid": {...} | None, "margins": ...}
     """
-    m = dict(SPHERE_MARGINS)
-    m.update({k: tuple(v) for k, v in (margins or {}).items() if k in SPHERE_MARGINS})
+    m = _sphere_margins(margins)
     out = {"ln_raw": _one_summary(ln_raw, m), "margins": m}
     out["ln_affine"] = _one_summary(ln_affine, m) if ln_affine is not None else None
     out["resid"] = _one_summary(resid, m) if resid is not None else None
@@ -118,8 +130,9 @@ def _geometry_stats(m: np.ndarray, d: int) -> dict:
                 "sum_abs_mean": m[..., 3] / c}
 
 
-def sphere_geometry(z, *, margins: dict | None = None, n_inputs: int | None = None, n_tokens: int | None = None,
-                    confidence_level: float = 0.95, n_resamples: int = 999, max_clusters: int = 64, rng=0) -> dict:
+def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | None = None, n_tokens: int | None = None,
+                    confidence_level: float = DEFAULT_STATS.confidence_level, n_resamples: int = DEFAULT_STATS.n_resamples,
+                    max_clusters: int = 64, rng=DEFAULT_STATS.seed) -> dict:
     """How far token states of each layer are from the sphere of radius sqrt(d) (claim 1), with CIs.
 
     For z of shape (L, N, d) (layers, tokens, dims) and each layer: with r = |z|/sqrt(d) and
@@ -137,7 +150,7 @@ def sphere_geometry(z, *, margins: dict | None = None, n_inputs: int | None = No
 
     Args:
         z: (L, N, d) or (N, d), NOT divided by sqrt(d).
-        margins: overrides of SPHERE_MARGINS.
+        margins: StatsConfig.margins (SPHERE_MARGIN_KEYS read, the schema's where not given).
         n_inputs, n_tokens: walker i*n_tokens + t is token t of input i (sidecar fields); else walkers are units.
 
     Returns:
@@ -151,8 +164,7 @@ def sphere_geometry(z, *, margins: dict | None = None, n_inputs: int | None = No
         raise ValueError(f"expected an array (L, N, d) with d >= 2, got shape {z.shape}")
     if not np.all(np.isfinite(z)):
         raise ValueError("input contains non-finite values")
-    m = dict(SPHERE_MARGINS)
-    m.update({k: tuple(v) for k, v in (margins or {}).items() if k in SPHERE_MARGINS})
+    m = _sphere_margins(margins)
     L, N, d = z.shape
     r = np.linalg.norm(z, axis=-1) / np.sqrt(d)  # (L, N)
     s = z.sum(-1) / np.sqrt(d)
@@ -189,9 +201,10 @@ def sphere_geometry(z, *, margins: dict | None = None, n_inputs: int | None = No
 SPHERE_TENSORS = ("ln_raw", "ln_affine", "resid")
 
 
-def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: dict | None = None, n_inputs: int | None = None,
-                          n_tokens: int | None = None, confidence_level: float = 0.95, n_resamples: int = 999,
-                          rng=0) -> dict:
+def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFAULT_MARGINS,
+                          n_inputs: int | None = None, n_tokens: int | None = None,
+                          confidence_level: float = DEFAULT_STATS.confidence_level,
+                          n_resamples: int = DEFAULT_STATS.n_resamples, rng=DEFAULT_STATS.seed) -> dict:
     """The definitional check, `sphere_geometry` and the geometry about the centre for one tensor of claim 1.
 
     Args:
@@ -209,8 +222,7 @@ def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: dict | None = 
     from .sphere_fit import affine_map_fit, sphere_about
     if tensor not in SPHERE_TENSORS:
         raise ValueError(f"tensor must be one of {SPHERE_TENSORS}, got {tensor!r}")
-    m = dict(SPHERE_MARGINS)
-    m.update({k: tuple(v) for k, v in (margins or {}).items() if k in SPHERE_MARGINS})
+    m = _sphere_margins(margins)
     summ = _one_summary(z, m)
     geom = sphere_geometry(z, margins=m, n_inputs=n_inputs, n_tokens=n_tokens, confidence_level=confidence_level,
                            n_resamples=n_resamples, rng=rng)

@@ -44,7 +44,7 @@ def gaussian_null_spread(S: np.ndarray) -> float:
 
 
 def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int | None = None,
-                 confidence_level: float = 0.95, n_resamples: int = 499, rng=0) -> dict:
+                 confidence_level: float, n_resamples: int, rng) -> dict:
     """Radius spread, its ratio to the Gaussian-cloud null and the offset, per layer (module docstring).
 
     Args:
