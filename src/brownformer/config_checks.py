@@ -27,6 +27,9 @@ def _check_optimizer_keys(data: dict, source: str) -> None:
     from brownformer.optim.registry import REGISTRY  # torch-free at import
 
     def check(key: str, type_: str, settings: Mapping[str, Any]) -> None:
+        if type_ not in REGISTRY:  # the registry is the one list of optimizer types (the schema has no enum)
+            raise ConfigError(f"{source}: key '{key}.type': unknown optimizer type {type_!r}; known: "
+                              f"{', '.join(REGISTRY)}")
         extra = sorted(set(settings) - {"type", "lr"} - set(REGISTRY[type_].keys))
         if extra:
             raise ConfigError(f"{source}: key '{key}.{extra[0]}': not a setting of optimizer type {type_!r}; "
