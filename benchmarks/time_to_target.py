@@ -20,6 +20,7 @@ leans towards 1). Writes OUT (markdown), OUT with suffix .json (targets, runs an
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -29,6 +30,7 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import base_parser, load_raw, model_steps, prepare_data, run_jobs  # noqa: E402
 
+from brownformer.config import from_dict  # noqa: E402
 from brownformer.io import to_jsonable  # noqa: E402
 from brownformer.stats.time_to_target import reference_target, time_to_target  # noqa: E402
 
@@ -55,7 +57,10 @@ def main(argv=None) -> int:
     references, runs = results[:len(models)], results[len(models):]
     targets = {r["model"]: reference_target(pd.DataFrame(r["metrics"]), fraction=args.fraction) for r in references}
     metrics = {f"{r['model']}__{r['optimizer']}__s{r['seed']}": pd.DataFrame(r["metrics"]) for r in runs}
-    outcome = time_to_target(metrics, targets, proposed="kfac-iterative", baseline="adamw")
+    cfg = from_dict(raw)  # the roles (report.proposed, report.target_optimizer) and the margins are the config's
+    # 9999 resamples: the count the recorded results (benchmarks/results) used
+    outcome = time_to_target(metrics, targets, stats=dataclasses.replace(cfg.stats, n_resamples=9999),
+                             report=cfg.report)
 
     lines = [f"# Time to a fixed target ({args.config}): seeds {args.seeds}, eval every {args.eval_every} steps on "
              f"the whole validation split, target = {args.fraction} of a {args.reference_factor}x-long AdamW run's "

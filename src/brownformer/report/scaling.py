@@ -13,9 +13,6 @@ from brownformer.stats.training_status import chance_baseline
 
 __all__ = ["scaling_text"]
 
-_TREND_ALPHA = 0.05  # a rank correlation below this p-value is called a trend (descriptive, per series)
-
-
 def _baselines(ctx: ReportContext) -> dict:
     """Chance level of each dataset the study uses (None where its prepared data is missing)."""
     out = {}
@@ -27,8 +24,9 @@ def _baselines(ctx: ReportContext) -> dict:
     return out
 
 
-def _trend_sentence(claim: str, rows: pd.DataFrame, flips: pd.DataFrame) -> str:
-    """One sentence per claim: the direction along each series and where the majority verdict flips."""
+def _trend_sentence(claim: str, rows: pd.DataFrame, flips: pd.DataFrame, alpha: float) -> str:
+    """One sentence per claim: the direction along each series (a trend: rank correlation p < alpha, the config's
+    test level) and where the majority verdict flips."""
     parts = []
     for r in rows.itertuples(index=False):
         f = flips[(flips["group"] == r.group) & (flips["series"] == r.series)]
@@ -45,7 +43,7 @@ def _trend_sentence(claim: str, rows: pd.DataFrame, flips: pd.DataFrame) -> str:
         if not math.isfinite(r.p_value):  # two sizes: a direction, no test
             trend = f"{sign} from the smallest to the largest {r.series} ({r.sizes} sizes, too few to test)"
         else:
-            trend = (f"{sign if r.p_value < _TREND_ALPHA else 'shows no clear trend'} with {r.series} "
+            trend = (f"{sign if r.p_value < alpha else 'shows no clear trend'} with {r.series} "
                      f"(Spearman rho {fmt(r.rho, 2)}, p {fmt(r.p_value, 2)})")
         parts.append(f"{r.group}, {r.series}: {r.name or 'the estimate'} {trend}; {where}")
     return f"- **Claim {claim}.** " + ("; ".join(parts) if parts else "no per-run estimates") + "."
@@ -73,13 +71,13 @@ def scaling_text(ctx: ReportContext) -> str:
              f"{ctx.cfg.scaling['depth']} layers. Each point pools a model's seeds per optimizer: the mean of "
              "the per-run estimates, with a CI that adds each run's own uncertainty to the spread between seeds "
              "(brownformer.stats.scaling). A trend is Spearman's rank correlation of the per-run estimates with "
-             f"size (called a trend at p < {_TREND_ALPHA}); a verdict flips where the majority verdict of a size's "
-             "runs differs from the previous size's.", ""]
+             f"size (called a trend at p < {ctx.cfg.stats.alpha}, the config's test level); a verdict flips where the "
+             "majority verdict of a size's runs differs from the previous size's.", ""]
     if points.empty:
         parts.append("Per-run claim estimates: not available (claims.json missing or without per-run records).")
     else:
         tr, flips = trends(points), verdict_flips(points)
-        parts += [_trend_sentence(c, tr[tr["claim"] == c], flips[flips["claim"] == c])
+        parts += [_trend_sentence(c, tr[tr["claim"] == c], flips[flips["claim"] == c], ctx.cfg.stats.alpha)
                   for c in SCALING_CLAIMS if c in set(tr["claim"])]
         parts += ["", "Key statistic per claim (seed-pooled estimate and CI):", "",
                   md_table(_estimates_table(pooled_by_model(points)))]
