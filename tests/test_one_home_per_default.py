@@ -3,7 +3,7 @@
 A setting of the config (`stats:`, `stats.window:`, `report:` in the schema) has its default in the schema only.
 A function of stats/, results/, plots/ or report/ that takes such a setting (a parameter named as the key, or as
 one of ALIASES) either requires it (the stage passes the typed config's value) or defaults to the one constant
-read from the schema (brownformer.config.DEFAULT_STATS, DEFAULT_MARGINS, DEFAULT_REPORT). Two checks:
+read from the schema (brownformer.config.DEFAULT_STATS, DEFAULT_MARGINS). Two checks:
 - in the source, such a parameter (or dataclass field) has no literal default (`n_resamples=9999`, `rng=0`,
   `margins={...}`): a literal restates the value even while it agrees with the schema;
 - at run time, a default that names a constant equals the schema's value (a module constant `N = 499` used as
@@ -97,7 +97,7 @@ def test_no_statistic_restates_a_configured_default_as_a_literal():
     bad = [f"{rel}: {fn}({param}={default})" for rel, _ in _modules()
            for fn, param, default in literal_defaults((SRC / rel).read_text()) if (rel, fn) not in IN_FLIGHT]
     assert not bad, ("configured settings restated as literal defaults (require them, or default to "
-                     "brownformer.config.DEFAULT_STATS / DEFAULT_MARGINS / DEFAULT_REPORT):\n" + "\n".join(bad))
+                     "brownformer.config.DEFAULT_STATS / DEFAULT_MARGINS):\n" + "\n".join(bad))
 
 
 def test_every_configured_default_a_function_names_is_the_schemas():

@@ -25,7 +25,7 @@ from brownformer.config_tuned import TunedConfig, read_tuned
 __all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
            "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict", "config_hash",
            "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "DEFAULT_MARGINS",
-           "DEFAULT_STATS", "DEFAULT_REPORT"]
+           "DEFAULT_STATS"]
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,7 @@ class StatsConfig:
 
 
 #: the statistics settings of a config that sets none: the schema's defaults (tests/test_config_defaults.py), the
-#: one constant a statistic's keyword default may name (tests/stats/test_no_restated_defaults.py)
+#: one constant a statistic's keyword default may name (tests/test_one_home_per_default.py)
 DEFAULT_STATS = StatsConfig()
 
 
@@ -129,9 +129,6 @@ class ReportConfig:
     proposed: str = "kfac-iterative"  # the optimizer claim 4 tests
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
     title: str = "Brownian motion in the transformer: a replication"
-
-
-DEFAULT_REPORT = ReportConfig()  # the report settings of a config that sets none (the schema's defaults)
 
 
 @dataclass(frozen=True)
