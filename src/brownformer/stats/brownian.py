@@ -72,10 +72,11 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
         st["msd_exponent"], st["diffusion_coefficient"], curves["msd"] = B.msd_exponent(Y, times, bridge, boot)
         st["variance_ratio"] = B.variance_ratio(Y, times, bridge, boot)
         dt = np.diff(times)
-        z = B.standardize(E * (1 / np.sqrt(dt * bridge(dt))).astype(X.dtype)[None, :, None, None])
+        u = E * (1 / np.sqrt(dt * bridge(dt))).astype(X.dtype)[None, :, None, None]
+        z = B.standardize(u)
         null_acf = B.bridge_acf(times, B.MAX_ACF_LAG) if drift == "per_walker" else None
         st["increment_autocorrelation"] = B.autocorrelation(z, boot, null_acf=null_acf)
-        st["gaussianity"] = B.kurtosis(z, boot, n_free=N - 1 if drift == "common" else N)
+        st["gaussianity"] = B.kurtosis(u, boot, centred=drift == "common")  # its own scales (battery.kurtosis)
         rho, decay = B.within_group_correlation(z, labels), np.full(R, np.nan)
         if describe:
             st["hurst"] = B.hurst(Y, times, bridge, boot)
@@ -94,7 +95,7 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
             decay = -np.log(np.einsum("rnd,rnd->r", U[:, 0], U[:, -1]) / N)
         if describe:
             st["hurst"] = S.sphere_hurst(U, times, boot)
-            st["gaussianity"] = B.kurtosis(B.standardize(S.random_tangent_projection(v, U, hyper, rng)), boot)
+            st["gaussianity"] = B.kurtosis(S.random_tangent_projection(v, U, hyper, rng), boot)
             curves["tangent_increments"] = v
     tost = 1 - 2 * alpha
     effects = {name: Effect(st[name].estimate, *st[name].interval(tost), st[name].pvalue, st[name].why_undefined)
