@@ -52,7 +52,7 @@ class BatteryResult:
 
 def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.ndarray, margins: dict, alpha: float,
                   drift: str = "common", hyperplane: bool | None = None, n_resamples: int = 199, rng=0,
-                  describe: bool = False) -> BatteryResult:
+                  describe: bool = False, window=None) -> BatteryResult:
     """The battery and the verdict on R trajectories X (R, T, N, d) sharing times and groups.
 
     Args:
@@ -60,6 +60,8 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
             sum(z) = 0 (None: detected from the data).
         labels: (N,) group of each walker; margins: StatsConfig.margins; alpha: rule level.
         describe: also the descriptive statistics (Hurst, volatility clustering).
+        window: a window_reading.WindowSpec: the key MSD effect is then the window exponent on it
+            (window_reading.window_exponent, the effect the claim-3 verdict rests on), as in the calibration.
     """
     rng = np.random.default_rng(rng)
     boot = ClusterBootstrap(labels, n_resamples=n_resamples, rng=rng)
@@ -100,6 +102,11 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
     tost = 1 - 2 * alpha
     effects = {name: Effect(st[name].estimate, *st[name].interval(tost), st[name].pvalue, st[name].why_undefined)
                for name in KEY_EFFECTS[kind] if name in st}
+    if window is not None:  # the verdict's MSD effect: the window exponent (what window_effects puts in its place)
+        from .window_reading import window_exponent
+        effects["msd_exponent"], _ = window_exponent(X, times, window, labels, kind=kind, k=k, hyperplane=hyper,
+                                                     drift=drift if kind == "euclidean" else "none", boot=boot,
+                                                     alpha=alpha)
     verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T,
                                     n_groups=boot.n_groups)  # the one rule
     return BatteryResult(st, verdicts, reasons, rho, decay, k, hyper, curves)
