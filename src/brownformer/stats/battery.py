@@ -17,6 +17,8 @@ spacing); the Hurst exponent regresses them on the mean real lag.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 
 from .bootstrap import ClusterBootstrap
@@ -223,7 +225,9 @@ def volatility(z: np.ndarray, boot: ClusterBootstrap) -> BatchStat:
 
 
 def _rms(a: np.ndarray, axes) -> np.ndarray:
-    with np.errstate(all="ignore"):
+    """1 / root mean square over `axes` (NaN where it is 0 or undefined: a constant trajectory has no increments)."""
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # all-NaN slices: NaN, as documented
         r = np.sqrt(np.nanmean(np.square(a), axis=axes, keepdims=True))
         return np.where(r > 0, 1.0 / r, np.nan)
 
@@ -249,7 +253,9 @@ def kurtosis(z: np.ndarray, boot: ClusterBootstrap, *, centred: bool = False) ->
     z = z * _rms(z, (2, 3))
     z = z * _rms(z, (1, 2))
     z2 = np.square(z)
-    F = np.stack([np.nanmean(z2, axis=(1, 3)), np.nanmean(np.square(z2), axis=(1, 3))], -1)  # (R, N, 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # a walker without increments: NaN, left out below
+        F = np.stack([np.nanmean(z2, axis=(1, 3)), np.nanmean(np.square(z2), axis=(1, 3))], -1)  # (R, N, 2)
     back = 6.0 * (1 / (n * m) + 1 / (N * m) + 1 / (N * n))
     f = ((1 - 1 / N) ** 4 + (N - 1) / N**4) / (1 - 1 / N) ** 2 if centred else 1.0
     est = boot.estimate(F, lambda mm: (mm[..., 1] / mm[..., 0] ** 2 - 3.0 + back) / f)
