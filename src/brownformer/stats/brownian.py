@@ -183,6 +183,7 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
                        **_slopes(tau, psi)})
         e = v
     pick = rng.integers(0, z.shape[-1], size=z.shape[1])
+    z = B.walker_scaled(z[None])[0]  # walkers of different rates are not a heavy tail
     one = z[:, np.arange(z.shape[1]), pick].ravel()  # one coordinate per walker, all steps
     out["tail_index"] = desc.tail_test(one, confidence_level=confidence_level)
     out["isotropy"] = desc.isotropy_test(E[0] if kind == "euclidean" else e, basis)
