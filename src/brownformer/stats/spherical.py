@@ -70,6 +70,13 @@ def rate_strata(U: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, int]:
     return (stratum[..., None] == np.arange(S)).astype(np.float64), S
 
 
+def _mean_finite(x: np.ndarray) -> np.ndarray:
+    """Mean over the last axis (strata) of the finite values; NaN where none is finite."""
+    ok = np.isfinite(x)
+    with np.errstate(all="ignore"):
+        return np.where(ok.any(-1), np.where(ok, x, 0.0).sum(-1) / ok.sum(-1), np.nan)
+
+
 def uniform_floors(k: int, N: int) -> tuple[float, float]:
     """3-sigma floors of the mean first and second harmonic of N independent uniform pairs on S^(k-1)."""
     return 3.0 / np.sqrt(k * N), 3.0 * np.sqrt(2.0 / ((k + 2) * (k - 1) * N))
@@ -133,7 +140,7 @@ def cosine_law(U: np.ndarray, times: np.ndarray, k: int, boot: ClusterBootstrap)
             r1 = (w * -np.log(np.where(m2, c1, 1.0))).sum(-1)
             r2 = (w * -np.log(np.where(m2, c2, 1.0))).sum(-1)
             per = np.where(use2.any(-1)[:, None], r2 / r1 / target, np.nan)  # (R, B, S)
-            return np.nanmean(per, axis=-1)
+            return _mean_finite(per)
 
     hest = boot.estimate(F, ratio)
     harm = BatchStat("harmonic_ratio", hest, hest.pvalue(1.0), 1.0,
@@ -182,7 +189,7 @@ def sphere_variance_ratio(U: np.ndarray, times: np.ndarray, k: int, boot: Cluste
         with np.errstate(all="ignore"):
             a = m[..., :S * nq].reshape(*m.shape[:-1], S, nq) / cnt
             b = m[..., S * nq:S * (nq + n1)].reshape(*m.shape[:-1], S, n1) / cnt
-            return np.nanmean(np.mean(-np.log(a) / dq, -1) / np.mean(-np.log(b) / d1, -1), axis=-1)
+            return _mean_finite(np.mean(-np.log(a) / dq, -1) / np.mean(-np.log(b) / d1, -1))
 
     est = boot.estimate(F, vr)
     return BatchStat("variance_ratio", est, est.pvalue(1.0), 1.0, method, extra={"q": q})
