@@ -86,9 +86,11 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
     else:
         k, hyper = S.span_dimension(X, hyperplane)
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
-        st["msd_exponent"], st["diffusion_coefficient"], st["harmonic_ratio"], curves = S.cosine_law(U, times, k, boot)
-        st["variance_ratio"] = S.sphere_variance_ratio(U, times, k, boot)
         v = S.tangent_increments(U, times)
+        strata = S.rate_strata(U, times, v)  # walkers of similar rate, for the two ensemble laws
+        st["msd_exponent"], st["diffusion_coefficient"], st["harmonic_ratio"], curves = S.cosine_law(U, times, k, boot,
+                                                                                                     strata)
+        st["variance_ratio"] = S.sphere_variance_ratio(U, times, k, boot, strata)
         with np.errstate(all="ignore"):
             zv = v / np.sqrt(np.mean(np.sum(v * v, -1, keepdims=True), axis=2, keepdims=True))
         st["increment_autocorrelation"] = B.autocorrelation(zv, boot, what="tangent increments")

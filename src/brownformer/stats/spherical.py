@@ -56,14 +56,15 @@ RATE_STRATA = 4
 MIN_STRATUM = 16
 
 
-def rate_strata(U: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, int]:
+def rate_strata(U: np.ndarray, times: np.ndarray, v: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """(indicators (R, N, S) float, S): walkers grouped by rank of their mean squared tangent step per unit time
-    (2 (k - 1) D_i under the null), S = min(RATE_STRATA, N // MIN_STRATUM), at least 1."""
+    (2 (k - 1) D_i under the null), S = min(RATE_STRATA, N // MIN_STRATUM), at least 1; `v`: the tangent
+    increments when already at hand."""
     R, T, N, _ = U.shape
     S = max(1, min(RATE_STRATA, N // MIN_STRATUM))
     if S == 1:
         return np.ones((R, N, 1)), 1
-    v = tangent_increments(U, times)
+    v = tangent_increments(U, times) if v is None else v
     with np.errstate(all="ignore"):
         rate = np.nan_to_num(np.mean(np.sum(v * v, -1), axis=1), nan=np.inf)  # (R, N)
     stratum = np.argsort(np.argsort(rate, axis=1, kind="stable"), axis=1) * S // N
@@ -82,7 +83,8 @@ def uniform_floors(k: int, N: int) -> tuple[float, float]:
     return 3.0 / np.sqrt(k * N), 3.0 * np.sqrt(2.0 / ((k + 2) * (k - 1) * N))
 
 
-def cosine_law(U: np.ndarray, times: np.ndarray, k: int, boot: ClusterBootstrap) -> tuple[BatchStat, BatchStat, BatchStat, dict]:
+def cosine_law(U: np.ndarray, times: np.ndarray, k: int, boot: ClusterBootstrap,
+               strata: tuple[np.ndarray, int] | None = None) -> tuple[BatchStat, BatchStat, BatchStat, dict]:
     """Exponent, D and second-harmonic ratio from E<u_0, u_t> and E[G_2(<u_0, u_t>)].
 
     psi(t) = -ln(mean cos)/(k-1) = D t for Brownian motion; the exponent is the OLS slope of ln psi on
@@ -92,6 +94,7 @@ def cosine_law(U: np.ndarray, times: np.ndarray, k: int, boot: ClusterBootstrap)
 
     Args:
         U: (R, T, N, d) unit vectors; times: (T,); k: span dimension (`span_dimension`).
+        strata: `rate_strata`'s result when already at hand.
     """
     R, T, N, d = U.shape
     tau = times[1:] - times[0]
@@ -119,7 +122,7 @@ def cosine_law(U: np.ndarray, times: np.ndarray, k: int, boot: ClusterBootstrap)
     dcoef = BatchStat("diffusion_coefficient", dest, np.full(R, np.nan), np.nan, "least squares -ln E<u_0,u_t>/(k-1) = D t")
     target = 2 * k / (k - 1)
     # per stratum of similar walker rates (`rate_strata`): a mean of exponentials of different rates is no exponential
-    I, S = rate_strata(U, times)  # (R, N, S)
+    I, S = strata or rate_strata(U, times)  # (R, N, S)
     n = tau.size
     F = np.concatenate([(cos[:, :, None, :] * I[..., None]).reshape(R, N, S * n),
                         (g2[:, :, None, :] * I[..., None]).reshape(R, N, S * n), I], axis=2)
@@ -164,7 +167,8 @@ def _pair_cos(U: np.ndarray, q: int) -> np.ndarray:
     return _cos(U[:, :-q], U[:, q:])
 
 
-def sphere_variance_ratio(U: np.ndarray, times: np.ndarray, k: int, boot: ClusterBootstrap) -> BatchStat:
+def sphere_variance_ratio(U: np.ndarray, times: np.ndarray, k: int, boot: ClusterBootstrap,
+                          strata: tuple[np.ndarray, int] | None = None) -> BatchStat:
     """Spherical VR(q) = mean_t[psi(t, t+q)/D_q(t)] / mean_t[psi(t, t+1)/D_1(t)], psi = -ln mean cos/(k-1).
 
     The real-time analogue of Lo-MacKinlay's VR for the exact cosine law: 1 for spherical BM at any
@@ -178,7 +182,7 @@ def sphere_variance_ratio(U: np.ndarray, times: np.ndarray, k: int, boot: Cluste
     if T < MIN_TIME_POINTS:
         return undefined("variance_ratio", R, 1.0, f"{T} time points < {MIN_TIME_POINTS}", method)
     dq, d1 = times[q:] - times[:-q], np.diff(times)
-    I, S = rate_strata(U, times)  # per stratum of similar walker rates, then the mean over strata
+    I, S = strata or rate_strata(U, times)  # per stratum of similar walker rates, then the mean over strata
     cq, c1 = _pair_cos(U, q), _pair_cos(U, 1)
     N, nq, n1 = U.shape[2], cq.shape[-1], c1.shape[-1]
     F = np.concatenate([(cq[:, :, None, :] * I[..., None]).reshape(R, N, S * nq),

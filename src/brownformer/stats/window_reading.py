@@ -97,10 +97,10 @@ def _walkers(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, sto
 
 
 def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: float,
-           stored: bool = True) -> dict:
+           stored: bool = True, walkers=None) -> dict:
     """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null
-    (`stored` False: simulated in float32, no storage rounding)."""
-    tau, F, ws, c0 = _walkers(X, times, win, kind=kind, k=k, drift=drift, stored=stored)
+    (`stored` False: simulated in float32, no storage rounding); `walkers`: `_walkers`' result when already at hand."""
+    tau, F, ws, c0 = walkers or _walkers(X, times, win, kind=kind, k=k, drift=drift, stored=stored)
     curve = ensemble_curve(F.mean(1), kind=kind, k=k, n_walkers=F.shape[1])  # (R, n)
     alpha, c, D = fit_offset_power(tau, curve)  # the fitted offset: a check on the storage one
     diag = andi_diagnostics(X[:, win.start:], np.asarray(times, float)[win.start:], kind=kind, k=k, drift=drift,
@@ -255,7 +255,8 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     boot = ClusterBootstrap(labels, n_resamples=stats.n_resamples, rng=rng)
     key, ex = window_exponent(X, times, spec, labels, kind=kind, k=k, hyperplane=hyperplane, drift=drift, boot=boot,
                               alpha=alpha)
-    data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts)
+    data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts,
+                  walkers=(ex["tau"], ex["F"], ex["walkers"], ex["offset"]))
     null, bias, expo, nexpo = ex["null"], ex["bias"], ex["expo"], ex["null_expo"]
     both = np.isfinite(data["walker"]["late"] - data["walker"]["early"])  # one set of walkers for all three
     curv = _mean_over_walkers(boot, data["walker"]["late"] - data["walker"]["early"])
