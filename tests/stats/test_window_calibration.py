@@ -83,3 +83,16 @@ def test_windowed_and_full_range_rules_are_calibrated_apart():
     # the window exponent is bias-corrected to 1 on Brownian motion; both read near 1 but are different statistics
     assert est[windowed.id] == pytest.approx(1.0, abs=0.1) and est[full.id] == pytest.approx(1.0, abs=0.1)
     assert est[windowed.id] != est[full.id]
+
+
+def test_stats_run_reads_each_runs_own_momentum_time(raw_config):
+    """`brownformer stats run --config C --run R` resolves the window's shortest lag from R's own optimizer
+    (stats.momentum_times x 1/(1 - beta)); an id the config cannot resolve gets no lag."""
+    from brownformer.cli import _momentum_lag
+    from brownformer.config import from_dict, momentum_steps
+    cfg = from_dict(raw_config)
+    for run in cfg.probed_runs():
+        opt = cfg.optimizer_for(run.model, run.optimizer)
+        expected = max(1, int(np.ceil(cfg.stats.momentum_times * momentum_steps(opt.type, opt.params) - 1e-9)))
+        assert _momentum_lag(cfg, run.run_id) == expected
+    assert _momentum_lag(cfg, "not-a-run") == 0 and _momentum_lag(None, "x__adamw__s0") == 0

@@ -27,7 +27,9 @@ has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "s
   its null size), curvature, ensemble_exponent, classification, description} and "walkers" {reading, rates,
   quantiles overall / by_type / by_position, diagnostics {eb, ergodicity_ratio, ageing_ratio, vacf_q1/2/4, alpha2}
   with their Brownian ranges}. "verdict", "reason" and "classification" rest on the window exponent; the full-range
-  ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range".
+  ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range". "local_slopes"."spec"
+  (window_reading.WindowSpec) is also the "calibration_shape"."window", so that the calibration simulates the rule
+  on that window (its shape id covers it).
 - gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
 """
 from __future__ import annotations
