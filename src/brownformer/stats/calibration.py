@@ -146,7 +146,8 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
         alternatives: False simulates the null only (power is needed only to certify "brownian").
 
     Returns:
-        DataFrame with columns shape_id, kind, T, N, d, G, rho, decay, drift, hyperplane, times (JSON),
+        DataFrame with columns shape_id, kind, T, N, d, G, rho, decay, drift, hyperplane, times (JSON), window (JSON
+        of the shape's window_reading.WindowSpec, or None: the full-range rule),
         process, role ("size" for the null, "power" otherwise), test, rejection_rate, rate_brownian,
         rate_not_brownian, rate_inconclusive, n_replicates, ci_low, ci_high, mean_estimate, goal_met, seconds.
     """
@@ -159,7 +160,8 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
                      shape.id, len(shape.times), MIN_TIME_POINTS)
             continue
         info = {**{k: v for k, v in shape.to_dict(full=False).items() if k != "id"}, "shape_id": shape.id,
-                "times": json.dumps(list(shape.times)), "group_sizes": json.dumps(list(shape.group_sizes))}
+                "times": json.dumps(list(shape.times)), "group_sizes": json.dumps(list(shape.group_sizes)),
+                "window": json.dumps(shape.window.to_dict()) if shape.window is not None else None}  # parquet: a string
         labels, times = shape.labels(), np.asarray(shape.times)
         for p_i, process in enumerate(processes_for(shape.kind)):
             if (processes is not None and process not in processes) or (not alternatives and process != "brownian"):
