@@ -66,3 +66,21 @@ def test_brownian_and_ballistic_walkers_together_are_mixed(tmp_path, kind):
     out = _file(tmp_path, X, kind)
     assert out["walkers"]["reading"] == "mixed" and out["classification"] == "mixed", out["walkers"].get("why")
     assert out["verdict"] != "brownian"
+
+
+def test_rate_strata_keep_the_harmonic_edge_at_the_margin():
+    """Strata ranked by each walker's median tangent step: the uniform resets of the harmonic-ratio edge are rare
+    jumps, which must not sort walkers (ranked by the mean step, the edge 0.9 read 0.93 at 4 strata)."""
+    from brownformer.config import DEFAULT_MARGINS
+    from brownformer.stats.brownian import battery_batch
+    from brownformer.stats.simulate import simulate_batch
+    from brownformer.stats.spherical import RATE_STRATA
+    times = np.arange(30.0)
+    labels = np.repeat(np.arange(16), 4)  # 64 walkers: RATE_STRATA strata of 16
+    X = simulate_batch("harmonic_low", times=times, labels=labels, d=8, kind="sphere", replicates=30, rng=5,
+                       rho=0.2, decay=1.0)
+    bat = battery_batch(X, kind="sphere", times=times, labels=labels, margins=DEFAULT_MARGINS, alpha=0.05,
+                        drift="none", hyperplane=False, n_resamples=99, rng=6)
+    assert RATE_STRATA == 4
+    assert np.nanmean(bat.stats["harmonic_ratio"].estimate) == pytest.approx(DEFAULT_MARGINS["harmonic_ratio"][0],
+                                                                            abs=0.015)
