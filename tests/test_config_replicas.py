@@ -58,6 +58,14 @@ def test_momentum_time_per_optimizer():
     assert momentum_steps("kfac-iterative", {"momentum": 0.0}) == pytest.approx(10.0)  # its AdamW half keeps beta1 0.9
 
 
+def test_kfac_momentum_time_is_its_own_default_without_an_adamw_half():
+    """K-FAC's heavy-ball default is read from the optimizer (not a restated 0.9); with SGD for the parameters it does
+    not precondition, the window's lag is that momentum's time alone."""
+    from brownformer.optim.kfac import DEFAULT_MOMENTUM
+    assert momentum_steps("kfac-iterative", {"rest_update": "sgd"}) == pytest.approx(1 / (1 - DEFAULT_MOMENTUM))
+    assert momentum_steps("kfac-eigen", {"rest_update": "sgd", "momentum": 0.8}) == pytest.approx(5.0)
+
+
 def test_window_starts_after_warmup_and_momentum_and_spaces_captures():
     cfg = from_dict(_raw(stats={"momentum_times": 2.0}))
     w = cfg.analysis_window("vit-pre__kfac-iterative__s0")

@@ -95,9 +95,23 @@ def _cmd_stats(args) -> None:
         elif not args.quiet:
             print(summary_text(result))
     elif args.stats_cmd == "run":
-        stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id)
+        # claim 3's window skips lags shorter than this run's momentum time (its own optimizer's beta)
+        lag = _momentum_lag(cfg, args.run_id)
+        stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id, min_lag_steps=lag)
     elif args.stats_cmd == "calibrate":
         stages.stats_calibrate(args.run_stats, args.out, stats=stats, replicates=args.replicates, jobs=args.jobs)
+
+
+def _momentum_lag(cfg, run_id: str) -> int:
+    """The run's momentum time in steps (config.ExperimentConfig.analysis_window), 0 without a config or for a run id
+    the config cannot resolve to an optimizer."""
+    from brownformer.config import ConfigError
+    if cfg is None:
+        return 0
+    try:
+        return int(cfg.analysis_window(run_id).min_gap)
+    except (ConfigError, KeyError):
+        return 0
 
 
 def _runs_option(items: list[str] | None) -> dict[str, str] | None:

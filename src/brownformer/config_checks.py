@@ -164,8 +164,8 @@ DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
 
 
 # Claim 3's fitting window, fixed before the data (stats/local_slope.py): displacements start at the first capture at
-# or after `start_step` (None: train.warmup_steps), and only lags of at least 1/(1 - momentum) steps are used
-# (AdamW's beta1 and the heavy-ball momentum 0.9 correlate increments over ~10 steps).
+# or after `start_step` (None: train.warmup_steps), and only lags of at least the run's momentum time are used
+# (stats.momentum_times x 1/(1 - beta) of its own optimizer: ExperimentConfig.analysis_window).
 DEFAULT_WINDOW: dict[str, Any] = {
     key: prop["default"] for key, prop in load_schema()["properties"]["stats"]["properties"]["window"]
     ["properties"].items()}

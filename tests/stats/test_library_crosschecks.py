@@ -41,11 +41,17 @@ def test_pooled_acf_equals_statsmodels_adjusted_acf():
     np.testing.assert_allclose(res.extra["acf"][0], acf(x, adjusted=True, nlags=5, fft=False)[1:], rtol=EXACT)
 
 
-def test_kurtosis_equals_scipy_and_normaltest_is_scipys():
+def test_kurtosis_moments_are_scipys_and_normaltest_is_scipys():
+    z = stats.t.rvs(6, size=400, random_state=4)
+    z -= z.mean()
+    # walker i at step t holds z[(t + i) % n]: every walker, every step has the same values, so the three scales are
+    # one and the pooled m4/m2^2 - 3 is scipy's kurtosis of z (bias=True); the estimate adds back the Gaussian
+    # shrinkage of the three scale estimates, 6 (1/n + 1/n + 1/n^2) with one coordinate
+    n = z.size
+    e = z[(np.arange(n)[:, None] + np.arange(n)[None, :]) % n][None, :, :, None]
+    res = kurtosis(e, ClusterBootstrap(np.arange(n) % 10, n_resamples=5, rng=0))
+    assert res.estimate[0] - 6 * (2 / n + 1 / n**2) == pytest.approx(stats.kurtosis(z, fisher=True, bias=True), rel=1e-6)
     z = stats.t.rvs(6, size=2000, random_state=4)
-    z -= z.mean()  # our moments are about 0 (increments have mean 0 under the null); scipy's about the mean
-    res = kurtosis(_copies(z), ClusterBootstrap(np.arange(4), n_resamples=5, rng=0), n_free=10**9)
-    assert res.estimate[0] == pytest.approx(stats.kurtosis(z, fisher=True, bias=True), rel=1e-6)
     ref = stats.normaltest(z)
     nt = normality_test(z)
     assert nt.statistic == pytest.approx(ref.statistic, rel=EXACT) and nt.pvalue == pytest.approx(ref.pvalue, rel=EXACT)
@@ -70,14 +76,13 @@ def test_sphere_geometry_matches_scipy_variation_and_direct_offset():
                                                                          rel=1e-10)
 
 
-def test_kurtosis_of_walker_standardised_gaussians_is_centred():
-    """Standardising each step by the sd over n walkers gives E[m4/m2^2] = 3n/(n+2) (uniform directions); the
-    battery subtracts exactly that, so Gaussian increments have excess kurtosis 0 at any walker count."""
-    from brownformer.stats.battery import standardize
-    for n in (6, 16):
-        e = np.random.default_rng(n).standard_normal((1, 4000, n, 2))
-        res = kurtosis(standardize(e), ClusterBootstrap(np.arange(n), n_resamples=5, rng=0))
+def test_kurtosis_of_gaussian_walkers_is_centred():
+    """The shrinkage added back makes Gaussian increments read 0 at small and large walker counts, with and without
+    the common drift removed."""
+    for n in (16, 64):
+        e = np.random.default_rng(n).standard_normal((1, 1000, n, 8))
+        res = kurtosis(e, ClusterBootstrap(np.arange(n), n_resamples=5, rng=0))
         assert abs(res.estimate[0]) < 0.05, n
-        centred = e - e.mean(axis=2, keepdims=True)  # common drift removed: n - 1 free values per step
-        res = kurtosis(standardize(centred), ClusterBootstrap(np.arange(n), n_resamples=5, rng=0), n_free=n - 1)
+        centred = e - e.mean(axis=2, keepdims=True)  # common drift removed
+        res = kurtosis(centred, ClusterBootstrap(np.arange(n), n_resamples=5, rng=0), centred=True)
         assert abs(res.estimate[0]) < 0.05, n

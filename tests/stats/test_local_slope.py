@@ -35,10 +35,10 @@ def _ou(rng, n, phi=0.7):
 
 def test_window_starts_after_warmup_and_skips_lags_shorter_than_the_momentum_time():
     steps = np.array([0, 2, 5, 10, 19, 20, 25, 29, 30, 31, 50, 100])
-    win = fitting_window(np.arange(12.0), steps, start_step=20, momentum=0.9)
+    win = fitting_window(np.arange(12.0), steps, start_step=20, min_lag_steps=10)
     assert win.start == 5 and win.min_lag_steps == 10
     assert (steps[win.used] - 20 >= 10).all() and steps[win.used].tolist() == [30, 31, 50, 100]
-    whole = fitting_window(np.arange(12.0), None, start_step=20, momentum=0.9)
+    whole = fitting_window(np.arange(12.0), None, start_step=20, min_lag_steps=10)
     assert whole.start == 0 and whole.used.tolist() == list(range(1, 12))
 
 

@@ -11,10 +11,10 @@ from brownformer.config import DEFAULT_WINDOW, StatsConfig
 from brownformer.stats.simulate import simulate_batch
 from brownformer.stats.stages import calibration_shapes, stats_calibrate, stats_run
 
-# the window from the first capture with every lag (momentum 0): this file tests the calibration plumbing, and the
-# 12-capture fixture keeps too few lags beyond a 10-step momentum time to decide its weights file
-STATS = StatsConfig(n_resamples=99, calibration_replicates=10,
-                    window={**DEFAULT_WINDOW, "start_step": 0, "momentum": 0.0})
+# the window from the first capture with every lag (stats_run's default min_lag_steps 0: no momentum time): this
+# file tests the calibration plumbing, and the 12-capture fixture keeps too few lags beyond a 10-step momentum time
+# to decide its weights file
+STATS = StatsConfig(n_resamples=99, calibration_replicates=10, window={**DEFAULT_WINDOW, "start_step": 0})
 B, N_TOK, D = 8, 6, 8
 STEPS = [0, 1, 2, 4, 8, 16, 32, 40, 64, 80, 100, 120]
 

@@ -1,7 +1,6 @@
 """Claim 3's reading on its pre-fixed window: the report text of sections 3a and 3b."""
 from __future__ import annotations
 
-import numpy as np
 import pandas as pd
 
 from brownformer.report.context import ReportContext
@@ -13,10 +12,12 @@ __all__ = ["claim3_reading_text"]
 
 def _window_rule(ctx: ReportContext) -> str:
     w = ctx.cfg.stats.window
-    lag = int(np.ceil(1 / (1 - w["momentum"]) - 1e-9)) if w["momentum"] > 0 else 0
+    lags = {run.optimizer: ctx.cfg.analysis_window(run.run_id).min_gap for run in ctx.cfg.probed_runs()}
+    lag = ", ".join(f"{o} {n}" for o, n in sorted(lags.items())) or "none"
     return (f"Claim 3 is read on a window fixed in the config before the data: over training, displacements start "
             f"at the first capture at or after step {w['start_step']} (the warm-up's end) and only lags of at least "
-            f"{lag} steps (the momentum time 1/(1 - {w['momentum']:g})) count, on each trajectory's own clock; over "
+            f"the run's momentum time count ({ctx.cfg.stats.momentum_times:g} x 1/(1 - beta) of its own optimizer, in "
+            f"steps: {lag}), on each trajectory's own clock; over "
             "depth the window is every layer. Inside it the curve is MSD = c + D t^alpha (c: the capture noise of "
             "float16 storage, computed from the precision) and read through its local slope against the envelope of Brownian "
             f"motion simulated at the file's shape ({w['envelope_replicates']} replicates). The verdict rests on the "

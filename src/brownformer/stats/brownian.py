@@ -54,7 +54,7 @@ class BatteryResult:
 
 def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.ndarray, margins: dict, alpha: float,
                   n_resamples: int, rng, drift: str = "common",
-                  hyperplane: bool | None = None, describe: bool = False) -> BatteryResult:
+                  hyperplane: bool | None = None, describe: bool = False, window=None) -> BatteryResult:
     """The battery and the verdict on R trajectories X (R, T, N, d) sharing times and groups.
 
     Args:
@@ -62,6 +62,8 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
             sum(z) = 0 (None: detected from the data).
         labels: (N,) group of each walker; margins: StatsConfig.margins; alpha: rule level.
         describe: also the descriptive statistics (Hurst, volatility clustering).
+        window: a window_reading.WindowSpec: the key MSD effect is then the window exponent on it
+            (window_reading.window_exponent, the effect the claim-3 verdict rests on), as in the calibration.
     """
     rng = np.random.default_rng(rng)
     boot = ClusterBootstrap(labels, n_resamples=n_resamples, rng=rng)
@@ -74,10 +76,11 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
         st["msd_exponent"], st["diffusion_coefficient"], curves["msd"] = B.msd_exponent(Y, times, bridge, boot)
         st["variance_ratio"] = B.variance_ratio(Y, times, bridge, boot)
         dt = np.diff(times)
-        z = B.standardize(E * (1 / np.sqrt(dt * bridge(dt))).astype(X.dtype)[None, :, None, None])
+        u = E * (1 / np.sqrt(dt * bridge(dt))).astype(X.dtype)[None, :, None, None]
+        z = B.standardize(u)
         null_acf = B.bridge_acf(times, B.MAX_ACF_LAG) if drift == "per_walker" else None
         st["increment_autocorrelation"] = B.autocorrelation(z, boot, null_acf=null_acf)
-        st["gaussianity"] = B.kurtosis(z, boot, n_free=N - 1 if drift == "common" else N)
+        st["gaussianity"] = B.kurtosis(u, boot, centred=drift == "common")  # its own scales (battery.kurtosis)
         rho, decay = B.within_group_correlation(z, labels), np.full(R, np.nan)
         if describe:
             st["hurst"] = B.hurst(Y, times, bridge, boot)
@@ -85,9 +88,11 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
     else:
         k, hyper = S.span_dimension(X, hyperplane)
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
-        st["msd_exponent"], st["diffusion_coefficient"], st["harmonic_ratio"], curves = S.cosine_law(U, times, k, boot)
-        st["variance_ratio"] = S.sphere_variance_ratio(U, times, k, boot)
         v = S.tangent_increments(U, times)
+        strata = S.rate_strata(U, times, v)  # walkers of similar rate, for the two ensemble laws
+        st["msd_exponent"], st["diffusion_coefficient"], st["harmonic_ratio"], curves = S.cosine_law(U, times, k, boot,
+                                                                                                     strata)
+        st["variance_ratio"] = S.sphere_variance_ratio(U, times, k, boot, strata)
         with np.errstate(all="ignore"):
             zv = v / np.sqrt(np.mean(np.sum(v * v, -1, keepdims=True), axis=2, keepdims=True))
         st["increment_autocorrelation"] = B.autocorrelation(zv, boot, what="tangent increments")
@@ -96,11 +101,16 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
             decay = -np.log(np.einsum("rnd,rnd->r", U[:, 0], U[:, -1]) / N)
         if describe:
             st["hurst"] = S.sphere_hurst(U, times, boot)
-            st["gaussianity"] = B.kurtosis(B.standardize(S.random_tangent_projection(v, U, hyper, rng)), boot)
+            st["gaussianity"] = B.kurtosis(S.random_tangent_projection(v, U, hyper, rng), boot)
             curves["tangent_increments"] = v
     tost = 1 - 2 * alpha
     effects = {name: Effect(st[name].estimate, *st[name].interval(tost), st[name].pvalue, st[name].why_undefined)
                for name in KEY_EFFECTS[kind] if name in st}
+    if window is not None:  # the verdict's MSD effect: the window exponent (what window_effects puts in its place)
+        from .window_reading import window_exponent
+        effects["msd_exponent"], _ = window_exponent(X, times, window, labels, kind=kind, k=k, hyperplane=hyper,
+                                                     drift=drift if kind == "euclidean" else "none", boot=boot,
+                                                     alpha=alpha)
     verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T,
                                     n_groups=boot.n_groups)  # the one rule
     return BatteryResult(st, verdicts, reasons, rho, decay, k, hyper, curves)
@@ -177,6 +187,7 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
                        **_slopes(tau, psi)})
         e = v
     pick = rng.integers(0, z.shape[-1], size=z.shape[1])
+    z = B.walker_scaled(z[None])[0]  # walkers of different rates are not a heavy tail
     one = z[:, np.arange(z.shape[1]), pick].ravel()  # one coordinate per walker, all steps
     out["tail_index"] = desc.tail_test(one, confidence_level=confidence_level)
     out["isotropy"] = desc.isotropy_test(E[0] if kind == "euclidean" else e, basis)

@@ -61,11 +61,12 @@ def max_power_replicates(n_null: int) -> int:
 
 
 def _one_cell(simulate, *, kind: str, times, labels, drift: str, hyperplane: bool, n_replicates: int, seed,
-              margins: dict, alpha: float, n_resamples: int, decided) -> dict:
+              margins: dict, alpha: float, n_resamples: int, decided, window=None) -> dict:
     """Verdict counts and key-test rejection counts of one (shape or fitted model, process).
 
     `simulate(R, rng)` draws R trajectories (R, T, N, d); `decided(counts, n)` stops after a chunk (sequential
-    gate). "n" is the number of replicates used.
+    gate). "n" is the number of replicates used. `window` (window_reading.WindowSpec, the shape's): the MSD effect
+    is the window exponent, as in the verdict.
     """
     times = np.asarray(times, float)
     counts = {"brownian": 0, "not brownian": 0, "inconclusive": 0}
@@ -84,7 +85,7 @@ def _one_cell(simulate, *, kind: str, times, labels, drift: str, hyperplane: boo
         X = simulate(R, sim_rng)
         bat = battery_batch(X, kind=kind, times=times, labels=labels, margins=margins, alpha=alpha,
                             drift=drift if kind == "euclidean" else "none", hyperplane=hyperplane,
-                            n_resamples=n_resamples, rng=boot_rng)
+                            n_resamples=n_resamples, rng=boot_rng, window=window)
         for v in bat.verdicts:
             counts[str(v)] += 1
         for t in rejects:
@@ -145,7 +146,8 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
         alternatives: False simulates the null only (power is needed only to certify "brownian").
 
     Returns:
-        DataFrame with columns shape_id, kind, T, N, d, G, rho, decay, drift, hyperplane, times (JSON),
+        DataFrame with columns shape_id, kind, T, N, d, G, rho, decay, drift, hyperplane, times (JSON), window (JSON
+        of the shape's window_reading.WindowSpec, or None: the full-range rule),
         process, role ("size" for the null, "power" otherwise), test, rejection_rate, rate_brownian,
         rate_not_brownian, rate_inconclusive, n_replicates, ci_low, ci_high, mean_estimate, goal_met, seconds.
     """
@@ -158,7 +160,8 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
                      shape.id, len(shape.times), MIN_TIME_POINTS)
             continue
         info = {**{k: v for k, v in shape.to_dict(full=False).items() if k != "id"}, "shape_id": shape.id,
-                "times": json.dumps(list(shape.times)), "group_sizes": json.dumps(list(shape.group_sizes))}
+                "times": json.dumps(list(shape.times)), "group_sizes": json.dumps(list(shape.group_sizes)),
+                "window": json.dumps(shape.window.to_dict()) if shape.window is not None else None}  # parquet: a string
         labels, times = shape.labels(), np.asarray(shape.times)
         for p_i, process in enumerate(processes_for(shape.kind)):
             if (processes is not None and process not in processes) or (not alternatives and process != "brownian"):
@@ -175,7 +178,7 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
                              hyperplane=shape.hyperplane, seed=[base_seed, int(shape.id, 16) % 2**32, p_i],
                              n_replicates=n_replicates if role == "size" else max_power_replicates(n_replicates),
                              margins=margins, alpha=alpha, n_resamples=n_resamples,
-                             decided=_size_stop if role == "size" else _power_stop)
+                             decided=_size_stop if role == "size" else _power_stop, window=shape.window)
             rows += _rows(cell, info, process, role, time.perf_counter() - t0)
             log.info("calibration %s %s (T=%d N=%d G=%d d=%d rho=%.3g): %s in %.1fs", shape.id, process,
                      len(shape.times), shape.n_walkers, len(shape.group_sizes), shape.d, shape.rho,
@@ -184,9 +187,10 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
 
 
 def calibrate_fitted(null, fit_id: str, *, n_replicates: int = 400, rng=0, alpha: float = 0.05,
-                     margins: dict | None = None, n_resamples: int | None = None) -> pd.DataFrame:
+                     margins: dict | None = None, n_resamples: int | None = None, window=None) -> pd.DataFrame:
     """Size of the rule on a file's fitted null (fitted_null.FittedNull): rows with shape_id = `fit_id`,
-    process "fitted", role "size", sequential like the idealised null."""
+    process "fitted", role "size", sequential like the idealised null; `window`: the file's
+    window_reading.WindowSpec (its calibration shape's), on which the verdict's MSD effect is read."""
     from .fitted_null import simulate_fitted
     margins, n_resamples = _defaults(margins, n_resamples)
     if null.times.size < MIN_TIME_POINTS:
@@ -195,7 +199,7 @@ def calibrate_fitted(null, fit_id: str, *, n_replicates: int = 400, rng=0, alpha
     cell = _one_cell(lambda R, g: simulate_fitted(null, replicates=R, rng=g), kind=null.kind, times=null.times,
                      labels=null.labels, drift=null.drift, hyperplane=null.hyperplane, n_replicates=n_replicates,
                      seed=[int(rng) if np.isscalar(rng) else 0, int(fit_id.split("-")[-1], 16) % 2**32],
-                     margins=margins, alpha=alpha, n_resamples=n_resamples, decided=_size_stop)
+                     margins=margins, alpha=alpha, n_resamples=n_resamples, decided=_size_stop, window=window)
     info = {"shape_id": fit_id, "kind": null.kind, "T": int(null.times.size), "N": int(null.labels.size),
             "d": int(null.coord_scale.size), "G": int(null.labels.max()) + 1, "drift": null.drift,
             "rho": null.rho_within, "fitted": json.dumps(null.summary())}

@@ -71,7 +71,7 @@ class FittingWindow:
         return out
 
 
-def fitting_window(times, steps=None, *, start_step: int | None, momentum: float) -> FittingWindow:
+def fitting_window(times, steps=None, *, start_step: int | None, min_lag_steps: int) -> FittingWindow:
     """The pre-fixed window of one trajectory.
 
     Args:
@@ -79,7 +79,8 @@ def fitting_window(times, steps=None, *, start_step: int | None, momentum: float
         steps: (T,) training step of each capture (sidecar "clocks"["step"]), or None (depth, a user's array):
             then the window is the whole trajectory.
         start_step: the window starts at the first capture at or after this step (the warm-up's end).
-        momentum: lags shorter than 1/(1 - momentum) steps are left out.
+        min_lag_steps: lags shorter than this many steps are left out: the run's momentum time
+            ceil(stats.momentum_times / (1 - beta)) of its own optimizer (config.ExperimentConfig.analysis_window).
     """
     T = len(times)
     if steps is None:
@@ -87,14 +88,14 @@ def fitting_window(times, steps=None, *, start_step: int | None, momentum: float
     steps = np.asarray(steps, dtype=np.int64)
     if steps.shape != (T,):
         raise ValueError(f"steps has {steps.size} entries, expected T={T}")
-    m = int(np.ceil(1.0 / (1.0 - momentum) - 1e-9)) if momentum > 0 else 0
+    m = int(min_lag_steps)
     after = np.flatnonzero(steps >= int(start_step or 0))
     if after.size == 0:
         return FittingWindow(T - 1, np.empty(0, np.int64), start_step, m, f"no capture at or after step {start_step}")
     start = int(after[0])
     used = np.flatnonzero((np.arange(T) > start) & (steps - steps[start] >= m))
     return FittingWindow(start, used, start_step, m, f"from the first capture at or after step {start_step} (the "
-                         f"warm-up's end), lags of at least {m} steps (momentum time 1/(1 - {momentum:g}))")
+                         f"warm-up's end), lags of at least {m} steps (the optimizer's momentum time)")
 
 
 def window_features(X: np.ndarray, times: np.ndarray, win: FittingWindow, *, kind: str, k: int,

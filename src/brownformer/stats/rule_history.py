@@ -35,6 +35,12 @@ RULE_HISTORY = (
      "at the edge of every key margin; fitted null; Markov / Poisson-binomial count pooling; 3a-3c in Holm; "
      "fewer than MIN_GROUPS groups inconclusive", "after data", "issue 19",
      "a referee's objections to the validity of the rules, made after the default run's verdicts were known"),
+    ("issue 19, after the first windowed default run: the calibration simulates the window exponent (the verdict's "
+     "MSD effect) at each file's window; the window's lag is each run's own momentum time; excess kurtosis scaled per "
+     "walker, step and coordinate with its shrinkage undone; sphere harmonic and variance ratios within strata of "
+     "similar walker rate; a file's size in the Markov count capped at the gate's ceiling", "after data", "issue 19",
+     "the cited size was another rule's; Brownian walkers of different rates were rejected (vit-deep's fitted nulls "
+     "read sizes up to 1.0); the kurtosis edges read -0.41/0.34 for -0.5/0.5"),
 )
 
 

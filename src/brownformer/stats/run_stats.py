@@ -27,7 +27,9 @@ has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "s
   its null size), curvature, ensemble_exponent, classification, description} and "walkers" {reading, rates,
   quantiles overall / by_type / by_position, diagnostics {eb, ergodicity_ratio, ageing_ratio, vacf_q1/2/4, alpha2}
   with their Brownian ranges}. "verdict", "reason" and "classification" rest on the window exponent; the full-range
-  ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range".
+  ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range". "local_slopes"."spec"
+  (window_reading.WindowSpec) is also the "calibration_shape"."window", so that the calibration simulates the rule
+  on that window (its shape id covers it).
 - gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
 """
 from __future__ import annotations
@@ -104,13 +106,21 @@ def fit_file_null(path, *, stats, kind: str | None = None):
     return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null
 
 
-def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
+def _min_lag_steps(meta: dict, min_lag_steps: int) -> int:
+    """The window's shortest lag in steps: the replica files' own (their sidecar's "window", the base run's momentum
+    time), else the run's (`min_lag_steps`, from config.ExperimentConfig.analysis_window)."""
+    own = (meta.get("window") or {}).get("min_gap_steps") if isinstance(meta.get("window"), dict) else None
+    return int(own) if own is not None else int(min_lag_steps)
+
+
+def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int = 0) -> None:
     """Claim 3's reading on the pre-fixed window (stats/window_reading.py): "local_slopes", "walkers", and the
     verdict and classification re-decided on the window exponent (the full-range ones are kept as
-    "verdict_full_range", "classification_full_range")."""
+    "verdict_full_range", "classification_full_range"); the calibration shape gets the window (WindowSpec), so
+    that the calibration simulates this verdict's rule."""
     from .bootstrap import group_labels
     from .rule import decide_one
-    from .shapes import select_walkers
+    from .shapes import CalibrationShape, select_walkers
     from .window_reading import window_effects, window_classification, window_reading
     inputs = battery_inputs(meta, out["kind"])
     labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
@@ -123,7 +133,8 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
         block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=sub_labels,
                                k=out["span_dimension"], hyperplane=out["hyperplane"],
                                drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps,
-                               meta=side, stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed)
+                               meta=side, stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed,
+                               min_lag_steps=_min_lag_steps(meta, min_lag_steps) if steps is not None else 0)
     except (ValueError, ArithmeticError, IndexError, np.linalg.LinAlgError) as exc:  # keep the battery's result
         log.warning("window reading failed: %s", exc)
         why = f"window reading failed: {exc}"
@@ -131,6 +142,9 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
                  "effect": {"estimate": None, "ci": [None, None], "tost_ci": [None, None], "why_undefined": why}}
     out["walkers"] = block.pop("walkers", None)
     out["local_slopes"] = block
+    if block.get("spec") and out.get("calibration_shape"):
+        out["calibration_shape"] = {**out["calibration_shape"], "window": block["spec"]}
+        out["calibration_shape"]["id"] = CalibrationShape.from_dict(out["calibration_shape"]).id
     out["verdict_full_range"], out["reason_full_range"] = out["verdict"], out["reason"]
     out["verdict"], out["reason"] = decide_one(window_effects(out), kind=out["kind"], margins=dict(stats.margins),
                                                alpha=stats.alpha, n_times=int(out["n_times"]),
@@ -140,7 +154,7 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats) -> None:
     out["classification"] = window_classification(out)
 
 
-def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None) -> dict:
+def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None, min_lag_steps: int = 0) -> dict:
     """The battery, verdict and description of one trajectory file (docs/ARTIFACTS.md, `stats trajectory`).
 
     Args:
@@ -148,6 +162,8 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
             n_inputs/n_tokens, sum_zero, drift, clocks). Without a sidecar: euclidean, times 0..T-1,
             independent walkers, common drift removed.
         stats: StatsConfig; kind: overrides the sidecar; calibration: table or parquet path.
+        min_lag_steps: the run's momentum time in steps (config.ExperimentConfig.analysis_window(run).min_gap): the
+            window's shortest lag on a training-step clock (a replica file's sidecar "window" takes precedence).
 
     Raises:
         ValueError: unreadable file, invalid trajectory or sidecar (a one-line message).
@@ -157,7 +173,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
                              n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
                              max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
                              check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
-    _add_window(out, X, meta, stats)
+    _add_window(out, X, meta, stats, min_lag_steps)
     from .fitted_null import fitted_id
     from .shapes import fitted_calibration_for
     out["time"] = meta.get("time")
@@ -203,7 +219,7 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
     return out
 
 
-def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention) -> dict:
+def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, min_lag_steps: int = 0) -> dict:
     cat = entry.get("category", "")
     if cat == "attention":
         from .attention_stats import analyze_attention_file
@@ -212,7 +228,8 @@ def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention) 
         from .descriptive import analyze_noise
         return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
     if cat != "depth":
-        return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration)
+        return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration,
+                                     min_lag_steps=min_lag_steps)
     sphere = _sphere_part(entry, path, stats)
     if sphere["tensor"] == "ln_affine":
         out = {"kind": entry.get("kind") or "euclidean",
@@ -238,7 +255,7 @@ def read_index(traj_dir: Path) -> list[dict]:
         raise ValueError(f"{index_path}: expected {{'files': [...]}} ({exc})") from None
 
 
-def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) -> dict:
+def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, min_lag_steps: int = 0) -> dict:
     """Analyse every file listed in traj_dir/index.json; write per-file JSON and out_dir/summary.json.
 
     Args:
@@ -247,6 +264,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
         stats: brownformer.config.StatsConfig.
         run_id: "<model>__<optimizer>__s<seed>".
         calibration: calibration table (DataFrame or parquet path); each battery file gets the rows at its shape.
+        min_lag_steps: the run's momentum time in steps (config.ExperimentConfig.analysis_window(run_id).min_gap).
 
     Returns:
         The summary dict also written to out_dir/summary.json.
@@ -269,7 +287,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None) ->
             continue  # consumed with its attention file
         rel_out = (path.relative_to(traj_dir) if path.is_relative_to(traj_dir) else Path(path.name)).with_suffix(".json")
         try:
-            result = _analyze_entry(entry, path, stats, cal, init)
+            result = _analyze_entry(entry, path, stats, cal, init, min_lag_steps)
         except (ValueError, OSError) as exc:
             log.warning("%s: %s", path, exc)
             errors.append({"path": str(rel), "error": str(exc)})

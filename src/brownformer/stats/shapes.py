@@ -42,6 +42,9 @@ class CalibrationShape:
     drift: str
     rho: float
     decay: float  # sphere only (0 for euclidean)
+    #: the fitting window the verdict's MSD effect is read on (window_reading.WindowSpec); None: the full-range
+    #: exponent (a shape without a window reading)
+    window: object = None
 
     @property
     def id(self) -> str:
@@ -59,7 +62,7 @@ class CalibrationShape:
         `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
         out = {"id": self.id, "kind": self.kind, "T": len(self.times), "N": self.n_walkers, "d": self.d,
                "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
-               "decay": self.decay}
+               "decay": self.decay, "window": self.window.to_dict() if self.window is not None else None}
         if full:
             out.update(times=list(self.times), group_sizes=list(self.group_sizes))
         return out
@@ -67,9 +70,11 @@ class CalibrationShape:
     @classmethod
     def from_dict(cls, d: dict) -> "CalibrationShape":
         """Inverse of to_dict(full=True); ValueError when a field is missing."""
+        from .window_reading import WindowSpec
         try:
             return cls(str(d["kind"]), tuple(float(t) for t in d["times"]), tuple(int(g) for g in d["group_sizes"]),
-                       int(d["d"]), bool(d["hyperplane"]), str(d["drift"]), float(d["rho"]), float(d["decay"]))
+                       int(d["d"]), bool(d["hyperplane"]), str(d["drift"]), float(d["rho"]), float(d["decay"]),
+                       WindowSpec.from_dict(d.get("window")))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"calibration shape {d!r} lacks a field ({exc})") from None
 
@@ -94,7 +99,7 @@ def _generating_rho(r: float, *, G: int, N: int) -> float:
 
 
 def shape_of(*, kind: str, times, labels: np.ndarray, d: int, hyperplane: bool, drift: str, rho: float,
-             decay: float | None) -> CalibrationShape:
+             decay: float | None, window=None) -> CalibrationShape:
     """The calibration shape of one analysed trajectory (after walker subsampling).
 
     Args:
@@ -102,6 +107,7 @@ def shape_of(*, kind: str, times, labels: np.ndarray, d: int, hyperplane: bool, 
             estimated after the drift handling (the generating value is recovered for "common" drift).
         decay: sphere: -ln of the mean cosine between first and last capture (None or <= 0 when the
             walk has decorrelated: the largest decay).
+        window: the window_reading.WindowSpec the verdict's MSD effect is read on (None: the full-range exponent).
     """
     sizes = np.bincount(labels)
     r = _generating_rho(float(np.nan_to_num(rho)), G=sizes.size, N=int(labels.size)) if drift == "common" else rho
@@ -110,7 +116,7 @@ def shape_of(*, kind: str, times, labels: np.ndarray, d: int, hyperplane: bool, 
     if kind == "sphere":
         dec = DECAY_DECORRELATED if decay is None or not np.isfinite(decay) or decay <= 0 else _sig(float(decay))
     return CalibrationShape(kind, _relative_times(np.asarray(times, float)), tuple(sorted(sizes.tolist(), reverse=True)),
-                            int(d), bool(hyperplane), drift, r, dec)
+                            int(d), bool(hyperplane), drift, r, dec, window)
 
 
 def select_walkers(labels: np.ndarray, max_walkers: int, rng) -> np.ndarray:

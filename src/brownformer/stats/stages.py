@@ -50,10 +50,11 @@ def stats_attention(file: Path, out: Path | None, *, stats, features: Path | Non
     return result
 
 
-def stats_run(traj_dir: Path, out: Path, *, stats, run_id: str) -> dict:
-    """Every file of one run's trajectories/index.json -> out/<same path>.json and out/summary.json."""
+def stats_run(traj_dir: Path, out: Path, *, stats, run_id: str, min_lag_steps: int = 0) -> dict:
+    """Every file of one run's trajectories/index.json -> out/<same path>.json and out/summary.json;
+    `min_lag_steps`: the run's momentum time in steps (claim 3's window; config.ExperimentConfig.analysis_window)."""
     from .run_stats import stats_for_run
-    return stats_for_run(traj_dir, out, stats=stats, run_id=run_id)
+    return stats_for_run(traj_dir, out, stats=stats, run_id=run_id, min_lag_steps=min_lag_steps)
 
 
 def calibration_shapes(run_summaries: list[Path]) -> list:
@@ -99,7 +100,7 @@ def _cell(job):
         return run_calibration([item], processes=[process], **kwargs)
     from .run_stats import fit_file_null
     fid, null = fit_file_null(item[0], stats=stats, kind=item[1])
-    return calibrate_fitted(null, fid, **kwargs)
+    return calibrate_fitted(null, fid, window=item[2], **kwargs)
 
 
 def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: int | None = None,
@@ -131,7 +132,7 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
     cells = [("shape", s, p, kwargs, stats) for s in shapes.values() for p in processes_for(s.kind)
              if p == "brownian" or s.id in certify]
     fitted = {str(p): (s, p) for s, p, _, cat in files if cat in stats.fitted_null}
-    cells += [("fitted", (path, s.kind), "fitted", kwargs, stats) for s, path in fitted.values()]
+    cells += [("fitted", (path, s.kind, s.window), "fitted", kwargs, stats) for s, path in fitted.values()]
     log.info("calibrating %d shapes and %d fitted nulls (%d cells), null cap %d replicates", len(shapes), len(fitted),
              len(cells), n)
     if jobs > 1 and len(cells) > 1:

@@ -28,6 +28,7 @@ def cost_estimate(shape, *, stats) -> dict:
                        replicates=PROBE_REPLICATES, rng=0, rho=shape.rho, hyperplane=shape.hyperplane,
                        decay=shape.decay, drift=shape.drift, margins=dict(stats.margins))
     battery_batch(X, kind=shape.kind, times=times, labels=labels, margins=dict(stats.margins), alpha=stats.alpha,
+                  window=shape.window,
                   drift=shape.drift if shape.kind == "euclidean" else "none", hyperplane=shape.hyperplane,
                   n_resamples=stats.n_resamples, rng=0)
     per_rep = (time.perf_counter() - t0) / PROBE_REPLICATES
@@ -62,7 +63,8 @@ def calibrate_result(file, result: dict, *, stats, kind: str | None = None, echo
     kw = {"n_replicates": int(stats.calibration_replicates), "rng": stats.seed, "alpha": stats.alpha,
           "margins": dict(stats.margins), "n_resamples": stats.n_resamples}
     fid, null = fit_file_null(file, stats=stats, kind=kind)
-    table = pd.concat([run_calibration([shape], **kw), calibrate_fitted(null, fid, **kw)], ignore_index=True)
+    table = pd.concat([run_calibration([shape], **kw), calibrate_fitted(null, fid, window=shape.window, **kw)],
+                      ignore_index=True)
     verdict, reason, _ = file_verdict(result, stats, table)
     result.update({
         "rule_verdict": result["verdict"], "rule_reason": result["reason"], "verdict": verdict, "reason": reason,

@@ -19,15 +19,19 @@ returns the per-file block the claims and the figure read:
 """
 from __future__ import annotations
 
+from dataclasses import asdict, dataclass
+
 import numpy as np
 
-from .bootstrap import ClusterBootstrap
+from .bootstrap import BootstrapEstimate, ClusterBootstrap
 from .local_slope import (MIN_WINDOW_POINTS, FittingWindow, ensemble_curve, fit_offset_power, fitting_window,
                           local_slopes, storage_offset, walker_curves, walker_slopes, window_features)
+from .rule import Effect
 from .simulate import simulate_batch
 from .walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
 
-__all__ = ["window_reading", "window_effects", "window_classification", "WINDOW_CLASSES"]
+__all__ = ["window_reading", "window_effects", "window_classification", "window_exponent", "window_spec",
+           "WindowSpec", "WINDOW_CLASSES"]
 
 WINDOW_CLASSES = ("brownian", "subdiffusive", "superdiffusive", "crossover", "mixed", "inconclusive")
 #: bootstrap resamples of the (descriptive) ensemble exponent's interval
@@ -36,15 +40,69 @@ ENSEMBLE_RESAMPLES = 99
 _DECAY_RANGE = (1 / 16, 16.0)
 
 
-def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: float,
-           stored: bool = True) -> dict:
-    """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null
-    (`stored` False: simulated in float32, no storage rounding)."""
+@dataclass(frozen=True)
+class WindowSpec:
+    """What the window exponent of a file needs besides its trajectory: the window's capture indices and the
+    parameters of the Brownian motions whose median bias it subtracts. Part of the calibration shape
+    (shapes.CalibrationShape.window), so that the calibration simulates the very rule the verdict applies."""
+
+    start: int
+    used: tuple[int, ...]
+    null_rho: float
+    null_decay: float  # sphere: total decay of the simulated Brownian motions; 1 euclidean
+    envelope_replicates: int
+    local_decades: float
+    seed: int
+
+    def window(self) -> FittingWindow:
+        return FittingWindow(self.start, np.asarray(self.used, np.int64), None, 0, "calibration shape")
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "used": list(self.used)}
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> "WindowSpec | None":
+        if not d:
+            return None
+        return cls(int(d["start"]), tuple(int(i) for i in d["used"]), float(d["null_rho"]), float(d["null_decay"]),
+                   int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]))
+
+
+def _null_rho(rho: float) -> float:
+    return round(float(np.clip(np.nan_to_num(rho), 0.0, 0.8)), 1)
+
+
+def _null_decay(X: np.ndarray, win: FittingWindow) -> float:
+    """Sphere: -ln E<u(t_w), u(t_end)> of the data, on a 19% grid (files of one run share simulations)."""
+    U = X / np.linalg.norm(X, axis=-1, keepdims=True)
+    with np.errstate(all="ignore"):
+        dec = -np.log(np.mean(np.sum(U[win.start] * U[-1], -1)))
+    decay = float(np.clip(dec, *_DECAY_RANGE)) if np.isfinite(dec) and dec > 0 else _DECAY_RANGE[1]
+    return float(2.0 ** (np.round(4 * np.log2(decay)) / 4))
+
+
+def window_spec(X: np.ndarray, win: FittingWindow, *, kind: str, rho: float, stats) -> WindowSpec:
+    """The WindowSpec of one trajectory X (T, N, d) on its window `win`."""
+    w = stats.window
+    return WindowSpec(int(win.start), tuple(int(i) for i in win.used), _null_rho(rho),
+                      _null_decay(np.asarray(X), win) if kind == "sphere" else 1.0, int(w["envelope_replicates"]),
+                      float(w["local_decades"]), int(stats.seed))
+
+
+def _walkers(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, stored: bool = True):
+    """(tau, F, per-walker slopes (walker_slopes), storage offsets) of R trajectories X (R, T, N, d) on the window."""
     tau, F = window_features(X, times, win, kind=kind, k=k, drift=drift)
+    c0 = np.array([storage_offset(x, kind=kind, k=k) if stored else 0.0 for x in X])
+    return tau, F, walker_slopes(tau, walker_curves(F, tau, kind=kind, k=k), c0), c0
+
+
+def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: float,
+           stored: bool = True, walkers=None) -> dict:
+    """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null
+    (`stored` False: simulated in float32, no storage rounding); `walkers`: `_walkers`' result when already at hand."""
+    tau, F, ws, c0 = walkers or _walkers(X, times, win, kind=kind, k=k, drift=drift, stored=stored)
     curve = ensemble_curve(F.mean(1), kind=kind, k=k, n_walkers=F.shape[1])  # (R, n)
     alpha, c, D = fit_offset_power(tau, curve)  # the fitted offset: a check on the storage one
-    c0 = np.array([storage_offset(x, kind=kind, k=k) if stored else 0.0 for x in X])
-    ws = walker_slopes(tau, walker_curves(F, tau, kind=kind, k=k), c0)
     diag = andi_diagnostics(X[:, win.start:], np.asarray(times, float)[win.start:], kind=kind, k=k, drift=drift,
                             ens_tau=tau, ens_curve=curve)
     return {"tau": tau, "F": F, "curve": curve, "alpha": alpha, "offset": c, "storage_offset": c0, "D": D,
@@ -55,20 +113,23 @@ _NULL_CACHE: dict = {}
 _NULL_CACHE_SIZE = 16
 
 
-def _null_batch(tw, win: FittingWindow, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str,
-                decay: float, rho: float, replicates: int, points: float, seed: int) -> dict:
+def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str) -> dict:
     """`_batch` on Brownian motion simulated at the window's shape, cached within the process: the 16 weight
     matrices of a run share one shape, so they share one simulation (seeded by the shape, hence reproducible)."""
+    win = spec.window()
+    tw = np.asarray(times, float)[win.start:]
     rel = (tw - tw[0]) / (tw[-1] - tw[0])
     key = (tuple(np.round(rel, 6)), tuple(win.used - win.start), np.asarray(labels).tobytes(), d, kind, k,
-           hyperplane, drift, decay, rho, replicates, points, seed)
+           hyperplane, drift, spec.null_decay, spec.null_rho, spec.envelope_replicates, spec.local_decades, spec.seed)
     if key not in _NULL_CACHE:
-        Xs = simulate_batch("brownian", times=tw, labels=labels, d=d, kind=kind, replicates=replicates,
-                            rng=np.random.default_rng([seed, 7]), rho=rho, hyperplane=hyperplane, decay=decay)
-        null_win = FittingWindow(0, win.used - win.start, win.start_step, win.min_lag_steps, win.why)
+        Xs = simulate_batch("brownian", times=tw, labels=labels, d=d, kind=kind, replicates=spec.envelope_replicates,
+                            rng=np.random.default_rng([spec.seed, 7]), rho=spec.null_rho, hyperplane=hyperplane,
+                            decay=spec.null_decay)
+        null_win = FittingWindow(0, win.used - win.start, None, 0, win.why)
         if len(_NULL_CACHE) >= _NULL_CACHE_SIZE:
             _NULL_CACHE.pop(next(iter(_NULL_CACHE)))
-        _NULL_CACHE[key] = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=points, stored=False)
+        _NULL_CACHE[key] = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=spec.local_decades,
+                                  stored=False)
     return _NULL_CACHE[key]
 
 
@@ -122,8 +183,49 @@ def _classify(effect: dict, curvature: dict, early: float, late: float, reading:
                             f"tells neither a flat power law nor a crossover")
 
 
+def _undefined(why: str, R: int) -> Effect:
+    nan = np.full(R, np.nan)
+    return Effect(nan, nan, nan, nan, why)
+
+
+def window_exponent(X: np.ndarray, times, spec: WindowSpec, labels, *, kind: str, k: int, hyperplane: bool,
+                    drift: str, boot: ClusterBootstrap, alpha: float) -> tuple[Effect, dict]:
+    """The window exponent of R trajectories X (R, T, N, d): the key MSD effect the claim-3 verdict rests on.
+
+    Mean over walkers of the log-log slope of y_i - c over the window (cluster bootstrap over groups), less the
+    median bias of the same estimate on Brownian motion simulated at the shape (`_null_batch`); undefined with
+    fewer than MIN_WINDOW_POINTS lags or when fewer than half the walkers have a slope. The data's reading
+    (`window_reading`) and the calibration (brownian.battery_batch with a window) both call this function.
+
+    Returns:
+        (Effect (R,): estimate, (1 - 2 alpha) interval, p-value against 1; {"expo", "null", "null_expo", "bias",
+        "walkers", "tau", "F", "offset"} for the reading), the dict empty when the window is too short.
+    """
+    R = X.shape[0]
+    win = spec.window()
+    if win.n_points < MIN_WINDOW_POINTS:
+        return _undefined(f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}", R), {}
+    tau, F, ws, c0 = _walkers(X, times, win, kind=kind, k=k, drift=drift)
+    null = _null_batch(times, spec, labels, d=X.shape[-1], kind=kind, k=k, hyperplane=hyperplane, drift=drift)
+    # parametric-bootstrap bias correction (Efron & Tibshirani 1993, ch. 10): the simulated Brownian motions'
+    # median window exponent minus 1 (on the sphere -ln cos_i of one walker is biased up by its fluctuation)
+    nraw = _mean_over_walkers(boot, null["walker"]["alpha"])
+    bias = float(np.nanmedian(nraw.estimate)) - 1.0 if np.isfinite(nraw.estimate).any() else 0.0
+    shift = lambda e: BootstrapEstimate(e.estimate - bias, e.standard_error, e.n_groups)  # noqa: E731
+    expo = shift(_mean_over_walkers(boot, ws["alpha"]))
+    lo, hi = expo.interval(1 - 2 * alpha)
+    est, p = expo.estimate.copy(), expo.pvalue(1.0)
+    share = np.isfinite(ws["alpha"]).mean(1)
+    few = share < 0.5
+    est, lo, hi, p = (np.where(few, np.nan, a) for a in (est, lo, hi, p))
+    why = f"only {share.min():.0%} of walkers have 3 usable lags in the window" if few.any() else ""
+    extra = {"expo": expo, "null": null, "null_expo": shift(nraw), "bias": bias, "walkers": ws, "tau": tau, "F": F,
+             "offset": c0, "share": share}
+    return Effect(est, lo, hi, p, why), extra
+
+
 def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: int, hyperplane: bool, drift: str,
-                   steps, meta: dict, stats, rho: float = 0.0, rng=0) -> dict:
+                   steps, meta: dict, stats, rho: float = 0.0, rng=0, min_lag_steps: int = 0) -> dict:
     """The window block of one trajectory (module docstring).
 
     Args:
@@ -133,11 +235,15 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
         steps: (T,) training step of each capture, or None (no warm-up or momentum to skip).
         meta: the sidecar (token types); stats: StatsConfig (window, margins, alpha, resamples);
         rho: within-group correlation of the increments (the null reproduces it).
+        min_lag_steps: lags shorter than this many training steps are left out (the run's momentum time,
+            config.ExperimentConfig.analysis_window; 0 without a momentum or a step clock).
     """
     w = dict(stats.window)
     times = np.asarray(times, float)
-    win = fitting_window(times, steps, start_step=w["start_step"], momentum=w["momentum"])
+    win = fitting_window(times, steps, start_step=w["start_step"], min_lag_steps=min_lag_steps)
     block = {"window": win.to_dict(times, steps)}
+    spec = window_spec(X, win, kind=kind, rho=rho, stats=stats)
+    block["spec"] = spec.to_dict()
     if win.n_points < MIN_WINDOW_POINTS:
         why = f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}"
         return {**block, "classification": "inconclusive", "description": why,
@@ -147,7 +253,11 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     conf, alpha, pts = stats.confidence_level, stats.alpha, float(w["local_decades"])
     rng = np.random.default_rng(rng)
     boot = ClusterBootstrap(labels, n_resamples=stats.n_resamples, rng=rng)
-    data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts)
+    key, ex = window_exponent(X, times, spec, labels, kind=kind, k=k, hyperplane=hyperplane, drift=drift, boot=boot,
+                              alpha=alpha)
+    data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts,
+                  walkers=(ex["tau"], ex["F"], ex["walkers"], ex["offset"]))
+    null, bias, expo, nexpo = ex["null"], ex["bias"], ex["expo"], ex["null_expo"]
     both = np.isfinite(data["walker"]["late"] - data["walker"]["early"])  # one set of walkers for all three
     curv = _mean_over_walkers(boot, data["walker"]["late"] - data["walker"]["early"])
     curvature = _interval_dict(curv, 0, confidence_level=conf, alpha=alpha)
@@ -157,29 +267,12 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     ens_boot = ClusterBootstrap(labels, n_resamples=min(ENSEMBLE_RESAMPLES, stats.n_resamples), rng=rng)
     ens = ens_boot.estimate(data["F"], lambda m: fit_offset_power(data["tau"], ensemble_curve(
         m, kind=kind, k=k, n_walkers=labels.size))[0])
-    # the null: Brownian motion at this shape over the window, through the identical code
-    decay = 1.0
-    if kind == "sphere":
-        U = X[0] / np.linalg.norm(X[0], axis=-1, keepdims=True)
-        with np.errstate(all="ignore"):
-            dec = -np.log(np.mean(np.sum(U[win.start] * U[-1], -1)))
-        decay = float(np.clip(dec, *_DECAY_RANGE)) if np.isfinite(dec) and dec > 0 else _DECAY_RANGE[1]
-        decay = float(2.0 ** (np.round(4 * np.log2(decay)) / 4))  # a 19% grid: files of one run share simulations
-    R = int(w["envelope_replicates"])
-    null = _null_batch(times[win.start:], win, labels, d=X.shape[-1], kind=kind, k=k, hyperplane=hyperplane,
-                       drift=drift, decay=decay, rho=round(float(np.clip(np.nan_to_num(rho), 0.0, 0.8)), 1),
-                       replicates=R, points=pts, seed=stats.seed)
-    # parametric-bootstrap bias correction (Efron & Tibshirani 1993, ch. 10): the simulated Brownian motions'
-    # median window exponent minus 1 (on the sphere -ln cos_i of one walker is biased up by its fluctuation)
-    nraw = _mean_over_walkers(boot, null["walker"]["alpha"])
-    bias = float(np.nanmedian(nraw.estimate)) - 1.0 if np.isfinite(nraw.estimate).any() else 0.0
-    shift = lambda e: type(e)(e.estimate - bias, e.standard_error, e.n_groups)  # noqa: E731
-    expo, nexpo = shift(_mean_over_walkers(boot, data["walker"]["alpha"])), shift(nraw)
+    decay = spec.null_decay
+    R = spec.envelope_replicates
     effect = _interval_dict(expo, 0, confidence_level=conf, alpha=alpha, null=1.0)
-    share = float(np.isfinite(data["walker"]["alpha"]).mean())
-    if share < 0.5:
+    if not np.isfinite(key.estimate[0]):  # the rule's own undefined case (window_exponent)
         effect = {**{f: (None if f != "ci" and f != "tost_ci" else [None, None]) for f in effect},
-                  "why_undefined": f"only {share:.0%} of walkers have 3 usable lags in the window"}
+                  "why_undefined": key.why_undefined}
     effect["bias_correction"] = -bias
     ntlo, nthi = nexpo.interval(1 - 2 * alpha)
     lo, hi = margin

@@ -17,7 +17,8 @@ Pooling (stats/pooling.py), with the size of each count rule stated in the recor
 - run (the files of one family: layers, or layers x weight matrices; dependent): "supported" when every file
   is a certified "brownian" (intersection-union); "not supported" when at least k_run files are certified "not
   brownian", k_run the smallest count whose Markov bound sum_i s_i / k (any dependence between files) is at most
-  alpha, s_i the file's calibrated size (Laplace-smoothed, the larger of the two nulls; SIZE_GOAL[1] for a file
+  alpha, s_i the file's calibrated size (Laplace-smoothed, the larger of the two nulls, capped at SIZE_GOAL[1]: an
+  uncertifiable file cannot be a false certified rejection; SIZE_GOAL[1] for a file
   not calibrated); else "inconclusive".
 - claim and optimizer (runs: independent seeds): "supported" when every trained run is; "not supported" when at
   least m runs are not supported, m the smallest count whose Poisson-binomial tail under the runs' size bounds is
@@ -103,14 +104,17 @@ def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
 
 
 def _file_size(cal: dict | None) -> float:
-    """The size s_i a file brings to the run's count rule (module docstring)."""
+    """The size s_i a file brings to the run's count rule (module docstring), at most SIZE_GOAL[1]: a file counts
+    only when certified, and certification needs its size's upper bound <= SIZE_GOAL[1], so P(false certified
+    rejection) <= min(P(rule rejects), P(gate passes)) <= SIZE_GOAL[1] whatever its simulated size (a size above it
+    passes the one-sided gate with probability <= 1 - GATE_CONFIDENCE < SIZE_GOAL[1])."""
     if cal is None:
         return SIZE_GOAL[1]
     s = smoothed_size(cal["size"] * cal["n_replicates"], cal["n_replicates"])
     f = cal.get("fitted")
     if f:
         s = max(s, smoothed_size(f["size"] * f["n_replicates"], f["n_replicates"]))
-    return s
+    return min(s, SIZE_GOAL[1])
 
 
 def _window_null_ok(result: dict) -> tuple[bool, str]:
