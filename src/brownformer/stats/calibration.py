@@ -31,6 +31,8 @@ import time
 import numpy as np
 import pandas as pd
 
+from brownformer.config import DEFAULT_STATS
+
 from .brownian import battery_batch
 from .edges import edge_processes
 from .gates import GATE_CONFIDENCE, POWER_GOAL, SIZE_GOAL, cp_bounds, power_decided, size_decided
@@ -129,7 +131,8 @@ def _defaults(margins, n_resamples):
     return {**DEFAULT_MARGINS, **(margins or {})}, int(n_resamples or StatsConfig().n_resamples)
 
 
-def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, rng=0, alpha: float = 0.05,
+def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = DEFAULT_STATS.calibration_replicates,
+                    rng=DEFAULT_STATS.seed, alpha: float = DEFAULT_STATS.alpha,
                     margins: dict | None = None, n_resamples: int | None = None, processes: list[str] | None = None,
                     alternatives: bool = True) -> pd.DataFrame:
     """Simulate every process at every shape through the verdict rule and tabulate rates.
@@ -186,7 +189,8 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = 400, 
     return pd.DataFrame(rows)
 
 
-def calibrate_fitted(null, fit_id: str, *, n_replicates: int = 400, rng=0, alpha: float = 0.05,
+def calibrate_fitted(null, fit_id: str, *, n_replicates: int = DEFAULT_STATS.calibration_replicates,
+                     rng=DEFAULT_STATS.seed, alpha: float = DEFAULT_STATS.alpha,
                      margins: dict | None = None, n_resamples: int | None = None, window=None) -> pd.DataFrame:
     """Size of the rule on a file's fitted null (fitted_null.FittedNull): rows with shape_id = `fit_id`,
     process "fitted", role "size", sequential like the idealised null; `window`: the file's

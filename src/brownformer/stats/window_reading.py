@@ -23,6 +23,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from brownformer.config import DEFAULT_STATS
+
 from .bootstrap import BootstrapEstimate, ClusterBootstrap
 from .local_slope import (MIN_WINDOW_POINTS, FittingWindow, ensemble_curve, fit_offset_power, fitting_window,
                           local_slopes, storage_offset, walker_curves, walker_slopes, window_features)
@@ -225,7 +227,7 @@ def window_exponent(X: np.ndarray, times, spec: WindowSpec, labels, *, kind: str
 
 
 def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: int, hyperplane: bool, drift: str,
-                   steps, meta: dict, stats, rho: float = 0.0, rng=0, min_lag_steps: int = 0) -> dict:
+                   steps, meta: dict, stats, rho: float = 0.0, rng=DEFAULT_STATS.seed, min_lag_steps: int = 0) -> dict:
     """The window block of one trajectory (module docstring).
 
     Args:
