@@ -156,7 +156,7 @@ def analyze_noise(G, *, confidence_level: float = 0.95, n_resamples: int = 199) 
             continue
         nt = normality_test(zz)
         rows.append({"capture": c, "n": int(zz.size), "excess_kurtosis": nt.estimate,
-                     "normaltest_statistic": nt.statistic, "normaltest_p_value": nt.pvalue,
+                     "normaltest_statistic": nt.statistic, "normaltest_pvalue": nt.pvalue,
                      "tail_index": tail_test(zz, n_resamples=n_resamples, confidence_level=confidence_level).to_dict()})
     return to_jsonable({"kind": "gradient_noise", "n_captures": int(G.shape[0]), "n_samples": int(G.shape[1]),
                         "n_params": int(G.shape[2]), "per_capture": rows})
