@@ -16,6 +16,11 @@ def _float(x: Any) -> float:
     return math.nan if x is None else float(x)
 
 
+def _json_float(x: Any) -> Any:
+    """A float as JSON stores it: NaN and inf as null."""
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
 def _pair(x: Any) -> tuple[float, float] | None:
     return None if x is None else (_float(x[0]), _float(x[1]))
 
@@ -100,8 +105,11 @@ class TestResult:
         return TestResult(**{**{f.name: getattr(self, f.name) for f in fields(self)}, "rejected": self.reject(alpha)})
 
     def to_dict(self) -> dict:
-        return {**_plain(self, skip_none=False), "confidence_interval": list(self.confidence_interval),
-                "tost_interval": list(self.tost_interval)}
+        """Plain JSON: NaN (undefined) as null, the intervals as lists."""
+        out = _plain(self, skip_none=False)
+        out.update({k: _json_float(out[k]) for k in ("statistic", "pvalue", "estimate", "null_value")})
+        out.update({k: [_json_float(float(x)) for x in out[k]] for k in ("confidence_interval", "tost_interval")})
+        return out
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "test") -> TestResult:
