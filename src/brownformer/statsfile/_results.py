@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import MISSING, dataclass, field, fields
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 __all__ = ["SCHEMA_VERSION", "TestResult", "EffectEstimate"]
 
@@ -40,6 +40,15 @@ def _build(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
     return cls(**{k: convert[k](v, f"{where}.{k}") if k in convert and v is not None else v for k, v in d.items()})
 
 
+def _check_version(d: Any, where: str) -> None:
+    """A JSON object of this schema version, else a ValueError saying what was found and what to do."""
+    if not isinstance(d, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
+    if d.get("schema_version") != SCHEMA_VERSION:
+        raise ValueError(f"{where}: schema_version {d.get('schema_version')!r}, this version of brownformer reads "
+                         f"{SCHEMA_VERSION} (rerun `brownformer stats run` to rewrite it)")
+
+
 def _plain(obj, skip_none: bool = True) -> dict:
     """Fields as a dict: nested contract objects through their to_dict; optional fields left out when None."""
     out = {}
@@ -69,8 +78,23 @@ def _list(parse) -> Callable:
     return lambda xs, where: [parse(v, f"{where}[{i}]") for i, v in enumerate(xs)]
 
 
+class _Record:
+    """What every record of the contract shares: the JSON key is the field's name, optional fields are left out
+    of the JSON when None, and `_nested` names the parser of each field that holds nested records."""
+
+    _nested: ClassVar[dict[str, Callable]] = {}
+
+    def to_dict(self) -> dict:
+        return _plain(self)
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str | None = None):
+        """The record from its JSON (ValueError naming `where` and any unknown or missing key)."""
+        return _build(cls, d, where or cls.__name__, cls._nested)
+
+
 @dataclass(frozen=True)
-class TestResult:
+class TestResult(_Record):
     """One hypothesis test with its effect size, in scipy.stats' shape.
 
     Attributes:
@@ -120,7 +144,7 @@ class TestResult:
 
 
 @dataclass(frozen=True)
-class EffectEstimate:
+class EffectEstimate(_Record):
     """An estimate with its intervals: the MSD exponent, a key effect (with its margin), the window exponent.
 
     JSON nulls stay None here (an undefined estimate is None, not NaN): readers test `estimate is None`.
@@ -141,10 +165,4 @@ class EffectEstimate:
         """confidence_interval with undefined bounds as NaN."""
         return _pair(self.confidence_interval) or _NAN2
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "effect") -> EffectEstimate:
-        tup = lambda v, _: tuple(v)  # noqa: E731
-        return _build(cls, d, where, {"confidence_interval": tup, "tost_interval": tup, "margin": tup})
+    _nested = {k: (lambda v, _: tuple(v)) for k in ("confidence_interval", "tost_interval", "margin")}

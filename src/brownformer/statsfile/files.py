@@ -4,14 +4,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._results import SCHEMA_VERSION, EffectEstimate, TestResult, _build, _list, _map, _plain
+from ._results import SCHEMA_VERSION, EffectEstimate, TestResult, _check_version, _list, _map, _Record
 
 __all__ = ["LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
 @dataclass(frozen=True)
-class LocalSlopes:
+class LocalSlopes(_Record):
     """Claim 3's reading on the window fixed before the data (stats/window_reading.py)."""
 
     classification: str
@@ -27,16 +27,11 @@ class LocalSlopes:
     envelope: dict | None = None
     null_decay: float | None = None
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "local_slopes") -> LocalSlopes:
-        return _build(cls, d, where, {"effect": EffectEstimate.from_dict})
+    _nested = {"effect": EffectEstimate.from_dict}
 
 
 @dataclass(frozen=True)
-class SphereSummary:
+class SphereSummary(_Record):
     """Claim 1 on one depth file (stats/sphere.py tensor_sphere_summary and the capture it came from)."""
 
     tensor: str  # "ln_raw" | "ln_affine" | "resid"
@@ -55,16 +50,9 @@ class SphereSummary:
         """{"estimate", "ci_low", "ci_high"}: lists over layers of one sphere_fit.ABOUT_QUANTITIES quantity."""
         return dict(((self.about or {}).get("per_layer") or {}).get(quantity) or {})
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "sphere") -> SphereSummary:
-        return _build(cls, d, where)
-
 
 @dataclass(frozen=True)
-class BatteryStats:
+class BatteryStats(_Record):
     """The Brownian battery, verdict and description of one trajectory (brownian.analyze_trajectory, the window
     reading, the clock and input; run_id, category and entry when written by `stats run`)."""
 
@@ -118,20 +106,15 @@ class BatteryStats:
     def test(self, name: str) -> TestResult | None:
         return next((t for t in self.tests if t.name == name), None)
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "battery") -> BatteryStats:
-        return _build(cls, d, where, {
+    _nested = {
             "msd_exponent": EffectEstimate.from_dict, "diffusion_coefficient": EffectEstimate.from_dict,
             "tests": _list(TestResult.from_dict), "effects": _map(EffectEstimate.from_dict),
             "clock_check": _map(EffectEstimate.from_dict), "local_slopes": LocalSlopes.from_dict,
-            "sphere": SphereSummary.from_dict})
+            "sphere": SphereSummary.from_dict}
 
 
 @dataclass(frozen=True)
-class SphereStats:
+class SphereStats(_Record):
     """A depth file analysed for claim 1 only: the after-affine LN output (`battery` says why), or a file with
     too few layers for the battery (`battery_error`)."""
 
@@ -145,16 +128,11 @@ class SphereStats:
     entry: dict | None = None
     input: dict | None = None
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "sphere file") -> SphereStats:
-        return _build(cls, d, where, {"sphere": SphereSummary.from_dict})
+    _nested = {"sphere": SphereSummary.from_dict}
 
 
 @dataclass(frozen=True)
-class AttentionStats:
+class AttentionStats(_Record):
     """Markov-chain statistics of attention matrices (stats/markov.py analyze_attention, the null models and the
     step-0 comparison of stats/attention_stats.py); `verdicts` only in `stats attention` output.
     aggregate: {quantity: {"mean", "confidence_interval", "median", "sd", "n"}}; per_matrix: {quantity: [...]}."""
@@ -182,16 +160,9 @@ class AttentionStats:
     entry: dict | None = None
     input: dict | None = None
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "attention") -> AttentionStats:
-        return _build(cls, d, where)
-
 
 @dataclass(frozen=True)
-class NoiseCapture:
+class NoiseCapture(_Record):
     """Tails and Gaussianity of one capture's gradient noise (stats/descriptive.py analyze_noise)."""
 
     capture: int
@@ -201,16 +172,11 @@ class NoiseCapture:
     normaltest_pvalue: float | None = None
     tail_index: TestResult | None = None
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "capture") -> NoiseCapture:
-        return _build(cls, d, where, {"tail_index": TestResult.from_dict})
+    _nested = {"tail_index": TestResult.from_dict}
 
 
 @dataclass(frozen=True)
-class NoiseStats:
+class NoiseStats(_Record):
     """A gradient-noise file: one NoiseCapture per capture."""
 
     kind: str  # "gradient_noise"
@@ -224,12 +190,7 @@ class NoiseStats:
     entry: dict | None = None
     input: dict | None = None
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "gradient noise") -> NoiseStats:
-        return _build(cls, d, where, {"per_capture": _list(NoiseCapture.from_dict)})
+    _nested = {"per_capture": _list(NoiseCapture.from_dict)}
 
 
 RunStatsFile = BatteryStats | SphereStats | AttentionStats | NoiseStats
@@ -241,12 +202,7 @@ def parse_stats_file(d: Any, where: str = "statistics file") -> RunStatsFile:
     Raises:
         ValueError: another schema version, an unknown kind of file, or unknown/missing keys (naming them).
     """
-    if not isinstance(d, dict):
-        raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
-    version = d.get("schema_version")
-    if version != SCHEMA_VERSION:
-        raise ValueError(f"{where}: schema_version {version!r}, this version of brownformer reads {SCHEMA_VERSION} "
-                         "(rerun `brownformer stats run` to rewrite it)")
+    _check_version(d, where)
     cat = d.get("category")
     if cat == "attention" or (cat is None and "per_matrix" in d):  # `stats attention` output has no category
         return AttentionStats.from_dict(d, where)
@@ -260,7 +216,7 @@ def parse_stats_file(d: Any, where: str = "statistics file") -> RunStatsFile:
 
 
 @dataclass(frozen=True)
-class SummaryRow:
+class SummaryRow(_Record):
     """One analysed file in a run's summary.json: where it is and its headline values."""
 
     path: str
@@ -277,16 +233,11 @@ class SummaryRow:
     window_exponent: float | None = None
     sphere_tensor: str | None = None
 
-    def to_dict(self) -> dict:
-        return _plain(self)
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "file") -> SummaryRow:
-        return _build(cls, d, where, {"msd_exponent": EffectEstimate.from_dict})
+    _nested = {"msd_exponent": EffectEstimate.from_dict}
 
 
 @dataclass(frozen=True)
-class RunStatsSummary:
+class RunStatsSummary(_Record):
     """A run's stats/summary.json: the files analysed (rows) and the files that failed ({"path", "error"})."""
 
     run_id: str
@@ -297,12 +248,9 @@ class RunStatsSummary:
     errors: list[dict]
     schema_version: int = SCHEMA_VERSION
 
-    def to_dict(self) -> dict:
-        return _plain(self)
+    _nested = {"files": _list(SummaryRow.from_dict)}
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "summary.json") -> RunStatsSummary:
-        if isinstance(d, dict) and d.get("schema_version") != SCHEMA_VERSION:
-            raise ValueError(f"{where}: schema_version {d.get('schema_version')!r}, this version of brownformer "
-                             f"reads {SCHEMA_VERSION} (rerun `brownformer stats run` to rewrite it)")
-        return _build(cls, d, where, {"files": _list(SummaryRow.from_dict)})
+        _check_version(d, where)
+        return super().from_dict(d, where)
