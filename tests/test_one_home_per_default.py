@@ -141,3 +141,15 @@ def test_the_value_check_finds_a_second_home():
         pass
 
     assert value_mismatches(second_home) == [("n_resamples", N_OTHER, SCHEMA_DEFAULTS["n_resamples"])]
+
+
+def test_the_contracts_result_default_level_is_the_schemas():
+    """brownformer.statsfile sits below config (it imports nothing of the package), so its TestResult states the
+    confidence level once more; this keeps that copy equal to the schema's."""
+    import dataclasses
+
+    from brownformer.config import DEFAULT_STATS
+    from brownformer.statsfile import TestResult
+
+    level = {f.name: f.default for f in dataclasses.fields(TestResult)}["confidence_level"]
+    assert level == DEFAULT_STATS.confidence_level

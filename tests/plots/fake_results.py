@@ -1,6 +1,7 @@
 """A small fake results tree in the layout of docs/ARTIFACTS.md, for the figures and report tests.
 
-Numbers are simulated (fixed seeds) and only need the right shapes and plausible ranges.
+Numbers are simulated (fixed seeds) and only need the right shapes and plausible ranges. The per-run
+statistics are built with the constructors of their contract (brownformer.statsfile), not copied by hand.
 """
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ import numpy as np
 import pandas as pd
 
 from brownformer.config import from_dict
+from brownformer.io import write_json
+from brownformer.statsfile import (AttentionStats, BatteryStats, EffectEstimate, LocalSlopes, NoiseCapture, NoiseStats,
+                                   RunStatsSummary, SphereStats, SphereSummary, SummaryRow, TestResult)
 from brownformer.verdicts import ClaimRecord, ClaimsFile, Estimate
 
 RAW_CONFIG = {
@@ -86,45 +90,88 @@ def _traj(root: Path, rel: str, X: np.ndarray, kind: str, time: str, times) -> d
     return {"path": rel, "category": rel.split("/")[0], "kind": kind, "time": time}
 
 
-def _traj_stats(kind: str, rng, *, brownian: bool) -> dict:
-    """The shape of brownformer.stats.brownian.analyze_trajectory's output (the fields the figures read)."""
+def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> BatteryStats:
+    """One battery file, built with the contract's constructors (a contract change breaks this at once)."""
     exponent = 1.0 + 0.05 * rng.standard_normal() if brownian else 0.6
 
     def test(name, est, lo, hi, null):
-        return {"name": name, "statistic": 0.3, "p_value": 0.4, "reject": False, "estimate": est,
-                "ci": [lo, hi], "null_value": null, "method": "fake", "n": N}
+        return TestResult(name, statistic=0.3, pvalue=0.4, estimate=est, confidence_interval=(lo, hi),
+                          null_value=null, method="fake", n=N, rejected=False)
 
     tests = [test("msd_exponent", exponent, exponent - 0.1, exponent + 0.1, 1.0),
              test("variance_ratio", 1.02, 0.9, 1.15, 1.0), test("hurst", 0.52, 0.44, 0.6, 0.5),
              test("tail_index", 0.97, 0.85, 1.1, 1.0)]
     tau = np.geomspace(0.01, 1.0, T - 1)
     local = exponent + 0.05 * rng.standard_normal(T - 1)
-    window = {"window": {"start_index": 1, "n_points": T - 1}, "tau": tau.tolist(), "local_slope": local.tolist(),
-              "curve": (tau**exponent).tolist(), "classification": "brownian" if brownian else "crossover",
-              "description": "fake", "envelope": {"low": (0.8 + 0 * tau).tolist(), "median": (1 + 0 * tau).tolist(),
-                                                  "high": (1.2 + 0 * tau).tolist(), "n_replicates": 19},
-              "effect": {"estimate": exponent, "ci": [exponent - 0.1, exponent + 0.1],
-                         "tost_ci": [exponent - 0.08, exponent + 0.08], "p_value": 0.4}}
+    effect = EffectEstimate(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08), 0.4,
+                            margin=(0.9, 1.1), key=True, null={"size": 0.04, "n_replicates": 19})
+    window = LocalSlopes(classification="brownian" if brownian else "crossover", description="fake", effect=effect,
+                         window={"start_index": 1, "n_points": T - 1, "start_step": 5, "min_lag_steps": 5},
+                         tau=tau.tolist(), local_slope=local.tolist(), curve=(tau**exponent).tolist(),
+                         envelope={"low": (0.8 + 0 * tau).tolist(), "median": (1 + 0 * tau).tolist(),
+                                   "high": (1.2 + 0 * tau).tolist(), "n_replicates": 19})
     walkers = {"reading": "brownian-like", "rates": "spread",
                "by_type": {t: {"n": 3, "exponent_quantiles": [exponent - 0.3, exponent - 0.1, exponent,
                                                               exponent + 0.1, exponent + 0.3],
                                "rate_quantiles": [0.1, 0.2, 0.3, 0.4, 0.5]} for t in ("cls", "patch")}}
-    return {"kind": kind, "n_times": T, "n_walkers": N, "dim": D, "time": "lr_sq_sum",
-            "msd_exponent": {"estimate": exponent, "ci": [exponent - 0.1, exponent + 0.1]},
-            "diffusion_coefficient": 0.01, "tests": tests, "local_slopes": window, "walkers": walkers,
-            "classification": "brownian" if brownian else "subdiffusive", "brownian": brownian}
+    verdict = "brownian" if brownian else "not brownian"
+    return BatteryStats(
+        kind=kind, n_times=T, n_walkers=N, n_walkers_total=N, n_groups=N, dim=D, span_dimension=D, hyperplane=False,
+        times=list(range(T)), drift_removed="common", tests=tests, effects={"msd_exponent": effect},
+        msd_exponent=EffectEstimate(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08)),
+        diffusion_coefficient=EffectEstimate(0.01, (0.008, 0.012)), key_effects=["msd_exponent"], verdict=verdict,
+        reason="fake", brownian=brownian, classification="brownian" if brownian else "subdiffusive", flags=[],
+        within_group_correlation=0.0, calibration_shape={}, curves={}, settings={}, calibration=None,
+        local_slopes=window, walkers=walkers, time="lr_sq_sum", run_id=run, category=entry["category"], entry=entry)
 
 
-def _attention_stats(rng) -> dict:
-    """The shape of brownformer.stats.markov.analyze_attention's output (+ null models)."""
-    shape = [L, 2, 2]
-    n_mat = int(np.prod(shape))
+def _sphere(tensor: str, **about_per_layer) -> SphereSummary:
+    return SphereSummary(tensor=tensor, distribution={"fraction_on_sphere": 1.0}, geometry={}, margins={},
+                         about={"per_layer": {q: {"estimate": v} for q, v in about_per_layer.items()}},
+                         definitional=tensor == "ln_raw", step=40, capture=0)
+
+
+def _attention_stats(rng, run: str) -> AttentionStats:
+    """Attention statistics (stats/markov.py analyze_attention + null models) from the contract's constructor."""
+    shape = [L, 2, 2, 4, 4]
+    n_mat = L * 2 * 2
     per = {k: (base + 0.05 * rng.standard_normal(n_mat)).tolist() for k, base in
            {"spectral_gap": 0.6, "stationary_entropy": 1.3, "reversibility_residual": 0.2, "dobrushin": 0.4,
             "vmf_output_error": 0.7}.items()}
-    agg = {k: {"mean": float(np.mean(v)), "ci": [float(np.min(v)), float(np.max(v))]} for k, v in per.items()}
-    return {"shape": shape, "n_matrices": n_mat, "n": 4, "causal": False, "per_matrix": per, "aggregate": agg,
-            "null_models": {"row_shuffled": {k: {"mean": v["mean"] * 1.2} for k, v in agg.items()}}}
+    agg = {k: {"mean": float(np.mean(v)), "confidence_interval": [float(np.min(v)), float(np.max(v))]}
+           for k, v in per.items()}
+    return AttentionStats(shape=shape, n_matrices=n_mat, n=4, causal=False, per_matrix=per, aggregate=agg,
+                          null_models={"row_shuffled": {k: {"mean": v["mean"] * 1.2} for k, v in agg.items()}},
+                          run_id=run, category="attention", entry={"path": "attention/c0.npy", "category": "attention"})
+
+
+def _noise_stats(run: str) -> NoiseStats:
+    tail = TestResult("tail_index", statistic=0.9, pvalue=0.3, estimate=0.9, confidence_interval=(0.8, 1.0))
+    return NoiseStats(kind="gradient_noise", n_captures=3, n_samples=16, n_params=D, run_id=run, category="gradnoise",
+                      per_capture=[NoiseCapture(c, 128, excess_kurtosis=1.0, tail_index=tail) for c in range(3)])
+
+
+def _write_run_stats(run_dir: Path, run: str, files: list[dict], rng) -> None:
+    """runs/<run>/stats/: every per-file statistics file and summary.json, through brownformer.statsfile."""
+    stats = {}
+    for f in files:
+        if f["category"] == "gradnoise":
+            stats[f["path"]] = _noise_stats(run)
+        else:
+            stats[f["path"]] = _battery(f["kind"], rng, brownian=f["category"] != "depth", run=run, entry=f)
+    stats["depth/ln_c0.npy"] = dataclasses.replace(stats["depth/ln_c0.npy"], sphere=_sphere("ln_raw"))
+    stats["depth/lnaff_c0.npy"] = SphereStats(
+        sphere=_sphere("ln_affine", radius_spread_ratio=[0.2, 0.4, 0.3]), kind="euclidean", run_id=run,
+        battery="not run: the after-affine LN output is analysed for claim 1 only", category="depth")
+    stats["attention/c0.npy"] = _attention_stats(rng, run)
+    rows = []
+    for rel, obj in stats.items():
+        out = Path(rel).with_suffix(".json")
+        write_json(run_dir / "stats" / out, obj.to_dict())
+        rows.append(SummaryRow(rel, str(out), obj.category, verdict=getattr(obj, "verdict", None)))
+    write_json(run_dir / "stats" / "summary.json", RunStatsSummary(
+        run_id=run, traj_dir=str(run_dir / "trajectories"), index_sha256="0" * 64, n_files=len(rows), files=rows,
+        errors=[]).to_dict())
 
 
 def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
@@ -158,22 +205,7 @@ def build_fake_results(root: Path, *, with_stats: bool = True) -> Path:
         np.save(run / "trajectories" / "attention" / "c0.npy", att)
         _write_json(run / "trajectories" / "index.json", {"files": files})
         if with_stats:
-            for f in files:
-                _write_json(run / "stats" / Path(f["path"]).with_suffix(".json"),
-                            _traj_stats(f["kind"], rng, brownian=f["category"] != "depth"))
-            _write_json(run / "stats" / "attention" / "c0.json", _attention_stats(rng))
-            _write_json(run / "stats" / "gradnoise" / "l0_q.json", {
-                "kind": "gradient_noise", "n_captures": 3, "per_capture": [
-                    {"capture": c, "n": 128, "excess_kurtosis": 1.0,
-                     "tail_index": {"name": "tail_index", "estimate": 0.9, "confidence_interval": [0.8, 1.0]}}
-                    for c in range(3)]})
-            ln = _traj_stats("sphere", rng, brownian=False)
-            ln["sphere"] = {"ln_raw": {"fraction_on_sphere": 1.0}, "ln_affine": {
-                "per_leading": {"radius_mean": [1.1, 1.3, 1.2], "radius_sd": [0.1, 0.1, 0.1]}}, "resid": None}
-            _write_json(run / "stats" / "depth" / "ln_c0.json", ln)
-            _write_json(run / "stats" / "depth" / "lnaff_c0.json", {"sphere": {"tensor": "ln_affine", "about": {
-                "per_layer": {"radius_spread_ratio": {"estimate": [0.2, 0.4, 0.3]}}}}})
-            _write_json(run / "stats" / "summary.json", {"run": spec.run_id, "n_files": len(files)})
+            _write_run_stats(run, spec.run_id, files, rng)
     if with_stats:
         _write_claims(root, cfg)
         bench = root / "benchmarks"
@@ -211,7 +243,7 @@ def _write_claims(root: Path, cfg) -> None:
                              calibration={"available": True}, runs=runs)
     _write_json(root / "stats" / "claims.json", claims_file.to_dict())
     rows = [{"run": r, "file": "depth/ln_c0.npy", "category": "depth", "quantity": "msd_exponent", "estimate": 0.7,
-             "ci_low": 0.4, "ci_high": 1.0, "p_value": 0.2, "reject": False} for r in runs]
+             "ci_low": 0.4, "ci_high": 1.0, "pvalue": 0.2, "rejected": False} for r in runs]
     pd.DataFrame(rows).to_parquet(root / "stats" / "summary.parquet", index=False)
     cal = []  # the layout of brownformer.stats.calibration.run_calibration: per-test rows and the rule's row
     for process in ("brownian", "ou", "fbm_0.3", "iid_sphere"):

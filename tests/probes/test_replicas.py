@@ -106,7 +106,7 @@ def test_replica_statistic_is_brownian_where_the_single_path_is_not():
     drift = 0.02 * (times - times[0])[:, None, None] ** 2 * rng.standard_normal((N, d))  # (T, N, d), curved in t
     X = noise + drift
     single = analyze_trajectory(X[0], kind="euclidean", times=times, drift="per_walker", n_resamples=199, rng=0)
-    assert single["verdict"] == "not brownian" and single["msd_exponent"]["ci"][0] > 1.1
+    assert single["verdict"] == "not brownian" and single["msd_exponent"]["confidence_interval"][0] > 1.1
     C = replica_contrasts(X)  # (7, T, N, d)
     stacked = C.transpose(1, 0, 2, 3).reshape(T, (n_rep - 1) * N, d)
     groups = np.repeat(np.arange(n_rep - 1), N)
@@ -114,7 +114,7 @@ def test_replica_statistic_is_brownian_where_the_single_path_is_not():
                              rng=0)
     assert rep["n_groups"] == n_rep - 1
     assert rep["verdict"] == "brownian", rep["reason"]
-    lo, hi = rep["msd_exponent"]["tost_ci"]
+    lo, hi = rep["msd_exponent"]["tost_interval"]
     assert 0.9 < lo and hi < 1.1
 
 

@@ -45,7 +45,7 @@ def test_step0_is_the_baseline_with_paired_differences(attention_dir):
     # independent reference: the paired difference of the per-matrix kappas, averaged
     ref = np.mean(np.array(out["per_matrix"]["vmf_kappa"]) - np.array(init["result"]["per_matrix"]["vmf_kappa"]))
     assert kappa["difference"] == pytest.approx(ref)
-    assert kappa["ci"][0] <= kappa["difference"] <= kappa["ci"][1]
+    assert kappa["confidence_interval"][0] <= kappa["difference"] <= kappa["confidence_interval"][1]
     assert kappa["difference"] == pytest.approx(5.5, abs=0.05)  # 6.0 - 0.5, both exact vMF kernels
 
 

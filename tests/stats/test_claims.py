@@ -252,8 +252,8 @@ def test_markov_margins_follow_the_nulls():
     rng = np.random.default_rng(5)
     res = _attention_result(6.0 * np.eye(6), 100, rng)
     res = copy.deepcopy(res)
-    res["null_models"]["row_shuffled"]["vmf_output_error"]["ci"] = [0.6, 0.93]
-    res["null_models"]["row_shuffled"]["reversibility_residual"]["ci"] = [0.08, 0.2]
+    res["null_models"]["row_shuffled"]["vmf_output_error"]["confidence_interval"] = [0.6, 0.93]
+    res["null_models"]["row_shuffled"]["reversibility_residual"]["confidence_interval"] = [0.08, 0.2]
     run = markov_claim([{"run": "vit-pre__adamw__s0", "attention": res}], STATS).per_run["vit-pre__adamw__s0"]
     assert run.details["margins"]["vmf_output_error"][1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
     assert run.details["margins"]["reversibility_residual"][1] == pytest.approx(REVERSIBILITY_NULL_FRACTION * 0.08)

@@ -139,15 +139,15 @@ def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate
     cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.95,
            "power": {"clock_0.9": 0.95}, "rates": {}, "n_replicates": 400}
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
-    inside = {"estimate": 1.0, "tost_ci": [0.98, 1.02], "p_value": 0.9}
+    inside = {"estimate": 1.0, "tost_interval": [0.98, 1.02], "pvalue": 0.9}
     e = window_estimate
     p = 0.9 if e == 1 else 1e-6
     result = {"kind": "euclidean", "n_times": 20, "msd_exponent": {"estimate": 0.5},
-              "effects": {"msd_exponent": {"estimate": 0.5, "tost_ci": [0.45, 0.55], "p_value": 1e-6},
+              "effects": {"msd_exponent": {"estimate": 0.5, "tost_interval": [0.45, 0.55], "pvalue": 1e-6},
                           "variance_ratio": inside, "increment_autocorrelation": {**inside, "estimate": 0.0,
-                                                                                   "tost_ci": [-0.02, 0.02]},
-                          "gaussianity": {**inside, "estimate": 0.0, "tost_ci": [-0.1, 0.1]}},
-              "local_slopes": {"effect": {"estimate": e, "tost_ci": [e - 0.02, e + 0.02], "p_value": p,
+                                                                                   "tost_interval": [-0.02, 0.02]},
+                          "gaussianity": {**inside, "estimate": 0.0, "tost_interval": [-0.1, 0.1]}},
+              "local_slopes": {"effect": {"estimate": e, "tost_interval": [e - 0.02, e + 0.02], "pvalue": p,
                                           "null": {"size": null_size, "n_replicates": 39}}},
               "calibration_shape": {"kind": "euclidean", "times": [0, 1], "group_sizes": [1], "d": 2,
                                     "hyperplane": False, "drift": "none", "rho": 0.0, "decay": 0.0}}

@@ -42,9 +42,9 @@ def test_geometry_separates_raw_affine_and_residual():
     assert raw["n_clusters"] == 32 and raw["cluster"] == "probe input"
     assert raw["pooled"]["fraction_on_sphere"]["estimate"] == 1.0 and raw["pooled"]["radius_cv"]["estimate"] < 1e-4
     assert aff["pooled"]["fraction_on_sphere"]["estimate"] < 0.1
-    assert aff["pooled"]["radius_cv"]["ci"][0] > 0.05
+    assert aff["pooled"]["radius_cv"]["confidence_interval"][0] > 0.05
     off = aff["pooled"]["mean_offset"]
-    assert off["ci"][0] > max(aff["mean_offset_floor"]) and abs(off["estimate"] - np.linalg.norm(beta) / 4) < 0.05
+    assert off["confidence_interval"][0] > max(aff["mean_offset_floor"]) and abs(off["estimate"] - np.linalg.norm(beta) / 4) < 0.05
     assert len(aff["per_layer"]["radius_cv"]["estimate"]) == 2
 
 
@@ -52,7 +52,7 @@ def test_tensor_summary_keeps_the_sphere_summary_shape():
     from brownformer.stats.sphere import tensor_sphere_summary
     z = _layernorm(np.random.default_rng(2).standard_normal((2, 40, 8)))
     out = tensor_sphere_summary(z, tensor="ln_raw", n_resamples=49)
-    assert out["definitional"] and out["ln_raw"]["fraction_on_sphere"] == 1.0
+    assert out["definitional"] and out["distribution"]["fraction_on_sphere"] == 1.0
     assert max(out["about"]["per_layer"]["radius_spread"]["estimate"]) < 1e-4  # eps only
     assert out["geometry"]["cluster"] == "walker"
     with pytest.raises(ValueError, match="tensor"):

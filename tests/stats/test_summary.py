@@ -11,6 +11,7 @@ from brownformer.stats.markov import analyze_attention, attention_null_models, w
 from brownformer.stats.sphere import tensor_sphere_summary
 from brownformer.stats.summary import summarize
 from brownformer.stats.training_status import ChanceBaseline
+from brownformer.statsfile import AttentionStats, RunStatsSummary, SphereStats, SphereSummary, SummaryRow
 from brownformer.verdicts import read_claims
 
 STATS = StatsConfig(n_resamples=199)
@@ -20,7 +21,8 @@ CHANCE = ChanceBaseline("val_accuracy", 0.1, 0.05, "10 balanced classes")
 
 
 def _stats_dir(tmp_path, run, rng):
-    """A run's stats folder as the per-run stage writes it: a depth (sphere) file and an attention file."""
+    """A run's stats folder as the per-run stage writes it (brownformer.statsfile): a depth (sphere) file and an
+    attention file."""
     sdir = tmp_path / run / "stats"
     x = rng.standard_normal((2, 48, 12))
     z = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
@@ -28,8 +30,9 @@ def _stats_dir(tmp_path, run, rng):
     for name, tensor in (("ln_c1", "ln_raw"), ("lnaff_c1", "ln_affine")):  # gamma = 1, beta = 0: a sphere
         sphere = tensor_sphere_summary(z, tensor=tensor, z_raw=z, n_inputs=8, n_tokens=6, n_resamples=199)
         sphere.update(ln="pre", step=100)
-        write_json(sdir / "depth" / f"{name}.json", {"category": "depth", "sphere": sphere, "entry": {"capture": 1}})
-        files.append({"path": f"depth/{name}.npy", "output": f"depth/{name}.json"})
+        write_json(sdir / "depth" / f"{name}.json", SphereStats(SphereSummary.from_dict(sphere), category="depth",
+                                                                entry={"capture": 1}).to_dict())
+        files.append(SummaryRow(f"depth/{name}.npy", f"depth/{name}.json", "depth"))
     U = rng.standard_normal((1, 8, 10, 6))
     U /= np.linalg.norm(U, axis=-1, keepdims=True)
     S = 6.0 * np.einsum("lbid,lbjd->lbij", U, U)[:, None]
@@ -38,8 +41,9 @@ def _stats_dir(tmp_path, run, rng):
     att = analyze_attention(A, features=U)
     att.update(category="attention", step=100, null_models=attention_null_models(A, features=U, rng=1),
                head_kernels={"per_layer": [weight_isotropy(np.eye(6), np.eye(6), n_heads=1)]})
-    write_json(sdir / "attention" / "c1.json", att)
-    write_json(sdir / "summary.json", {"files": files + [{"path": "attention/c1.npy", "output": "attention/c1.json"}]})
+    write_json(sdir / "attention" / "c1.json", AttentionStats.from_dict(att).to_dict())
+    files.append(SummaryRow("attention/c1.npy", "attention/c1.json", "attention"))
+    write_json(sdir / "summary.json", RunStatsSummary(run, str(tmp_path), "0" * 64, len(files), files, []).to_dict())
     return sdir
 
 

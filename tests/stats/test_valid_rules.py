@@ -26,13 +26,13 @@ def test_one_group_is_inconclusive_with_a_reason_and_no_p_values():
     assert out["verdict"] == "inconclusive" and "group" in out["reason"] and str(MIN_GROUPS) in out["reason"]
     keyed = {t["name"]: t for t in out["tests"]}
     for name in ("msd_exponent", "variance_ratio", "increment_autocorrelation", "gaussianity"):
-        assert keyed[name]["p_value"] is None and keyed[name]["reject"] is False
+        assert keyed[name]["pvalue"] is None and keyed[name]["rejected"] is False
 
 
 def test_ou_with_grouped_walkers_is_rejected_with_a_finite_interval():
     X = simulate("ou", 60, 64, 4, rng=1)
     out = analyze_trajectory(X, kind="euclidean", n_inputs=8, n_tokens=8, n_resamples=199)
-    lo, hi = out["msd_exponent"]["ci"]
+    lo, hi = out["msd_exponent"]["confidence_interval"]
     assert out["verdict"] == "not brownian" and np.isfinite(lo) and np.isfinite(hi) and hi < 0.9
 
 

@@ -1,4 +1,4 @@
-"""Small descriptive summaries of trajectory arrays for plotting, and lookups in stats JSONs.
+"""Small descriptive summaries of trajectory arrays for plotting, and test lookups in the per-run statistics.
 
 These only describe the data as drawn (means, norms, displacements); every verdict, fit with a
 confidence interval or test comes from the statistics stage's JSON outputs.
@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from brownformer.results import dig
+from brownformer.statsfile import TestResult
 
 __all__ = ["unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_msd", "find_test", "capture_number",
            "clock_label"]
@@ -61,23 +61,7 @@ def displacement_msd(X: np.ndarray) -> np.ndarray:
     return ((X - X[:1]) ** 2).sum(-1).mean(axis=1) / X.shape[-1]
 
 
-def find_test(stats: dict, pattern: str) -> tuple[float, float, float] | None:
-    """(estimate, ci_low, ci_high) of the first test in stats["tests"] whose name matches `pattern`.
-
-    Also accepts a top-level entry with that name holding {"estimate", "ci"|"confidence_interval"}.
-    """
+def find_test(tests: list[TestResult], pattern: str) -> TestResult | None:
+    """The first test whose name matches `pattern` and whose estimate is finite (None when there is none)."""
     rx = re.compile(pattern)
-    candidates = [t for t in dig(stats, "tests", default=[]) if isinstance(t, dict) and rx.search(str(t.get("name", "")))]
-    candidates += [v for k, v in (stats.items() if isinstance(stats, dict) else []) if rx.search(k) and isinstance(v, dict)]
-    for t in candidates:
-        est = t.get("estimate", t.get("statistic"))
-        ci = t.get("confidence_interval", t.get("ci")) or [None, None]
-        try:
-            est = float(est)
-        except (TypeError, ValueError):
-            continue
-        if not np.isfinite(est):
-            continue
-        lo, hi = (float(c) if c is not None else np.nan for c in list(ci)[:2]) if len(ci) >= 2 else (np.nan, np.nan)
-        return est, lo, hi
-    return None
+    return next((t for t in tests if rx.search(t.name) and np.isfinite(t.estimate)), None)

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from brownformer.results import Results, dig
+from brownformer.results import Results
+from brownformer.statsfile import BatteryStats
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import capture_number, gram_offdiagonal, mean_cosine_from_start
 
@@ -32,11 +33,12 @@ def depth_table(res: Results) -> pd.DataFrame:
                 continue
             times = side.get("times") or list(range(X.shape[0]))
             cos, gram = mean_cosine_from_start(X), gram_offdiagonal(X)
-            key = entry["path"].removesuffix(".npy")
-            D = dig(stats, key, "diffusion_coefficient")
+            battery = stats.get(entry["path"].removesuffix(".npy"))
+            battery = battery if isinstance(battery, BatteryStats) else None
+            D = battery.diffusion_coefficient.estimate if battery else None
             # The sphere the walk lives on: S^(k-1) with k the dimension the tokens span (d - 1 for
             # LayerNorm outputs, which lie in the hyperplane sum(z) = 0), as the statistics stage used.
-            span = dig(stats, key, "span_dimension", default=X.shape[-1] - 1 if side.get("sum_zero") else X.shape[-1])
+            span = battery.span_dimension if battery else X.shape[-1] - 1 if side.get("sum_zero") else X.shape[-1]
             for t in range(X.shape[0]):
                 rows.append({"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed, "capture": label,
                              "layer": float(times[t]), "mean_cos": float(cos[t]), "gram_off": float(gram[t]),

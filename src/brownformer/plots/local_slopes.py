@@ -11,6 +11,7 @@ from matplotlib.ticker import NullFormatter
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import clock_label
 from brownformer.results import Results
+from brownformer.statsfile import BatteryStats
 
 __all__ = ["plot_local_slopes", "window_rows"]
 
@@ -30,21 +31,21 @@ def window_rows(res: Results) -> list[dict]:
     for spec in res.runs:
         for key, data in sorted(res.all_run_stats.get(spec.run_id, {}).items()):
             fam = key.split("/")[0]
-            if fam in dict(_FAMILIES) and isinstance(data, dict) and isinstance(data.get("local_slopes"), dict):
+            if fam in dict(_FAMILIES) and isinstance(data, BatteryStats) and data.local_slopes is not None:
                 rows.append({"run": spec.run_id, "optimizer": spec.optimizer, "family": fam, "file": key,
-                             "time": data.get("time"), "block": data["local_slopes"], "walkers": data.get("walkers")})
+                             "time": data.time, "block": data.local_slopes, "walkers": data.walkers})
     return rows
 
 
 def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> None:
-    rows = [r for r in rows if r["family"] == family and r["block"].get("tau")]
+    rows = [r for r in rows if r["family"] == family and r["block"].tau]
     if not rows:
         no_data(ax, f"no {family} files with a fitting window", title=title)
         return
     for r in rows:
         b = r["block"]
-        tau, ls = _arr(b["tau"]), _arr(b["local_slope"])
-        env = b.get("envelope") or {}
+        tau, ls = _arr(b.tau), _arr(b.local_slope)
+        env = b.envelope or {}
         lo, hi = _arr(env.get("low")), _arr(env.get("high"))
         if lo.size == tau.size:
             ax.fill_between(tau, lo, hi, color="0.6", alpha=0.12, lw=0)
@@ -58,19 +59,19 @@ def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> Non
 
 
 def _exponent_panel(ax, rows: list[dict], palette, margin) -> None:
-    rows = [r for r in rows if isinstance((r["block"].get("effect") or {}).get("estimate"), (int, float))]
+    rows = [r for r in rows if r["block"].effect.estimate is not None]
     title = "window exponent (CI)"
     if not rows:
         no_data(ax, "no defined window exponents", title=title)
         return
     fams = [f for f, _ in _FAMILIES]
     for i, r in enumerate(rows):
-        e = r["block"]["effect"]
+        e = r["block"].effect
         x = fams.index(r["family"]) + 0.6 * (i / max(len(rows) - 1, 1) - 0.5)
-        lo, hi = (_arr(e.get("ci")).tolist() + [np.nan, np.nan])[:2]
-        err = [[max(e["estimate"] - lo, 0)], [max(hi - e["estimate"], 0)]] if np.isfinite([lo, hi]).all() else None
-        ax.errorbar([x], [e["estimate"]], yerr=err, fmt="o", ms=3, lw=0.7, color=palette[r["optimizer"]],
-                    mec=_CLASS_COLORS.get(r["block"].get("classification"), "k"), mew=1.2)
+        lo, hi = e.interval()
+        err = [[max(e.estimate - lo, 0)], [max(hi - e.estimate, 0)]] if np.isfinite([lo, hi]).all() else None
+        ax.errorbar([x], [e.estimate], yerr=err, fmt="o", ms=3, lw=0.7, color=palette[r["optimizer"]],
+                    mec=_CLASS_COLORS.get(r["block"].classification, "k"), mew=1.2)
     if margin is not None:
         ax.axhspan(margin[0], margin[1], color="0.85", zorder=0)
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
@@ -108,7 +109,7 @@ def _reading_panel(ax, rows: list[dict]) -> None:
     fams = [f for f, _ in _FAMILIES]
     counts = {c: np.zeros(len(fams)) for c in _CLASS_COLORS}
     for r in rows:
-        c = r["block"].get("classification") or "inconclusive"
+        c = r["block"].classification or "inconclusive"
         counts.setdefault(c, np.zeros(len(fams)))[fams.index(r["family"])] += 1
     bottom = np.zeros(len(fams))
     for c, v in counts.items():

@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from brownformer.results import Results, dig
+from brownformer.results import Results
+from brownformer.statsfile import AttentionStats
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import capture_number
 
@@ -19,42 +20,29 @@ MARKOV_METRICS = {
 }
 
 
-def _scalar(v) -> float | None:
-    if isinstance(v, dict):
-        v = v.get("mean", v.get("estimate", v.get("median")))
-    if isinstance(v, (int, float)) and np.isfinite(v):
-        return float(v)
-    return None
-
-
-def _per_layer(data: dict, metric: str) -> dict[int, float]:
-    """{layer: mean value} from per-matrix lists (in (L, H, B) order when "shape" is given), else {-1: aggregate}."""
-    values = dig(data, "per_matrix", metric)
-    if values is None and isinstance(data.get(metric), list):
-        values = data[metric]
-    shape = data.get("shape") or dig(data, "per_matrix", "shape")
-    if isinstance(values, list) and values:
+def _per_layer(data: AttentionStats, metric: str) -> dict[int, float]:
+    """{layer: mean value} from the per-matrix values in (L, H, B) order, else {-1: the aggregate mean}."""
+    values = data.per_matrix.get(metric)
+    if values:
         arr = np.array([np.nan if v is None else v for v in values], dtype=float)
-        lead = None
-        if isinstance(shape, list) and shape:
-            # "shape" is either the leading (L, H, B) or the full (L, H, B, n, n) shape
-            lead = shape if int(np.prod(shape)) == arr.size else shape[:-2] if int(np.prod(shape[:-2])) == arr.size else None
-        if lead is not None and len(lead) >= 2:
-            L = int(lead[0])
-            return {layer: float(np.nanmean(row)) for layer, row in enumerate(arr.reshape(L, -1))}
+        lead = data.shape[:-2]  # (L, H, B) of the full (L, H, B, n, n) shape
+        if len(lead) >= 2 and int(np.prod(lead)) == arr.size:
+            return {layer: float(np.nanmean(row)) for layer, row in enumerate(arr.reshape(int(lead[0]), -1))}
         return {-1: float(np.nanmean(arr))}
-    agg = _scalar(dig(data, "aggregate", metric)) if dig(data, "aggregate", metric) is not None else _scalar(data.get(metric))
+    agg = _mean(data.aggregate.get(metric))
     return {} if agg is None else {-1: agg}
 
 
-def _nulls(data: dict, metric: str) -> dict[str, float]:
+def _mean(aggregate: dict | None) -> float | None:
+    v = (aggregate or {}).get("mean")
+    return float(v) if isinstance(v, (int, float)) and np.isfinite(v) else None
+
+
+def _nulls(data: AttentionStats, metric: str) -> dict[str, float]:
+    """{null model: aggregate mean} (stats/attention_stats.py: row-shuffled, shuffled keys, step 0, exact vMF)."""
     out = {}
-    # attention_null_models() output: {"row_shuffled"|"shuffled_features"|"init": aggregate dict}
-    nulls = data.get("null_models") or data.get("nulls") or data.get("null") or {}
-    for name, nd in (nulls.items() if isinstance(nulls, dict) else []):
-        if not isinstance(nd, dict):
-            continue
-        v = _scalar(dig(nd, "aggregate", metric)) if "aggregate" in nd else _scalar(nd.get(metric))
+    for name, agg in (data.null_models or {}).items():
+        v = _mean(agg.get(metric)) if isinstance(agg, dict) else None
         if v is not None:
             out[name] = v
     return out
@@ -65,7 +53,7 @@ def markov_table(res: Results) -> pd.DataFrame:
     rows = []
     for spec in res.runs:
         for key, data in res.all_run_stats.get(spec.run_id, {}).items():
-            if not key.startswith("attention/") or not isinstance(data, dict):
+            if not key.startswith("attention/") or not isinstance(data, AttentionStats):
                 continue
             cap = capture_number(key)
             for metric in MARKOV_METRICS:

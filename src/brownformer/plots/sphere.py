@@ -6,7 +6,7 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from brownformer.results import Results, dig
+from brownformer.results import Results
 from brownformer.plots._style import new_figure, no_data
 from brownformer.plots._traj import capture_number
 
@@ -47,9 +47,10 @@ def _after_affine(res: Results) -> pd.DataFrame:
     rows = []
     for spec in res.runs:
         for key, data in res.all_run_stats.get(spec.run_id, {}).items():
-            if dig(data, "sphere", "tensor") != "ln_affine":
+            sphere = getattr(data, "sphere", None)  # depth files (BatteryStats or SphereStats)
+            if sphere is None or sphere.tensor != "ln_affine":
                 continue
-            ratios = dig(data, "sphere", "about", "per_layer", "radius_spread_ratio", "estimate")
+            ratios = sphere.about_per_layer("radius_spread_ratio").get("estimate")
             for layer, val in enumerate(ratios or []):
                 if isinstance(val, (int, float)):
                     rows.append({"model": spec.model, "ln": res.cfg.models[spec.model].ln, "layer": layer,

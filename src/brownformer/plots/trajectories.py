@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from brownformer.results import Results, dig
+from brownformer.results import Results
+from brownformer.statsfile import BatteryStats, NoiseStats
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import clock_label, displacement_msd, find_test, mean_cosine_from_start
 
@@ -15,32 +16,28 @@ _CATEGORY_MARKER = {"weights": "o", "training": "s", "depth": "D", "gradnoise": 
 
 
 def estimates_table(res: Results, pattern: str, categories=("weights", "training")) -> pd.DataFrame:
-    """One row per trajectory stats JSON with a test matching `pattern`: run, optimizer, file, estimate, CI."""
+    """One row per trajectory statistics file with a test matching `pattern`: run, optimizer, file, estimate, CI,
+    the test's null value and the file's classification (gradient noise: one row per capture)."""
     rows = []
     for spec in res.runs:
         for key, data in sorted(res.all_run_stats.get(spec.run_id, {}).items()):
-            if key.split("/")[0] not in categories or not isinstance(data, dict):
+            if key.split("/")[0] not in categories:
                 continue
-            if isinstance(data.get("per_capture"), list):  # gradient noise: one estimate per capture
-                for k, cap in enumerate(data["per_capture"]):
-                    hit = find_test({"tests": [v for v in cap.values() if isinstance(v, dict)]}, pattern)
-                    if hit:
-                        rows.append({"run": spec.run_id, "model": spec.model, "optimizer": spec.optimizer,
-                                     "file": f"{key}#{cap.get('capture', k)}", "category": key.split("/")[0],
-                                     "estimate": hit[0], "lo": hit[1], "hi": hit[2], "null": np.nan,
-                                     "classification": None})
+            if isinstance(data, NoiseStats):
+                hits = [(f"{key}#{cap.capture}", find_test([cap.tail_index] if cap.tail_index else [], pattern), None)
+                        for cap in data.per_capture]
+            elif isinstance(data, BatteryStats):
+                hits = [(key, find_test(data.tests, pattern), data.classification)]
+            else:
                 continue
-            hit = find_test(data, pattern)
-            if hit is None:
-                continue
-            est, lo, hi = hit
-            tests = [t for t in dig(data, "tests", default=[]) if isinstance(t, dict)]
-            null = next((t.get("null_value") for t in tests if t.get("null_value") is not None
-                         and pattern.split("|")[0] in str(t.get("name"))), None)
-            rows.append({"run": spec.run_id, "model": spec.model, "optimizer": spec.optimizer, "file": key,
-                         "category": key.split("/")[0], "estimate": est, "lo": lo, "hi": hi,
-                         "null": float(null) if isinstance(null, (int, float)) else np.nan,
-                         "classification": data.get("classification")})
+            for file, t, classification in hits:
+                if t is None:
+                    continue
+                lo, hi = t.confidence_interval
+                rows.append({"run": spec.run_id, "model": spec.model, "optimizer": spec.optimizer, "file": file,
+                             "category": key.split("/")[0], "estimate": t.estimate, "lo": lo, "hi": hi,
+                             "null": t.null_value if isinstance(data, BatteryStats) else np.nan,
+                             "classification": classification})
     return pd.DataFrame(rows)
 
 

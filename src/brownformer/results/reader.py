@@ -3,7 +3,8 @@
 Every accessor is read once, lazily. A missing or unreadable input gives an empty table, None
 or an empty mapping, and a line in `notes` saying why, so the figures draw an honest "no data"
 panel and the report says "not available" instead of crashing or inventing numbers.
-claims.json is read only through brownformer.verdicts.read_claims (the typed contract).
+claims.json is read only through brownformer.verdicts.read_claims, the per-run statistics only through
+brownformer.statsfile (the typed contracts): a file that breaks one is reported in `notes`, never re-interpreted.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.config import ExperimentConfig, RunSpec
+from brownformer.statsfile import RunStatsFile, RunStatsSummary, parse_stats_file
 from brownformer.verdicts import ClaimsFile, read_claims
 
 log = logging.getLogger(__name__)
@@ -145,19 +147,41 @@ class Results:
         return out
 
     # ---- per-run statistics and trajectories ----------------------------------------------------
-    def run_stats(self, run_id: str) -> dict[str, Any]:
-        """Every JSON under runs/<run>/stats/, keyed by its path relative to that folder (no suffix)."""
+    def run_stats(self, run_id: str) -> dict[str, RunStatsFile]:
+        """Every per-file statistics JSON under runs/<run>/stats/ as its brownformer.statsfile type, keyed by its
+        path relative to that folder (no suffix); summary.json is `run_summary`. Files that break the contract
+        (e.g. written by an older schema) are left out, with one note per run."""
         base = self.run_dir(run_id) / "stats"
-        out: dict[str, Any] = {}
-        if base.is_dir():
-            for p in sorted(base.rglob("*.json")):
-                data = read_json(p)
+        out: dict[str, RunStatsFile] = {}
+        broken = []
+        for p in sorted(base.rglob("*.json")) if base.is_dir() else []:
+            if p == base / "summary.json":
+                continue
+            data = read_json(p)
+            try:
                 if data is not None:
-                    out[p.relative_to(base).with_suffix("").as_posix()] = data
+                    out[p.relative_to(base).with_suffix("").as_posix()] = parse_stats_file(data, str(p))
+            except ValueError as exc:
+                broken.append(str(exc))
+        if broken:
+            log.warning("%s: %d statistics files break the contract: %s", run_id, len(broken), broken[0])
+            self.notes.append(f"{run_id}: {len(broken)} statistics files left out, they break the per-run statistics "
+                              f"contract ({broken[0]})")
         return out
 
+    def run_summary(self, run_id: str) -> RunStatsSummary | None:
+        """runs/<run>/stats/summary.json through the contract; None (with a note) when missing or malformed."""
+        data = read_json(self.run_dir(run_id) / "stats" / "summary.json")
+        if data is None:
+            return None
+        try:
+            return RunStatsSummary.from_dict(data, f"{run_id} stats/summary.json")
+        except ValueError as exc:
+            self.notes.append(str(exc))
+            return None
+
     @cached_property
-    def all_run_stats(self) -> dict[str, dict[str, Any]]:
+    def all_run_stats(self) -> dict[str, dict[str, RunStatsFile]]:
         """run id -> `run_stats`, for the probed runs (a metrics-only run has no statistics)."""
         return {spec.run_id: self.run_stats(spec.run_id) for spec in self.probed_runs}
 

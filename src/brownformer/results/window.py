@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from brownformer.results.reader import Results, dig
+from brownformer.statsfile import BatteryStats
 
 __all__ = ["FAMILIES", "window_table"]
 
@@ -18,17 +19,16 @@ def window_table(res: Results) -> pd.DataFrame:
     for spec in res.runs:
         for key, data in sorted(res.all_run_stats.get(spec.run_id, {}).items()):
             fam = key.split("/")[0]
-            if fam not in FAMILIES or not isinstance(data, dict) or not isinstance(data.get("local_slopes"), dict):
+            if fam not in FAMILIES or not isinstance(data, BatteryStats) or data.local_slopes is None:
                 continue
-            b = data["local_slopes"]
+            b = data.local_slopes
             rows.append({"run": spec.run_id, "optimizer": spec.optimizer, "claim": FAMILIES[fam], "file": key,
-                         "clock": data.get("time"), "start_step": dig(b, "window", "start_step"),
-                         "min_lag_steps": dig(b, "window", "min_lag_steps"), "n_lags": dig(b, "window", "n_points"),
-                         "reading": b.get("classification"), "description": b.get("description"),
-                         "window_exponent": dig(b, "effect", "estimate"),
-                         "window_null_size": dig(b, "effect", "null", "size"),
-                         "ensemble_exponent": dig(b, "ensemble_exponent", "estimate"),
-                         "full_range_exponent": dig(data, "msd_exponent", "estimate"),
-                         "walkers": dig(data, "walkers", "reading"), "rates": dig(data, "walkers", "rates"),
-                         "verdict": data.get("verdict")})
+                         "clock": data.time, "start_step": dig(b.window, "start_step"),
+                         "min_lag_steps": dig(b.window, "min_lag_steps"), "n_lags": dig(b.window, "n_points"),
+                         "reading": b.classification, "description": b.description,
+                         "window_exponent": b.effect.estimate, "window_null_size": dig(b.effect.null, "size"),
+                         "ensemble_exponent": dig(b.ensemble_exponent, "estimate"),
+                         "full_range_exponent": data.msd_exponent.estimate,
+                         "walkers": dig(data.walkers, "reading"), "rates": dig(data.walkers, "rates"),
+                         "verdict": data.verdict})
     return pd.DataFrame(rows)

@@ -120,7 +120,7 @@ def paired_difference(cur: dict, init: dict, shape: list, *, stats) -> dict:
             lo, hi = boot.estimate(units[:, None], lambda m: m[..., 0]).interval(stats.confidence_level)
             ci = [float(lo[0]), float(hi[0])]
         out[q] = {"capture_mean": float(np.nanmean(a)), "init_mean": float(np.nanmean(b)), "difference": est,
-                  "ci": ci, "n_units": int(units.size)}
+                  "confidence_interval": ci, "n_units": int(units.size)}
     return {"quantities": out, "unit": "probe input" if len(lead) >= 2 else "matrix",
             "method": "mean of paired per-matrix differences (capture - step 0); cluster-bootstrap t-interval "
                       "over units"}
@@ -204,7 +204,7 @@ def summary_text(result: dict) -> str:
         lo, hi = v["margin"]
         bound = f">= {lo:.3g}" if q == "head_isotropy" else f"<= {hi:.3g}"
         if "estimate" in v:
-            ci = v.get("ci")
+            ci = v.get("confidence_interval")
             val = f"{v['estimate']:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci and None not in ci else "")
         else:
             val = f"undefined ({v['why_undefined']})"

@@ -222,8 +222,9 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
         check_clocks: {clock name: (T,) times}: the MSD exponent is also reported on these clocks ("clock_check").
 
     Returns:
-        JSON-ready dict: kind, n_times, n_walkers, dim, msd_exponent {estimate, ci, tost_ci}, diffusion_coefficient,
-        tests [{name, statistic, p_value, reject, estimate, ci, tost_ci, ...}], effects (key effects with margins),
+        JSON-ready dict in brownformer.statsfile's BatteryStats layout: kind, n_times, n_walkers, dim, msd_exponent
+        {estimate, confidence_interval, tost_interval, pvalue}, diffusion_coefficient {estimate, confidence_interval},
+        tests [TestResult: name, statistic, pvalue, rejected, estimate, ...], effects (key effects with margins),
         verdict, reason, brownian, classification, flags, within_group_correlation, calibration_shape, calibration.
 
     Raises:
@@ -247,9 +248,10 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
     flags = _classify(res, m, alpha, curves)
     verdict, reason = str(bat.verdicts[0]), bat.reasons[0]
     key = margins_for(m, kind)
-    effects = {t: {**{f: res[t].to_dict()[f] for f in ("estimate", "ci", "tost_ci", "p_value", "why_undefined")},
+    effects = {t: {**{f: res[t].to_dict()[f] for f in ("estimate", "confidence_interval", "tost_interval", "pvalue",
+                                                       "why_undefined")},
                    "margin": list(key[t]), "key": True} for t in key if t in res}
-    tests = [{**r.to_dict(), "reject": r.reject(alpha)} for name, r in res.items() if name != "diffusion_coefficient"]
+    tests = [r.decided(alpha) for name, r in res.items() if name != "diffusion_coefficient"]
     expo, D = res["msd_exponent"], res["diffusion_coefficient"]
     shape = shape_of(kind=kind, times=times, labels=labels, d=d, hyperplane=bat.hyperplane,
                      drift=drift if kind == "euclidean" else "none", rho=float(bat.rho[0]), decay=float(bat.decay[0]))
@@ -257,9 +259,10 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
         "kind": kind, "n_times": T, "n_walkers": N, "n_walkers_total": N_total, "n_groups": int(labels.max()) + 1,
         "dim": d, "span_dimension": bat.span_dimension, "hyperplane": bat.hyperplane, "times": times,
         "drift_removed": drift if kind == "euclidean" else "none (the sphere branch tests drift, see tests)",
-        "msd_exponent": {"estimate": expo.estimate, "ci": expo.confidence_interval, "tost_ci": expo.tost_interval,
-                         "p_value": expo.pvalue, "method": expo.method, "why_undefined": expo.why_undefined},
-        "diffusion_coefficient": D.estimate, "diffusion_coefficient_ci": D.confidence_interval,
+        "msd_exponent": {"estimate": expo.estimate, "confidence_interval": expo.confidence_interval,
+                         "tost_interval": expo.tost_interval, "pvalue": expo.pvalue, "method": expo.method,
+                         "why_undefined": expo.why_undefined},
+        "diffusion_coefficient": {"estimate": D.estimate, "confidence_interval": D.confidence_interval},
         "tests": tests, "effects": effects, "key_effects": list(key),
         "verdict": verdict, "reason": reason, "brownian": verdict == "brownian",
         "classification": flags[0] if flags else ("brownian" if verdict == "brownian" else None),
@@ -314,5 +317,5 @@ def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_lev
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
         stat = S.cosine_law(U[None], times, S.span_dimension(U, hyperplane)[0], boot)[0]
     r = stat.result(0, confidence_level=confidence_level, alpha=alpha)
-    return {"estimate": r.estimate, "ci": r.confidence_interval, "tost_ci": r.tost_interval,
+    return {"estimate": r.estimate, "confidence_interval": r.confidence_interval, "tost_interval": r.tost_interval,
             "why_undefined": r.why_undefined}

@@ -161,7 +161,7 @@ def analyze_noise(G, *, confidence_level: float, n_surrogates: int = TAIL_SURROG
             continue
         nt = normality_test(zz)
         rows.append({"capture": c, "n": int(zz.size), "excess_kurtosis": nt.estimate,
-                     "normaltest_statistic": nt.statistic, "normaltest_p_value": nt.pvalue,
+                     "normaltest_statistic": nt.statistic, "normaltest_pvalue": nt.pvalue,
                      "tail_index": tail_test(zz, n_surrogates=n_surrogates, confidence_level=confidence_level).to_dict()})
     return to_jsonable({"kind": "gradient_noise", "n_captures": int(G.shape[0]), "n_samples": int(G.shape[1]),
                         "n_params": int(G.shape[2]), "per_capture": rows})

@@ -149,7 +149,7 @@ def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     if v.size == 0:
-        return {"mean": None, "ci": [None, None], "median": None, "n": 0}
+        return {"mean": None, "confidence_interval": [None, None], "median": None, "n": 0}
     if v.size >= 3 and np.ptp(v) > 0:
         # percentile bootstrap of the mean (what scipy.stats.bootstrap(method="percentile") computes), as one
         # (499, n) draw: this runs ~450 times per run, where scipy's per-call overhead was a quarter of the stage
@@ -158,7 +158,7 @@ def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
         ci = np.quantile(means, [a, 1 - a]).tolist()
     else:
         ci = [float(v.mean()), float(v.mean())]
-    return {"mean": float(v.mean()), "ci": ci, "median": float(np.median(v)), "sd": float(v.std()), "n": int(v.size)}
+    return {"mean": float(v.mean()), "confidence_interval": ci, "median": float(np.median(v)), "sd": float(v.std()), "n": int(v.size)}
 
 
 def analyze_attention(A, *, features=None, causal: bool | None = None,
@@ -179,7 +179,7 @@ def analyze_attention(A, *, features=None, causal: bool | None = None,
 
     Returns:
         JSON-ready dict: shape, n_matrices, n, causal, undefined (quantities set to None and why),
-        per_matrix {quantity: [..]}, aggregate {quantity: {mean, ci, median, sd, n}}.
+        per_matrix {quantity: [..]}, aggregate {quantity: {mean, confidence_interval, median, sd, n}}.
 
     Raises:
         ValueError: non-row-stochastic, negative, non-finite or non-square input.

@@ -1,20 +1,20 @@
 """Result objects in the shape of scipy.stats results, and JSON helpers.
 
 `TestResult` is one test on one data set (scipy.stats' shape: `statistic`, `pvalue`, `estimate`,
-`confidence_interval`, ...). `BatchStat` is one statistic of the battery on R trajectories at once
+`confidence_interval`, ...); it lives in the per-run statistics contract (brownformer.statsfile) that the
+readers share, and is re-exported here. `BatchStat` is one statistic of the battery on R trajectories at once
 (the calibration analyses hundreds of simulated trajectories in one call); `BatchStat.result(r, ...)`
 turns replicate r into a TestResult.
 """
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from brownformer.config import DEFAULT_STATS
 from brownformer.io import to_jsonable as _plain
+from brownformer.statsfile import TestResult
 
 __all__ = ["TestResult", "BatchStat", "to_jsonable"]
 
@@ -22,56 +22,12 @@ __all__ = ["TestResult", "BatchStat", "to_jsonable"]
 def to_jsonable(obj: Any) -> Any:
     """brownformer.io.to_jsonable that also unpacks objects with a `to_dict()` (result objects)."""
     if hasattr(obj, "to_dict") and callable(obj.to_dict):
-        return obj.to_dict()
+        return to_jsonable(obj.to_dict())
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
         return [to_jsonable(v) for v in obj]
     return _plain(obj)
-
-
-@dataclass(frozen=True)
-class TestResult:
-    """Outcome of one hypothesis test with its effect size (scipy.stats' shape).
-
-    Attributes:
-        name: short identifier used in JSON output (e.g. "variance_ratio").
-        statistic: the test statistic (z, chi-square, ...).
-        pvalue: p-value under the stated null.
-        estimate: the effect size the test is about (e.g. VR(q) itself).
-        confidence_interval: (low, high) for `estimate` at `confidence_level`.
-        confidence_level: level of the interval.
-        method: a human-readable description including the null distribution.
-        n: number of independent units (groups of walkers) the test used.
-        null_value: the value of `estimate` under the null.
-        tost_interval: the (1 - 2 alpha) interval the equivalence rule uses.
-        why_undefined: why the estimate is undefined (empty when defined).
-        extra: anything else worth recording (plain JSON types).
-    """
-
-    name: str
-    statistic: float
-    pvalue: float
-    estimate: float = math.nan
-    confidence_interval: tuple[float, float] = (math.nan, math.nan)
-    confidence_level: float = DEFAULT_STATS.confidence_level
-    method: str = ""
-    n: int = 0
-    null_value: float = math.nan
-    tost_interval: tuple[float, float] = (math.nan, math.nan)
-    why_undefined: str = ""
-    extra: dict = field(default_factory=dict)
-
-    def reject(self, alpha: float) -> bool:
-        """True when the p-value is below `alpha` (False for a NaN p-value)."""
-        return bool(np.isfinite(self.pvalue) and self.pvalue < alpha)
-
-    def to_dict(self) -> dict:
-        out = {f.name: getattr(self, f.name) for f in fields(self)}
-        out["p_value"] = out.pop("pvalue")  # the JSON contract's spelling (docs/ARTIFACTS.md)
-        out["ci"] = out.pop("confidence_interval")
-        out["tost_ci"] = out.pop("tost_interval")
-        return to_jsonable(out)
 
 
 @dataclass(frozen=True)

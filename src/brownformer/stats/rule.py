@@ -137,7 +137,8 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
 
 def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, tuple[float, float]],
                alpha: float, n_times: int, n_groups: int | None = None) -> tuple[str, str]:
-    """`decide` on one trajectory's stored effects ({test: {"estimate", "tost_ci", "p_value"}}, JSON values).
+    """`decide` on one trajectory's stored effects ({test: {"estimate", "tost_interval", "pvalue"}}, JSON values of
+    brownformer.statsfile.EffectEstimate).
 
     This is how the claims re-apply the calibrated rule to per-file outputs.
     """
@@ -148,8 +149,8 @@ def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, 
     for test, v in effects.items():
         if not isinstance(v, dict):
             continue
-        ci = v.get("tost_ci") or [None, None]
-        eff[test] = Effect(arr(v.get("estimate")), arr(ci[0]), arr(ci[1]), arr(v.get("p_value")),
+        ci = v.get("tost_interval") or [None, None]
+        eff[test] = Effect(arr(v.get("estimate")), arr(ci[0]), arr(ci[1]), arr(v.get("pvalue")),
                            str(v.get("why_undefined") or ""))
     verdicts, reasons = decide(eff, kind=kind, margins=margins, alpha=alpha, n_times=n_times, n_groups=n_groups)
     return str(verdicts[0]), reasons[0]

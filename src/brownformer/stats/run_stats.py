@@ -1,11 +1,13 @@
 """One run's statistics: every file of trajectories/index.json -> one JSON per file, and summary.json.
 
+Every file written here is checked against the typed contract brownformer.statsfile first (its
+`parse_stats_file` and `RunStatsSummary`; schema_version, scipy's names), which the readers share.
 Layout: out_dir mirrors traj_dir (".npy" -> ".json"); out_dir/summary.json lists
-{"run_id", "n_files", "files": [{"path", "output", "category", "verdict", "calibration_shape", ...}],
+{"schema_version", "run_id", "n_files", "files": [{"path", "output", "category", "verdict", "calibration_shape", ...}],
 "errors": [{"path", "error"}]}; the calibration stage reads the shapes to simulate from it.
 
 What each per-file JSON holds (read by stats/summary.py, the figures and the report); every file also
-has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "sha256"}:
+has "schema_version", "run_id", "category", "entry" (its index.json entry) and "input" {"path", "sha256"}:
 
 - depth/ln_c<k>.json, depth/resid_c<k>.json (category "depth", claims 1 and 3a): the Brownian battery
   (`trajectory_file_stats`, below) over layers as time, plus "sphere" (claim 1: tensor_sphere_summary);
@@ -15,9 +17,11 @@ has "run_id", "category", "entry" (its index.json entry) and "input" {"path", "s
 - training/ln_l<l>.json (category "training", claim 3b), weights/l<l>_<m>.json ("weights", claim 3c): the
   battery on the sidecar's primary clock ("time"), with "clock_check": the MSD exponent on the other
   recorded clocks.
-- The battery's fields (brownian.analyze_trajectory): "kind", "n_times", "n_walkers", "n_groups", "dim",
-  "span_dimension", "msd_exponent" {estimate, ci, tost_ci}, "tests" [{name, statistic, p_value, reject,
-  estimate, ci, tost_ci, why_undefined, ...}], "effects" {key test: {estimate, ci, tost_ci, p_value, margin}},
+- The battery's fields (brownian.analyze_trajectory; statsfile.BatteryStats): "kind", "n_times", "n_walkers",
+  "n_groups", "dim", "span_dimension", "msd_exponent" {estimate, confidence_interval, tost_interval, pvalue},
+  "diffusion_coefficient" {estimate, confidence_interval}, "tests" [{name, statistic, pvalue, rejected, estimate,
+  confidence_interval, tost_interval, why_undefined, ...}], "effects" {key test: {estimate, confidence_interval,
+  tost_interval, pvalue, margin}},
   "verdict" ("brownian" | "not brownian" | "inconclusive"), "reason", "brownian" (bool), "classification",
   "within_group_correlation", "calibration_shape" {id, kind, T, N, d, G, rho, decay, times, group_sizes}.
   The calibration stage simulates the shapes of the decided files; the claims (stats/claims/brownian.py)
@@ -41,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from brownformer.io import progress, write_json
+from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, parse_stats_file
 
 from .brownian import analyze_trajectory
 from .results import to_jsonable
@@ -139,7 +144,9 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
         log.warning("window reading failed: %s", exc)
         why = f"window reading failed: {exc}"
         block = {"classification": "inconclusive", "description": why,
-                 "effect": {"estimate": None, "ci": [None, None], "tost_ci": [None, None], "why_undefined": why}}
+                 "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
+                            "why_undefined": why}}
+    block = _scipy_names(block)
     out["walkers"] = block.pop("walkers", None)
     out["local_slopes"] = block
     if block.get("spec") and out.get("calibration_shape"):
@@ -152,6 +159,19 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
     out["brownian"] = out["verdict"] == "brownian"
     out["classification_full_range"] = out["classification"]
     out["classification"] = window_classification(out)
+
+
+#: window_reading's interval keys -> the contract's (scipy's) names; renamed once, here, where its block enters a file
+_WINDOW_KEYS = {"ci": "confidence_interval", "tost_ci": "tost_interval", "p_value": "pvalue"}
+
+
+def _scipy_names(obj):
+    """The window block with its interval keys under the contract's names (brownformer.statsfile)."""
+    if isinstance(obj, dict):
+        return {_WINDOW_KEYS.get(k, k): _scipy_names(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_scipy_names(v) for v in obj]
+    return obj
 
 
 def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None, min_lag_steps: int = 0) -> dict:
@@ -181,6 +201,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
     out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
     fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
     out["fitted_null"] = {"id": fid, "calibration": fitted_calibration_for(load_calibration(calibration), fid)}
+    out["schema_version"] = SCHEMA_VERSION
     return out
 
 
@@ -293,8 +314,10 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
             errors.append({"path": str(rel), "error": str(exc)})
             continue
         result.update({"run_id": run_id, "category": entry.get("category"), "entry": entry,
-                       "input": {"path": str(path), "sha256": sha256_file(path)}})
-        write_json(out_dir / rel_out, to_jsonable(result))
+                       "input": {"path": str(path), "sha256": sha256_file(path)}, "schema_version": SCHEMA_VERSION})
+        # through the contract: a field the readers do not know fails here, at the writer, not in a figure
+        result = to_jsonable(parse_stats_file(to_jsonable(result), f"{rel_out}").to_dict())
+        write_json(out_dir / rel_out, result)
         row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
         if entry.get("unit"):  # "replica": contrasts of a replica set (stats/replicas.py)
             row["unit"] = entry["unit"]
@@ -307,7 +330,9 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
             row["sphere_tensor"] = result["sphere"]["tensor"]
         files.append(row)
         log.info("%s: %s", rel, row.get("verdict", "done"))
-    summary = {"run_id": run_id, "traj_dir": str(traj_dir), "index_sha256": sha256_file(traj_dir / "index.json"),
-               "n_files": len(files), "files": files, "errors": errors}
-    write_json(out_dir / "summary.json", to_jsonable(summary))
-    return to_jsonable(summary)
+    summary = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "traj_dir": str(traj_dir),
+               "index_sha256": sha256_file(traj_dir / "index.json"), "n_files": len(files), "files": files,
+               "errors": errors}
+    summary = to_jsonable(RunStatsSummary.from_dict(to_jsonable(summary)).to_dict())
+    write_json(out_dir / "summary.json", summary)
+    return summary

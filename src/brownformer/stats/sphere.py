@@ -154,7 +154,8 @@ def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | No
         n_inputs, n_tokens: walker i*n_tokens + t is token t of input i (sidecar fields); else walkers are units.
 
     Returns:
-        {"per_layer": {q: {"estimate": [..L], "ci_low": [..], "ci_high": [..]}}, "pooled": {q: {"estimate", "ci"}},
+        {"per_layer": {q: {"estimate": [..L], "ci_low": [..], "ci_high": [..]}},
+         "pooled": {q: {"estimate", "confidence_interval"}},
          "radius_quantiles", "sum_quantiles", "mean_offset_floor", "n_clusters", "cluster", ...}
     """
     z = np.asarray(z, dtype=float)
@@ -184,7 +185,7 @@ def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | No
         lo, hi = (np.nanquantile(reps[q], [a, 1 - a], axis=0) if G > 1 else (point[q], point[q]))
         per_layer[q] = {"estimate": point[q], "ci_low": lo, "ci_high": hi}
         plo, phi = (np.nanquantile(reps[q].mean(-1), [a, 1 - a]) if G > 1 else (point[q].mean(),) * 2)
-        pooled[q] = {"estimate": float(point[q].mean()), "ci": [float(plo), float(phi)]}
+        pooled[q] = {"estimate": float(point[q].mean()), "confidence_interval": [float(plo), float(phi)]}
     centred = z - z.mean(1, keepdims=True)
     qs = [0.01, 0.5, 0.99]
     return to_jsonable({
@@ -216,7 +217,7 @@ def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFA
             token mean.
 
     Returns:
-        {"tensor", <tensor>: distribution summary, "geometry", "about": sphere_fit.sphere_about output,
+        {"tensor", "distribution": the distribution summary, "geometry", "about": sphere_fit.sphere_about output,
          "affine_map": affine_map_fit output or None, "margins", "definitional": bool}.
     """
     from .sphere_fit import affine_map_fit, sphere_about
@@ -236,5 +237,5 @@ def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFA
         centre = np.asarray(affine["beta"], float)
     about = sphere_about(z3, centre, n_inputs=n_inputs, n_tokens=n_tokens, confidence_level=confidence_level,
                          n_resamples=n_resamples, rng=rng)
-    return to_jsonable({"tensor": tensor, tensor: summ, "geometry": geom, "about": about, "affine_map": affine,
+    return to_jsonable({"tensor": tensor, "distribution": summ, "geometry": geom, "about": about, "affine_map": affine,
                         "margins": m, "definitional": tensor == "ln_raw"})

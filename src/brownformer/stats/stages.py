@@ -30,6 +30,7 @@ def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = 
     if calibrate:
         from .user_calibration import calibrate_result
         result = calibrate_result(file, result, stats=stats, kind=kind, echo=echo)
+    result = _through_contract(result, str(file))
     if out is not None:
         write_json(out, result)
     return result
@@ -45,9 +46,18 @@ def stats_attention(file: Path, out: Path | None, *, stats, features: Path | Non
     from .claims.markov import file_verdicts
     result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
     result["verdicts"] = file_verdicts(result, stats)
+    result = _through_contract(result, str(file))
     if out is not None:
         write_json(out, result)
     return result
+
+
+def _through_contract(result: dict, where: str) -> dict:
+    """The result as brownformer.statsfile writes it (schema_version, checked keys)."""
+    from brownformer.statsfile import SCHEMA_VERSION, parse_stats_file
+
+    from .results import to_jsonable
+    return to_jsonable(parse_stats_file(to_jsonable({**result, "schema_version": SCHEMA_VERSION}), where).to_dict())
 
 
 def stats_run(traj_dir: Path, out: Path, *, stats, run_id: str, min_lag_steps: int = 0) -> dict:

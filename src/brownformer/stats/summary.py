@@ -18,6 +18,7 @@ import pandas as pd
 
 from brownformer.config import RunSpec
 from brownformer.io import atomic_path, write_json
+from brownformer.statsfile import AttentionStats, BatteryStats, RunStatsFile, RunStatsSummary, parse_stats_file
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 from .claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim, optimizer_claim,
@@ -29,47 +30,56 @@ from .training_status import RULES, ChanceBaseline, chance_baseline, training_st
 
 log = logging.getLogger(__name__)
 
-__all__ = ["RunOutputs", "collect_run_outputs", "summarize", "summarize_results", "SUMMARY_COLUMNS"]
+__all__ = ["RunOutputs", "collect_run_outputs", "read_stats_file", "summarize", "summarize_results", "SUMMARY_COLUMNS"]
 
-SUMMARY_COLUMNS = ["run", "file", "category", "quantity", "estimate", "ci_low", "ci_high", "p_value", "reject"]
+#: one row per (run, file, quantity); the interval is flattened to its bounds, the rest keeps the contract's names
+SUMMARY_COLUMNS = ["run", "file", "category", "quantity", "estimate", "ci_low", "ci_high", "pvalue", "rejected"]
 
 
 @dataclass
 class RunOutputs:
-    """Every run's per-file statistics, sorted into the claim families, and the summary rows."""
+    """Every run's per-file statistics, sorted into the claim families, and the summary rows.
+
+    The claim rules take plain mappings: each is the `to_dict()` of a file read through brownformer.statsfile."""
     sphere: list[dict]
     attention: list[dict]
     trajectories: dict[str, list[dict]]  # category (depth, training, weights) -> [{"run", "path", "result"}]
     rows: list[dict]
 
 
-def _rows_for(run: str, rel: str, res: dict) -> list[dict]:
-    base = {"run": run, "file": rel, "category": res.get("category")}
+def _row(base: dict, quantity: str, estimate, interval, pvalue=None, rejected=None) -> dict:
+    lo, hi = interval if interval is not None else (None, None)
+    return {**base, "quantity": quantity, "estimate": estimate, "ci_low": lo, "ci_high": hi, "pvalue": pvalue,
+            "rejected": rejected}
+
+
+def _rows_for(run: str, rel: str, res: RunStatsFile) -> list[dict]:
+    base = {"run": run, "file": rel, "category": res.category}
     rows = []
-    for t in res.get("tests", []):
-        ci = t.get("ci") or t.get("confidence_interval") or [None, None]
-        rows.append({**base, "quantity": t["name"], "estimate": t.get("estimate"), "ci_low": ci[0], "ci_high": ci[1],
-                     "p_value": t.get("p_value", t.get("pvalue")), "reject": t.get("reject")})
-    for q, v in (res.get("aggregate") or {}).items():
-        ci = v.get("ci") or [None, None]
-        rows.append({**base, "quantity": q, "estimate": v.get("mean"), "ci_low": ci[0], "ci_high": ci[1],
-                     "p_value": None, "reject": None})
-    win = (res.get("local_slopes") or {}).get("effect")
-    if isinstance(win, dict):  # claim 3's window exponent (stats/window_reading.py), the verdict's MSD effect
-        ci = win.get("ci") or [None, None]
-        rows.append({**base, "quantity": "window_exponent", "estimate": win.get("estimate"), "ci_low": ci[0],
-                     "ci_high": ci[1], "p_value": win.get("p_value"), "reject": None})
-    if "brownian" in res:
-        rows.append({**base, "quantity": "brownian", "estimate": float(bool(res["brownian"])), "ci_low": None,
-                     "ci_high": None, "p_value": None, "reject": None})
+    if isinstance(res, BatteryStats):
+        rows += [_row(base, t.name, t.estimate, t.confidence_interval, t.pvalue, t.rejected) for t in res.tests]
+        if res.local_slopes is not None:  # claim 3's window exponent (stats/window_reading.py), the verdict's MSD effect
+            win = res.local_slopes.effect
+            rows.append(_row(base, "window_exponent", win.estimate, win.confidence_interval, win.pvalue))
+        rows.append(_row(base, "brownian", float(res.brownian), None))
+    elif isinstance(res, AttentionStats):
+        rows += [_row(base, q, v.get("mean"), v.get("confidence_interval")) for q, v in res.aggregate.items()]
     return rows
 
 
+def read_stats_file(path: Path, where: str) -> RunStatsFile:
+    """One per-file statistics JSON through the contract (ValueError naming the file and the problem)."""
+    try:
+        return parse_stats_file(json.loads(path.read_text()), where)
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{where}: cannot read {path} ({exc})") from None
+
+
 def collect_run_outputs(run_stats_dirs: dict[str, str | Path]) -> RunOutputs:
-    """Read each run's stats/summary.json and the per-file outputs it lists.
+    """Read each run's stats/summary.json and the per-file outputs it lists, through brownformer.statsfile.
 
     Raises:
-        ValueError: a run without summary.json, or an unreadable output.
+        ValueError: a run without summary.json, or an output that is unreadable or breaks the contract.
     """
     out = RunOutputs([], [], {c: [] for c in BROWNIAN_FAMILIES}, [])
     for run, sdir in sorted(run_stats_dirs.items()):
@@ -77,20 +87,21 @@ def collect_run_outputs(run_stats_dirs: dict[str, str | Path]) -> RunOutputs:
         path = sdir / "summary.json"
         if not path.exists():
             raise ValueError(f"run {run}: {path} does not exist (run `brownformer stats run` first)")
-        for f in json.loads(path.read_text())["files"]:
-            try:
-                res = json.loads((sdir / f["output"]).read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise ValueError(f"run {run}: cannot read {sdir / f['output']} ({exc})") from None
-            out.rows.extend(_rows_for(run, f["path"], res))
-            cat = res.get("category")
-            if cat in BROWNIAN_FAMILIES and "tests" in res:  # files too short for the battery carry no tests
-                out.trajectories[cat].append({"run": run, "path": f["path"], "result": res})  # run: replica_set_key
-            if cat == "depth" and res.get("sphere"):
-                out.sphere.append({"run": run, "path": f["path"], "sphere": res["sphere"],
-                                   "capture": (res.get("entry") or {}).get("capture")})
-            elif cat == "attention":
-                out.attention.append({"run": run, "attention": res})
+        try:
+            summary = RunStatsSummary.from_dict(json.loads(path.read_text()), f"run {run}: {path}")
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"run {run}: cannot read {path} ({exc})") from None
+        for f in summary.files:
+            res = read_stats_file(sdir / f.output, f"run {run}: {sdir / f.output}")
+            out.rows.extend(_rows_for(run, f.path, res))
+            cat = res.category
+            if cat in BROWNIAN_FAMILIES and isinstance(res, BatteryStats):  # files too short for the battery: no tests
+                out.trajectories[cat].append({"run": run, "path": f.path, "result": res.to_dict()})  # run: set key
+            if cat == "depth" and res.sphere is not None:
+                out.sphere.append({"run": run, "path": f.path, "sphere": res.sphere.to_dict(),
+                                   "capture": (res.entry or {}).get("capture")})
+            elif isinstance(res, AttentionStats):
+                out.attention.append({"run": run, "attention": res.to_dict()})
     return out
 
 
@@ -101,7 +112,7 @@ def _status_rows(status: dict) -> list[dict]:
             v = st.get(q)
             rows.append({"run": run, "file": None, "category": "training_status", "quantity": q,
                          "estimate": None if v is None else float(v), "ci_low": None, "ci_high": None,
-                         "p_value": None, "reject": None})
+                         "pvalue": None, "rejected": None})
     return rows
 
 
@@ -140,7 +151,7 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
     claims["4"] = optimizer_claim(metrics_by_run, stats, report, excluded=excluded)
     claims = headline_holm(claims, {k: c.details.get("p_value") for k, c in claims.items()})
     table = pd.DataFrame(outputs.rows + _status_rows(status), columns=SUMMARY_COLUMNS)
-    for col in ("estimate", "ci_low", "ci_high", "p_value"):
+    for col in ("estimate", "ci_low", "ci_high", "pvalue"):
         table[col] = pd.to_numeric(table[col], errors="coerce")
     with atomic_path(out_dir / "summary.parquet") as tmp:
         table.to_parquet(tmp, index=False)

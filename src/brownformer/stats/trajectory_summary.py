@@ -31,13 +31,13 @@ def summary_text(result: dict) -> str:
     if slopes.get("description"):  # the reading on the window fixed before the data (what the verdict rests on)
         lines.append(f"window ({slopes.get('classification', 'n/a')}): {slopes['description']}")
     msd = result.get("msd_exponent") or {}
-    lines.append(f"full-range MSD exponent {_num(msd.get('estimate'))}{_interval(msd.get('ci'))}"
+    lines.append(f"full-range MSD exponent {_num(msd.get('estimate'))}{_interval(msd.get('confidence_interval'))}"
                  + (f" (undefined: {msd['why_undefined']})" if msd.get("why_undefined") else ""))
     lines.append("key effects, the intervals the verdict reads (all inside their margins: brownian; one outside: "
                  "not brownian; else inconclusive):")
     for name, e in window_effects(result).items():
         if name in (result.get("key_effects") or ()):
-            lines.append(f"  {name:<26} {_num(e.get('estimate'))}{_interval(e.get('tost_ci'))}"
+            lines.append(f"  {name:<26} {_num(e.get('estimate'))}{_interval(e.get('tost_interval'))}"
                          + (f" {e['why_undefined']}" if e.get("why_undefined") else ""))
     cal = result.get("calibration")
     if cal:

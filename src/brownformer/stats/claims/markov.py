@@ -88,8 +88,8 @@ def _null_bound(files: list[dict], null: str, quantity: str, side: int) -> float
     for f in files:
         agg = (f.get("null_models") or {}).get(null, {}).get(quantity) if null != "step0" else \
             (f.get("aggregate") or {}).get(quantity)
-        if agg and agg.get("ci") and agg["ci"][side] is not None:
-            bounds.append(float(agg["ci"][side]))
+        if agg and agg.get("confidence_interval") and agg["confidence_interval"][side] is not None:
+            bounds.append(float(agg["confidence_interval"][side]))
     if not bounds:
         return math.nan
     return max(bounds) if side == 1 else min(bounds)
@@ -263,13 +263,14 @@ def file_verdicts(result: dict, stats) -> dict:
                           "undefined under a causal mask: token 1 is absorbing (pi = e_1)"),
                          ("vmf_output_error", OUTPUT_ERROR_NULL_FRACTION, "needs --features (the token features)")):
         ceiling = tuple(stats.margins[q])
-        lo_null = ((null.get(q) or {}).get("ci") or [None])[0]
+        lo_null = ((null.get(q) or {}).get("confidence_interval") or [None])[0]
         margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None else ceiling[1])
         a = agg.get(q) or {}
         if a.get("mean") is None:
             out[q] = {"verdict": INCONCLUSIVE, "margin": list(margin), "why_undefined": why}
             continue
-        out[q] = {"verdict": equivalence_verdict(a["ci"], _upper(margin)), "estimate": a["mean"], "ci": a["ci"],
+        out[q] = {"verdict": equivalence_verdict(a["confidence_interval"], _upper(margin)), "estimate": a["mean"],
+                  "confidence_interval": a["confidence_interval"],
                   "margin": list(margin), "null_row_shuffled_lower": lo_null}
     margin = tuple(stats.margins["head_isotropy"])
     hk = result.get("head_kernels") or {}

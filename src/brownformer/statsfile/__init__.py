@@ -1,0 +1,30 @@
+"""The per-run statistics contract: what `brownformer stats run` writes for each trajectory file (and `stats
+trajectory` for one array), typed, shared by the statistics (writer) and the summary, the results reader, the
+figures and the report (readers).
+
+Every file carries "schema_version" (SCHEMA_VERSION). A JSON key is always the field's name, and result objects
+use scipy.stats' names: `statistic`, `pvalue`, `confidence_interval` (and `tost_interval`, the (1 - 2 alpha)
+interval the equivalence rule reads). `from_dict` rejects a file of another schema version and names any
+unknown or missing key; `to_dict` writes plain JSON (NaN and inf as null, by the writer's `to_jsonable`).
+
+One file is one of (`parse_stats_file` picks by "category" and content):
+- `BatteryStats`: the Brownian battery of a depth, training or weights file, or of any array (`stats trajectory`);
+  depth files add `sphere` (claim 1).
+- `SphereStats`: a depth file analysed for claim 1 only (after-affine LN output, or too few layers for the battery).
+- `AttentionStats`: an attention file (claim 2); `NoiseStats`: a gradient-noise file.
+`RunStatsSummary` is the run's summary.json. Blocks whose inner layout is descriptive and free-form (curves,
+settings, calibration rows, walkers, the sphere geometry, attention per-matrix values) stay plain mappings.
+
+Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "diffusion_coefficient" with
+"diffusion_coefficient_ci", the sphere distribution under the tensor's name. 2: scipy's names, "rejected",
+"diffusion_coefficient" an estimate object, the sphere distribution under "distribution".
+"""
+from __future__ import annotations
+
+from ._results import SCHEMA_VERSION, EffectEstimate, TestResult
+from .files import (AttentionStats, BatteryStats, LocalSlopes, NoiseCapture, NoiseStats, RunStatsFile, RunStatsSummary,
+                    SphereStats, SphereSummary, SummaryRow, parse_stats_file)
+
+__all__ = ["SCHEMA_VERSION", "TestResult", "EffectEstimate", "LocalSlopes", "SphereSummary", "BatteryStats",
+           "SphereStats", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
+           "RunStatsFile", "parse_stats_file"]

@@ -1,0 +1,256 @@
+"""The per-run statistics files (one per trajectory file) and a run's summary.json."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ._results import SCHEMA_VERSION, EffectEstimate, TestResult, _check_version, _list, _map, _Record
+
+__all__ = ["LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+           "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
+
+
+@dataclass(frozen=True)
+class LocalSlopes(_Record):
+    """Claim 3's reading on the window fixed before the data (stats/window_reading.py)."""
+
+    classification: str
+    description: str
+    effect: EffectEstimate
+    window: dict | None = None
+    curvature: dict | None = None
+    ensemble_exponent: dict | None = None
+    storage_offset: float | None = None
+    tau: list | None = None
+    curve: list | None = None
+    local_slope: list | None = None
+    envelope: dict | None = None
+    null_decay: float | None = None
+
+    _nested = {"effect": EffectEstimate.from_dict}
+
+
+@dataclass(frozen=True)
+class SphereSummary(_Record):
+    """Claim 1 on one depth file (stats/sphere.py tensor_sphere_summary and the capture it came from)."""
+
+    tensor: str  # "ln_raw" | "ln_affine" | "resid"
+    distribution: dict
+    geometry: dict
+    about: dict
+    margins: dict
+    definitional: bool
+    affine_map: dict | None = None
+    ln: str | None = None
+    step: int | None = None
+    capture: int | None = None
+    times: list | None = None
+
+    def about_per_layer(self, quantity: str) -> dict:
+        """{"estimate", "ci_low", "ci_high"}: lists over layers of one sphere_fit.ABOUT_QUANTITIES quantity."""
+        return dict(((self.about or {}).get("per_layer") or {}).get(quantity) or {})
+
+
+@dataclass(frozen=True)
+class BatteryStats(_Record):
+    """The Brownian battery, verdict and description of one trajectory (brownian.analyze_trajectory, the window
+    reading, the clock and input; run_id, category and entry when written by `stats run`)."""
+
+    kind: str
+    n_times: int
+    n_walkers: int
+    n_walkers_total: int
+    n_groups: int
+    dim: int
+    span_dimension: int
+    hyperplane: bool
+    times: list
+    drift_removed: str
+    msd_exponent: EffectEstimate
+    diffusion_coefficient: EffectEstimate
+    tests: list[TestResult]
+    effects: dict[str, EffectEstimate]
+    key_effects: list[str]
+    verdict: str  # "brownian" | "not brownian" | "inconclusive"
+    reason: str
+    brownian: bool
+    classification: str | None
+    flags: list[str]
+    within_group_correlation: float | None
+    calibration_shape: dict
+    curves: dict
+    settings: dict
+    calibration: dict | None
+    schema_version: int = SCHEMA_VERSION
+    calibration_note: str | None = None
+    classification_note: str | None = None
+    clock_check: dict[str, EffectEstimate] | None = None
+    sphere_normalisation: dict | None = None
+    local_slopes: LocalSlopes | None = None
+    walkers: dict | None = None
+    verdict_full_range: str | None = None
+    reason_full_range: str | None = None
+    classification_full_range: str | None = None
+    time: str | None = None
+    clock: dict | None = None
+    input: dict | None = None
+    fitted_null: dict | None = None
+    rule_verdict: str | None = None  # `stats trajectory --calibrate`: the rule's verdict before the gates
+    rule_reason: str | None = None
+    calibration_seconds: float | None = None
+    run_id: str | None = None
+    category: str | None = None
+    entry: dict | None = None
+    sphere: SphereSummary | None = None
+
+    def test(self, name: str) -> TestResult | None:
+        return next((t for t in self.tests if t.name == name), None)
+
+    _nested = {
+            "msd_exponent": EffectEstimate.from_dict, "diffusion_coefficient": EffectEstimate.from_dict,
+            "tests": _list(TestResult.from_dict), "effects": _map(EffectEstimate.from_dict),
+            "clock_check": _map(EffectEstimate.from_dict), "local_slopes": LocalSlopes.from_dict,
+            "sphere": SphereSummary.from_dict}
+
+
+@dataclass(frozen=True)
+class SphereStats(_Record):
+    """A depth file analysed for claim 1 only: the after-affine LN output (`battery` says why), or a file with
+    too few layers for the battery (`battery_error`)."""
+
+    sphere: SphereSummary
+    kind: str | None = None
+    battery: str | None = None
+    battery_error: str | None = None
+    schema_version: int = SCHEMA_VERSION
+    run_id: str | None = None
+    category: str | None = None
+    entry: dict | None = None
+    input: dict | None = None
+
+    _nested = {"sphere": SphereSummary.from_dict}
+
+
+@dataclass(frozen=True)
+class AttentionStats(_Record):
+    """Markov-chain statistics of attention matrices (stats/markov.py analyze_attention, the null models and the
+    step-0 comparison of stats/attention_stats.py); `verdicts` only in `stats attention` output.
+    aggregate: {quantity: {"mean", "confidence_interval", "median", "sd", "n"}}; per_matrix: {quantity: [...]}."""
+
+    shape: list
+    n_matrices: int
+    n: int
+    causal: bool
+    per_matrix: dict
+    aggregate: dict
+    schema_version: int = SCHEMA_VERSION
+    max_row_sum_error: float | None = None
+    undefined: dict | None = None
+    uniform_reference: dict | None = None
+    head_averaged: dict | None = None
+    head_kernels: dict | None = None
+    features_input: dict | None = None
+    step: int | None = None
+    null_models: dict | None = None
+    null_models_info: dict | None = None
+    init_comparison: dict | None = None
+    verdicts: dict | None = None
+    run_id: str | None = None
+    category: str | None = None
+    entry: dict | None = None
+    input: dict | None = None
+
+
+@dataclass(frozen=True)
+class NoiseCapture(_Record):
+    """Tails and Gaussianity of one capture's gradient noise (stats/descriptive.py analyze_noise)."""
+
+    capture: int
+    n: int
+    excess_kurtosis: float | None = None
+    normaltest_statistic: float | None = None
+    normaltest_pvalue: float | None = None
+    tail_index: TestResult | None = None
+
+    _nested = {"tail_index": TestResult.from_dict}
+
+
+@dataclass(frozen=True)
+class NoiseStats(_Record):
+    """A gradient-noise file: one NoiseCapture per capture."""
+
+    kind: str  # "gradient_noise"
+    n_captures: int
+    n_samples: int
+    n_params: int
+    per_capture: list[NoiseCapture]
+    schema_version: int = SCHEMA_VERSION
+    run_id: str | None = None
+    category: str | None = None
+    entry: dict | None = None
+    input: dict | None = None
+
+    _nested = {"per_capture": _list(NoiseCapture.from_dict)}
+
+
+RunStatsFile = BatteryStats | SphereStats | AttentionStats | NoiseStats
+
+
+def parse_stats_file(d: Any, where: str = "statistics file") -> RunStatsFile:
+    """One per-file statistics JSON (parsed) as its contract type.
+
+    Raises:
+        ValueError: another schema version, an unknown kind of file, or unknown/missing keys (naming them).
+    """
+    _check_version(d, where)
+    cat = d.get("category")
+    if cat == "attention" or (cat is None and "per_matrix" in d):  # `stats attention` output has no category
+        return AttentionStats.from_dict(d, where)
+    if cat == "gradnoise" or d.get("kind") == "gradient_noise":
+        return NoiseStats.from_dict(d, where)
+    if "tests" in d:
+        return BatteryStats.from_dict(d, where)
+    if "sphere" in d:
+        return SphereStats.from_dict(d, where)
+    raise ValueError(f"{where}: neither a battery (no 'tests'), a sphere, an attention nor a gradient-noise file")
+
+
+@dataclass(frozen=True)
+class SummaryRow(_Record):
+    """One analysed file in a run's summary.json: where it is and its headline values."""
+
+    path: str
+    output: str
+    category: str | None
+    unit: str | None = None
+    kind: str | None = None
+    verdict: str | None = None
+    classification: str | None = None
+    brownian: bool | None = None
+    msd_exponent: EffectEstimate | None = None
+    battery_error: str | None = None
+    calibration_shape: dict | None = None
+    window_exponent: float | None = None
+    sphere_tensor: str | None = None
+
+    _nested = {"msd_exponent": EffectEstimate.from_dict}
+
+
+@dataclass(frozen=True)
+class RunStatsSummary(_Record):
+    """A run's stats/summary.json: the files analysed (rows) and the files that failed ({"path", "error"})."""
+
+    run_id: str
+    traj_dir: str
+    index_sha256: str
+    n_files: int
+    files: list[SummaryRow]
+    errors: list[dict]
+    schema_version: int = SCHEMA_VERSION
+
+    _nested = {"files": _list(SummaryRow.from_dict)}
+
+    @classmethod
+    def from_dict(cls, d: dict, where: str = "summary.json") -> RunStatsSummary:
+        _check_version(d, where)
+        return super().from_dict(d, where)
