@@ -60,7 +60,7 @@ def test_calibrated_rule_is_the_verdict_rule(brownian_file, monkeypatch):
     eff, data = seen["msd_exponent"], out["local_slopes"]["effect"]
     # equal up to float32 storage of the file (the data path reads it in float64)
     assert eff.estimate[0] == pytest.approx(data["estimate"], rel=1e-6)
-    assert [eff.tost_low[0], eff.tost_high[0]] == pytest.approx(data["tost_ci"], rel=1e-6)
+    assert [eff.tost_low[0], eff.tost_high[0]] == pytest.approx(data["tost_interval"], rel=1e-6)
     assert bat.verdicts[0] == out["verdict"]
 
 

@@ -26,6 +26,7 @@ class LocalSlopes(_Record):
     local_slope: list | None = None
     envelope: dict | None = None
     null_decay: float | None = None
+    spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
 
     _nested = {"effect": EffectEstimate.from_dict}
 
