@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, SCHEMA_PATH, ConfigError, apply_overrides,
-                                      validate_dict)
+from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
+                                      apply_overrides, validate_dict)
 from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_steps, replica_seed
 
 __all__ = [
@@ -391,7 +391,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
         with open(path) as fh:
-            raw = yaml.safe_load(fh) or {}
+            raw = yaml.load(fh, Loader=FAST_SAFE_LOADER) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):
