@@ -201,6 +201,7 @@ class GridBlock:
     seeds: tuple[int, ...]
     probes: bool = True
     eval_every: int | None = None  # None: train.eval_every
+    stop_at_target: bool = False  # metrics-only runs stop at claim 4's target (brownformer.target_stop)
 
     def runs(self) -> list[RunSpec]:
         return [RunSpec(m, o, s) for m in self.models for o in self.optimizers for s in self.seeds]
@@ -289,6 +290,14 @@ class ExperimentConfig:
                   if run_id in {r.run_id for r in b.runs()}]
         return min(values) if values else self.train.eval_every
 
+    def stop_target(self, run_id: str) -> float | None:
+        """`report.targets[model]` when the run stops at claim 4's target (brownformer.target_stop): every block
+        naming it asks for it and the run captures no probes; else None (it trains its whole budget)."""
+        blocks = [b for b in self.grid if run_id in {r.run_id for r in b.runs()}]
+        if not blocks or not all(b.stop_at_target for b in blocks) or self.probed(run_id):
+            return None
+        return float(self.report.targets[RunSpec.parse(run_id).model])
+
     def for_run(self, run_id: str) -> "ExperimentConfig":
         """This config as one run sees it: the run's model may override `train.steps`, its grid block
         `train.eval_every`."""
@@ -328,7 +337,10 @@ class ExperimentConfig:
                   "optimizer": {**self.raw["optimizers"][spec.optimizer], **(tuned.settings() if tuned else {})},
                   "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
                   "probes": self.raw["probes"], "device": self.raw["device"]}
-        return slices if self.probed(run_id) else {**slices, "metrics_only": True}
+        if self.probed(run_id):
+            return slices
+        target = self.stop_target(run_id)  # added only when set: the slices of other runs stay as they were
+        return {**slices, "metrics_only": True, **({"stop_at_target": target} if target is not None else {})}
 
     def run_hash(self, run_id: str) -> str:
         """Hash of `run_slice`: a checkpoint or manifest of another hash was trained under other settings."""
@@ -361,7 +373,7 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         optimizers=opts,
         grid=tuple(GridBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
                              seeds=tuple(b.get("seeds", d["seeds"])), probes=b["probes"],
-                             eval_every=b.get("eval_every"))
+                             eval_every=b.get("eval_every"), stop_at_target=b["stop_at_target"])
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
         probes=ProbeConfig(**d.get("probes", {})),

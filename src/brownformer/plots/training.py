@@ -14,6 +14,7 @@ import pandas as pd
 from brownformer.metrics import val_metric
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.results import Results, report_setting, time_to_target
+from brownformer.target_stop import stopped_runs
 
 log = logging.getLogger(__name__)
 
@@ -63,10 +64,14 @@ def _band(ax, g: pd.DataFrame, x: str, y: str, color, label: str) -> None:
 
 
 def plot_training_curves(res: Results):
-    """Figure 1: rows = model variants; columns = train loss and validation metric vs steps and seconds."""
+    """Figure 1: rows = model variants; columns = train loss and validation metric vs steps and seconds.
+
+    Runs stopped at claim 4's target (brownformer.target_stop) are left out: their curves end early, and a
+    median over seeds would switch to the other runs where they end."""
     models = sorted({r.model for r in res.runs})
     fig, axes = new_figure(max(len(models), 1), 4, width=3.3, height=2.6)
-    m = res.metrics
+    stopped = stopped_runs(res.metrics)
+    m = res.metrics[~res.metrics["run"].isin(stopped)] if stopped else res.metrics
     palette = optimizer_palette(r.optimizer for r in res.runs)
     for i, model in enumerate(models):
         g_model = m[m["model"] == model] if not m.empty else m
@@ -93,7 +98,8 @@ def plot_training_curves(res: Results):
         no_data(axes[0, 0], "the config has no runs")
     handles = [axes[0, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
     fig.legend(handles=handles, title="optimizer", loc="outside lower center", ncol=max(len(handles), 1))
-    fig.suptitle("Training curves (median over seeds; bands span seeds)", fontsize=10)
+    left_out = f"; {len(stopped)} runs stopped at claim 4's target left out" if stopped else ""
+    fig.suptitle(f"Training curves (median over seeds; bands span seeds{left_out})", fontsize=10)
     return fig
 
 
