@@ -269,7 +269,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             bar.set_postfix(loss=f"{row['train_loss']:.3f}")
             if stop_when is not None and stop_when(row):
                 return pd.DataFrame(rows)
-            stopped = target is not None and on_target(row, target, target_metric)
+            # on target before the budget's end (at the last step the run is a full one)
+            stopped = target is not None and done < tcfg.steps and on_target(row, target, target_metric)
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after or stopped:
             _save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
