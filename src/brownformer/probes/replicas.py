@@ -29,7 +29,7 @@ from scipy.linalg import helmert
 
 from brownformer.config import ExperimentConfig
 from brownformer.io import write_json
-from brownformer.probes.capture import MATRICES
+from brownformer.probes.layout import MATRICES
 from brownformer.probes.extract import PRIMARY_CLOCK, _staging_dir
 from brownformer.probes.store import CaptureStore
 
