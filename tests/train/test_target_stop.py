@@ -120,9 +120,10 @@ def test_readers_leave_stopped_runs_out_of_final_values_and_curves(ci_raw, digit
     assert not table.loc["vit-pre__adamw__s1", "stopped"]
     assert np.isfinite(table.loc["vit-pre__adamw__s1", ["final", "total_seconds"]].astype(float)).all()
     fig = plot_training_curves(Results(cfg, root))
-    assert "1 runs stopped at claim 4's target left out" in fig._suptitle.get_text()
-    curve = fig.axes[1].lines[0].get_xdata()  # val accuracy vs step: the full run's evaluations only
-    assert curve[-1] == STEPS
+    assert "1 runs stopped at claim 4's target (x), not in the median" in fig._suptitle.get_text()
+    median, thin, stop_mark = fig.axes[1].lines[:3]  # val accuracy vs step
+    assert median.get_xdata()[-1] == STEPS, "the median is the full run's"
+    assert thin.get_xdata()[-1] == stop_mark.get_xdata()[-1] < STEPS and thin.get_linewidth() < median.get_linewidth()
 
 
 def test_config_rules(ci_raw):

@@ -66,12 +66,13 @@ def _band(ax, g: pd.DataFrame, x: str, y: str, color, label: str) -> None:
 def plot_training_curves(res: Results):
     """Figure 1: rows = model variants; columns = train loss and validation metric vs steps and seconds.
 
-    Runs stopped at claim 4's target (brownformer.target_stop) are left out: their curves end early, and a
-    median over seeds would switch to the other runs where they end."""
+    Runs stopped at claim 4's target (brownformer.target_stop) stay out of the median and the band (their
+    curves end early: a median over seeds would switch to the other runs where they end); each is drawn as
+    a thin line of its optimizer's colour ending in an x where it stopped."""
     models = sorted({r.model for r in res.runs})
     fig, axes = new_figure(max(len(models), 1), 4, width=3.3, height=2.6)
     stopped = stopped_runs(res.metrics)
-    m = res.metrics[~res.metrics["run"].isin(stopped)] if stopped else res.metrics
+    m = res.metrics
     palette = optimizer_palette(r.optimizer for r in res.runs)
     for i, model in enumerate(models):
         g_model = m[m["model"] == model] if not m.empty else m
@@ -89,7 +90,13 @@ def plot_training_curves(res: Results):
                 no_data(ax, f"no metrics.parquet with {y} for {model}", title=title)
                 continue
             for opt, g in g_model[g_model[y].notna()].groupby("optimizer", sort=True):
-                _band(ax, g, x, y, palette[opt], opt)
+                full = g[~g["run"].isin(stopped)]
+                if len(full):
+                    _band(ax, full, x, y, palette[opt], opt)
+                for _, run in g[g["run"].isin(stopped)].groupby("run", sort=True):
+                    run = run.sort_values("step")
+                    ax.plot(run[x], run[y], color=palette[opt], lw=0.5, alpha=0.6)
+                    ax.plot(run[x].iat[-1], run[y].iat[-1], marker="x", ms=3, color=palette[opt], lw=0)
             ax.set(xlabel=xl, ylabel=yl, title=title)
             if y == "train_loss":
                 ax.set_yscale("log")
@@ -98,8 +105,9 @@ def plot_training_curves(res: Results):
         no_data(axes[0, 0], "the config has no runs")
     handles = [axes[0, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
     fig.legend(handles=handles, title="optimizer", loc="outside lower center", ncol=max(len(handles), 1))
-    left_out = f"; {len(stopped)} runs stopped at claim 4's target left out" if stopped else ""
-    fig.suptitle(f"Training curves (median over seeds; bands span seeds{left_out})", fontsize=10)
+    thin = (f"; thin lines: {len(stopped)} runs stopped at claim 4's target (x), not in the median" if stopped
+            else "")
+    fig.suptitle(f"Training curves (median over full runs; bands span seeds{thin})", fontsize=10)
     return fig
 
 
