@@ -10,7 +10,7 @@ Protocol (one run, same seeds for every optimizer; the tuning's own machinery, b
   whole validation split; target ``report.targets["vit-pre"]``; a seed run stops at the target;
 - every optimizer tried on the same number of settings, all seeds each: the three K-FACs on the same
   lr x damping grid (``--kfac-lrs`` x ``--dampings``), AdamW on as many learning rates (``--adamw-lrs``);
-  within an optimizer, settings run in order and a setting stops once it cannot beat the best so far;
+  every setting runs all its seeds (one parallel job per optimizer and setting; the table is rewritten as each ends);
 - the chosen setting per optimizer is the one with the smallest restricted mean steps to the target
   over the seeds (brownformer.tuning.search.outcome_of), then its per-seed steps, Kaplan-Meier median
   and the ratio of medians to AdamW and to kfac-pytorch with a bootstrap interval (stats/survival.py).
@@ -30,7 +30,7 @@ import json
 import math
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from pathlib import Path
 
 import numpy as np
@@ -90,26 +90,20 @@ def _use_kfac_pytorch(damping: float | None) -> None:
     train.build_optimizer = build_optimizer if damping is None else build
 
 
-def search(raw: dict, optimizer: str, grid: list[dict], seeds: list[int], data_dir: str, target: float,
-           eval_every: int) -> list[dict]:
-    """Every setting of ``grid`` for one optimizer, in order, stopping a setting once it cannot win."""
-    trials, best = [], None
-    for settings in grid:
-        config_settings = settings
-        _use_kfac_pytorch(settings["damping"] if optimizer == LIBRARY else None)  # a worker runs several searches
-        if optimizer == LIBRARY:
-            config_settings = {"lr": settings["lr"]}
-        t0 = time.perf_counter()
-        outcome = run_trial(raw, "vit-pre", optimizer, config_settings, seeds, data_dir, target=target,
-                            eval_every=eval_every, incumbent=best)
-        trials.append({"settings": settings, "outcome": outcome, "seconds": time.perf_counter() - t0})
-        if best is None or outcome.key < best.key:
-            best = outcome
-    return trials
+def trial(raw: dict, optimizer: str, settings: dict, seeds: list[int], data_dir: str, target: float,
+          eval_every: int) -> dict:
+    """Every seed of one setting of one optimizer, each seed run stopped at the target."""
+    _use_kfac_pytorch(settings["damping"] if optimizer == LIBRARY else None)  # a worker runs several optimizers
+    config_settings = {"lr": settings["lr"]} if optimizer == LIBRARY else settings
+    t0 = time.perf_counter()
+    outcome = run_trial(raw, "vit-pre", optimizer, config_settings, seeds, data_dir, target=target,
+                        eval_every=eval_every, incumbent=None)
+    return {"settings": settings, "outcome": outcome, "seconds": time.perf_counter() - t0}
 
 
 def _job(args):
-    return args[1], search(*args)
+    optimizer, index, *rest = args
+    return optimizer, index, trial(rest[0], optimizer, *rest[1:])
 
 
 def main(argv=None) -> int:
@@ -143,11 +137,18 @@ def main(argv=None) -> int:
     if len({len(g) for g in grids.values()}) != 1:
         raise SystemExit("every optimizer gets the same number of settings: give as many AdamW lrs as K-FAC settings")
     t0 = time.perf_counter()
-    jobs = [(copy.deepcopy(raw), o, g, args.seeds, data_dir, target, args.eval_every) for o, g in grids.items()]
-    with ProcessPoolExecutor(args.workers) as pool:  # K-FACs first: the longest jobs start first
-        results = dict(pool.map(_job, sorted(jobs, key=lambda j: j[1] == "adamw")))
-    wall = time.perf_counter() - t0
-    write(args, results, target, wall)
+    # one job per (optimizer, setting), K-FACs first (the longest jobs start first); every setting runs all its
+    # seeds (no early stop against an incumbent), so the jobs are independent and the table is written as each ends
+    jobs = [(o, i, copy.deepcopy(raw), s, args.seeds, data_dir, target, args.eval_every)
+            for o, g in grids.items() for i, s in enumerate(g)]
+    done: dict = {o: {} for o in grids}
+    with ProcessPoolExecutor(args.workers) as pool:
+        for future in as_completed([pool.submit(_job, j) for j in sorted(jobs, key=lambda j: j[0] == "adamw")]):
+            o, i, result = future.result()
+            done[o][i] = result
+            results = {o: [t[i] for i in sorted(t)] for o, t in done.items() if t}
+            write(args, results, target, time.perf_counter() - t0, pending=len(jobs) - sum(map(len, done.values())))
+    return 0
     return 0
 
 
@@ -165,7 +166,7 @@ def _num(x: float) -> str:
     return "undefined" if math.isnan(x) else f"{x:.3g}"
 
 
-def write(args, results: dict, target: float, wall: float) -> None:
+def write(args, results: dict, target: float, wall: float, pending: int = 0) -> None:
     rows, every, summary = [], [], {}
     chosen = {o: _chosen(t) for o, t in results.items()}
     for o, trials in results.items():
@@ -200,7 +201,8 @@ def write(args, results: dict, target: float, wall: float) -> None:
         f"Target val_accuracy {target} (report.targets), evaluation every {args.eval_every} steps, seeds {args.seeds} "
         f"for every optimizer; {len(next(iter(results.values())))} settings each: K-FACs lr {args.kfac_lrs} x damping "
         f"{args.dampings}, AdamW lr {args.adamw_lrs}. Training CPU {cpu:.0f} s ({wall:.0f} s wall, "
-        f"{args.workers} workers). A run that never reaches the target within the budget shows as >steps run.", "",
+        f"{args.workers} workers). A run that never reaches the target within the budget shows as >steps run."
+        + (f" PARTIAL: {pending} settings still running when this was written." if pending else ""), "",
         "## Chosen setting per optimizer (restricted mean steps over the seeds), KM median ratios", "",
         pd.DataFrame(rows).to_markdown(index=False, floatfmt=".4g"), "", "## Every setting", "",
         pd.DataFrame(every).to_markdown(index=False, floatfmt=".4g"), ""])
@@ -210,8 +212,9 @@ def write(args, results: dict, target: float, wall: float) -> None:
     out.with_suffix(".json").write_text(json.dumps(to_jsonable({
         "target": target, "seeds": args.seeds, "cpu_seconds": cpu, "wall_seconds": wall,
         "chosen": {o: {"settings": c["settings"], "seeds": list(c["outcome"].seeds)} for o, c in chosen.items()},
-        "ratios": summary, "every_setting": every}), indent=1))
-    print(text)
+        "ratios": summary, "every_setting": every, "pending": pending}), indent=1))
+    if not pending:
+        print(text)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import os
+import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +31,38 @@ def atomic_path(path: str | Path, suffix: str = "") -> Iterator[Path]:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+@contextmanager
+def staged_folder(out: str | Path, *, merge: bool = False, last: str | None = None) -> Iterator[Path]:
+    """A staging folder beside ``out`` that takes effect only if the block succeeds (earlier results stay intact).
+
+    ``merge=False``: the staging folder replaces ``out`` whole. ``merge=True``: each of its entries replaces the
+    same-named entry of ``out`` (other entries stay), the entry named ``last`` moved last (the completion marker).
+    """
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
+    try:
+        yield tmp
+        if merge:
+            out.mkdir(exist_ok=True)
+            for child in sorted(tmp.iterdir(), key=lambda p: p.name == last):
+                target = out / child.name
+                if target.is_dir():
+                    shutil.rmtree(target)
+                os.replace(child, target)
+        else:
+            old = None
+            if out.exists():  # moved aside first: os.replace cannot overwrite a non-empty folder
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+                os.rmdir(old)
+                os.replace(out, old)
+            os.replace(tmp, out)
+            if old is not None:
+                shutil.rmtree(old)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def to_jsonable(obj: Any) -> Any:

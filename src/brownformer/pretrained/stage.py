@@ -13,18 +13,14 @@ import hashlib
 import json
 import logging
 import os
-import shutil
-import tempfile
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import torch
 
 from brownformer.config import ProbeConfig, StatsConfig
-from brownformer.io import sha256_file, write_json
+from brownformer.io import sha256_file, staged_folder, write_json
 
 from .adapters import ModuleMap, adapter_for
 from .capture import capture_model, head_counts
@@ -96,23 +92,6 @@ def _read_module_map(path: Path | None) -> ModuleMap | None:
         raise ValueError(f"--module-map {path}: {exc}") from None
 
 
-@contextmanager
-def _staged(out: Path) -> Iterator[Path]:
-    """A staging folder whose entries replace DIR's same-named entries only if the block succeeds."""
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.new-", dir=out.parent))
-    try:
-        yield tmp
-        out.mkdir(exist_ok=True)
-        for child in sorted(tmp.iterdir(), key=lambda p: p.name == "pretrained.json"):  # pretrained.json last
-            target = out / child.name
-            if target.is_dir():
-                shutil.rmtree(target)
-            os.replace(child, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
 def _weights_provenance(model_dir: Path) -> dict:
     files = {f.name: sha256_file(f) for f in weight_files(model_dir)}
     combined = hashlib.sha256("".join(f"{k}:{v}\n" for k, v in sorted(files.items())).encode()).hexdigest()
@@ -149,7 +128,7 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
     H, H_kv = head_counts(config, adapter)
     name = req.name or model_dir.resolve().name
     stats = stats_for_norm(stats, adapter.norm_kind, d)
-    with _staged(Path(req.out)) as tmp:
+    with staged_folder(req.out, merge=True, last="pretrained.json") as tmp:
         writer = TrajectoryWriter(tmp / "trajectories", name, placement=adapter.placement, norm_kind=adapter.norm_kind,
                                   causal=adapter.causal, n_inputs=B, n_tokens=n, cls_token=adapter.modality == "image")
         writer.depth(cap, PRETRAINED_CAPTURE)

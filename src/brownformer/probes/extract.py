@@ -9,18 +9,14 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
-import shutil
-import tempfile
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig
-from brownformer.io import write_json
+from brownformer.io import staged_folder, write_json
 from brownformer.probes.layout import MATRICES
 from brownformer.probes.schedule import depth_subset
 from brownformer.probes.store import CaptureStore
@@ -45,26 +41,6 @@ _GROUPS_WEIGHTS = ("one group: the rows of one matrix share their inputs and K-F
                    "independent walkers; one path gives point estimates only, intervals are over replicas")
 _RADIUS_NOTE = ("not renormalised: LayerNorm's eps gives |z| = sqrt(var / (var + eps)) <= 1, below 1 where a "
                 "token's variance is small (claim 1 is measured on these values); ln 'none' is exactly 1")
-
-
-@contextmanager
-def _staging_dir(out_dir: Path) -> Iterator[Path]:
-    """A temporary folder that replaces out_dir only if the block succeeds."""
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.new-", dir=out_dir.parent))
-    try:
-        yield tmp
-        old = None
-        if out_dir.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{out_dir.name}.old-", dir=out_dir.parent))
-            os.rmdir(old)
-            os.replace(out_dir, old)
-        os.replace(tmp, out_dir)
-        if old is not None:
-            shutil.rmtree(old)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
 
 
 class _Writer:
@@ -122,7 +98,7 @@ def extract_trajectories(cfg: ExperimentConfig, run_dir: str | Path, out_dir: st
     if meta["config_hash"] != cfg.hash:
         log.warning("%s was captured under config hash %s, not the given config's %s",
                     run_dir / "probes", meta["config_hash"][:12], cfg.hash[:12])
-    with _staging_dir(out_dir) as tmp:
+    with staged_folder(out_dir) as tmp:
         writer = _Writer(tmp, meta["run"])
         depth_ks = _write_all(store, meta, writer)
         write_json(tmp / "index.json", {"run": meta["run"], "files": writer.entries})

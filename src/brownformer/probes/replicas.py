@@ -28,9 +28,9 @@ import numpy as np
 from scipy.linalg import helmert
 
 from brownformer.config import ExperimentConfig
-from brownformer.io import write_json
+from brownformer.io import staged_folder, write_json
+from brownformer.probes.extract import PRIMARY_CLOCK
 from brownformer.probes.layout import MATRICES
-from brownformer.probes.extract import PRIMARY_CLOCK, _staging_dir
 from brownformer.probes.store import CaptureStore
 
 log = logging.getLogger(__name__)
@@ -160,7 +160,7 @@ def extract_replicas(cfg: ExperimentConfig, base_run: str, run_dirs: list[str | 
 
     B, n, rows = meta["n_inputs"], meta["n_tokens"], weights.shape[-2]
     entries = []
-    with _staging_dir(Path(out_dir)) as tmp:
+    with staged_folder(out_dir) as tmp:
         for l in range(meta["n_layers"]):
             entries.append(_write_contrast(tmp, f"training/ln_l{l}.npy", tokens[:, :, l], {
                 **common, "source": source(l, "ln"), "sphere_note": _SPHERE_NOTE,

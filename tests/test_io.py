@@ -1,0 +1,56 @@
+"""brownformer.io.staged_folder: results take effect only when the block succeeds."""
+import pytest
+
+from brownformer.io import staged_folder
+
+
+def _tree(root):
+    return {p.relative_to(root).as_posix(): p.read_text() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+@pytest.fixture
+def earlier(tmp_path):
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    (out / "a.txt").write_text("old a")
+    (out / "keep.txt").write_text("old keep")
+    (out / "sub" / "x.txt").write_text("old x")
+    return out
+
+
+def test_replace_mode_swaps_the_whole_folder(earlier):
+    with staged_folder(earlier) as tmp:
+        (tmp / "a.txt").write_text("new a")
+    assert _tree(earlier) == {"a.txt": "new a"}
+    assert sorted(p.name for p in earlier.parent.iterdir()) == ["out"]  # no staging or old folder left behind
+
+
+def test_merge_mode_replaces_only_same_named_entries_and_moves_the_marker_last(earlier, monkeypatch):
+    import os
+
+    moved = []
+    real_replace = os.replace
+    monkeypatch.setattr(os, "replace", lambda a, b: (moved.append(os.path.basename(b)), real_replace(a, b)))
+    with staged_folder(earlier, merge=True, last="a.txt") as tmp:
+        (tmp / "a.txt").write_text("new a")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "y.txt").write_text("new y")
+    assert _tree(earlier) == {"a.txt": "new a", "keep.txt": "old keep", "sub/y.txt": "new y"}
+    assert moved[-1] == "a.txt"
+
+
+@pytest.mark.parametrize("merge", [False, True])
+def test_a_failing_block_leaves_earlier_results_intact(earlier, merge):
+    before = _tree(earlier)
+    with pytest.raises(RuntimeError), staged_folder(earlier, merge=merge) as tmp:
+        (tmp / "a.txt").write_text("half-written")
+        raise RuntimeError("stage failed")
+    assert _tree(earlier) == before
+    assert sorted(p.name for p in earlier.parent.iterdir()) == ["out"]
+
+
+def test_a_missing_output_folder_is_created(tmp_path):
+    out = tmp_path / "deep" / "out"
+    with staged_folder(out) as tmp:
+        (tmp / "f").write_text("1")
+    assert _tree(out) == {"f": "1"}
