@@ -218,7 +218,7 @@ def _cmd_pretrained(args) -> None:
 
 
 def _add_pretrained_parser(sub) -> None:
-    from brownformer.pretrained.inputs import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS
+    from brownformer.pretrained.settings import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS
     p = sub.add_parser("pretrained", help="the paper's statistics on a local Hugging Face checkpoint (offline)",
                        description="Captures MODEL_DIR (a local transformers folder: config.json + weights; never a "
                        "network call) and writes OUT/trajectories (the trajectory layout), OUT/stats and "

@@ -17,8 +17,8 @@ from typing import Any, Mapping
 
 import yaml
 
-from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, SCHEMA_PATH, ConfigError, apply_overrides,
-                                      validate_dict)
+from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
+                                      apply_overrides, validate_dict)
 from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_steps, replica_seed
 from brownformer.config_tuned import TunedConfig, read_tuned
 
@@ -192,6 +192,7 @@ class GridBlock:
     seeds: tuple[int, ...]
     probes: bool = True
     eval_every: int | None = None  # None: train.eval_every
+    stop_at_target: bool = False  # metrics-only runs stop at claim 4's target (brownformer.target_stop)
 
     def runs(self) -> list[RunSpec]:
         return [RunSpec(m, o, s) for m in self.models for o in self.optimizers for s in self.seeds]
@@ -280,6 +281,14 @@ class ExperimentConfig:
                   if run_id in {r.run_id for r in b.runs()}]
         return min(values) if values else self.train.eval_every
 
+    def stop_target(self, run_id: str) -> float | None:
+        """`report.targets[model]` when the run stops at claim 4's target (brownformer.target_stop): every block
+        naming it asks for it and the run captures no probes; else None (it trains its whole budget)."""
+        blocks = [b for b in self.grid if run_id in {r.run_id for r in b.runs()}]
+        if not blocks or not all(b.stop_at_target for b in blocks) or self.probed(run_id):
+            return None
+        return float(self.report.targets[RunSpec.parse(run_id).model])
+
     def for_run(self, run_id: str) -> "ExperimentConfig":
         """This config as one run sees it: the run's model may override `train.steps`, its grid block
         `train.eval_every`."""
@@ -319,7 +328,10 @@ class ExperimentConfig:
                   "optimizer": {**self.raw["optimizers"][spec.optimizer], **(tuned.settings() if tuned else {})},
                   "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
                   "probes": self.raw["probes"], "device": self.raw["device"]}
-        return slices if self.probed(run_id) else {**slices, "metrics_only": True}
+        if self.probed(run_id):
+            return slices
+        target = self.stop_target(run_id)  # added only when set: the slices of other runs stay as they were
+        return {**slices, "metrics_only": True, **({"stop_at_target": target} if target is not None else {})}
 
     def run_hash(self, run_id: str) -> str:
         """Hash of `run_slice`: a checkpoint or manifest of another hash was trained under other settings."""
@@ -352,7 +364,7 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         optimizers=opts,
         grid=tuple(GridBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
                              seeds=tuple(b.get("seeds", d["seeds"])), probes=b["probes"],
-                             eval_every=b.get("eval_every"))
+                             eval_every=b.get("eval_every"), stop_at_target=b["stop_at_target"])
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
         probes=ProbeConfig(**d.get("probes", {})),
@@ -376,7 +388,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Experim
         raise ConfigError(f"config file {str(path)!r} does not exist")
     try:
         with open(path) as fh:
-            raw = yaml.safe_load(fh) or {}
+            raw = yaml.load(fh, Loader=FAST_SAFE_LOADER) or {}
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {exc}") from None
     if not isinstance(raw, dict):

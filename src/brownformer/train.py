@@ -9,7 +9,8 @@ accumulated there (`train_step.LossTracker`) and fetched, with the optimizer's d
 at log and eval steps. Writes metrics.parquet, manifest.json and checkpoints/last.pt atomically;
 probes and callbacks are called before every update with the model as it stands after `step` updates.
 A run no grid block probes (`probes: false`, metrics only) attaches no recorder and leaves an empty
-probes/index.parquet, the capture store's table with no rows.
+probes/index.parquet, the capture store's table with no rows. A metrics-only run of blocks with
+`stop_at_target` ends at its first evaluation on claim 4's target and says so (brownformer.target_stop).
 """
 from __future__ import annotations
 
@@ -32,10 +33,12 @@ from brownformer.config import ExperimentConfig, RunSpec, TrainConfig
 from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
 from brownformer.io import atomic_path, write_json
 from brownformer.manifest import build_manifest, device_description
+from brownformer.metrics import val_metric_for_kind
 from brownformer.models import build_model, loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.probes import ProbeRecorder
 from brownformer.probes.store import INDEX_FILE, META_FILE, CaptureStore
+from brownformer.target_stop import BUDGET, STOPPED, on_target
 from brownformer.train_step import LossTracker, TrainStep
 
 log = logging.getLogger(__name__)
@@ -206,6 +209,9 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     val = eval_batches_on(eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches,
                                        seq_len=seq_len), device)
     tracker = LossTracker(device)
+    target = cfg.stop_target(run_id)  # None: the whole budget
+    target_metric = val_metric_for_kind(data.kind)
+    stopped = False
     rows: list[dict] = []
     start_step, lr_sum, lr_sq_sum, wall_offset = 0, 0.0, 0.0, 0.0
     eval_wall = 0.0  # cumulative seconds in _evaluate: training wall-clock is wall_time - eval_wall_time
@@ -224,6 +230,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         eval_wall, probe_wall = state.get("eval_wall_time", 0.0), state.get("probe_wall_time", 0.0)
         if "loss_tracker" in state:  # absent in checkpoints written before the tracker existed
             tracker.load(state["loss_tracker"])
+        stopped = bool(state.get(STOPPED, False))  # it stopped at the target there: nothing left to train
         log.info("resuming %s from step %d", run_id, start_step)
     # Compile a forward function, not the module: state_dict keys stay plain (no "_orig_mod.") so
     # checkpoints load into an uncompiled model for probes and extraction.
@@ -235,7 +242,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     model.train()
     synced_steps = set().union(*(getattr(cb, "schedule", ()) for cb in callbacks))
     t0 = time.perf_counter() - wall_offset
-    bar = tqdm(range(start_step, tcfg.steps), desc=run_id, disable=not progress, mininterval=5)
+    end_step = start_step if stopped else tcfg.steps
+    bar = tqdm(range(start_step, end_step), desc=run_id, disable=not progress, mininterval=5)
     for step in bar:
         probe_wall += _timed_callbacks(callbacks, step, model, lr_sum, lr_sq_sum, device, synced_steps)
         lr = step_fn.set_lr(lr_factor(step, tcfg))
@@ -261,18 +269,27 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             bar.set_postfix(loss=f"{row['train_loss']:.3f}")
             if stop_when is not None and stop_when(row):
                 return pd.DataFrame(rows)
-        if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after:
+            # on target before the budget's end (at the last step the run is a full one)
+            stopped = target is not None and done < tcfg.steps and on_target(row, target, target_metric)
+        if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after or stopped:
             _save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
                 "step": done, "lr_sum": lr_sum, "lr_sq_sum": lr_sq_sum, "wall_time": time.perf_counter() - t0,
                 "eval_wall_time": eval_wall, "probe_wall_time": probe_wall, "metrics_rows": rows,
-                "loss_tracker": tracker.state(), "config_hash": cfg.run_hash(run_id), "run_id": run_id})
+                "loss_tracker": tracker.state(), "config_hash": cfg.run_hash(run_id), "run_id": run_id,
+                STOPPED: stopped})
+        if stopped:
+            end_step = done
+            log.info("%s: stopped at step %d, the first evaluation on claim 4's target %s", run_id, done, target)
+            break
         if stop_after is not None and done >= stop_after:
             log.info("%s: stopping after %d steps as asked", run_id, done)
             return pd.DataFrame(rows)
     for cb in callbacks:
-        cb(tcfg.steps, model, lr_sum, lr_sq_sum)
+        cb(end_step, model, lr_sum, lr_sq_sum)
     wall = time.perf_counter() - t0
+    if target is not None:  # brownformer.target_stop: every row of such a run says whether it stopped early
+        rows = [{**row, STOPPED: stopped, BUDGET: tcfg.steps} for row in rows]
     metrics = pd.DataFrame(rows)
     _write_metrics(out_dir / "metrics.parquet", rows)
     if not probing:  # the pipeline declares the index a training output; an existing one keeps its rows
@@ -283,7 +300,9 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         seeds={"torch": spec.seed, "data": spec.data_seed, "noise": spec.noise_seed,
                "split": cfg.dataset_of(spec.model).split_seed, "probes": cfg.probes.seed},
         determinism=flags, device=device_description(device), wall_time_s=wall,
-        steps=tcfg.steps, n_parameters=sum(p.numel() for p in model.parameters()),
+        steps=tcfg.steps, steps_trained=end_step,
+        stopped_at_target=({"step": end_step, "target": target, "metric": target_metric.column} if stopped else None),
+        n_parameters=sum(p.numel() for p in model.parameters()),
         final={k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rows[-1].items()} if rows else {}))
     log.info("%s: done in %.1fs, final %s", run_id, wall, rows[-1] if rows else {})
     return metrics

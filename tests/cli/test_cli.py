@@ -19,6 +19,17 @@ def test_help_lists_every_stage():
         assert stage in out.stdout
 
 
+def test_parser_and_config_load_without_torch():
+    # every pipeline job starts the CLI; the stages that need no torch (extraction, statistics) must not pay its
+    # import (~2.7 CPU-s per job)
+    code = ("import sys; from brownformer.cli import build_parser; from brownformer.config import load_config; "
+            "import brownformer.probes.extract, brownformer.probes.replicas, brownformer.stats.stages; "
+            f"build_parser(); load_config({str(ROOT / 'config/config.yaml')!r}); print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
+
+
 def test_bad_config_exits_2_and_names_key(tmp_path, capsys, ci_raw):
     raw = dict(ci_raw)
     raw["optimizers"] = {**ci_raw["optimizers"], "adamw": {"type": "adamw", "lr": -1}}

@@ -142,3 +142,15 @@ def test_layout_text_names_every_family():
     for family in ("depth/ln_c", "depth/lnaff_c", "depth/resid_c", "training/ln_l", "lr_sq_sum", "weights/l", "gradnoise/l",
                    "attention/c", "index.json", "summary.json"):
         assert family in text
+
+
+@pytest.mark.parametrize("centered", [True, False])
+def test_unit_features_equal_the_capture_normalisation(centered):
+    """The extraction's numpy normalisation is the recorder's torch one (to float32 rounding)."""
+    from brownformer.probes.capture import sphere_normalize
+    from brownformer.probes.extract import unit_features
+
+    x = np.random.default_rng(3).normal(1.0, 3.0, size=(3, 2, 5, 16)).astype(np.float32)
+    expected = sphere_normalize(torch.from_numpy(x), centered=centered).numpy() / math.sqrt(16)
+    np.testing.assert_allclose(unit_features(x, centered=centered), expected, rtol=0, atol=1e-6)
+    assert np.allclose(np.linalg.norm(unit_features(x, centered=centered), axis=-1), 1.0, atol=1e-6)

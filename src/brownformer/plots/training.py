@@ -14,6 +14,7 @@ import pandas as pd
 from brownformer.metrics import val_metric
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.results import Results, time_to_target
+from brownformer.target_stop import stopped_runs
 
 log = logging.getLogger(__name__)
 
@@ -63,9 +64,14 @@ def _band(ax, g: pd.DataFrame, x: str, y: str, color, label: str) -> None:
 
 
 def plot_training_curves(res: Results):
-    """Figure 1: rows = model variants; columns = train loss and validation metric vs steps and seconds."""
+    """Figure 1: rows = model variants; columns = train loss and validation metric vs steps and seconds.
+
+    Runs stopped at claim 4's target (brownformer.target_stop) stay out of the median and the band (their
+    curves end early: a median over seeds would switch to the other runs where they end); each is drawn as
+    a thin line of its optimizer's colour ending in an x where it stopped."""
     models = sorted({r.model for r in res.runs})
     fig, axes = new_figure(max(len(models), 1), 4, width=3.3, height=2.6)
+    stopped = stopped_runs(res.metrics)
     m = res.metrics
     palette = optimizer_palette(r.optimizer for r in res.runs)
     for i, model in enumerate(models):
@@ -84,7 +90,13 @@ def plot_training_curves(res: Results):
                 no_data(ax, f"no metrics.parquet with {y} for {model}", title=title)
                 continue
             for opt, g in g_model[g_model[y].notna()].groupby("optimizer", sort=True):
-                _band(ax, g, x, y, palette[opt], opt)
+                full = g[~g["run"].isin(stopped)]
+                if len(full):
+                    _band(ax, full, x, y, palette[opt], opt)
+                for _, run in g[g["run"].isin(stopped)].groupby("run", sort=True):
+                    run = run.sort_values("step")
+                    ax.plot(run[x], run[y], color=palette[opt], lw=0.5, alpha=0.6)
+                    ax.plot(run[x].iat[-1], run[y].iat[-1], marker="x", ms=3, color=palette[opt], lw=0)
             ax.set(xlabel=xl, ylabel=yl, title=title)
             if y == "train_loss":
                 ax.set_yscale("log")
@@ -93,7 +105,9 @@ def plot_training_curves(res: Results):
         no_data(axes[0, 0], "the config has no runs")
     handles = [axes[0, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
     fig.legend(handles=handles, title="optimizer", loc="outside lower center", ncol=max(len(handles), 1))
-    fig.suptitle("Training curves (median over seeds; bands span seeds)", fontsize=10)
+    thin = (f"; thin lines: {len(stopped)} runs stopped at claim 4's target (x), not in the median" if stopped
+            else "")
+    fig.suptitle(f"Training curves (median over full runs; bands span seeds{thin})", fontsize=10)
     return fig
 
 

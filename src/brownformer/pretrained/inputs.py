@@ -17,13 +17,11 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .settings import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS
+
 log = logging.getLogger(__name__)
 
 __all__ = ["InputSpec", "build_inputs", "DEFAULT_N_INPUTS", "DEFAULT_N_TOKENS", "DATASETS"]
-
-DEFAULT_N_INPUTS = 8
-DEFAULT_N_TOKENS = 64
-DATASETS = ("pydoc", "digits")
 
 
 @dataclass(frozen=True)

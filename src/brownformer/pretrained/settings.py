@@ -11,7 +11,13 @@ from typing import Mapping
 
 from brownformer.config import ConfigError
 
-__all__ = ["pretrained_entries", "cli_arguments"]
+__all__ = ["pretrained_entries", "cli_arguments", "DATASETS", "DEFAULT_N_INPUTS", "DEFAULT_N_TOKENS"]
+
+# Input defaults of `brownformer pretrained` (inputs.py); here, without torch, so that building the CLI's parser
+# does not import torch (~2.7 CPU-s of every pipeline job that needs no torch)
+DEFAULT_N_INPUTS = 8
+DEFAULT_N_TOKENS = 64
+DATASETS = ("pydoc", "digits")
 
 #: config key -> CLI option of `brownformer pretrained`
 _OPTIONS = {"text": "--text", "dataset": "--dataset", "input_ids": "--input-ids", "images": "--images",

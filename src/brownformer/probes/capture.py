@@ -21,11 +21,10 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from brownformer.models import loss_fn
+from brownformer.probes.layout import MATRICES  # its home is torch-free (the extraction reads it); re-exported
 
 __all__ = ["MATRICES", "capture_activations", "attention_weights", "gradient_noise",
            "gradient_noise_reference", "projection_matrix", "matrix_view", "sphere_normalize"]
-
-MATRICES = ("q", "k", "v", "o")
 
 
 def sphere_normalize(x: torch.Tensor, *, centered: bool, eps: float = 1e-5) -> torch.Tensor:

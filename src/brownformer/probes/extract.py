@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig
 from brownformer.io import staged_folder, write_json
-from brownformer.probes.capture import MATRICES, sphere_normalize
+from brownformer.probes.layout import MATRICES
 from brownformer.probes.schedule import depth_subset
 from brownformer.probes.store import CaptureStore
 
@@ -187,6 +186,16 @@ def _open_noise(w: _Writer, meta: dict, shape: tuple, ks: list, steps: list) -> 
         category="gradnoise", layer=l, tensor=m) for l in range(L) for m in MATRICES}
 
 
+def unit_features(x: np.ndarray, *, centered: bool, eps: float = 1e-5) -> np.ndarray:
+    """`capture.sphere_normalize(x) / sqrt(d)` in numpy (float64 inside), so that extraction needs no torch:
+    LayerNorm without affine (centered: biased variance, the same eps) or x / |x| (not centered)."""
+    x = np.asarray(x, dtype=np.float64)
+    if centered:
+        x = x - x.mean(axis=-1, keepdims=True)
+        return x / np.sqrt((x * x).mean(axis=-1, keepdims=True) + eps) / math.sqrt(x.shape[-1])
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), 1e-12)
+
+
 def _write_capture_files(w: _Writer, meta: dict, cap: dict, k: int, step: int, walkers: str, centered: bool) -> None:
     L, d = meta["n_layers"], meta["d_model"]
     B, n = meta["n_inputs"], meta["n_tokens"]
@@ -210,7 +219,7 @@ def _write_capture_files(w: _Writer, meta: dict, cap: dict, k: int, step: int, w
         "euclidean", "layer", list(range(L + 1)), walkers, {**source, "layer": None, "tensor": "resid"},
         note=f"time l < {L}: stream entering block l; time {L}: output of the last block", **common),
         category="depth", tensor="resid", capture=k)
-    feats = sphere_normalize(torch.from_numpy(resid[:L]), centered=centered).numpy() / math.sqrt(d)  # (L, B, n, d)
+    feats = unit_features(resid[:L], centered=centered)  # (L, B, n, d)
     w.save(f"attention/c{k}.npy", _rows_stochastic(cap["attn"]), {
         "kind": "attention", "time": None, "times": [], "causal": bool(meta["causal"]),
         "axes": ["layer", "head", "input", "query", "key"], "walkers": None,

@@ -1,7 +1,11 @@
 """The trajectory layout as text, for `brownformer extract --help`."""
 from __future__ import annotations
 
-__all__ = ["describe_layout"]
+__all__ = ["describe_layout", "MATRICES"]
+
+#: the attention weight matrices of a layer, in the order of the capture store and of weights/l<l>_<m>.npy (here,
+#: torch-free, so that the extraction runs without importing torch)
+MATRICES = ("q", "k", "v", "o")
 
 _LAYOUT = """\
 Reads RUN_DIR/probes/ (index.parquet, meta.json, one c<k>.npz per capture point k) and writes

@@ -28,10 +28,9 @@ import numpy as np
 from scipy.linalg import helmert
 
 from brownformer.config import ExperimentConfig
-from brownformer.io import write_json
-from brownformer.probes.capture import MATRICES
-from brownformer.io import staged_folder
+from brownformer.io import staged_folder, write_json
 from brownformer.probes.extract import PRIMARY_CLOCK
+from brownformer.probes.layout import MATRICES
 from brownformer.probes.store import CaptureStore
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,9 @@ def _km(g: pd.DataFrame, unit: str) -> float:
 
 def comparison_table(ctx: ReportContext) -> pd.DataFrame:
     """Per model and optimizer: seeds, final metric, Kaplan-Meier median steps and seconds to target, ratios to the
-    target optimizer's (inf: the median is not reached within the budget)."""
+    target optimizer's (inf: the median is not reached within the budget). The final metric and total seconds are
+    medians over the runs that trained their whole budget (a run stopped at the target has neither); a column
+    "stopped at target" counts the others when there are any."""
     tt = time_to_target(ctx.results)
     if tt.empty:
         return tt
@@ -54,8 +56,10 @@ def comparison_table(ctx: ReportContext) -> pd.DataFrame:
                      "steps to target": steps, "seconds to target": secs,
                      "steps ratio": _ratio(steps, _km(ref, "steps")) if len(ref) else np.nan,
                      "seconds ratio": _ratio(secs, _km(ref, "seconds")) if len(ref) else np.nan,
-                     "total seconds": g["total_seconds"].median()})
-    return pd.DataFrame(rows)
+                     "total seconds": g["total_seconds"].median(),
+                     "stopped at target": int(g["stopped"].sum()) if "stopped" in g else 0})
+    table = pd.DataFrame(rows)
+    return table if table["stopped at target"].any() else table.drop(columns="stopped at target")
 
 
 def _ratio(a: float, b: float) -> float:
@@ -155,6 +159,10 @@ def optimizer_comparison(ctx: ReportContext) -> str:
         parts.append("Optimizer comparison: not available (no training metrics).")
         return "\n".join(parts)
     parts += [md_table(comp), ""]
+    if "stopped at target" in comp:
+        parts += [f"{int(comp['stopped at target'].sum())} metrics-only runs stopped at their first evaluation on the "
+                  "target (grid blocks with `stop_at_target`): they count in the steps and seconds to the target; the "
+                  "final metric and total seconds are medians over the runs that trained their whole budget.", ""]
     sentences = kfac_sentences(ctx, comp)
     if sentences:
         parts += ["**Conclusion.** " + " ".join(sentences)]

@@ -21,6 +21,7 @@ from brownformer.report.pretrained import pretrained_text
 from brownformer.report.scaling import scaling_text
 from brownformer.results import calibration_matrix
 from brownformer.results.tables import goal_text
+from brownformer.target_stop import stopped_runs
 
 __all__ = ["Section", "SECTIONS", "abstract", "results_sections"]
 
@@ -117,6 +118,8 @@ def abstract(ctx: ReportContext) -> str:
     cfg, res = ctx.cfg, ctx.results
     runs = cfg.runs()
     n_trained = res.metrics["run"].nunique() if not res.metrics.empty else 0
+    n_stopped = len(stopped_runs(res.metrics))
+    stopped = f" ({n_stopped} of them metrics-only runs stopped at claim 4's target)" if n_stopped else ""
     t = claim_table(ctx)
     head = t[t["scope"] == "headline"]
     if head.empty:
@@ -135,4 +138,4 @@ def abstract(ctx: ReportContext) -> str:
         "**Abstract.** We test the claims of “The Brownian motion in the transformer model” (arXiv 2107.05264) "
         f"on {len(cfg.models)} model variant(s) ({', '.join(cfg.models)}) trained with {len(cfg.optimizers)} "
         f"optimizer(s) ({', '.join(cfg.optimizers)}) over {len({r.seed for r in runs})} seed(s): {n_trained} of {len(runs)} "
-        f"runs finished. {verdict_text} {kfac}"])
+        f"runs finished{stopped}. {verdict_text} {kfac}"])

@@ -163,6 +163,10 @@ def methods(ctx: ReportContext) -> str:
         why = "for claim 4's seed count" if cfg.probes.enabled else "`probes.enabled` is false"
         seeds_text += (f". {len(runs) - n_probed} of them train without probes (metrics only, {why}): {unprobed}. Their metrics enter claim 4 and the training status; they have no "
                        f"trajectories or per-run statistics, and claims 1–3 rest on the other {n_probed} runs")
+        n_stop = sum(cfg.stop_target(r.run_id) is not None for r in runs)
+        if n_stop:
+            seeds_text += (f"; {n_stop} of the metrics-only runs stop at their first evaluation on claim 4's target "
+                           "(`stop_at_target`; a run that never reaches it trains its whole budget)")
     parts = [
         "## 2. Methods", "",
         f"**Design.** {len(runs)} training runs: every (model variant, optimizer) pair of the config's grid, "

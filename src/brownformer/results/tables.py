@@ -49,7 +49,8 @@ def time_to_target(res: Results) -> pd.DataFrame:
 
     Returns:
         One row per run: model, optimizer, seed, run, metric, target, final, reached, steps, seconds
-        (NaN when the run never reaches the target) and total_seconds (its last wall-clock).
+        (NaN when the run never reaches the target), stopped, and total_seconds (its last wall-clock).
+        A run stopped at the target (brownformer.target_stop) has no final value or total time (NaN).
         Empty without metrics.
     """
     table = _times_from_claims(res)
@@ -59,6 +60,10 @@ def time_to_target(res: Results) -> pd.DataFrame:
         return table
     last_wall = res.metrics.groupby("run")["wall_time"].last() if "wall_time" in res.metrics else pd.Series(dtype=float)
     table["total_seconds"] = table["run"].map(last_wall)
+    if "stopped" not in table:  # claims.json written before runs could stop at the target
+        table["stopped"] = False
+    table["stopped"] = table["stopped"].fillna(False).astype(bool)
+    table.loc[table["stopped"], ["final", "total_seconds"]] = np.nan  # not a final value, not a whole run
     for col in ("steps", "seconds", "target", "final", "total_seconds"):
         table[col] = pd.to_numeric(table[col], errors="coerce")  # claims.json writes "never" (inf) as null
     table = table.replace([np.inf, -np.inf], np.nan)  # "never reached" plots and prints as missing

@@ -21,6 +21,10 @@ seeds, evaluations too sparse, no target) makes the model ``inconclusive`` with 
 size at the real shape (seeds, censoring, evaluation grid) is simulated by
 :func:`brownformer.stats.time_to_target_size.rule_error_rates`.
 
+A run that stopped at the target (brownformer.target_stop) is an event like any other; its
+``censored_at`` is its step budget (where it would have been censored), its ``final`` is undefined
+(NaN: its last evaluation is the target, not a final value) and ``stopped`` is True.
+
 Training seconds of a censored run: censored at the larger of its own last training time and the
 latest time any run of its optimizer reached the target, so censoring is administrative (after every
 event) and the median's bootstrap stays vectorised; a run that never gets there counts as slower
@@ -36,6 +40,7 @@ import pandas as pd
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
+from brownformer.target_stop import BUDGET, stopped_at_target
 
 from .survival import MedianRatioResult, json_number, km_median, logrank_test, median_ratio
 
@@ -172,10 +177,13 @@ def _run_rows(runs: Mapping[str, pd.DataFrame], specs, target: float, col: str, 
         last_step, last_seconds = censoring_times(df, metric=col)
         final = df[col].dropna()
         evals = df.dropna(subset=[col])["step"].sort_values().to_numpy()
+        stopped = stopped_at_target(df)
+        if stopped:  # censored_at: where it would have been censored; no final value (module docstring)
+            last_step, final = float(df[BUDGET].iat[-1]), final.iloc[:0]
         rows.append({"optimizer": specs[r].optimizer, "seed": specs[r].seed, "run": r, "steps": steps,
                      "seconds": seconds, "reached": bool(np.isfinite(steps)), "censored_at": last_step,
                      "censored_seconds": last_seconds, "final": float(final.iat[-1]) if len(final) else np.nan,
-                     "eval_spacing": float(np.diff(evals).max()) if evals.size > 1 else np.inf})
+                     "eval_spacing": float(np.diff(evals).max()) if evals.size > 1 else np.inf, "stopped": stopped})
     return pd.DataFrame(rows)
 
 

@@ -13,7 +13,8 @@ did not train (any one suffices; the reason names which):
 Without the prepared data only rule 1 applies (and the status says so).
 
 reached a plateau: the validation metric improved by less than PLATEAU_RELATIVE_GAIN (1%) of its
-value over the last PLATEAU_FRACTION (20%) of the logged steps.
+value over the last PLATEAU_FRACTION (20%) of the logged steps; undefined (None) for a run that
+stopped at claim 4's target (brownformer.target_stop), whose curve ends while it still improves.
 """
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.metrics import val_metric, val_series
+from brownformer.target_stop import stopped_at_target
 
 __all__ = ["RULES", "ChanceBaseline", "TrainingStatus", "chance_baseline", "did_not_train", "reached_plateau",
            "training_status", "PLATEAU_FRACTION", "PLATEAU_RELATIVE_GAIN", "CHANCE_SE_MULTIPLE"]
@@ -138,13 +140,13 @@ def did_not_train(metrics: pd.DataFrame, baseline: ChanceBaseline | None = None)
 
 def reached_plateau(metrics: pd.DataFrame) -> bool | None:
     """True when the val metric gained < PLATEAU_RELATIVE_GAIN of its value over the last PLATEAU_FRACTION
-    of the logged steps; None with fewer than two evaluations in reach."""
+    of the logged steps; None with fewer than two evaluations in reach or for a run stopped at the target."""
     try:
         metric = val_metric(metrics)
     except ValueError:
         return None
     s = val_series(metrics, metric)
-    if len(s) < 2:
+    if len(s) < 2 or stopped_at_target(metrics):
         return None
     start_step = (1 - PLATEAU_FRACTION) * float(s["step"].iat[-1])
     before = s[s["step"] <= start_step]  # the evaluation at (or just before) the window's start
