@@ -6,11 +6,13 @@ import copy
 import json
 import shutil
 
+import dataclasses
+
 import numpy as np
 import pandas as pd
 import pytest
 
-from brownformer.config import ConfigError, from_dict
+from brownformer.config import DEFAULT_STATS, ReportConfig, ConfigError, from_dict
 from brownformer.stats.time_to_target import time_to_target as time_to_target_rule
 from brownformer.stats.training_status import reached_plateau
 from brownformer.target_stop import BUDGET, STOPPED, stopped_at_target
@@ -91,7 +93,8 @@ def test_claim4_times_of_a_stopped_run_equal_the_full_runs(full_run, stopped_run
     metrics, _, _ = stopped_run
     rows = {}
     for name, df in (("full", full), ("stopped", metrics)):
-        res = time_to_target_rule({RUN: df}, {"vit-pre": target}, n_resamples=9)["vit-pre"]
+        res = time_to_target_rule({RUN: df}, {"vit-pre": target}, stats=dataclasses.replace(DEFAULT_STATS, n_resamples=9),
+                                  report=ReportConfig())["vit-pre"]
         rows[name] = res.runs.iloc[0]
     assert rows["full"]["steps"] == rows["stopped"]["steps"] == first
     assert rows["full"]["censored_at"] == rows["stopped"]["censored_at"] == STEPS
