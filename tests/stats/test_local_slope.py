@@ -87,7 +87,7 @@ def test_brownian_walkers_with_rates_spread_over_10x_are_called_brownian(kind):
     assert out["classification"] == "brownian", out["description"]
     assert out["walkers"]["reading"] == "brownian-like" and out["walkers"]["rates"] == "spread"
     if kind == "sphere":  # the ensemble curve bends (mean of exponentials): the window exponent does not
-        assert out["ensemble_exponent"]["estimate"] < 0.9 < out["effect"]["tost_ci"][0]
+        assert out["ensemble_exponent"]["estimate"] < 0.9 < out["effect"]["tost_interval"][0]
 
 
 @pytest.mark.parametrize("other", ["ou", "ballistic"])
@@ -107,7 +107,7 @@ def test_fast_then_arrested_walk_is_a_crossover_not_subdiffusion():
     rng = np.random.default_rng(4)
     inc = rng.standard_normal((T, N, D)) * np.where(np.arange(T) < 12, 1.0, 0.1)[:, None, None]
     out = _read(np.cumsum(inc, 0))
-    assert out["classification"] == "crossover" and out["curvature"]["tost_ci"][1] < -STATS.window["flat_margin"]
+    assert out["classification"] == "crossover" and out["curvature"]["tost_interval"][1] < -STATS.window["flat_margin"]
     assert "crossover" in out["description"]
 
 

@@ -146,7 +146,6 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
         block = {"classification": "inconclusive", "description": why,
                  "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
                             "why_undefined": why}}
-    block = _scipy_names(block)
     out["walkers"] = block.pop("walkers", None)
     out["local_slopes"] = block
     if block.get("spec") and out.get("calibration_shape"):
@@ -159,19 +158,6 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
     out["brownian"] = out["verdict"] == "brownian"
     out["classification_full_range"] = out["classification"]
     out["classification"] = window_classification(out)
-
-
-#: window_reading's interval keys -> the contract's (scipy's) names; renamed once, here, where its block enters a file
-_WINDOW_KEYS = {"ci": "confidence_interval", "tost_ci": "tost_interval", "p_value": "pvalue"}
-
-
-def _scipy_names(obj):
-    """The window block with its interval keys under the contract's names (brownformer.statsfile)."""
-    if isinstance(obj, dict):
-        return {_WINDOW_KEYS.get(k, k): _scipy_names(v) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_scipy_names(v) for v in obj]
-    return obj
 
 
 def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None, min_lag_steps: int = 0) -> dict:

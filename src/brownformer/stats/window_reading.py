@@ -145,10 +145,10 @@ def _mean_over_walkers(boot: ClusterBootstrap, values: np.ndarray):
 def _interval_dict(est, r: int, *, confidence_level: float, alpha: float, null: float | None = None) -> dict:
     lo, hi = est.interval(confidence_level)
     tlo, thi = est.interval(1 - 2 * alpha)
-    out = {"estimate": float(est.estimate[r]), "ci": [float(lo[r]), float(hi[r])],
-           "tost_ci": [float(tlo[r]), float(thi[r])]}
+    out = {"estimate": float(est.estimate[r]), "confidence_interval": [float(lo[r]), float(hi[r])],
+           "tost_interval": [float(tlo[r]), float(thi[r])]}
     if null is not None:
-        out["p_value"] = float(est.pvalue(null)[r])
+        out["pvalue"] = float(est.pvalue(null)[r])
     return out
 
 
@@ -160,7 +160,7 @@ def _outside(est, tlo, thi, p, margin, alpha) -> np.ndarray:
 def _classify(effect: dict, curvature: dict, early: float, late: float, reading: str, *, margin, flat_margin: float,
               alpha: float) -> tuple[str, str]:
     f = lambda v: np.nan if v is None else float(v)  # noqa: E731
-    est, tlo, thi, p = f(effect["estimate"]), f(effect["tost_ci"][0]), f(effect["tost_ci"][1]), f(effect.get("p_value"))
+    est, tlo, thi, p = f(effect["estimate"]), f(effect["tost_interval"][0]), f(effect["tost_interval"][1]), f(effect.get("pvalue"))
     lo, hi = margin
     if not (np.isfinite(est) and np.isfinite(tlo) and np.isfinite(thi)):
         return "inconclusive", "window exponent undefined: " + (effect.get("why_undefined") or "too few usable walkers")
@@ -171,7 +171,7 @@ def _classify(effect: dict, curvature: dict, early: float, late: float, reading:
         return "brownian", f"{text} inside [{lo:g}, {hi:g}]"
     if not _outside(np.array(est), np.array(tlo), np.array(thi), np.array(p), margin, alpha):
         return "inconclusive", f"{text} overlaps the margin edge of [{lo:g}, {hi:g}]"
-    cest, (clo, chi) = curvature["estimate"], curvature["tost_ci"]
+    cest, (clo, chi) = curvature["estimate"], curvature["tost_interval"]
     side = "subdiffusive" if est < lo else "superdiffusive"
     if np.isfinite(clo) and clo >= -flat_margin and chi <= flat_margin:
         return side, f"{text} outside [{lo:g}, {hi:g}] and flat across the window (curvature {cest:+.2f})"
@@ -249,7 +249,8 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     if win.n_points < MIN_WINDOW_POINTS:
         why = f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}"
         return {**block, "classification": "inconclusive", "description": why,
-                "effect": {"estimate": None, "ci": [None, None], "tost_ci": [None, None], "why_undefined": why}}
+                "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
+                           "why_undefined": why}}
     X = np.asarray(X)[None]
     margin = tuple(stats.margins["msd_exponent"])
     conf, alpha, pts = stats.confidence_level, stats.alpha, float(w["local_decades"])
@@ -273,7 +274,7 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     R = spec.envelope_replicates
     effect = _interval_dict(expo, 0, confidence_level=conf, alpha=alpha, null=1.0)
     if not np.isfinite(key.estimate[0]):  # the rule's own undefined case (window_exponent)
-        effect = {**{f: (None if f != "ci" and f != "tost_ci" else [None, None]) for f in effect},
+        effect = {**{f: (None if f not in ("confidence_interval", "tost_interval") else [None, None]) for f in effect},
                   "why_undefined": key.why_undefined}
     effect["bias_correction"] = -bias
     ntlo, nthi = nexpo.interval(1 - 2 * alpha)
@@ -305,7 +306,7 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     return {**block, "classification": cls, "description": desc, "effect": effect,
             "curvature": {**curvature, "early": early, "late": late, "flat_margin": float(w["flat_margin"]),
                           "null_range": [float(q) for q in np.nanquantile(ncurv, [0.025, 0.975])]},
-            "ensemble_exponent": {"estimate": float(ens.estimate[0]), "ci": [float(ens_lo[0]), float(ens_hi[0])],
+            "ensemble_exponent": {"estimate": float(ens.estimate[0]), "confidence_interval": [float(ens_lo[0]), float(ens_hi[0])],
                                   "fitted_offset": float(data["offset"][0]), "D": float(data["D"][0]),
                                   "fit": "y = c + D tau^alpha on the ensemble curve, c >= 0 kept where an F-test "
                                          "needs it (descriptive)"},
