@@ -52,6 +52,7 @@ class LayerGroup:
         self.has_bias = layers[0].has_bias
         self.dtype, self.device = factor_dtype(w), w.device
         self.stacks: dict[str, torch.Tensor] = {}
+        self.rotated: tuple[torch.Tensor, torch.Tensor] | None = None  # (G', A') in the eigenbasis, cg's cache
         self.head_mask = None  # (k, out, out) ones / per-head block pattern, only if a layer is per-head
         if any(m.head_size is not None for m in layers):
             ones = torch.ones(self.out_features, self.out_features, dtype=self.dtype, device=self.device)
@@ -85,7 +86,7 @@ class LayerGroup:
         (factors) or zeros (CG solution, a cold start); partial eigendecompositions are dropped and
         recomputed at the next step.
         """
-        self.stacks = {}
+        self.stacks, self.rotated = {}, None
         n_in = self.in_features + int(self.has_bias)
         fill = {"factor_a": lambda: torch.eye(n_in, dtype=self.dtype, device=self.device),
                 "factor_g": lambda: torch.eye(self.out_features, dtype=self.dtype, device=self.device),
