@@ -25,6 +25,7 @@ import json
 import platform
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -170,7 +171,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     cols = ["optimizer", "total_ms", "ratio_to_adamw", "forward_backward_ms", "factors_ms", "inverse_ms",
             "apply_ms", "step_ms", "cg_iterations_per_layer_step", "state_mib"]
     fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-    lines = [f"shape: {meta['shape']}, device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
+    lines = [f"command: `{meta['command']}`", "", f"shape: {meta['shape']}, device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
              f"steps: {meta['steps']} (amortized over inverse_every={meta['inverse_every']}), "
              f"median of {meta['repeats']} interleaved repeats, torch {meta['torch']}", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -208,7 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = [_median_row([rep[i] for rep in repeats]) for i in range(len(names))]
     meta = {"device": str(device), "threads": args.threads, "shape": dict(SHAPE), "batch_size": args.batch_size, "steps": args.steps,
             "inverse_every": args.inverse_every, "repeats": args.repeats, "torch": torch.__version__,
-            "platform": platform.platform()}
+            "platform": platform.platform(),
+            "command": " ".join(["python benchmarks/optimizer_overhead.py", *(argv if argv is not None else sys.argv[1:])])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows, "repeats": repeats}, indent=2))
     table = to_markdown(rows, meta)
