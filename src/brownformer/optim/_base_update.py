@@ -98,17 +98,20 @@ def adamw(params: list[torch.Tensor], grads: list[torch.Tensor], states: list[di
         torch._foreach_add_(params, ratio)
 
 
-def apply_param_groups(param_groups: list[dict], state: dict, directions: dict,
+def apply_param_groups(param_groups: list[dict], state: dict, directions: dict[int, tuple[list, list]],
                        keep: torch.Tensor | None = None) -> None:
-    """Every group's update: SGD with momentum on ``directions[p]`` (preconditioned parameters), the
-    group's ``update`` rule on the raw gradient of the others; parameters without a gradient are skipped.
-    ``keep`` (a 0-d bool tensor): when False the step changes nothing (``directions`` must be zero then)."""
-    for group in param_groups:
-        with_grad = [p for p in group["params"] if p.grad is not None]
-        pre = [p for p in with_grad if p in directions]
-        raw = [p for p in with_grad if p not in directions]
-        sgd_momentum(pre, [directions[p].to(p.dtype) for p in pre], [state[p] for p in pre], lr=group["lr"],
-                     momentum=group["momentum"], weight_decay=group["weight_decay"], keep=keep)
+    """Every group's update: SGD with momentum on the preconditioned parameters' directions
+    (``directions[i] = (params, directions)`` for group ``i``), the group's ``update`` rule on the raw
+    gradient of its other parameters; parameters without a gradient are skipped. ``keep`` (a 0-d bool
+    tensor): when False the step changes nothing (the directions must be zero then)."""
+    directed = {id(p) for params, _ in directions.values() for p in params}
+    for i, group in enumerate(param_groups):
+        pre, ds = directions.get(i, ([], []))
+        if ds and ds[0].dtype != pre[0].dtype:
+            ds = [d.to(p.dtype) for p, d in zip(pre, ds)]
+        sgd_momentum(pre, ds, [state[p] for p in pre], lr=group["lr"], momentum=group["momentum"],
+                     weight_decay=group["weight_decay"], keep=keep)
+        raw = [p for p in group["params"] if p.grad is not None and id(p) not in directed]
         if group["update"] == "adamw":
             adamw(raw, [p.grad for p in raw], [state[p] for p in raw], lr=group["lr"], betas=group["betas"],
                   eps=group["eps"], weight_decay=group["weight_decay"], step=group["step"] + 1, keep=keep)

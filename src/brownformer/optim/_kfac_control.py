@@ -12,11 +12,14 @@
   the change the undamped Kronecker quadratic model predicts, ``delta`` the whole update, momentum and
   the AdamW half included; the parameters K-FAC does not precondition enter the model linearly);
   ``damping *= omega`` if ``rho > 3/4``, ``/= omega`` if ``rho < 1/4``, ``omega = 0.95^adapt_every``.
-* Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) restore the last
-  good snapshot (parameters and AdamW moments, taken every ``adapt_every`` steps; momentum restarts
-  from zero), multiply the damping by 10 and refresh the factors from the next batch. A failure within
-  ``adapt_every`` steps of the previous one counts as the same run of failures; ``max_failures`` of
-  them stop training with one error, so there is never an endless cycle of restores.
+* Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) are found without
+  a host read in the step: the step's update is masked on the device (a failed step changes nothing)
+  and the device counts them (:class:`Watch`). The host reads the counts at its next check (every
+  ``adapt_every`` steps, with the LM numbers in one copy, or at a read of ``last_stats``); a check that
+  finds failed steps is one incident: restore the last good snapshot (parameters and AdamW moments, taken
+  at each check step and kept when its window had no failure; momentum restarts from zero), multiply the
+  damping by 10 and refresh the factors from the next batch. ``max_failures`` incidents in a row stop
+  training with one error, so there is never an endless cycle of restores or skipped steps.
 """
 from __future__ import annotations
 

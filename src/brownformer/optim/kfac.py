@@ -7,11 +7,11 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
    ``w = max(1 - rho^factor_every, 1/n)`` at the ``n``-th update (``_kfac_math.factor_weight``). ``G``
    comes from labels sampled from the model (``fisher="sampled"``, the true Fisher; default) or from
    the training labels (``"empirical"``), scaled by the loss's reduction (``loss_reduction``);
-2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``): ``inverse="eigen"`` from
-   eigendecompositions refreshed
-   every ``inverse_every`` steps, all factors in at most two batched ``eigh`` calls;
-   ``inverse="cg"`` by masked conjugate-gradient iterations on the current factors, warm-started
-   from the previous solution;
+2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``) with eigenbases refreshed every
+   ``inverse_every`` steps: ``inverse="eigen"`` exactly for the factors of the last refresh;
+   ``inverse="cg"`` for the current factors by conjugate gradient in that eigenbasis, Jacobi-
+   preconditioned (``_kfac_pcg``): zero iterations while the factors are those of the refresh, a
+   per-block budget of iterations (set at each check) after they moved;
 3. step bound (KL-clip, on by default): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2
    <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step;
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
@@ -23,10 +23,12 @@ Settings per parameter group (``param_groups``, like ``lr``; a schedule edits th
 ``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
 A layer uses the group that holds its weight.
 
-Robustness (``_kfac_control``), decided by ONE host check per step (plus one read on adaptation
-steps): a non-finite batch factor is dropped; a non-finite gradient or loss or a failed solve restores
-the last good snapshot, raises the damping x10 and refreshes the factors; ``max_failures`` in a row
-raise ``FloatingPointError``. A diverged CG system falls back to its raw gradient, on the device.
+Robustness (``_kfac_control``), with no host read in a step: a failed step (non-finite gradient or
+solve) is skipped on the device (its update is masked) and counted; the host handles it at the next
+check (every ``adapt_every`` steps, or a read of ``last_stats``): restore the last good snapshot, raise
+the damping x10, refresh the factors; ``max_failures`` failed checks in a row raise
+``FloatingPointError``. A non-finite batch factor is dropped on the device. A diverged CG system falls
+back to its raw gradient, on the device.
 
 Hooks (``_kfac_capture``) only keep tensors; ``remove_hooks()`` removes them, and a second K-FAC on
 the same model (or the garbage collection of this one) removes this one's hooks.
@@ -79,10 +81,12 @@ class KFAC(KFACPersistence, Optimizer):
         inverse: ``"eigen"`` or ``"cg"`` (the paper's iterative K-FAC).
         factor_decay: Decay ``rho`` per step of the running factors, in ``[0, 1)`` (0.95).
         factor_every: Collect factors every this many steps (1).
-        inverse_every: Eigendecompose every this many steps (10); unused by ``cg``.
-        cg_max_iter: CG iterations, always run with converged systems masked (10, author's code).
+        inverse_every: Eigendecompose every this many steps (10); for ``cg`` the preconditioning basis.
+        cg_max_iter: Cap of the CG iteration budget per block (10, author's code); the budget a step
+            runs is the most iterations a system needed in the last check window (``_kfac_control``).
         cg_tol: CG relative-residual tolerance that freezes a system (1e-2, author's code).
-        warm_start: Start CG from the previous step's solution (True).
+        warm_start: Start CG from the previous step's solution (False: with the eigenbasis
+            preconditioner it saved no iteration and costs one operator application, measured).
         weight_sharing: ``"expand"`` or ``"reduce"`` (Eschenhagen et al. 2023).
         per_head: Block-diagonal ``G`` per head for the attention Q, K, V projections.
         scope: ``"all"``, ``"attention"`` or ``"mlp"`` (rule in ``_kfac_capture``).
@@ -99,8 +103,7 @@ class KFAC(KFACPersistence, Optimizer):
         n_heads: Head count for ``per_head`` (else read from the attention module).
         seed: Seed of the generator that samples the labels of ``fisher="sampled"``.
         adapt_every: Damping adaptation and snapshot period in steps (5; 0: neither).
-        max_failures: Failures in a row (each within ``adapt_every`` steps of the last) before
-            ``FloatingPointError`` (5).
+        max_failures: Checks in a row that find failed steps before ``FloatingPointError`` (5).
 
     Raises:
         ValueError: On an invalid argument or when no ``nn.Linear`` layer is in scope.
@@ -159,6 +162,7 @@ class KFAC(KFACPersistence, Optimizer):
         self._stats: dict = {}
         self._layer_groups = None  # (number of param groups, {id(weight): group})
         self._tensor_cache: dict = {}
+        self._index_cache: dict = {}  # per shape group: its layers' param groups and indices
         self._diagonal: dict = {}  # per shape group: its rotated factors are diagonal (basis of these factors)
         self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
 
@@ -269,14 +273,32 @@ class KFAC(KFACPersistence, Optimizer):
             raise ValueError(f"layer {layer.name!r} is in no param group")
         return group
 
-    def _layer_tensor(self, layers, key: str, dtype, device) -> torch.Tensor:
-        """``(k, 1, 1)`` per-layer values of a group setting, rebuilt only when the values change."""
-        values = tuple(self._group_of(m)[key] for m in layers)
-        cache_key = (key, tuple(id(m) for m in layers), values, dtype, device)
+    def _cached(self, key: tuple, owner, make):
+        """``make()`` cached under ``key`` while ``owner`` (whose id is in ``key``) is the object it was made for."""
+        entry = self._index_cache.get(key)
+        if entry is None or entry[0] is not owner:
+            if len(self._index_cache) > 256:  # partial shape groups are new objects every step
+                self._index_cache.clear()
+            entry = self._index_cache[key] = (owner, make())
+        return entry[1]
+
+    def _group_index(self, sub, params: list) -> list[int]:
+        """Index in ``param_groups`` of each of ``params`` (a shape group's, in split order)."""
+        def make():
+            index = {id(p): i for i, group in enumerate(self.param_groups) for p in group["params"]}
+            return [index[id(p)] for p in params]
+        return self._cached(("index", id(sub), len(self.param_groups)), sub, make)
+
+    def _layer_tensor(self, layers, key: str, dtype, device, power: int = 1) -> torch.Tensor:
+        """``(k, 1, 1)`` per-layer values of a group setting (to ``power``), rebuilt only when they change."""
+        groups = self._cached(("groups", id(layers), len(self.param_groups)), layers,
+                              lambda: [self._group_of(m) for m in layers])
+        values = tuple(group[key] for group in groups)
+        cache_key = (key, values, dtype, device, power)
         if cache_key not in self._tensor_cache:
             if len(self._tensor_cache) > 64:  # dampings adapt: keep the cache small
                 self._tensor_cache.clear()
-            self._tensor_cache[cache_key] = torch.tensor(values, dtype=dtype, device=device)[:, None, None]
+            self._tensor_cache[cache_key] = torch.tensor(values, dtype=dtype, device=device)[:, None, None] ** power
         return self._tensor_cache[cache_key]
 
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
@@ -379,15 +401,26 @@ class KFAC(KFACPersistence, Optimizer):
     def _apply(self, items, v, xs, info, step, ok) -> dict:
         """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
         start = time.perf_counter()
-        directions, nu = {}, None
+        directions, nu = {}, None  # param group index -> (params, directions)
         kl_clip = self._group_of(self.layers[0])["kl_clip"]
         if items:
-            lr0 = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device) for (sub, _, _), vj in zip(items, v)]
-            vg = torch.stack([(l ** 2 * vj * x).sum() for l, vj, x in zip(lr0, v, xs)]).sum()
+            lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
+                      for (sub, _, _), vj in zip(items, v)]
+            vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
             nu = kl_clip_scale(vg, kl_clip=kl_clip)
             scale = torch.where(ok, nu, 0.0)
             for (sub, _, _), x in zip(items, xs):
-                directions.update(sub.split(torch.where(ok, x, 0.0).mul_(scale)))
+                params, dirs = sub.split(torch.where(ok, x, 0.0).mul_(scale))
+                index = self._group_index(sub, params)
+                if index[0] == index[-1] and len(set(index)) == 1:  # the usual case: one param group
+                    pre, ds = directions.setdefault(index[0], ([], []))
+                    pre.extend(params)
+                    ds.extend(dirs)
+                    continue
+                for p, d, i in zip(params, dirs, index):
+                    pre, ds = directions.setdefault(i, ([], []))
+                    pre.append(p)
+                    ds.append(d)
             if kl_clip is not None:
                 self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + ((nu < 1) & ok).long()
         apply_param_groups(self.param_groups, self.state, directions, ok)
