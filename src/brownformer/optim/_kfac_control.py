@@ -133,7 +133,7 @@ def predicted_change(opt, items, before: Snapshot) -> torch.Tensor:
     params = [p for p in opt._params() if p.grad is not None]
     index = {id(p): j for j, p in enumerate(opt._params())}
     delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
-    predicted = torch.stack([(g * d).sum() for g, d in zip((p.grad for p in params), delta)]).sum()
+    predicted = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
     moved = dict(zip(params, delta))
     for sub, c, _ in items:
         predicted = predicted + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], sub.gradients(moved))
