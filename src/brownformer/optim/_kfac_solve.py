@@ -55,6 +55,16 @@ class IterativeSolver:
                             pad([c["rotated_a"] for _, c, _ in items], blocks, shapes, "a"))
         return self._padded[1], self._padded[2]
 
+    def direct(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
+        """Zero iterations, for factors the basis diagonalises: ``X = M V`` (the preconditioner is the
+        exact inverse, and CG's first iterate would return it with step size 1)."""
+        xs = eigen_directions(items, v, lam)
+        zero = torch.zeros((), dtype=torch.long, device=v[0].device)
+        if self.warm_start:
+            for (_, c, _), x in zip(items, xs):
+                c["cg_solution"] = x
+        return xs, {"cg_iterations": zero.expand(sum(vj.shape[0] for vj in v)), "cg_fallbacks": zero, "cg_capped": zero}
+
     def n_blocks(self, items: list) -> int:
         return len(self._blocks([tuple(c["rotated_g"].shape[:2]) + (c["rotated_a"].shape[1],) for _, c, _ in items]))
 

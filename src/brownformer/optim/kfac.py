@@ -48,6 +48,7 @@ from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers
 from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
+from brownformer.optim._kfac_lookup import KFACLookups
 from brownformer.optim._kfac_math import factor_eigh, factor_weight, kl_clip_scale
 from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions, rotate_factors
 from brownformer.optim._kfac_state import KFACPersistence
@@ -63,7 +64,7 @@ DEFAULT_MOMENTUM = 0.5  # the KL bound acts on each step's X: momentum 0.9 adds 
 DEFAULT_REST_LR = 1e-3  # torch.optim.AdamW's default, for the parameters K-FAC does not precondition
 
 
-class KFAC(KFACPersistence, Optimizer):
+class KFAC(KFACPersistence, KFACLookups, Optimizer):
     """K-FAC optimizer (eigen or iterative/CG inverse) for any model made of ``nn.Linear`` layers.
 
     Usage is that of any ``torch.optim`` optimizer: ``opt.zero_grad(); loss.backward(); opt.step()``;
@@ -264,43 +265,6 @@ class KFAC(KFACPersistence, Optimizer):
         self.timings["inverse"] += time.perf_counter() - start
         return cur
 
-    def _group_of(self, layer) -> dict:
-        if self._layer_groups is None or self._layer_groups[0] != len(self.param_groups):
-            owner = {id(p): group for group in self.param_groups for p in group["params"]}
-            self._layer_groups = (len(self.param_groups), owner)
-        group = self._layer_groups[1].get(id(layer.module.weight))
-        if group is None:
-            raise ValueError(f"layer {layer.name!r} is in no param group")
-        return group
-
-    def _cached(self, key: tuple, owner, make):
-        """``make()`` cached under ``key`` while ``owner`` (whose id is in ``key``) is the object it was made for."""
-        entry = self._index_cache.get(key)
-        if entry is None or entry[0] is not owner:
-            if len(self._index_cache) > 256:  # partial shape groups are new objects every step
-                self._index_cache.clear()
-            entry = self._index_cache[key] = (owner, make())
-        return entry[1]
-
-    def _group_index(self, sub, params: list) -> list[int]:
-        """Index in ``param_groups`` of each of ``params`` (a shape group's, in split order)."""
-        def make():
-            index = {id(p): i for i, group in enumerate(self.param_groups) for p in group["params"]}
-            return [index[id(p)] for p in params]
-        return self._cached(("index", id(sub), len(self.param_groups)), sub, make)
-
-    def _layer_tensor(self, layers, key: str, dtype, device, power: int = 1) -> torch.Tensor:
-        """``(k, 1, 1)`` per-layer values of a group setting (to ``power``), rebuilt only when they change."""
-        groups = self._cached(("groups", id(layers), len(self.param_groups)), layers,
-                              lambda: [self._group_of(m) for m in layers])
-        values = tuple(group[key] for group in groups)
-        cache_key = (key, values, dtype, device, power)
-        if cache_key not in self._tensor_cache:
-            if len(self._tensor_cache) > 64:  # dampings adapt: keep the cache small
-                self._tensor_cache.clear()
-            self._tensor_cache[cache_key] = torch.tensor(values, dtype=dtype, device=device)[:, None, None] ** power
-        return self._tensor_cache[cache_key]
-
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
         """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
         start = time.perf_counter()
@@ -313,16 +277,8 @@ class KFAC(KFACPersistence, Optimizer):
             n_blocks = self._iterative.n_blocks(items)
             if len(self.cg_budget) != n_blocks:
                 self.cg_budget = [self.cg_max_iter] * n_blocks
-            if exact:  # zero iterations: X = M V, which CG's first iterate would return with step size 1
-                xs = eigen_directions(items, v, lam)
-                zero = torch.zeros((), dtype=torch.long, device=device)
-                info = {"cg_iterations": zero.expand(sum(len(g) for g, _, _ in items)), "cg_fallbacks": zero,
-                        "cg_capped": zero}
-                if self.warm_start:
-                    for (_, c, _), x in zip(items, xs):
-                        c["cg_solution"] = x
-            else:
-                xs, info = self._iterative(items, v, lam, iterations=self.cg_budget)
+            xs, info = self._iterative.direct(items, v, lam) if exact else \
+                self._iterative(items, v, lam, iterations=self.cg_budget)
             info["cg_drifted"] = not exact
         self.timings["inverse"] += time.perf_counter() - start
         return xs, info
@@ -364,18 +320,16 @@ class KFAC(KFACPersistence, Optimizer):
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
         grad_ok = torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all() if grads else None
         solve_ok = torch.stack(solved).all() if solved else None
-        ok = grad_ok if solve_ok is None else (solve_ok if grad_ok is None else grad_ok & solve_ok)
-        if ok is None:
-            ok = torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
+        flags = [f for f in (grad_ok, solve_ok) if f is not None]
+        ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         if cur is not None:
             self._commit(new, cur, batches)
         elif batches:
             self.factor_updates += 1
+        capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
         drifted = info.pop("cg_drifted", False)  # the CG budget is learned on steps that need iterating
-        self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok)
-        if drifted:
-            self.watch.add(cg_capped=info.pop("cg_block_capped"), cg_iterations=info.pop("cg_block_iterations"))
-        info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
+        self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
+                       **({"cg_capped": capped, "cg_iterations": used} if drifted else {}))
         self._totals["failures"] = self._totals["failures"] + (~ok).long()
         checkpoint = self.adapt_every > 0 and step % self.adapt_every == 0
         pending = control.Snapshot(step, self._params(), self.state) if checkpoint else None
