@@ -36,7 +36,6 @@ the same model (or the garbage collection of this one) removes this one's hooks.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 
