@@ -1,7 +1,7 @@
 """Per-step cost of each optimizer on the default ViT (and a wider one), as ratios to AdamW measured in the same process.
 
 For sgd, adamw, muon (torch.optim.Muon on 2-D hidden weights, AdamW on the rest), kfac-eigen and
-kfac-iterative (plus K-FAC variants that collect factors only every `inverse_every` steps) it
+kfac-iterative (with config/config.yaml's settings, and with factors every step) it
 times forward+backward, factor collection, inverse/CG and apply, amortized over whole inverse
 periods, and records optimizer-state memory, peak memory and CG iterations per step.
 
@@ -25,6 +25,7 @@ import json
 import platform
 import resource
 import statistics
+import sys
 import time
 from pathlib import Path
 
@@ -47,25 +48,30 @@ def build_vit(device: torch.device) -> tuple[nn.Module, tuple[int, ...], int]:
     return build_model(cfg, n_classes=10, image_shape=(1, 8, 8)).to(device), (1, 8, 8), 10
 
 
+def _config_kfac(name: str) -> dict:
+    """The K-FAC settings of config/config.yaml's ``optimizers`` block (what the default pipeline runs)."""
+    import yaml
+    entry = dict(yaml.safe_load((Path(__file__).resolve().parents[1] / "config" / "config.yaml").read_text())
+                 ["optimizers"][name])
+    return {k: v for k, v in entry.items() if k not in ("type", "lr")}, entry["lr"]
+
+
 def make_optimizers(inverse_every: int) -> dict:
-    """The registry's optimizers; K-FAC with the config's settings (sampled Fisher, KL bound, LM damping
-    through ``step(closure)``: its extra forward every ``adapt_every`` steps is part of the step time),
-    plus variants that collect factors only every ``inverse_every`` steps and a 5-iteration CG."""
+    """The registry's optimizers. K-FAC twice: with config/config.yaml's settings (factors every 5 steps,
+    sampled Fisher, KL bound, LM damping through ``step(closure)``: its extra forward every ``adapt_every``
+    steps is part of the step time) and with the constructor's defaults (factors every step)."""
     from brownformer.optim import build_optimizer
 
     kfac = dict(inverse_every=inverse_every, kl_clip=1e-3, rest_update="adamw", rest_lr=3e-3)
-    every = {**kfac, "factor_every": inverse_every}
+    (eigen, eigen_lr), (iterative, iterative_lr) = _config_kfac("kfac-eigen"), _config_kfac("kfac-iterative")
     makers = {
         "sgd": lambda m: build_optimizer(m, "sgd", 0.1, {"momentum": 0.9}),
         "adamw": lambda m: build_optimizer(m, "adamw", 3e-3, {"weight_decay": 0.01}),
         "muon": lambda m: build_optimizer(m, "muon", 0.02, {"adamw_lr": 3e-3}),
-        "kfac-eigen": lambda m: build_optimizer(m, "kfac-eigen", 0.03, kfac),
-        "kfac-iterative": lambda m: build_optimizer(m, "kfac-iterative", 0.03, kfac),
-        f"kfac-eigen (factors every {inverse_every})": lambda m: build_optimizer(m, "kfac-eigen", 0.03, every),
-        f"kfac-iterative (factors every {inverse_every})":
-            lambda m: build_optimizer(m, "kfac-iterative", 0.03, every),
-        f"kfac-iterative (factors every {inverse_every}, cg_max_iter 5)":
-            lambda m: build_optimizer(m, "kfac-iterative", 0.03, {**every, "cg_max_iter": 5}),
+        "kfac-eigen (config)": lambda m: build_optimizer(m, "kfac-eigen", eigen_lr, eigen),
+        "kfac-iterative (config)": lambda m: build_optimizer(m, "kfac-iterative", iterative_lr, iterative),
+        "kfac-eigen (factors every step)": lambda m: build_optimizer(m, "kfac-eigen", 0.03, kfac),
+        "kfac-iterative (factors every step)": lambda m: build_optimizer(m, "kfac-iterative", 0.03, kfac),
     }
     return makers
 
@@ -130,7 +136,7 @@ def measure(name: str, make, *, device, batch_size: int, steps: int, warmup: int
             fwd_bwd.append(marks[0] - t0)
             step_time.append(t2 - marks[0])
             if isinstance(opt, KFAC) and opt.inverse == "cg":
-                cg_iters.append(opt.last_stats["cg_iterations_mean"])
+                cg_iters.append(opt._stats["cg_iterations"].float().mean().item())  # not last_stats: no check
     row = {"optimizer": name, "steps": steps, "loss_last": loss.item(),
            "forward_backward_ms": 1e3 * statistics.fmean(fwd_bwd), "step_ms": 1e3 * statistics.fmean(step_time),
            "state_mib": _state_bytes(opt) / 2**20}
@@ -165,7 +171,7 @@ def to_markdown(rows: list[dict], meta: dict) -> str:
     cols = ["optimizer", "total_ms", "ratio_to_adamw", "forward_backward_ms", "factors_ms", "inverse_ms",
             "apply_ms", "step_ms", "cg_iterations_per_layer_step", "state_mib"]
     fmt = lambda v: "" if v is None else (f"{v:.3g}" if isinstance(v, float) else str(v))
-    lines = [f"shape: {meta['shape']}, device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
+    lines = [f"command: `{meta['command']}`", "", f"shape: {meta['shape']}, device: {meta['device']}, threads: {meta['threads']}, batch: {meta['batch_size']}, "
              f"steps: {meta['steps']} (amortized over inverse_every={meta['inverse_every']}), "
              f"median of {meta['repeats']} interleaved repeats, torch {meta['torch']}", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
@@ -203,7 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     rows = [_median_row([rep[i] for rep in repeats]) for i in range(len(names))]
     meta = {"device": str(device), "threads": args.threads, "shape": dict(SHAPE), "batch_size": args.batch_size, "steps": args.steps,
             "inverse_every": args.inverse_every, "repeats": args.repeats, "torch": torch.__version__,
-            "platform": platform.platform()}
+            "platform": platform.platform(),
+            "command": " ".join(["python benchmarks/optimizer_overhead.py", *(argv if argv is not None else sys.argv[1:])])}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows, "repeats": repeats}, indent=2))
     table = to_markdown(rows, meta)

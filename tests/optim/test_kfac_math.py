@@ -7,7 +7,8 @@ import torch
 from torch.func import jacrev
 
 from brownformer.optim._kfac_blocks import pad, plan_blocks, unpad
-from brownformer.optim._kfac_math import (padded_eigh, block_conjugate_gradient, block_diagonal, conjugate_gradient, eigen_solve,
+from brownformer.optim._kfac_pcg import block_conjugate_gradient, conjugate_gradient
+from brownformer.optim._kfac_math import (padded_eigh, block_diagonal, eigen_solve,
                                           input_factor, stacked_input_factor, stacked_output_factor,
                                           kl_clip_scale, kronecker_operator, output_factor, symmetric_eigh)
 

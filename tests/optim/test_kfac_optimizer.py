@@ -41,14 +41,18 @@ def _max_relative_param_diff(a: nn.Module, b: nn.Module) -> float:
 
 @pytest.mark.parametrize("case", ["mlp-tokens", "transformer"])
 def test_cg_to_convergence_equals_eigen(case_builder, case):
+    """CG on the current factors, preconditioned by the basis of step 0 only, equals the exact solve from
+    an eigendecomposition of the current factors at every step."""
     model, batch, loss_fn = case_builder(case)
     twin = copy.deepcopy(model)
-    common = dict(lr=0.1, damping=1e-2, factor_decay=0.5, inverse_every=1, momentum=0.9, weight_decay=1e-3)
-    eigen = KFAC(model, inverse="eigen", **common)
-    cg = KFAC(twin, inverse="cg", cg_max_iter=1000, cg_tol=1e-13, **common)
+    common = dict(lr=0.1, damping=1e-2, factor_decay=0.5, momentum=0.9, weight_decay=1e-3)
+    eigen = KFAC(model, inverse="eigen", inverse_every=1, **common)
+    cg = KFAC(twin, inverse="cg", inverse_every=1000, cg_max_iter=1000, cg_tol=1e-13, adapt_every=1, **common)
     _train(model, eigen, batch, loss_fn, 5)
     _train(twin, cg, batch, loss_fn, 5)
-    assert eigen.last_stats["preconditioned"] and cg.last_stats["cg_fallbacks_total"] == 0
+    stats = cg.last_stats
+    assert eigen.last_stats["preconditioned"] and stats["cg_fallbacks_total"] == 0
+    assert stats["cg_iterations_max"] > 1  # the stale basis made CG iterate
     assert _max_relative_param_diff(model, twin) < CG_EIGEN_RTOL
 
 
@@ -192,10 +196,11 @@ def test_nonfinite_gradient_restores_the_last_good_state(caplog):
     good = opt.good.params
     assert opt.good.step == 2 and not all(torch.equal(p, q) for p, q in zip(model.parameters(), good))
     with caplog.at_level("WARNING"):
-        _nan_batch_step(model, opt)
+        _nan_batch_step(model, opt)  # step 3: skipped on the device, no host read
+        assert not caplog.records
+        stats = opt.last_stats  # a host read: the failure is handled here
     assert [r.getMessage() for r in caplog.records if "K-FAC" in r.getMessage()][0].count("restored the state of step 2")
     assert len(caplog.records) == 1  # one line per incident
-    stats = opt.last_stats
     assert stats["failures_total"] == 1 and not stats["preconditioned"] and stats["damping"] == pytest.approx(0.1)
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), good))
     assert all("momentum_buffer" not in opt.state[p] for p in opt._params())  # momentum restarts from zero
@@ -203,14 +208,19 @@ def test_nonfinite_gradient_restores_the_last_good_state(caplog):
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_consecutive_failures_stop_with_one_error():
+@pytest.mark.parametrize("adapt_every", [1, 5])
+def test_consecutive_failures_stop_with_one_error(adapt_every):
+    """Each check that finds failed steps is one incident; max_failures + 1 in a row raise, at the check."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
-    opt = KFAC(model, lr=0.1, max_failures=3)
-    _one_batch_step(model, opt)
-    for _ in range(3):
+    opt = KFAC(model, lr=0.1, max_failures=3, adapt_every=adapt_every)
+    _one_batch_step(model, opt)  # step 0, a scheduled check
+    for _ in range(3 * adapt_every):  # checks at steps adapt_every, 2 adapt_every, 3 adapt_every: 3 incidents
         _nan_batch_step(model, opt)
-    with pytest.raises(FloatingPointError, match="4 failed steps in a row"):
+    assert opt.failures == 3
+    for _ in range(adapt_every - 1):
+        _nan_batch_step(model, opt)
+    with pytest.raises(FloatingPointError, match="4 failed checks in a row"):
         _nan_batch_step(model, opt)
 
 
@@ -238,6 +248,7 @@ def test_cg_divergence_falls_back_to_raw_gradient_and_is_counted():
     opt = KFAC(model, lr=0.1, inverse="cg", momentum=0.0, kl_clip=None, factor_every=1000)
     _one_batch_step(model, opt)
     opt.state[model[2].weight]["factor_g"].mul_(-10.0)  # indefinite operator: CG must refuse it
+    opt.state_changed()
     model.zero_grad()
     F.cross_entropy(model(torch.randn(8, 3, dtype=torch.float64)), torch.randint(0, 2, (8,))).backward()
     before = [(p.detach().clone(), p.grad.clone()) for p in model[2].parameters()]

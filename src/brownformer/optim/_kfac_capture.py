@@ -222,8 +222,10 @@ class FactorCapture:
             target = probs - loss_grad.detach().float().reshape(-1, n_classes) * scale  # cross-entropy's target
             categorical = (target.min() > -_CATEGORICAL_TOL) & ((target.sum(dim=1) - 1).abs().max() < _CATEGORICAL_TOL)
             # a non-finite row (a diverged step; the optimizer handles it) must not stop the sampling
-            sampled = torch.multinomial(torch.nan_to_num(probs, nan=1.0, posinf=1.0, neginf=0.0).clamp_min(1e-30), 1,
-                                        generator=self.generator)  # (rows, 1)
+            # inverse-CDF sampling: torch.multinomial checks its input on the host (a read per step)
+            cdf = torch.nan_to_num(probs, nan=1.0, posinf=1.0, neginf=0.0).clamp_min(1e-30).cumsum(dim=1)  # (rows, C)
+            u = torch.rand(cdf.shape[0], 1, generator=self.generator, device=cdf.device, dtype=cdf.dtype)
+            sampled = torch.searchsorted(cdf, u * cdf[:, -1:]).clamp_max(n_classes - 1)  # (rows, 1)
             noise = torch.randn(probs.shape, generator=self.generator, device=probs.device)
             grad = torch.where(categorical, probs.scatter_add(1, sampled, -torch.ones_like(probs[:, :1])), noise) / scale
             grad = grad.reshape(logits.shape).to(logits.dtype)

@@ -12,15 +12,19 @@
   the change the undamped Kronecker quadratic model predicts, ``delta`` the whole update, momentum and
   the AdamW half included; the parameters K-FAC does not precondition enter the model linearly);
   ``damping *= omega`` if ``rho > 3/4``, ``/= omega`` if ``rho < 1/4``, ``omega = 0.95^adapt_every``.
-* Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) restore the last
-  good snapshot (parameters and AdamW moments, taken every ``adapt_every`` steps; momentum restarts
-  from zero), multiply the damping by 10 and refresh the factors from the next batch. A failure within
-  ``adapt_every`` steps of the previous one counts as the same run of failures; ``max_failures`` of
-  them stop training with one error, so there is never an endless cycle of restores.
+* Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) are found without
+  a host read in the step: the step's update is masked on the device (a failed step changes nothing)
+  and the device counts them (:class:`Watch`). The host reads the counts at its next check (every
+  ``adapt_every`` steps, with the LM numbers in one copy, or at a read of ``last_stats``); a check that
+  finds failed steps is one incident: restore the last good snapshot (parameters and AdamW moments, taken
+  at each check step and kept when its window had no failure; momentum restarts from zero), multiply the
+  damping by 10 and refresh the factors from the next batch. ``max_failures`` incidents in a row stop
+  training with one error, so there is never an endless cycle of restores or skipped steps.
 """
 from __future__ import annotations
 
 import logging
+import math
 
 import torch
 
@@ -88,34 +92,124 @@ class Snapshot:
         return snap
 
 
-def reduction_ratio(opt, items, before: Snapshot, loss, closure) -> tuple[float, float]:
-    """``(loss after the step, rho)``: the closure re-evaluated once, one host read."""
+class Watch:
+    """What the device saw since the host last checked, counted on the device (steps never read it).
+
+    ``failures``: failed steps, of them those with a non-finite gradient, dropped batch factors (reset at
+    every check); ``cg``: per CG block, systems stopped by the iteration budget and the most iterations
+    a system used (reset at scheduled checks, which set the budgets).
+    """
+
+    def __init__(self, device):
+        self.failures = torch.zeros(3, dtype=torch.long, device=device)
+        self.cg = torch.zeros(0, 2, dtype=torch.long, device=device)
+
+    def add(self, *, failed=None, bad_gradient=None, dropped=None, cg_capped=None, cg_iterations=None) -> None:
+        counts = [failed, bad_gradient, dropped]
+        if any(c is not None for c in counts):
+            zero = torch.zeros((), dtype=torch.long, device=self.failures.device)
+            self.failures.add_(torch.stack([zero if c is None else c.long() for c in counts]))
+        if cg_iterations is not None:  # per block
+            if self.cg.shape[0] != cg_iterations.shape[0]:
+                self.cg = torch.zeros(cg_iterations.shape[0], 2, dtype=torch.long, device=self.failures.device)
+            self.cg[:, 0].add_(cg_capped)
+            torch.maximum(self.cg[:, 1], cg_iterations, out=self.cg[:, 1])
+
+    def to_dict(self) -> dict:
+        return {"failures": self.failures.tolist(), "cg": self.cg.tolist()}
+
+    def load(self, saved: dict) -> None:
+        self.failures.copy_(torch.tensor(saved["failures"]))
+        self.cg = torch.tensor(saved["cg"], dtype=torch.long, device=self.failures.device).reshape(-1, 2)
+
+
+def check_due(opt, step: int) -> bool:
+    """Scheduled host checks: every ``adapt_every`` steps (every step when ``adapt_every`` is 0)."""
+    return opt.adapt_every == 0 or step % opt.adapt_every == 0
+
+
+def predicted_change(opt, items, before: Snapshot) -> torch.Tensor:
+    """``g^T delta + 1/2 sum_l <D_l, G_l D_l A_l>`` of the update just applied (a 0-d tensor)."""
     params = [p for p in opt._params() if p.grad is not None]
     index = {id(p): j for j, p in enumerate(opt._params())}
     delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
-    predicted = torch.stack([(g * d).sum() for g, d in zip((p.grad for p in params), delta)]).sum()
+    predicted = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
     moved = dict(zip(params, delta))
     for sub, c, _ in items:
-        d = sub.gradients(moved)
-        predicted = predicted + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], d)
-    with torch.no_grad():
-        after = closure()
-    after_value, before_value, predicted_value = torch.stack(
-        [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device) for t in
-         (after, loss, predicted)]).tolist()
-    opt._totals["adaptations"] += 1
-    rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
-    return after_value, rho
+        predicted = predicted + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], sub.gradients(moved))
+    return predicted
 
 
-def fail(opt, step: int, reason: str, loss, *, restore: bool):
+def next_budgets(budgets: list[int], seen: list[list[int]], cap: int) -> list[int]:
+    """CG iterations per block for the next steps: the most any system of the block used in the last
+    window (``seen[j] = [capped, used]``), doubled after a window in which the budget stopped some system
+    of the block; within ``[1, cap]``. Blocks not seen keep their budget."""
+    out = list(budgets)
+    for j, (capped, used) in enumerate(seen[:len(out)]):
+        out[j] = min(cap, max(1, 2 * out[j] if capped else used))
+    return out
+
+
+def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, items=(), pending=None) -> None:
+    """The host check: ONE read of the device's counts (and, on adaptation steps, of the reduction ratio).
+
+    A window with failed steps is one incident (:func:`incident`); a clean scheduled check promotes the
+    snapshot ``pending`` to the last good state, adapts the damping (Levenberg-Marquardt when the step
+    had a closure) and sets the CG budget. Unscheduled checks (``last_stats``) only handle failures.
+    """
+    adapt = scheduled and pending is not None and closure is not None and loss is not None
+    lm = []
+    if adapt:
+        predicted = predicted_change(opt, items, pending)
+        with torch.no_grad():
+            after = closure()
+        lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device) for t in (after, loss, predicted)]
+        opt._totals["adaptations"] += 1
+    n_cg = opt.watch.cg.numel()
+    values = torch.cat([opt.watch.failures.double(), opt.watch.cg.double().flatten(),
+                        *(t.reshape(1) for t in lm)]).tolist()
+    failed, bad_gradient, dropped = (int(x) for x in values[:3])
+    seen = [[int(values[3 + i]), int(values[4 + i])] for i in range(0, n_cg, 2)]
+    lm_values = values[3 + n_cg:]
+    opt.watch.failures.zero_()
+    if dropped and not failed:  # else the incident's line says it
+        logger.warning("K-FAC: %d non-finite batch factor(s) dropped (running factors kept) by step %d", dropped, step)
+    if scheduled:
+        opt.cg_budget = next_budgets(opt.cg_budget, seen, opt.cg_max_iter)
+        opt.watch.cg.zero_()
+    if failed:
+        reason = "non-finite gradient" if bad_gradient else "preconditioning failed"
+        incident(opt, step, reason + (f", {dropped} non-finite batch factor(s) dropped" if dropped else ""),
+                 failed_steps=failed, restore=bool(bad_gradient))
+        return
+    if adapt:
+        after_value, before_value, predicted_value = lm_values
+        rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
+        opt._stats["rho"] = rho
+        if not math.isfinite(after_value):
+            opt.good = pending
+            incident(opt, step, "non-finite loss after the step", failed_steps=1, restore=True)
+            opt._totals["failures"] = opt._totals["failures"] + 1
+            return
+        omega = lm_omega(opt.adapt_every)
+        for group in opt.param_groups:
+            group["damping"] = adapt_damping(group["damping"], rho, omega)
+    elif scheduled and opt.adapt_every > 0:  # no closure: a damping raised by a failure decays back
+        for group in opt.param_groups:
+            group["damping"] = max(group["initial_damping"], group["damping"] * lm_omega(opt.adapt_every))
+    if scheduled:
+        if pending is not None:
+            opt.good = pending
+        opt.failures = 0
+        opt._stats["damping"] = opt._group_of(opt.layers[0])["damping"]
+
+
+def incident(opt, step: int, reason: str, *, failed_steps: int, restore: bool) -> None:
     """One failure incident: restore the last good state (``restore``), damping x10, fresh factors;
-    one log line; ``max_failures`` in a row raise."""
+    one log line; ``max_failures`` incidents in a row raise."""
     opt.failures += 1
-    opt._healthy_run = 0
-    opt._totals["failures"] += 1
     if opt.failures > opt.max_failures:
-        raise FloatingPointError(f"K-FAC: {opt.failures} failed steps in a row (last at step {step}: "
+        raise FloatingPointError(f"K-FAC: {opt.failures} failed checks in a row (last by step {step}: "
                                  f"{reason}); lower lr, raise damping or check the data")
     restored = restore and opt.good is not None
     if restored:
@@ -125,13 +219,13 @@ def fail(opt, step: int, reason: str, loss, *, restore: bool):
         group["damping"] = min(group["damping"] * FAILURE_GROWTH, DAMPING_MAX)
     opt.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
     for g in opt.groups:
+        g.rotated = None
         for key in EIGEN_KEYS + ("cg_solution",):
             if g.stacks.pop(key, None) is not None:
                 for layer in g.layers:
                     opt.state[layer.module.weight].pop(key, None)
-    where = f"restored the state of step {opt.good.step}" if restored else "step skipped"
-    logger.warning("K-FAC step %d: %s; %s, damping %.3g -> %.3g, factors refreshed (failure %d in a row, "
-                   "at most %d)", step, reason, where, old, opt._group_of(opt.layers[0])["damping"],
-                   opt.failures, opt.max_failures)
-    opt._finish({"step": step, "preconditioned": False, "nu": 1.0, "failure": reason})
-    return loss
+    where = f"restored the state of step {opt.good.step}" if restored else "steps skipped"
+    logger.warning("K-FAC by step %d: %s (%d failed step(s) since the last check); %s, damping %.3g -> %.3g, "
+                   "factors refreshed (failure %d in a row, at most %d)", step, reason, failed_steps, where, old,
+                   opt._group_of(opt.layers[0])["damping"], opt.failures, opt.max_failures)
+    opt._stats.update({"preconditioned": False, "failure": reason, "damping": opt._group_of(opt.layers[0])["damping"]})

@@ -52,6 +52,8 @@ class LayerGroup:
         self.has_bias = layers[0].has_bias
         self.dtype, self.device = factor_dtype(w), w.device
         self.stacks: dict[str, torch.Tensor] = {}
+        self.rotated: tuple[torch.Tensor, torch.Tensor] | None = None  # (G', A') in the eigenbasis, cg's cache
+        self._params: list | None = None  # the members' parameters in split order
         self.head_mask = None  # (k, out, out) ones / per-head block pattern, only if a layer is per-head
         if any(m.head_size is not None for m in layers):
             ones = torch.ones(self.out_features, self.out_features, dtype=self.dtype, device=self.device)
@@ -85,7 +87,7 @@ class LayerGroup:
         (factors) or zeros (CG solution, a cold start); partial eigendecompositions are dropped and
         recomputed at the next step.
         """
-        self.stacks = {}
+        self.stacks, self.rotated = {}, None
         n_in = self.in_features + int(self.has_bias)
         fill = {"factor_a": lambda: torch.eye(n_in, dtype=self.dtype, device=self.device),
                 "factor_g": lambda: torch.eye(self.out_features, dtype=self.dtype, device=self.device),
@@ -113,14 +115,17 @@ class LayerGroup:
             w = torch.cat([w, b[:, :, None]], dim=2)  # (k, out, in+1)
         return w.to(self.dtype)
 
-    def split(self, x: torch.Tensor) -> dict[torch.Tensor, torch.Tensor]:
-        """Per-parameter directions (views of ``x`` ``(k, out, in[+1])``) for the base update."""
-        directions = {}
-        for j, m in enumerate(self.layers):
-            directions[m.module.weight] = x[j, :, : self.in_features]
-            if self.has_bias:
-                directions[m.module.bias] = x[j, :, self.in_features]
-        return directions
+    def split(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The members' parameters ``[W_0, b_0, W_1, ...]`` and their directions (views of ``x``
+        ``(k, out, in[+1])``, made with one ``unbind`` per part) for the base update."""
+        if self._params is None:
+            self._params = [p for m in self.layers for p in ((m.module.weight, m.module.bias) if self.has_bias
+                                                             else (m.module.weight,))]
+        weights = x[:, :, : self.in_features].unbind(0)
+        if not self.has_bias:
+            return self._params, list(weights)
+        biases = x[:, :, self.in_features].unbind(0)
+        return self._params, [t for pair in zip(weights, biases) for t in pair]
 
     # ---- batch factors -----------------------------------------------------------------------
     def batch_factors(self, weight_sharing: str, scale: int | None = None

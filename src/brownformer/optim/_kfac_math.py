@@ -1,4 +1,4 @@
-"""Pure tensor maths of K-FAC: Kronecker factors, damped Kronecker solves, conjugate gradient.
+"""Pure tensor maths of K-FAC: Kronecker factors, damped Kronecker solves (the CG is in ``_kfac_pcg``).
 
 Notation (one ``nn.Linear`` layer ``s = W a + b``): ``a`` is the layer input with a ones column
 appended when the layer has a bias, ``g = dL/ds`` the gradient of the backpropagated loss ``L``
@@ -19,7 +19,6 @@ keeps ``G``'s scale and the meaning of the damping.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 
 import torch
 
@@ -168,8 +167,8 @@ def symmetric_eigh(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def padded_eigh(mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """:func:`symmetric_eigh` of stacks of different sizes in at most two batched calls.
 
-    ``eigh`` reads its error flags on the host once per call, so one call per factor shape costs a
-    host synchronisation each. Here every ``(k_i, n_i, n_i)`` stack is embedded in a block-diagonal
+    ``eigh`` reads its error flags on the host once per call, so on an accelerator one call per factor
+    shape costs a host synchronisation each. Here every ``(k_i, n_i, n_i)`` stack is embedded in a block-diagonal
     ``(M, M)`` matrix whose padding block is ``-I``: its eigenvalues ``-1`` sort first and are apart
     from the PSD spectrum, so the last ``n_i`` eigenpairs are those of the factor. Sizes above
     ``M / 2.5`` (``M`` the largest) share one call padded to ``M``; the rest share a second call padded
@@ -203,6 +202,15 @@ def padded_eigh(mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tens
     return out
 
 
+def factor_eigh(mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`padded_eigh` on an accelerator; on the CPU, where no device waits for the host, one
+    :func:`symmetric_eigh` per stack (faster than padding: 8.6 against 15.6 ms for the default ViT's
+    factors, measured). Non-finite entries are zeroed as in :func:`padded_eigh`."""
+    if mats[0].device.type == "cpu":
+        return [symmetric_eigh(torch.where(torch.isfinite(m), m, 0.0)) for m in mats]
+    return padded_eigh(mats)
+
+
 def symmetric_eigh_raw(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``eigh`` with a float64 retry, eigenvalues unclamped (see :func:`symmetric_eigh`)."""
     try:
@@ -211,156 +219,6 @@ def symmetric_eigh_raw(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         logger.warning("eigh failed in %s; retrying in float64", m.dtype)
         d, q = torch.linalg.eigh(m.double())
         return d.to(m.dtype), q.to(m.dtype)
-
-
-def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
-    """Per-system inner products ``<U_l, W_l>`` of block lists, concatenated: ``(sum_j k_j, 1, 1)``."""
-    # one batched product per block: (k, 1, n) @ (k, n, 1) -> (k, 1, 1)
-    return torch.cat([torch.bmm(u.reshape(u.shape[0], 1, -1), w.reshape(w.shape[0], -1, 1)) for u, w in zip(us, ws)])
-
-
-def _energy(x: list[torch.Tensor], v: list[torch.Tensor], r: list[torch.Tensor]) -> torch.Tensor:
-    """CG objective ``phi(X) = 1/2 <X, op(X)> - <V, X> = -1/2 <X, V + R>`` with ``R = V - op(X)``.
-
-    CG decreases ``phi`` monotonically from ``phi(0) = 0`` (the residual norm need not decrease),
-    so ``phi > 0`` means a warm start worse than zero or a numerical breakdown.
-    """
-    return _dots(x, [vj + rj for vj, rj in zip(v, r)]).mul_(-0.5)
-
-
-def _start(operator, v, x0, blocks) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-    """Initial iterates and residuals; a warm start worse than ``X = 0`` is replaced by zero."""
-    if x0 is None:
-        return [torch.zeros_like(vj) for vj in v], [vj.clone() for vj in v]
-    x = [torch.zeros_like(vj) if xj is None else xj.clone() for vj, xj in zip(v, x0)]
-    r = [vj - oj for vj, oj in zip(v, operator(x))]
-    restart = _energy(x, v, r) > 0  # masked unconditionally: no host check of the flags
-    for xj, rj, vj, sl in zip(x, r, v, blocks):
-        xj.masked_fill_(restart[sl], 0.0)
-        torch.where(restart[sl], vj, rj, out=rj)
-    return x, r
-
-
-@dataclass(frozen=True)
-class CGResult:
-    """Batched conjugate-gradient outcome: solutions and per-system diagnostics.
-
-    ``solution`` is one ``(k, out, in)`` tensor (:func:`conjugate_gradient`) or a tuple of them,
-    one per block (:func:`block_conjugate_gradient`); the diagnostics are ``(sum_j k_j,)``.
-    """
-
-    solution: torch.Tensor | tuple[torch.Tensor, ...]
-    iterations: torch.Tensor
-    relative_residual: torch.Tensor
-    ok: torch.Tensor
-
-
-def conjugate_gradient(
-    g: torch.Tensor,
-    a: torch.Tensor,
-    v: torch.Tensor,
-    damping: float | torch.Tensor,
-    *,
-    x0: torch.Tensor | None = None,
-    max_iter: int = 10,
-    tol: float = 1e-2,
-) -> CGResult:
-    """Solve ``G X A + damping X = V`` for a batch of same-shaped layers by conjugate gradient.
-
-    Hestenes & Stiefel (1952) CG on the SPD operator of :func:`kronecker_operator`, the
-    iterative K-FAC of arXiv 2101.00218. Each system stops at ``max_iter`` iterations or when
-    ``||V - op(X)||_F <= tol ||V||_F``; converged systems are frozen while the others continue.
-    A warm start ``x0`` with a larger CG objective than ``X = 0`` is replaced by zero. A system is
-    not ``ok`` (diverged) when it produced non-finite values, met non-positive curvature
-    ``p^T op(p) <= 0``, or ended with a CG objective above that of ``X = 0``.
-
-    Args:
-        g: ``(k, out, out)`` output factors.
-        a: ``(k, in, in)`` input factors.
-        v: ``(k, out, in)`` right-hand sides (gradients).
-        damping: ``> 0``.
-        x0: Optional ``(k, out, in)`` warm start.
-        max_iter: Iteration cap.
-        tol: Relative-residual tolerance.
-
-    Returns:
-        :class:`CGResult` with per-system ``iterations``, ``relative_residual`` and ``ok``.
-    """
-    result = block_conjugate_gradient([g], [a], [v], damping, x0=None if x0 is None else [x0],
-                                      max_iter=max_iter, tol=tol)
-    return CGResult(solution=result.solution[0], iterations=result.iterations,
-                    relative_residual=result.relative_residual, ok=result.ok)
-
-
-def block_conjugate_gradient(
-    g: list[torch.Tensor],
-    a: list[torch.Tensor],
-    v: list[torch.Tensor],
-    damping: float | torch.Tensor,
-    *,
-    x0: list[torch.Tensor | None] | None = None,
-    max_iter: int = 10,
-    tol: float = 1e-2,
-    check_at: int | None = None,
-) -> CGResult:
-    """:func:`conjugate_gradient` on several blocks of differently shaped systems in one loop.
-
-    Block ``j`` holds ``k_j`` systems of one shape (``g[j]`` ``(k_j, out_j, out_j)``, ``a[j]``
-    ``(k_j, in_j, in_j)``, ``v[j]`` ``(k_j, out_j, in_j)``). The iterations of all blocks run
-    together, so the per-iteration scalar work (step sizes, stopping tests) is one tensor operation
-    over every system instead of one per block, and a single host check per iteration ends the loop.
-    Every system follows exactly the recurrence and stopping rule of :func:`conjugate_gradient`.
-    ``x0`` is None or a list with a warm start (or None for a cold start) per block; ``damping`` is a
-    number or a ``(sum_j k_j, 1, 1)`` tensor (one value per system).
-
-    The loop runs ``max_iter`` iterations with converged systems masked (their step sizes are
-    zero), asking the device whether every system has converged only once, after ``check_at``
-    iterations (None: never): at most one host synchronisation, and most steps of a warm-started
-    solve stop there.
-
-    Returns:
-        :class:`CGResult` whose ``solution`` is a tuple with one ``(k_j, out_j, in_j)`` tensor per block
-        and whose diagnostics concatenate the blocks' systems in order.
-    """
-    bounds = [0]
-    for vj in v:
-        bounds.append(bounds[-1] + vj.shape[0])
-    blocks = [slice(lo, hi) for lo, hi in zip(bounds[:-1], bounds[1:])]  # systems of block j
-
-    lam = [damping[sl] if isinstance(damping, torch.Tensor) else damping for sl in blocks]
-
-    def operator(xs):
-        return [kronecker_operator(gj, aj, xj, lj) for gj, aj, xj, lj in zip(g, a, xs, lam)]
-
-    b_norm = _dots(v, v).sqrt_()  # (L, 1, 1); per-system scalars keep the block's broadcast shape
-    x, r = _start(operator, v, x0, blocks)
-    p = [rj.clone() for rj in r]
-    rs = _dots(r, r)
-    iterations = torch.zeros_like(b_norm, dtype=torch.long)
-    healthy = torch.ones_like(b_norm, dtype=torch.bool)
-    threshold = (tol * b_norm) ** 2
-    active = rs > threshold
-    for it in range(max_iter):
-        if it == check_at and not bool(active.any()):
-            break
-        ap = operator(p)
-        p_ap = _dots(p, ap)
-        healthy &= ~active | (p_ap > 0)
-        active &= healthy
-        alpha = torch.where(active, rs / p_ap, 0.0)
-        for xj, rj, pj, apj, sl in zip(x, r, p, ap, blocks):
-            xj.addcmul_(alpha[sl], pj)
-            rj.addcmul_(alpha[sl], apj, value=-1.0)
-        rs_new = _dots(r, r)
-        beta = torch.where(active, rs_new / rs, 0.0)
-        p = [torch.addcmul(rj, beta[sl], pj) for rj, pj, sl in zip(r, p, blocks)]
-        rs = torch.where(active, rs_new, rs)
-        iterations += active
-        active &= rs > threshold
-    rel = (rs.sqrt() / b_norm.clamp_min(torch.finfo(b_norm.dtype).tiny)).flatten()
-    finite = torch.cat([torch.isfinite(xj).flatten(1).all(dim=1) for xj in x])
-    ok = healthy.flatten() & finite & torch.isfinite(rel) & (_energy(x, v, r) <= 0).flatten()
-    return CGResult(solution=tuple(x), iterations=iterations.flatten(), relative_residual=rel, ok=ok)
 
 
 def kl_clip_scale(vg_sum: torch.Tensor, *, lr: float = 1.0, kl_clip: float | None) -> torch.Tensor:

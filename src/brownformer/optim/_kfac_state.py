@@ -19,7 +19,8 @@ class KFACPersistence:
         """torch's state dict plus ``"kfac"``: every setting, counter and snapshot the next steps use."""
         state = super().state_dict()  # type: ignore[misc]
         state["kfac"] = {**{k: getattr(self, k) for k in SETTINGS}, "factor_updates": self.factor_updates,
-                         "failures": self.failures, "healthy_run": self._healthy_run,
+                         "failures": self.failures, "cg_budget": list(self.cg_budget),
+                         "diagonal": [bool(self._diagonal.get(g, False)) for g in self.groups], "watch": self.watch.to_dict(),
                          "good": None if self.good is None else self.good.to_dict(),
                          "totals": {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in self._totals.items()}}
         if self.generator is not None:
@@ -49,7 +50,11 @@ class KFACPersistence:
             if self.fisher == "sampled" and self.generator is None:
                 self.generator = self.capture.generator = torch.Generator(device=self.layers[0].module.weight.device)
             self.factor_updates, self.failures = settings["factor_updates"], settings.get("failures", 0)
-            self._healthy_run = settings.get("healthy_run", 0)
+            self.cg_budget = list(settings.get("cg_budget", []))
+            self._diagonal = dict(zip(self.groups, settings.get("diagonal", [])))
+            if "watch" in settings:
+                self.watch.load(settings["watch"])
+            self._iterative.tol, self._iterative.warm_start = self.cg_tol, self.warm_start
             good = settings.get("good")
             self.good = None if good is None else control.Snapshot.from_dict(good, self.layers[0].module.weight.device)
             self._totals = defaultdict(int, settings["totals"])

@@ -1,11 +1,9 @@
 """Helpers of ``kfac.py``: argument checks, the rare paths of a step, the diagnostics.
 
-The rare paths (per-layer factor folding after a failed check, layers without a gradient) run only
-when something is off, where host checks per layer are affordable.
+The factor fold keeps its robustness rules on the device (no host read per step); layers without a
+gradient take a per-layer path, which runs only when something is off.
 """
 from __future__ import annotations
-
-import logging
 
 import torch
 
@@ -13,8 +11,6 @@ from brownformer.optim._base_update import BASES
 from brownformer.optim._kfac_capture import FISHERS, LOSS_REDUCTIONS, SCOPES
 from brownformer.optim._kfac_groups import LayerGroup
 from brownformer.optim._kfac_math import WEIGHT_SHARING
-
-logger = logging.getLogger(__name__)
 
 INVERSES = ("eigen", "cg")
 
@@ -61,30 +57,30 @@ def materialise_stats(stats: dict, totals: dict) -> dict:
     out["cg_iterations_max"] = int(iters.max()) if has_iters else 0
     steps = max(out.get("step", 0) + 1 - out.get("failures_total", 0), 1)
     out["kl_clip_binding_fraction"] = out.get("kl_clip_binding_steps_total", 0) / steps
+    out["preconditioned"] = bool(out.get("preconditioned", False))
     return out
 
 
-def fold_per_layer(groups: list[LayerGroup], state: dict, batches: list, weight: float) -> int:
-    """Fold batch factors layer by layer with the robustness rules; returns how many were dropped.
+def fold_factor(running: torch.Tensor, batch: torch.Tensor, weight: float, updated: list[bool]
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Fold a stack of batch factors into the running ones, with the robustness rules on the device.
 
-    A non-finite batch factor is dropped (the running factor stays); a non-finite running factor
-    restarts from its (finite) batch factor; otherwise ``F <- (1 - weight) F + weight F_batch``.
+    ``F <- (1 - weight) F + weight F_batch`` per layer, except: a layer without a batch this step
+    (``updated`` False) or with a non-finite batch factor keeps its running factor (the batch factor
+    is dropped); a non-finite running factor restarts from its finite batch factor. Returns the new
+    stack and the number of dropped non-finite batch factors (a 0-d tensor; no host read).
     """
-    dropped = 0
-    for group, a, g, updated in batches:
-        for key, factor, batch in zip(("factor_a", "factor_g"), group.factors(state), (a, g)):
-            for j, layer in enumerate(group.layers):
-                if not updated[j]:
-                    continue
-                if not bool(torch.isfinite(batch[j]).all()):
-                    logger.warning("non-finite %s batch factor in %s: dropped", key, layer.name)
-                    dropped += 1
-                elif not bool(torch.isfinite(factor[j]).all()):
-                    logger.warning("non-finite running %s in %s: restarted from the batch", key, layer.name)
-                    factor[j].copy_(batch[j])
-                else:
-                    factor[j].lerp_(batch[j], weight)
-    return dropped
+    batch_finite = torch.isfinite(batch).flatten(1).all(dim=1)  # (k,)
+    use = batch_finite
+    if not all(updated):
+        mask = torch.tensor(updated, device=batch.device)
+        use = use & mask
+        dropped = (~batch_finite & mask).sum()
+    else:
+        dropped = (~batch_finite).sum()
+    running_finite = torch.isfinite(running).flatten(1).all(dim=1)[:, None, None]
+    folded = torch.where(running_finite, running.lerp(batch, weight), batch)
+    return torch.where(use[:, None, None], folded, running), dropped
 
 
 def partial_view(group: LayerGroup, tensors: dict, present: list[int]) -> tuple[LayerGroup, dict, bool]:

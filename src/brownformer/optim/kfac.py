@@ -7,11 +7,11 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
    ``w = max(1 - rho^factor_every, 1/n)`` at the ``n``-th update (``_kfac_math.factor_weight``). ``G``
    comes from labels sampled from the model (``fisher="sampled"``, the true Fisher; default) or from
    the training labels (``"empirical"``), scaled by the loss's reduction (``loss_reduction``);
-2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``): ``inverse="eigen"`` from
-   eigendecompositions refreshed
-   every ``inverse_every`` steps, all factors in at most two batched ``eigh`` calls;
-   ``inverse="cg"`` by masked conjugate-gradient iterations on the current factors, warm-started
-   from the previous solution;
+2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``) with eigenbases refreshed every
+   ``inverse_every`` steps: ``inverse="eigen"`` exactly for the factors of the last refresh;
+   ``inverse="cg"`` for the current factors by conjugate gradient in that eigenbasis, Jacobi-
+   preconditioned (``_kfac_pcg``): zero iterations while the factors are those of the refresh, a
+   per-block budget of iterations (set at each check) after they moved;
 3. step bound (KL-clip, on by default): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2
    <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step;
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
@@ -23,10 +23,12 @@ Settings per parameter group (``param_groups``, like ``lr``; a schedule edits th
 ``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
 A layer uses the group that holds its weight.
 
-Robustness (``_kfac_control``), decided by ONE host check per step (plus one read on adaptation
-steps): a non-finite batch factor is dropped; a non-finite gradient or loss or a failed solve restores
-the last good snapshot, raises the damping x10 and refreshes the factors; ``max_failures`` in a row
-raise ``FloatingPointError``. A diverged CG system falls back to its raw gradient, on the device.
+Robustness (``_kfac_control``), with no host read in a step: a failed step (non-finite gradient or
+solve) is skipped on the device (its update is masked) and counted; the host handles it at the next
+check (every ``adapt_every`` steps, or a read of ``last_stats``): restore the last good snapshot, raise
+the damping x10, refresh the factors; ``max_failures`` failed checks in a row raise
+``FloatingPointError``. A non-finite batch factor is dropped on the device. A diverged CG system falls
+back to its raw gradient, on the device.
 
 Hooks (``_kfac_capture``) only keep tensors; ``remove_hooks()`` removes them, and a second K-FAC on
 the same model (or the garbage collection of this one) removes this one's hooks.
@@ -34,7 +36,6 @@ the same model (or the garbage collection of this one) removes this one's hooks.
 
 from __future__ import annotations
 
-import math
 import time
 from collections import defaultdict
 
@@ -44,12 +45,13 @@ from torch.optim import Optimizer
 
 from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
-from brownformer.optim._kfac_blocks import pad, per_system, plan_blocks, unpad
 from brownformer.optim._kfac_capture import FactorCapture, find_layers
 from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
-from brownformer.optim._kfac_math import block_conjugate_gradient, eigen_solve, factor_weight, kl_clip_scale, padded_eigh
+from brownformer.optim._kfac_lookup import KFACLookups
+from brownformer.optim._kfac_math import factor_eigh, factor_weight, kl_clip_scale
+from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions, rotate_factors
 from brownformer.optim._kfac_state import KFACPersistence
-from brownformer.optim._kfac_step import check_arguments, fold_per_layer, materialise_stats, partial_view
+from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
 
 __all__ = ["KFAC", "DEFAULT_LR", "DEFAULT_DAMPING"]
 
@@ -59,10 +61,9 @@ DEFAULT_LR = 0.03
 DEFAULT_DAMPING = 1e-2
 DEFAULT_MOMENTUM = 0.5  # the KL bound acts on each step's X: momentum 0.9 adds up ~10 bound steps (measured worse)
 DEFAULT_REST_LR = 1e-3  # torch.optim.AdamW's default, for the parameters K-FAC does not precondition
-_CG_CHECK_AT = 5  # one host check after 5 CG iterations (a warm-started solve needs ~3.4 on the ViT)
 
 
-class KFAC(KFACPersistence, Optimizer):
+class KFAC(KFACPersistence, KFACLookups, Optimizer):
     """K-FAC optimizer (eigen or iterative/CG inverse) for any model made of ``nn.Linear`` layers.
 
     Usage is that of any ``torch.optim`` optimizer: ``opt.zero_grad(); loss.backward(); opt.step()``;
@@ -80,10 +81,12 @@ class KFAC(KFACPersistence, Optimizer):
         inverse: ``"eigen"`` or ``"cg"`` (the paper's iterative K-FAC).
         factor_decay: Decay ``rho`` per step of the running factors, in ``[0, 1)`` (0.95).
         factor_every: Collect factors every this many steps (1).
-        inverse_every: Eigendecompose every this many steps (10); unused by ``cg``.
-        cg_max_iter: CG iterations, always run with converged systems masked (10, author's code).
+        inverse_every: Eigendecompose every this many steps (10); for ``cg`` the preconditioning basis.
+        cg_max_iter: Cap of the CG iteration budget per block (10, author's code); the budget a step
+            runs is the most iterations a system needed in the last check window (``_kfac_control``).
         cg_tol: CG relative-residual tolerance that freezes a system (1e-2, author's code).
-        warm_start: Start CG from the previous step's solution (True).
+        warm_start: Start CG from the previous step's solution (False: with the eigenbasis
+            preconditioner it saved no iteration and costs one operator application, measured).
         weight_sharing: ``"expand"`` or ``"reduce"`` (Eschenhagen et al. 2023).
         per_head: Block-diagonal ``G`` per head for the attention Q, K, V projections.
         scope: ``"all"``, ``"attention"`` or ``"mlp"`` (rule in ``_kfac_capture``).
@@ -100,8 +103,7 @@ class KFAC(KFACPersistence, Optimizer):
         n_heads: Head count for ``per_head`` (else read from the attention module).
         seed: Seed of the generator that samples the labels of ``fisher="sampled"``.
         adapt_every: Damping adaptation and snapshot period in steps (5; 0: neither).
-        max_failures: Failures in a row (each within ``adapt_every`` steps of the last) before
-            ``FloatingPointError`` (5).
+        max_failures: Checks in a row that find failed steps before ``FloatingPointError`` (5).
 
     Raises:
         ValueError: On an invalid argument or when no ``nn.Linear`` layer is in scope.
@@ -113,7 +115,7 @@ class KFAC(KFACPersistence, Optimizer):
 
     def __init__(self, model: nn.Module, lr: float = DEFAULT_LR, *, params: list[dict] | None = None,
                  damping: float = DEFAULT_DAMPING, inverse: str = "eigen", factor_decay: float = 0.95, factor_every: int = 1,
-                 inverse_every: int = 10, cg_max_iter: int = 10, cg_tol: float = 1e-2, warm_start: bool = True,
+                 inverse_every: int = 10, cg_max_iter: int = 10, cg_tol: float = 1e-2, warm_start: bool = False,
                  weight_sharing: str = "expand", per_head: bool = False, scope: str = "all",
                  momentum: float = DEFAULT_MOMENTUM, weight_decay: float = 0.0, kl_clip: float | None = 1e-3,
                  fisher: str = "sampled", loss_reduction: str = "mean", rest_update: str = "adamw",
@@ -151,11 +153,17 @@ class KFAC(KFACPersistence, Optimizer):
         self.groups = group_layers(self.layers)
         self.capture = FactorCapture(model, self.layers, fisher=fisher, loss_reduction=loss_reduction,
                                      generator=self.generator)
-        self.factor_updates, self.failures, self._healthy_run = 0, 0, 0
+        self.factor_updates, self.failures = 0, 0
         self.good: control.Snapshot | None = None
         self.timings = {"factors": 0.0, "inverse": 0.0, "apply": 0.0}
+        self.cg_budget: list[int] = []  # CG iterations per block a step runs; set at each check (_kfac_control)
+        self.watch = control.Watch(device)  # what the device saw since the last host check
+        self._iterative = IterativeSolver(tol=cg_tol, warm_start=warm_start)
         self._stats: dict = {}
-        self._blocks: dict = {}  # CG block plan per tuple of item shapes
+        self._layer_groups = None  # (number of param groups, {id(weight): group})
+        self._tensor_cache: dict = {}
+        self._index_cache: dict = {}  # per shape group: its layers' param groups and indices
+        self._diagonal: dict = {}  # per shape group: its rotated factors are diagonal (basis of these factors)
         self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
 
     # ---- API ---------------------------------------------------------------------------------
@@ -173,17 +181,19 @@ class KFAC(KFACPersistence, Optimizer):
         """Remove the factor-collecting hooks from the model (the optimizer keeps its factors)."""
         self.capture.remove()
 
-    def _group_of(self, layer) -> dict:
-        w = layer.module.weight
-        for group in self.param_groups:
-            if any(p is w for p in group["params"]):
-                return group
-        raise ValueError(f"layer {layer.name!r} is in no param group")
-
     @property
     def last_stats(self) -> dict:
-        """The last step's diagnostics as plain numbers (materialised here, not in ``step``)."""
+        """The last step's diagnostics as plain numbers (materialised here, not in ``step``); a host read,
+        so failures the device recorded since the last check are handled here first (``_kfac_control``)."""
+        control.check(self, self.param_groups[0]["step"] - 1)
         return materialise_stats(self._stats, self._totals)
+
+    def state_changed(self) -> None:
+        """Drop what ``step`` derives from the state and keeps between steps (the factors rotated into the
+        eigenbasis); call it after editing a factor or an eigenbasis in ``state`` in place."""
+        self._diagonal = {}
+        for g in self.groups:
+            g.rotated = None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
@@ -191,7 +201,10 @@ class KFAC(KFACPersistence, Optimizer):
     # ---- one step ----------------------------------------------------------------------------
     def _new_factors(self) -> tuple[dict, list]:
         """Running factors after folding this step's batch: ``{group: (A, G)}`` (temporaries) and the
-        batch factors ``[(group, A_b, G_b, updated)]`` (empty when nothing was collected)."""
+        batch factors ``[(group, A_b, G_b, updated)]`` (empty when nothing was collected).
+
+        Robust on the device, layer by layer: a non-finite batch factor is dropped (the running factor
+        stays, counted in ``dropped_factors``), a non-finite running factor restarts from its batch factor."""
         start = time.perf_counter()
         batches = []
         if any(m.inputs or m.output_grads for m in self.layers):
@@ -201,19 +214,20 @@ class KFAC(KFACPersistence, Optimizer):
         new = {}
         if batches:
             w = factor_weight(self.factor_updates + 1, decay=self.factor_decay, every=self.factor_every)
+            dropped = []
             for g, a, gg, updated in batches:
-                old = g.factors(self.state)
-                if all(updated):
-                    new[g] = tuple(f.lerp(b, w) for f, b in zip(old, (a, gg)))
-                else:  # a layer without a batch this step keeps its factors
-                    mask = torch.tensor(updated, device=g.device)[:, None, None]
-                    new[g] = tuple(torch.where(mask, f.lerp(b, w), f) for f, b in zip(old, (a, gg)))
+                pairs = [fold_factor(f, b, w, updated) for f, b in zip(g.factors(self.state), (a, gg))]
+                new[g] = tuple(f for f, _ in pairs)
+                dropped += [d for _, d in pairs]
+            self._totals["dropped_factors"] = self._totals["dropped_factors"] + torch.stack(dropped).sum()
+            self.watch.add(dropped=torch.stack(dropped).sum())
         self.timings["factors"] += time.perf_counter() - start + self.capture.seconds
         self.capture.seconds = 0.0
         return new, batches
 
     def _current(self, new: dict, step: int) -> dict:
-        """Per shape group, the tensors this step solves with (new factors, fresh eigenbases)."""
+        """Per shape group, the tensors this step solves with (new factors, fresh eigenbases, and for
+        ``cg`` the current factors rotated into the amortised eigenbasis)."""
         cur = {}
         start = time.perf_counter()
         n = self.factor_updates + 1
@@ -226,52 +240,45 @@ class KFAC(KFACPersistence, Optimizer):
         for g in self.groups:
             a, gg = new.get(g) or g.factors(self.state)
             cur[g] = {"factor_a": a, "factor_g": gg}
-            if self.inverse == "eigen":
-                if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming):
-                    refresh.append(g)
-                else:
-                    cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
-            elif self.warm_start and "cg_solution" in g.stacks:
+            if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming):
+                refresh.append(g)
+            else:
+                cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
+            if self.inverse == "cg" and self.warm_start and "cg_solution" in g.stacks:
                 cur[g]["cg_solution"] = g.stacks["cg_solution"]
         # padded_eigh zeroes non-finite entries; these flags make such a factor fail the step's check
         self._decomposed_finite = [torch.isfinite(cur[g][k].sum()) for g in refresh for k in ("factor_a", "factor_g")]
-        if refresh:  # every factor in at most two eigh calls: each call is a host sync
-            pairs = padded_eigh([cur[g][k] for g in refresh for k in ("factor_a", "factor_g")])
+        if refresh:  # on an accelerator every factor in at most two eigh calls
+            pairs = factor_eigh([cur[g][k] for g in refresh for k in ("factor_a", "factor_g")])
             for j, g in enumerate(refresh):
                 (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
                                                                       cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
+        if self.inverse == "cg":
+            for g in self.groups:
+                if g in new or g in refresh or g.rotated is None:
+                    rotate_factors(cur[g])
+                else:
+                    cur[g].update(zip(ROTATED_KEYS, g.rotated))
+            # the basis diagonalises the factors it came from: then the preconditioner is the exact inverse
+            self._diagonal = {g: g in refresh or (g not in new and self._diagonal.get(g, False)) for g in self.groups}
         self.timings["inverse"] += time.perf_counter() - start
         return cur
-
-    def _layer_tensor(self, layers, key: str, dtype, device, scale: float = 1.0) -> torch.Tensor:
-        return torch.tensor([self._group_of(m)[key] * scale for m in layers], dtype=dtype, device=device)
 
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
         """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
         start = time.perf_counter()
         dtype, device = v[0].dtype, v[0].device
-        lam = [self._layer_tensor(g.layers, "damping", dtype, device)[:, None, None] for g, _, _ in items]
-        info: dict = {}
+        lam = [self._layer_tensor(g.layers, "damping", dtype, device) for g, _, _ in items]
         if self.inverse == "eigen":
-            xs = [eigen_solve((c["eigenvalues_g"], c["eigenvectors_g"]), (c["eigenvalues_a"], c["eigenvectors_a"]),
-                              vj, lj) for (g, c, _), vj, lj in zip(items, v, lam)]
+            xs, info = eigen_directions(items, v, lam), {}
         else:
-            shapes = [tuple(vj.shape) for vj in v]
-            blocks = self._blocks.get(tuple(shapes)) or self._blocks.setdefault(tuple(shapes), plan_blocks(shapes))
-            x0 = [c.get("cg_solution") for _, c, _ in items] if self.warm_start else [None] * len(items)
-            result = block_conjugate_gradient(
-                pad([c["factor_g"] for _, c, _ in items], blocks, shapes, "g"),
-                pad([c["factor_a"] for _, c, _ in items], blocks, shapes, "a"), pad(v, blocks, shapes, "x"),
-                torch.cat([torch.cat([lam[i] for i in members]) for _, _, members in blocks]),
-                x0=pad(x0, blocks, shapes, "x"), max_iter=self.cg_max_iter, tol=self.cg_tol,
-                check_at=min(self.cg_max_iter, _CG_CHECK_AT))
-            xs = []
-            for (g, c, _), vj, solution, ok in zip(items, v, unpad(list(result.solution), blocks, shapes),
-                                                   per_system(result.ok, blocks, shapes)):
-                ok = ok[:, None, None]
-                xs.append(torch.where(ok, solution, vj))  # a diverged system falls back to its gradient
-                c["cg_solution"] = torch.where(ok, solution, 0.0)
-            info = {"cg_iterations": result.iterations, "cg_fallbacks": (~result.ok).sum()}
+            exact = all(self._diagonal.get(g, False) for g in self.groups)  # one iteration solves it
+            n_blocks = self._iterative.n_blocks(items)
+            if len(self.cg_budget) != n_blocks:
+                self.cg_budget = [self.cg_max_iter] * n_blocks
+            xs, info = self._iterative.direct(items, v, lam) if exact else \
+                self._iterative(items, v, lam, iterations=self.cg_budget)
+            info["cg_drifted"] = not exact
         self.timings["inverse"] += time.perf_counter() - start
         return xs, info
 
@@ -289,7 +296,10 @@ class KFAC(KFACPersistence, Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        """One K-FAC step (see the module docstring); returns the closure's loss if given."""
+        """One K-FAC step (see the module docstring); returns the closure's loss if given.
+
+        No host read except on check steps (``control.check_due``): a failed step is skipped on the
+        device and handled at the next check."""
         loss = None
         if closure is not None:
             with torch.enable_grad():
@@ -297,99 +307,85 @@ class KFAC(KFACPersistence, Optimizer):
         step = self.param_groups[0]["step"]
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         new, batches = self._new_factors()
-        flags = [torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all()] if grads else []
-        flags += [torch.isfinite(f.sum()) for pair in new.values() for f in pair]
+        items, v, xs, info, cur = [], [], [], {}, None
         try:
             cur = self._current(new, step)
             items = self._items(cur)
             v = [sub.gradients() for sub, _, _ in items]
             xs, info = self._solve(items, v) if items else ([], {})
-            flags += [torch.isfinite(x.sum()) for x in xs] + self._decomposed_finite
-        except torch.linalg.LinAlgError:
-            flags.append(torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device))
-        healthy = bool(torch.stack(flags).all()) if flags else True  # the one host check of the step
-        if not healthy:
-            return self._slow_step(step, grads, batches, loss, closure)
-        self._commit(new, cur, batches)
-        return self._update(step, items, v, xs, info, loss, closure)
-
-    def _update(self, step, items, v, xs, info, loss, closure):
-        """Apply a healthy step; on adaptation steps snapshot before and adapt the damping after."""
+            solved = [torch.isfinite(x.sum()) for x in xs] + self._decomposed_finite
+        except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
+            items, v, xs, info, cur = [], [], [], {}, None
+            solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
+        grad_ok = torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all() if grads else None
+        solve_ok = torch.stack(solved).all() if solved else None
+        flags = [f for f in (grad_ok, solve_ok) if f is not None]
+        ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
+        if cur is not None:
+            self._commit(new, cur, batches)
+        elif batches:
+            self.factor_updates += 1
+        capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
+        drifted = info.pop("cg_drifted", False)  # the CG budget is learned on steps that need iterating
+        self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
+                       **({"cg_capped": capped, "cg_iterations": used} if drifted else {}))
+        self._totals["failures"] = self._totals["failures"] + (~ok).long()
         checkpoint = self.adapt_every > 0 and step % self.adapt_every == 0
         pending = control.Snapshot(step, self._params(), self.state) if checkpoint else None
-        stats = self._apply(items, v, xs, info, step)
-        if checkpoint and closure is not None and loss is not None:
-            after, rho = control.reduction_ratio(self, items, pending, loss, closure)
-            stats["rho"] = rho
-            if not math.isfinite(after):
-                self.good = pending
-                return control.fail(self, step, "non-finite loss after the step", loss, restore=True)
-            omega = control.lm_omega(self.adapt_every)
-            for group in self.param_groups:
-                group["damping"] = control.adapt_damping(group["damping"], rho, omega)
-        elif checkpoint:  # no closure: a damping raised by a failure decays back to its initial value
-            for group in self.param_groups:
-                group["damping"] = max(group["initial_damping"], group["damping"] * control.lm_omega(self.adapt_every))
-        if checkpoint:
-            self.good = pending
-        self._healthy_run += 1
-        if self._healthy_run >= max(self.adapt_every, 1):  # failures further apart are separate incidents
-            self.failures = 0
+        stats = self._apply(items, v, xs, info, step, ok)
         self._finish(stats)
+        if control.check_due(self, step):
+            control.check(self, step, scheduled=True, loss=loss, closure=closure, items=items, pending=pending)
         return loss
 
     def _commit(self, new: dict, cur: dict, batches: list) -> None:
         for g in self.groups:
             for key, value in cur[g].items():
-                if key in g.stacks and value is g.stacks[key]:
+                if key in ROTATED_KEYS or (key in g.stacks and value is g.stacks[key]):
                     continue
                 if key in ("factor_a", "factor_g") and g not in new:
                     continue
                 g.bind(self.state, key, value)
+            if self.inverse == "cg":
+                g.rotated = tuple(cur[g][k] for k in ROTATED_KEYS)
         if batches:
             self.factor_updates += 1
 
-    def _apply(self, items, v, xs, info, step, preconditioned: bool = True) -> dict:
+    def _apply(self, items, v, xs, info, step, ok) -> dict:
+        """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
         start = time.perf_counter()
-        directions, nu = {}, None
+        directions, nu = {}, None  # param group index -> (params, directions)
+        kl_clip = self._group_of(self.layers[0])["kl_clip"]
         if items:
-            lr0 = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device) for (sub, _, _), vj in zip(items, v)]
-            vg = torch.stack([(l ** 2 * (vj * x).sum(dim=(1, 2))).sum() for l, vj, x in zip(lr0, v, xs)]).sum()
-            kl_clip = self._group_of(self.layers[0])["kl_clip"]
+            lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
+                      for (sub, _, _), vj in zip(items, v)]
+            vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
             nu = kl_clip_scale(vg, kl_clip=kl_clip)
+            scale = torch.where(ok, nu, 0.0)
             for (sub, _, _), x in zip(items, xs):
-                directions.update(sub.split(x * nu if kl_clip is not None else x))
+                params, dirs = sub.split(torch.where(ok, x, 0.0).mul_(scale))
+                index = self._group_index(sub, params)
+                if index[0] == index[-1] and len(set(index)) == 1:  # the usual case: one param group
+                    pre, ds = directions.setdefault(index[0], ([], []))
+                    pre.extend(params)
+                    ds.extend(dirs)
+                    continue
+                for p, d, i in zip(params, dirs, index):
+                    pre, ds = directions.setdefault(i, ([], []))
+                    pre.append(p)
+                    ds.append(d)
             if kl_clip is not None:
-                self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + (nu < 1).long()
-        apply_param_groups(self.param_groups, self.state, directions)
+                self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + ((nu < 1) & ok).long()
+        apply_param_groups(self.param_groups, self.state, directions, ok)
         if "cg_fallbacks" in info:
             self._totals["cg_fallbacks"] = self._totals["cg_fallbacks"] + info["cg_fallbacks"]
+            self._totals["cg_capped"] = self._totals["cg_capped"] + info["cg_capped"]
+        if "cg_iterations" in info:
+            self._totals["cg_steps"] += 1
+            self._totals["cg_iterations"] = self._totals["cg_iterations"] + info["cg_iterations"].float().mean()
         self.timings["apply"] += time.perf_counter() - start
-        return {"step": step, "preconditioned": preconditioned, "nu": 1.0 if nu is None else nu,
-                "kl_clip_binding": False if nu is None else (nu < 1), **info}
-
-    def _slow_step(self, step, grads, batches, loss, closure):
-        """The rare path after a failed check: find what failed and apply the robustness rules."""
-        if grads and not bool(torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all()):
-            return control.fail(self, step, "non-finite gradient", loss, restore=True)
-        if batches:
-            dropped = fold_per_layer(self.groups, self.state, batches,
-                                     factor_weight(self.factor_updates + 1, decay=self.factor_decay,
-                                                   every=self.factor_every))
-            self._totals["dropped_factors"] += dropped
-            self.factor_updates += 1
-        try:
-            cur = self._current({}, step)
-            items = self._items(cur)
-            v = [sub.gradients() for sub, _, _ in items]
-            xs, info = self._solve(items, v) if items else ([], {})
-            healthy = all(bool(torch.isfinite(x).all()) for x in xs) and all(bool(f) for f in self._decomposed_finite)
-        except torch.linalg.LinAlgError:
-            healthy = False
-        if not healthy:
-            return control.fail(self, step, "preconditioning failed", loss, restore=False)
-        self._commit({}, cur, [])
-        return self._update(step, items, v, xs, info, loss, closure)
+        return {"step": step, "preconditioned": ok if items else False, "nu": 1.0 if nu is None else nu,
+                "kl_clip_binding": False if nu is None else (nu < 1) & ok, "cg_budget": max(self.cg_budget, default=0), **info}
 
     def _finish(self, stats: dict) -> None:
         for group in self.param_groups:
