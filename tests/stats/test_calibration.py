@@ -70,11 +70,37 @@ def test_shape_keeps_the_data_values():
                     decay=None).rho > 0.52
 
 
-def test_select_walkers_keeps_whole_groups():
+def test_select_walkers_keeps_every_group_and_thins_within():
     idx = select_walkers(LABELS, 20, rng=0)
-    kept = LABELS[idx]
-    assert idx.size <= 20 and all(np.sum(kept == g) in (0, 6) for g in range(8))
+    counts = np.bincount(LABELS[idx], minlength=8)
+    assert idx.size <= 20 and np.all(counts == 20 // 8)  # 8 groups of 6 thinned to 2 each, none dropped
     assert select_walkers(LABELS, 100, rng=0).size == LABELS.size
+    assert np.array_equal(select_walkers(LABELS, 20, rng=3), select_walkers(LABELS, 20, rng=3))  # seeded
+    # replica contrasts: 5 contrasts x 136 walkers at max_walkers 512 keep all 5 groups (102 each)
+    contrasts = np.repeat(np.arange(5), 136)
+    kept = np.bincount(contrasts[select_walkers(contrasts, 512, rng=0)], minlength=5)
+    assert kept.tolist() == [102] * 5
+    # unequal groups: small groups stay whole, the large ones share what is left
+    uneven = np.repeat(np.arange(4), [3, 5, 50, 80])
+    kept = np.bincount(uneven[select_walkers(uneven, 40, rng=0)], minlength=4)
+    assert kept.tolist() == [3, 5, 16, 16] and kept.sum() <= 40
+    # more groups than walkers allowed: one walker of each of max_walkers groups
+    many = np.repeat(np.arange(30), 2)
+    kept = np.bincount(many[select_walkers(many, 10, rng=0)], minlength=30)
+    assert kept.sum() == 10 and kept.max() == 1
+
+
+def test_thinned_replica_file_is_decided_and_its_shape_matches_the_data():
+    """5 groups x 136 walkers with max_walkers 512: all 5 groups reach the rule (not "inconclusive: 3 groups"),
+    and the calibration shape records the thinned sizes (G = 5, N = 510) the data were analysed at."""
+    from brownformer.stats.brownian import analyze_trajectory
+    rng = np.random.default_rng(1)
+    X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0)
+    out = analyze_trajectory(X, kind="euclidean", groups=np.repeat(np.arange(5), 136), max_walkers=512,
+                             drift="none", n_resamples=49, rng=0)
+    shape = CalibrationShape.from_dict(out["calibration_shape"])
+    assert out["n_groups"] == 5 and out["n_walkers"] == 510 and out["n_walkers_total"] == 680
+    assert shape.group_sizes == (102,) * 5 and shape.n_walkers == out["n_walkers"] and "group(s)" not in out["reason"]
 
 
 def test_short_shapes_are_not_simulated():
