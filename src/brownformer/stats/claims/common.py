@@ -22,8 +22,8 @@ from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SU
 from ..bootstrap import ClusterBootstrap
 from ..multiple import holm_adjust
 
-__all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs", "headline_holm",
-           "did_not_train_record", "finite_or_none"]
+__all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
+           "headline_holm", "did_not_train_record", "finite_or_none"]
 
 
 def finite_or_none(x) -> float | None:
