@@ -50,3 +50,24 @@ def test_run_and_claim_intervals_cover_the_mean_over_runs():
         est, _, _ = independent_mean_interval(*zip(*runs), stats=STATS, name="x")
         hits += est.ci[0] <= target <= est.ci[1]
     assert hits / n >= STATS.confidence_level - 2 * math.sqrt(0.05 * 0.95 / n)
+
+
+def _file_cal(size: float, fitted: float | None) -> dict:
+    return {"shape": {"id": f"s{size}"}, "size": size, "size_upper": size + 0.05, "size_se": 0.01,
+            "equivalence_power": 1.0, "power": {}, "power_lower": {}, "n_replicates": 40,
+            "fitted": None if fitted is None else {"size": fitted, "size_upper": fitted + 0.07}}
+
+
+def test_claim_calibration_carries_both_nulls_from_its_runs():
+    """Files -> run -> claim: the worst size under each null and the count of files with a fitted null survive both
+    poolings (the claim level once read only file-level records and reported no fitted null)."""
+    from brownformer.stats.claims.brownian import _worst_calibration
+    run_a = _worst_calibration([_file_cal(0.0, 0.0), _file_cal(0.02, 0.03)])
+    run_b = _worst_calibration([_file_cal(0.01, None), _file_cal(0.0, 0.01), _file_cal(0.0, 0.0)])
+    assert (run_a["size_fitted"], run_a["n_fitted"], run_a["n_files"]) == (0.03, 2, 2)
+    assert (run_b["size_fitted"], run_b["n_fitted"], run_b["n_files"]) == (0.01, 2, 3)
+    claim = _worst_calibration([run_a, run_b])
+    assert claim["size_idealised"] == 0.02 and claim["size_fitted"] == 0.03
+    assert (claim["n_fitted"], claim["n_files"]) == (4, 5)
+    none = _worst_calibration([_worst_calibration([_file_cal(0.0, None)])])
+    assert none["size_fitted"] is None and (none["n_fitted"], none["n_files"]) == (0, 1)

@@ -144,12 +144,22 @@ def _worst_calibration(cals: list[dict]) -> dict | None:
             power[p] = min(power.get(p, 1.0), v)
         for p, v in (c.get("power_lower") or {}).items():
             lower[p] = min(lower.get(p, 1.0), v)
-    fitted = [c["fitted"] for c in cals if c.get("fitted")]
+    # a file's calibration carries its fitted null under "fitted"; a run's or claim's (this function's output) carries
+    # the worst fitted size and how many of its files had one, so the claim level pools the runs' counts
+    fitted, n_fitted, n_files = [], 0, 0
+    for c in cals:
+        if "n_fitted" in c:
+            n_fitted, n_files = n_fitted + c["n_fitted"], n_files + c["n_files"]
+            if c.get("size_fitted") is not None:
+                fitted.append({"size": c["size_fitted"], "size_upper": c["size_fitted_upper"]})
+        else:
+            n_fitted, n_files = n_fitted + bool(c.get("fitted")), n_files + 1
+            fitted += [c["fitted"]] if c.get("fitted") else []
     wf = max(fitted, key=lambda f: f["size_upper"]) if fitted else None
     return {"shape": worst["shape"], "size": worst["size"], "size_upper": worst.get("size_upper"),
             "size_se": worst["size_se"], "size_idealised": worst["size"],
             "size_fitted": wf["size"] if wf else None, "size_fitted_upper": wf["size_upper"] if wf else None,
-            "n_fitted": len(fitted), "n_files": len(cals),
+            "n_fitted": n_fitted, "n_files": n_files,
             "equivalence_power": min(c["equivalence_power"] for c in cals), "power": power, "power_lower": lower,
             "n_replicates": min(c["n_replicates"] for c in cals), "n_shapes": len({c["shape"]["id"] for c in cals}),
             "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape "
