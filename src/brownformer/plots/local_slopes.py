@@ -54,7 +54,7 @@ def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> Non
         return
     deciding = any(r["unit"] == "replica" for r in rows)  # replica files decide 3b/3c; a run's own path describes
     if deciding:
-        title += "\n(bold: replica contrasts, which decide; faint: single paths)"
+        title += "\n(bold: replicas; faint: one path)"
     for r in sorted(rows, key=lambda r: r["unit"] == "replica"):  # the deciding curves drawn last, on top
         faint = deciding and r["unit"] != "replica"
         b = r["block"]
@@ -149,6 +149,6 @@ def plot_local_slopes(res: Results):
     handles = [axes[1, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
     axes[1, 0].legend(handles=handles, fontsize=6, loc="lower right")
     fig.text(0.01, 0.005, "grey bands: 95% envelope of the local slope of Brownian motion simulated at each file's "
-             "shape; dashed: Brownian value 1; band: equivalence margin; bottom row: the files each verdict rests on "
-             "(3b/3c: replica contrasts)", fontsize=6, color="0.3")
+             "shape; dashed: Brownian value 1; band: equivalence margin; bottom row: the files each verdict rests on",
+             fontsize=6, color="0.3")
     return fig
