@@ -107,3 +107,25 @@ def test_short_shapes_are_not_simulated():
     s = shape_of(kind="euclidean", times=np.arange(5.0), labels=LABELS, d=4, hyperplane=False, drift="common",
                  rho=0.0, decay=None)
     assert run_calibration([s], n_replicates=5).empty
+
+
+def test_replica_contrast_file_keeps_all_five_contrasts_through_the_file_stage(tmp_path):
+    """The file path (sidecar groups = contrast index, as extract-replicas writes): the battery, the window reading and
+    the fitted null's walkers agree on the thinned selection, and the calibration shape is that selection's."""
+    import json as _json
+
+    from brownformer.config import StatsConfig
+    from brownformer.stats.run_stats import _analysis_inputs, trajectory_file_stats
+    from brownformer.stats.trajectory_io import load_trajectory
+    rng = np.random.default_rng(2)
+    X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0).astype(np.float32)
+    np.save(tmp_path / "ln_l1.npy", X)
+    side = {"kind": "euclidean", "groups": np.repeat(np.arange(5), 136).tolist(), "drift": "none", "unit": "replica"}
+    (tmp_path / "ln_l1.json").write_text(_json.dumps(side))
+    stats = StatsConfig(n_resamples=49, max_walkers=512)
+    out = trajectory_file_stats(tmp_path / "ln_l1.npy", stats=stats)
+    shape = out["calibration_shape"]
+    assert (out["n_groups"], out["n_walkers"], out["n_walkers_total"]) == (5, 510, 680)
+    assert (shape["G"], shape["N"]) == (5, 510) and "group(s)" not in out["reason"]
+    Xs, labels, *_ = _analysis_inputs(*load_trajectory(tmp_path / "ln_l1.npy"), stats)  # the fitted null's walkers
+    assert Xs.shape[1] == 510 and np.bincount(labels).tolist() == [102] * 5
