@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.report.context import ReportContext
-from brownformer.report.scaling import scaling_text
+from brownformer.report.section_scaling import scaling_text
 from brownformer.stats.scaling import STUDY_COMMAND
 from brownformer.verdicts import ClaimsFile
 

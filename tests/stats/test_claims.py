@@ -5,11 +5,11 @@ import pytest
 from statsmodels.stats.weightstats import DescrStatsW
 
 from brownformer.config import ReportConfig, StatsConfig
-from brownformer.stats.attention_stats import _exact_vmf_alternative
+from brownformer.stats.attention_capture import _exact_vmf_alternative
 from brownformer.stats.claims import markov_claim, optimizer_claim, sphere_claim
 from brownformer.stats.claims.common import equivalence_pvalue, equivalence_verdict, unit_mean_interval
-from brownformer.stats.markov import analyze_attention, attention_null_models, weight_isotropy
-from brownformer.stats.sphere import tensor_sphere_summary
+from brownformer.stats.markov_chain import analyze_attention, attention_null_models, weight_isotropy
+from brownformer.stats.sphere_distance import tensor_sphere_summary
 
 STATS = StatsConfig(n_resamples=199)
 REPORT = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative")
@@ -248,7 +248,7 @@ def test_markov_margins_follow_the_nulls():
     """A null with a small vMF output error lowers the run's margin to OUTPUT_ERROR_NULL_FRACTION of its lower
     bound; a random Markov matrix's residual caps the reversibility margin at REVERSIBILITY_NULL_FRACTION of it."""
     import copy
-    from brownformer.stats.claims.markov import OUTPUT_ERROR_NULL_FRACTION, REVERSIBILITY_NULL_FRACTION
+    from brownformer.stats.claims.claim2_markov import OUTPUT_ERROR_NULL_FRACTION, REVERSIBILITY_NULL_FRACTION
     rng = np.random.default_rng(5)
     res = _attention_result(6.0 * np.eye(6), 100, rng)
     res = copy.deepcopy(res)

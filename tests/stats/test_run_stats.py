@@ -9,7 +9,7 @@ import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
 from brownformer.stats.simulate import simulate_batch
-from brownformer.stats.stages import calibration_shapes, stats_calibrate, stats_run
+from brownformer.stats_stage.stages import calibration_shapes, stats_calibrate, stats_run
 
 # the window from the first capture with every lag (stats_run's default min_lag_steps 0: no momentum time): this
 # file tests the calibration plumbing, and the 12-capture fixture keeps too few lags beyond a 10-step momentum time
@@ -84,7 +84,8 @@ def test_per_file_outputs(run_dir):
 
 
 def test_calibration_at_the_files_shapes_and_the_claims_cite_it(run_dir, tmp_path):
-    from brownformer.stats.claims.brownian import brownian_family_claim
+    from brownformer.stats.claims.claim3_brownian import brownian_family_claim
+    from brownformer.stats_stage.trajectory_io import load_calibration
     root, out, _ = run_dir
     shapes = calibration_shapes([out / "summary.json"])
     rows = json.loads((out / "summary.json").read_text())["files"]
@@ -97,14 +98,15 @@ def test_calibration_at_the_files_shapes_and_the_claims_cite_it(run_dir, tmp_pat
     wq = _read(out, "weights/l0_q.json")
     assert wq["fitted_null"]["id"] in fitted or wq["verdict"] == "inconclusive"
     files = [{"run": "vit-pre__adamw__s0", "path": "weights/l0_q.npy", "result": wq}]
-    claim = brownian_family_claim("3c", files, STATS, calibration=tmp_path / "cal.parquet")
+    written = load_calibration(tmp_path / "cal.parquet")
+    claim = brownian_family_claim("3c", files, STATS, calibration=written)
     run = claim.per_run["vit-pre__adamw__s0"]
     assert run.calibration["n_replicates"] == 8 and run.calibration["shape"]["id"] in set(table["shape_id"])
     assert "pooling" in run.details and "rule_history" in claim.details
     assert claim.calibration is not None and claim.verdict in ("supported", "not supported", "inconclusive")
     uncalibrated = brownian_family_claim("3c", files, STATS, calibration=None)
     assert uncalibrated.verdict != "supported" and uncalibrated.per_run["vit-pre__adamw__s0"].calibration is None
-    excluded = brownian_family_claim("3c", files, STATS, calibration=tmp_path / "cal.parquet",
+    excluded = brownian_family_claim("3c", files, STATS, calibration=written,
                                      excluded={"vit-pre__adamw__s0": "diverged"})
     assert excluded.per_run["vit-pre__adamw__s0"].verdict == "did not train" and excluded.verdict == "inconclusive"
 

@@ -7,9 +7,9 @@ import pytest
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.io import write_json
-from brownformer.stats.markov import analyze_attention, attention_null_models, weight_isotropy
-from brownformer.stats.sphere import tensor_sphere_summary
-from brownformer.stats.summary import summarize
+from brownformer.stats.markov_chain import analyze_attention, attention_null_models, weight_isotropy
+from brownformer.stats.sphere_distance import tensor_sphere_summary
+from brownformer.stats_stage.summary import summarize
 from brownformer.stats.training_status import ChanceBaseline
 from brownformer.statsfile import AttentionStats, RunStatsSummary, SphereStats, SphereSummary, SummaryRow
 from brownformer.verdicts import read_claims
@@ -113,7 +113,7 @@ def test_report_config_carries_claim4_optimizers_from_the_schema():
 
 def test_metrics_only_runs_enter_the_status_and_claim_4_but_need_no_statistics(raw_config, tmp_path):
     from brownformer.config import from_dict
-    from brownformer.stats.summary import summarize_results
+    from brownformer.stats_stage.summary import summarize_results
 
     raw_config["grid"].append({"models": ["vit-pre"], "optimizers": ["adamw"], "seeds": [0, 1], "probes": False})
     cfg = from_dict(raw_config)

@@ -3,7 +3,7 @@ import json
 import numpy as np
 import pytest
 
-from brownformer.stats import load_trajectory
+from brownformer.stats_stage.trajectory_io import load_trajectory
 
 
 def test_without_sidecar_defaults(tmp_path):

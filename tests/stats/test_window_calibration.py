@@ -8,7 +8,7 @@ from brownformer.config import DEFAULT_WINDOW, StatsConfig
 from brownformer.stats import rule
 from brownformer.stats.brownian import battery_batch
 from brownformer.stats.calibration import run_calibration
-from brownformer.stats.run_stats import trajectory_file_stats
+from brownformer.stats_stage.run_stats import trajectory_file_stats
 from brownformer.stats.shapes import CalibrationShape
 from brownformer.stats.simulate import simulate_batch
 

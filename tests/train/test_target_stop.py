@@ -105,7 +105,7 @@ def test_claim4_times_of_a_stopped_run_equal_the_full_runs(full_run, stopped_run
 
 def test_readers_leave_stopped_runs_out_of_final_values_and_curves(ci_raw, digits_dir, tmp_path, full_run,
                                                                    stopped_run):
-    from brownformer.plots.training import plot_training_curves
+    from brownformer.plots.fig_training import plot_training_curves
     from brownformer.results import Results, time_to_target
 
     _, target, _ = full_run

@@ -39,7 +39,7 @@ def _mean(aggregate: dict | None) -> float | None:
 
 
 def _nulls(data: AttentionStats, metric: str) -> dict[str, float]:
-    """{null model: aggregate mean} (stats/attention_stats.py: row-shuffled, shuffled keys, step 0, exact vMF)."""
+    """{null model: aggregate mean} (stats_stage/attention_files.py: row-shuffled, shuffled keys, step 0, exact vMF)."""
     out = {}
     for name, agg in (data.null_models or {}).items():
         v = _mean(agg.get(metric)) if isinstance(agg, dict) else None

@@ -1,7 +1,7 @@
 """Each claim's verdict on one pretrained model, with the project's own claim functions.
 
-The model is one "run": claim 1 (stats/claims/sphere.py) on the pretrained depth files; claim 2
-(stats/claims/markov.py) on the pretrained attention, with the random-init model of the same config as
+The model is one "run": claim 1 (stats/claims/claim1_sphere.py) on the pretrained depth files; claim 2
+(stats/claims/claim2_markov.py) on the pretrained attention, with the random-init model of the same config as
 its step-0 null; claim 3a (depth) always; 3b and 3c only with a checkpoint series. The Brownian claims
 are "supported" only where a calibration table simulated each file's shape (`--calibration-replicates`);
 without one they stay "inconclusive" and say so. RMSNorm models: the output is on the sphere of radius
@@ -15,7 +15,8 @@ import math
 from pathlib import Path
 
 from brownformer.stats.claims import BROWNIAN_FAMILIES, brownian_family_claim, markov_claim, sphere_claim
-from brownformer.stats.summary import collect_run_outputs
+from brownformer.stats_stage.summary import collect_run_outputs
+from brownformer.stats_stage.trajectory_io import load_calibration
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
 
 __all__ = ["pretrained_claims", "stats_for_norm", "CALIBRATION_STATUS"]
@@ -55,7 +56,7 @@ def pretrained_claims(name: str, stats_dir: Path, stats, *, calibration: Path | 
     for cat, key in BROWNIAN_FAMILIES.items():
         files = out.trajectories[cat]
         if files:
-            records[key] = brownian_family_claim(key, files, stats, calibration=table)
+            records[key] = brownian_family_claim(key, files, stats, calibration=load_calibration(table))
         else:
             why = ("no checkpoint series given (--checkpoints GLOB)" if cat != "depth"
                    else "fewer layers than the battery needs")

@@ -1,7 +1,7 @@
 """Claims 1 and 2 in the report: each run's verdict per criterion with its estimate, interval and margin.
 
-Read from claims.json (the per-run records' details["criteria"], written by stats/claims/sphere.py and
-stats/claims/markov.py); this module formats, it never decides.
+Read from claims.json (the per-run records' details["criteria"], written by stats/claims/claim1_sphere.py and
+stats/claims/claim2_markov.py); this module formats, it never decides.
 """
 from __future__ import annotations
 

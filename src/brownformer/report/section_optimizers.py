@@ -12,7 +12,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from brownformer.report.claims import claim_lines, scope_table
+from brownformer.report.section_claims import claim_lines, scope_table
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
 from brownformer.results import time_to_target

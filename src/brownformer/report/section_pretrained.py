@@ -5,7 +5,7 @@ import pandas as pd
 
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
-from brownformer.results.pretrained import pretrained_models
+from brownformer.results.pretrained_outputs import pretrained_models
 
 __all__ = ["pretrained_text"]
 

@@ -9,19 +9,13 @@ from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, fmt_ci, md_table
 from brownformer.stats.scaling import (SCALING_CLAIMS, STUDY_COMMAND, claim_points, pooled_by_model, series_of,
                                        training_table, trends, verdict_flips)
-from brownformer.stats.training_status import chance_baseline
 
 __all__ = ["scaling_text"]
 
 def _baselines(ctx: ReportContext) -> dict:
     """Chance level of each dataset the study uses (None where its prepared data is missing)."""
-    out = {}
-    for name in {ctx.cfg.models[p.model].dataset for p in series_of(ctx.cfg)}:
-        try:
-            out[name] = chance_baseline(ctx.results.root / "data" / name)
-        except ValueError:
-            out[name] = None
-    return out
+    datasets = {ctx.cfg.models[p.model].dataset for p in series_of(ctx.cfg)}
+    return {name: ctx.results.chance_baseline(name) for name in datasets}
 
 
 def _trend_sentence(claim: str, rows: pd.DataFrame, flips: pd.DataFrame, alpha: float) -> str:

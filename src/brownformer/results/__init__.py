@@ -8,7 +8,7 @@ brownformer.plots and brownformer.report import this package and never each othe
 from __future__ import annotations
 
 from brownformer.results.catalog import FIGURES, Figure
-from brownformer.results.claims import calibration_fields, claims_frame, did_not_train_frame
+from brownformer.results.claims_frame import calibration_fields, claims_frame, did_not_train_frame
 from brownformer.results.reader import Manifest, Results, dig
 from brownformer.results.tables import calibration_matrix, time_to_target
 from brownformer.results.window import window_table

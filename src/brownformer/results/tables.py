@@ -27,7 +27,7 @@ def _times_from_claims(res: Results) -> pd.DataFrame:
 
 def _times_from_rule(res: Results) -> pd.DataFrame:
     """Claim 4's rule applied to the runs' metrics (when claims.json does not carry the times)."""
-    from brownformer.stats.claims.optimizer import claim4_targets
+    from brownformer.stats.claims.claim4_optimizer import claim4_targets
     from brownformer.stats.time_to_target import time_to_target as time_to_target_rule
 
     by_run = res.metrics_by_run()

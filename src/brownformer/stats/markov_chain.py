@@ -15,7 +15,7 @@ import numpy as np
 from brownformer.config import DEFAULT_STATS
 
 from .kernel_fit import fit_vmf_kernel, vmf_scores
-from .results import to_jsonable
+from .batch_stat import to_jsonable
 
 log = logging.getLogger(__name__)
 

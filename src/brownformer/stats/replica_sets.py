@@ -38,7 +38,7 @@ def is_replica_file(entry_or_row: dict) -> bool:
 def split_by_unit(category: str, files: list[dict]) -> tuple[list[dict], list[dict]]:
     """(deciding files, descriptive files) of one claim family.
 
-    files are [{"run", "path", "result"}] (stats/summary.py). For 3b/3c with any replica file the deciding files are
+    files are [{"run", "path", "result"}] (stats_stage/summary.py). For 3b/3c with any replica file the deciding files are
     the replica files, re-keyed to their base run; the single-path files are descriptive. Otherwise all files decide.
     """
     reps = [f for f in files if is_replica_file(f["result"])]

@@ -3,9 +3,9 @@
 Before the affine map the LN output is on the sphere by definition (whenever a token's variance exceeds
 ~50 eps): `fraction_on_sphere` checks that definition and is labelled so, never evidence. The claim is
 decided on the image after the affine map (sphere_fit.py: radius spread about the LN's centre beta, its
-Gaussian-cloud null, the offset of the centre) in stats/claims/sphere.py.
+Gaussian-cloud null, the offset of the centre) in stats/claims/claim1_sphere.py.
 
-The laws of spherical Brownian motion (claim 3) live in spherical.py; `gram_offdiagonal` is shared
+The laws of spherical Brownian motion (claim 3) live in sphere_battery.py; `gram_offdiagonal` is shared
 by both and by the depth figure.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ import numpy as np
 from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 
 from .bootstrap import ClusterBootstrap
-from .results import to_jsonable
+from .batch_stat import to_jsonable
 
 __all__ = ["gram_offdiagonal", "sphere_summary", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGIN_KEYS",
            "SPHERE_TENSORS", "GEOMETRY_QUANTITIES", "SPHERE_MAX_RESAMPLES"]
@@ -83,7 +83,7 @@ def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: Mapping = DEF
     For z of shape (..., d): the distributions of |z|/sqrt(d) (1 on the sphere) and 1^T z/sqrt(d)
     (0 in the hyperplane) and the share of tokens inside both margins (stats.margins sphere_radius for
     |z|/sqrt(d), sphere_sum for 1^T z/sqrt(d)). Raw LN output has radius sqrt(d sigma^2/(sigma^2 + eps)),
-    so this holds by definition; no verdict is given here (stats/claims/sphere.py decides claim 1 on
+    so this holds by definition; no verdict is given here (stats/claims/claim1_sphere.py decides claim 1 on
     the image after the affine map).
 
     Args:

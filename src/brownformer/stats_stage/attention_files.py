@@ -1,9 +1,10 @@
 """Per-file attention statistics (claim 2): one attention capture plus its null models.
 
 `analyze_attention_file` reads FILE.npy (attention, (..., n, n)), its sidecar FILE.json and optional
-FILE_features.npy, runs markov.analyze_attention, and adds the row-shuffled, shuffled-key and step-0
+FILE_features.npy, runs markov_chain.analyze_attention, and adds the row-shuffled, shuffled-key and step-0
 null models; the step-0 attention of the same run is analysed once (`init_attention`) and serves as the
-baseline for paired differences.
+baseline for paired differences. The statistics themselves are pure functions of brownformer.stats
+(markov_chain.py, attention_capture.py); this module reads the files.
 """
 from __future__ import annotations
 
@@ -13,13 +14,13 @@ from pathlib import Path
 
 import numpy as np
 
-from .markov import QUANTITIES, _broadcast_features, analyze_attention, attention_null_models, validate_attention
-from .trajectory_io import sha256_file
+from brownformer.io import sha256_file
+from brownformer.stats.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
+from brownformer.stats.markov_chain import analyze_attention, attention_null_models, validate_attention
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "summary_text",
-           "head_kernels", "MAX_NULL_MATRICES"]
+__all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "head_kernels"]
 
 
 def _read_sidecar(path: Path) -> dict:
@@ -32,12 +33,6 @@ def _read_sidecar(path: Path) -> dict:
         raise ValueError(f"{side}: invalid JSON ({exc})") from None
 
 
-#: null models are recomputed on at most this many matrices (seeded subsample) to keep the stage fast
-MAX_NULL_MATRICES = 128
-#: per-matrix quantities compared between a capture and the initialisation-time attention
-INIT_QUANTITIES = (*QUANTITIES, "vmf_kappa", "vmf_output_error")
-
-
 def _head_axis(meta: dict) -> int | None:
     axes = meta.get("axes") or []
     return axes.index("head") if "head" in axes else None
@@ -46,7 +41,7 @@ def _head_axis(meta: dict) -> int | None:
 def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
     """Per layer, `weight_isotropy` of W_Q, W_K at this attention file's capture, read from the run's
     weights/l<l>_<q|k>.npy trajectories (unprojected only); None when they are missing or projected."""
-    from .markov import weight_isotropy
+    from brownformer.stats.markov_chain import weight_isotropy
     captures = (meta.get("source") or {}).get("captures") or []
     wdir = path.parent.parent / "weights"
     if len(captures) != 1 or not wdir.is_dir():
@@ -78,62 +73,6 @@ def _load_attention(path: Path):
     fpath = path.with_name(path.stem + "_features.npy")
     feats = np.load(fpath, allow_pickle=False) if fpath.exists() else None
     return A, meta, feats, fpath
-
-
-def null_subsample(A: np.ndarray, feats, rng: np.random.Generator):
-    """At most MAX_NULL_MATRICES matrices (and their features), flattened to (k, n, n) and (k, n, d)."""
-    n = A.shape[-1]
-    flat = A.reshape(-1, n, n)
-    F = None if feats is None else _broadcast_features(feats, A.shape).reshape(-1, n, np.shape(feats)[-1])
-    idx = np.arange(flat.shape[0])
-    if idx.size > MAX_NULL_MATRICES:
-        idx = np.sort(rng.choice(idx.size, MAX_NULL_MATRICES, replace=False))
-    return flat[idx], (None if F is None else np.ascontiguousarray(F[idx])), idx
-
-
-def paired_difference(cur: dict, init: dict, shape: list, *, stats) -> dict:
-    """Mean per-matrix difference (this capture - initialisation) of each quantity, matrices paired by
-    position (layer, head, input); cluster-bootstrap t-interval over probe inputs (axis -3 of the
-    attention, stats/bootstrap.py) at stats.confidence_level."""
-    from .bootstrap import ClusterBootstrap
-    lead = tuple(shape[:-2])
-    out = {}
-    for q in INIT_QUANTITIES:
-        if q not in cur.get("per_matrix", {}) or q not in init.get("per_matrix", {}):
-            continue
-        a = np.array([np.nan if v is None else v for v in cur["per_matrix"][q]], float)
-        b = np.array([np.nan if v is None else v for v in init["per_matrix"][q]], float)
-        if a.shape != b.shape or not np.isfinite(a - b).any():
-            continue
-        diff = a - b
-        if len(lead) >= 2:  # per probe input: mean over layers and heads (all-NaN inputs dropped below)
-            D = diff.reshape(-1, lead[-1])
-            ok = np.isfinite(D)
-            units = np.where(ok.any(0), np.where(ok, D, 0.0).sum(0) / np.maximum(ok.sum(0), 1), np.nan)
-        else:
-            units = diff
-        units = units[np.isfinite(units)]
-        est = float(np.nanmean(diff))
-        ci = [est, est]
-        if units.size >= 3 and np.ptp(units) > 0:
-            boot = ClusterBootstrap(np.arange(units.size), n_resamples=stats.n_resamples, rng=stats.seed)
-            lo, hi = boot.estimate(units[:, None], lambda m: m[..., 0]).interval(stats.confidence_level)
-            ci = [float(lo[0]), float(hi[0])]
-        out[q] = {"capture_mean": float(np.nanmean(a)), "init_mean": float(np.nanmean(b)), "difference": est,
-                  "confidence_interval": ci, "n_units": int(units.size)}
-    return {"quantities": out, "unit": "probe input" if len(lead) >= 2 else "matrix",
-            "method": "mean of paired per-matrix differences (capture - step 0); cluster-bootstrap t-interval "
-                      "over units"}
-
-
-def _exact_vmf_alternative(F: np.ndarray, kappa: np.ndarray, stats) -> dict:
-    """Aggregates of analyze_attention on A_ij = softmax_j(kappa <u_i, u_j>) built from features F (k, n, d)."""
-    U = F / np.linalg.norm(F, axis=-1, keepdims=True)
-    S = np.nan_to_num(kappa)[:, None, None] * (U @ np.swapaxes(U, -1, -2))  # (k, n, n) logits
-    A = np.exp(S - S.max(-1, keepdims=True))
-    A /= A.sum(-1, keepdims=True)
-    return analyze_attention(A, features=F, causal=False, confidence_level=stats.confidence_level,
-                             rng=stats.seed)["aggregate"]
 
 
 def analyze_attention_file(path: Path, stats, init: dict | None) -> dict:
@@ -193,32 +132,10 @@ def init_attention(entries: list, traj_dir: Path, stats) -> dict | None:
 
 
 
-def summary_text(result: dict) -> str:
-    """A short human summary of `stats attention`: one verdict line per claim-2 criterion, then the chain."""
-    names = {"head_isotropy": "head isotropy   min (tr M)^2/(d_h |M|_F^2)", "vmf_output_error":
-             "vMF output error ||(A - A_vMF) U|| / ||(A - A_mean) U||", "reversibility_residual":
-             "reversibility   ||Pi A - A^T Pi|| / ||Pi A||"}
-    lines = [f"{result['n_matrices']} matrices of {result['n']} x {result['n']}"
-             + (" (causal)" if result.get("causal") else "")]
-    for q, v in (result.get("verdicts") or {}).items():
-        lo, hi = v["margin"]
-        bound = f">= {lo:.3g}" if q == "head_isotropy" else f"<= {hi:.3g}"
-        if "estimate" in v:
-            ci = v.get("confidence_interval")
-            val = f"{v['estimate']:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci and None not in ci else "")
-        else:
-            val = f"undefined ({v['why_undefined']})"
-        lines.append(f"{v['verdict'].upper():<14} {names[q]}: {val}; margin {bound}")
-    gap = (result.get("aggregate") or {}).get("spectral_gap") or {}
-    if gap.get("mean") is not None:
-        lines.append(f"spectral gap {gap['mean']:.3g}; per-matrix values and nulls in the JSON")
-    return "\n".join(lines)
-
-
 def attention_file_stats(path: str | Path, *, features: str | Path | None = None, wq: str | Path | None = None,
                          wk: str | Path | None = None, n_heads: int | None = None, stats=None) -> dict:
     """The statistics of `brownformer stats attention FILE.npy [--features F.npy] [--wq Q.npy --wk K.npy --heads H]`
-    (stats/stages.py adds the verdicts and writes OUT.json).
+    (stats_stage/stages.py adds the verdicts and writes OUT.json).
 
     Per matrix and aggregated: spectral_gap, stationary_entropy, entropy_rate, reversibility_residual,
     dobrushin, doubly_stochastic_deviation, max_row_sum_error, and the vMF kernel fit with its output error
@@ -231,7 +148,7 @@ def attention_file_stats(path: str | Path, *, features: str | Path | None = None
     """
     from brownformer.config import StatsConfig
 
-    from .markov import weight_isotropy
+    from brownformer.stats.markov_chain import weight_isotropy
     stats = stats or StatsConfig()
     path = Path(path)
     if (wq is None) != (wk is None) or (wq is not None and not n_heads):

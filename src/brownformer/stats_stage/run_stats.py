@@ -6,7 +6,7 @@ Layout: out_dir mirrors traj_dir (".npy" -> ".json"); out_dir/summary.json lists
 {"schema_version", "run_id", "n_files", "files": [{"path", "output", "category", "verdict", "calibration_shape", ...}],
 "errors": [{"path", "error"}]}; the calibration stage reads the shapes to simulate from it.
 
-What each per-file JSON holds (read by stats/summary.py, the figures and the report); every file also
+What each per-file JSON holds (read by stats_stage/summary.py, the figures and the report); every file also
 has "schema_version", "run_id", "category", "entry" (its index.json entry) and "input" {"path", "sha256"}:
 
 - depth/ln_c<k>.json, depth/resid_c<k>.json (category "depth", claims 1 and 3a): the Brownian battery
@@ -24,7 +24,7 @@ has "schema_version", "run_id", "category", "entry" (its index.json entry) and "
   tost_interval, pvalue, margin}},
   "verdict" ("brownian" | "not brownian" | "inconclusive"), "reason", "brownian" (bool), "classification",
   "within_group_correlation", "calibration_shape" {id, kind, T, N, d, G, rho, decay, times, group_sizes}.
-  The calibration stage simulates the shapes of the decided files; the claims (stats/claims/brownian.py)
+  The calibration stage simulates the shapes of the decided files; the claims (stats/claims/claim3_brownian.py)
   look each file's shape up in calibration.parquet and cite size and power at exactly that shape.
 - Claim 3's window reading (stats/window_reading.py, docs/methods/claim3-local-slopes.md) on every battery file:
   "local_slopes" {window, tau, curve, local_slope, envelope {low, median, high}, effect (the window exponent with
@@ -44,42 +44,19 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import progress, write_json
+from brownformer.io import progress, sha256_file, write_json
+from brownformer.stats.batch_stat import to_jsonable
+from brownformer.stats.brownian import analyze_trajectory
+from brownformer.stats.trajectory_inputs import battery_inputs
 from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, parse_stats_file
 
-from .brownian import analyze_trajectory
-from .results import to_jsonable
-from .trajectory_io import load_trajectory, sha256_file
+from .trajectory_io import load_calibration, load_trajectory
 
 log = logging.getLogger(__name__)
 
-__all__ = ["stats_for_run", "trajectory_file_stats", "battery_inputs", "load_calibration", "BATTERY_CATEGORIES"]
+__all__ = ["stats_for_run", "trajectory_file_stats", "BATTERY_CATEGORIES"]
 
 BATTERY_CATEGORIES = ("depth", "training", "weights")
-
-
-def load_calibration(calibration):
-    """A calibration table from a DataFrame or a parquet path (None when missing)."""
-    if calibration is None or not isinstance(calibration, (str, Path)):
-        return calibration
-    p = Path(calibration)
-    if not p.exists():
-        return None
-    import pandas as pd
-    return pd.read_parquet(p)
-
-
-def battery_inputs(meta: dict, kind: str) -> dict:
-    """analyze_trajectory's keyword arguments from a sidecar: groups, hyperplane and drift handling."""
-    clock = meta.get("drift_clock")
-    if clock is not None and meta.get("drift", "common") != "none" and clock != meta.get("time"):
-        raise ValueError(f"sidecar drift_clock {clock!r} differs from its time clock {meta.get('time')!r}: the battery "
-                         "removes a drift linear in the time clock only")
-    hyperplane = meta.get("sum_zero")
-    if hyperplane is None and kind == "sphere" and meta.get("ln") in ("pre", "post"):
-        hyperplane = True  # LayerNorm output before the affine: in the hyperplane sum(z) = 0
-    return {"groups": meta.get("groups"), "n_inputs": meta.get("n_inputs"), "n_tokens": meta.get("n_tokens"),
-            "hyperplane": hyperplane, "drift": meta.get("drift", "common")}
 
 
 def _check_clocks(meta: dict, T: int) -> dict:
@@ -89,26 +66,6 @@ def _check_clocks(meta: dict, T: int) -> dict:
         if name != meta.get("time") and t.shape == (T,) and np.all(np.diff(t) > 0):
             clocks[name] = t
     return clocks
-
-
-def _analysis_inputs(X: np.ndarray, meta: dict, stats):
-    """(walker-selected X, labels, times, battery inputs) exactly as analyze_trajectory selects them."""
-    from .bootstrap import group_labels
-    from .shapes import select_walkers
-    inputs = battery_inputs(meta, meta["kind"])
-    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
-    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # analyze_trajectory's first draw
-    return X[:, idx], np.unique(labels[idx], return_inverse=True)[1], np.asarray(meta["times"], float), inputs
-
-
-def fit_file_null(path, *, stats, kind: str | None = None):
-    """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
-    from .fitted_null import fit_null, fitted_id
-    X, meta = load_trajectory(path, kind=kind)
-    Xs, labels, times, inputs = _analysis_inputs(X, meta, stats)
-    null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
-                    drift=inputs["drift"] if meta["kind"] == "euclidean" else "none")
-    return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null
 
 
 def _min_lag_steps(meta: dict, min_lag_steps: int) -> int:
@@ -123,10 +80,10 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
     verdict and classification re-decided on the window exponent (the full-range ones are kept as
     "verdict_full_range", "classification_full_range"); the calibration shape gets the window (WindowSpec), so
     that the calibration simulates this verdict's rule."""
-    from .bootstrap import group_labels
-    from .rule import decide_one
-    from .shapes import CalibrationShape, select_walkers
-    from .window_reading import window_effects, window_classification, window_reading
+    from brownformer.stats.bootstrap import group_labels
+    from brownformer.stats.rule import decide_one
+    from brownformer.stats.shapes import CalibrationShape, select_walkers
+    from brownformer.stats.window_reading import window_effects, window_classification, window_reading
     inputs = battery_inputs(meta, out["kind"])
     labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
     idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
@@ -180,8 +137,8 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
                              max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
                              check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
     _add_window(out, X, meta, stats, min_lag_steps)
-    from .fitted_null import fitted_id
-    from .shapes import fitted_calibration_for
+    from brownformer.stats.fitted_null import fitted_id
+    from brownformer.stats.shapes import fitted_calibration_for
     out["time"] = meta.get("time")
     out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
     out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
@@ -203,7 +160,7 @@ def _depth_tensor(entry: dict, path: Path) -> str:
 
 def _sphere_part(entry: dict, path: Path, stats) -> dict:
     """Claim 1 on one depth file, independent of the battery (any number of layers)."""
-    from .sphere import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
+    from brownformer.stats.sphere_distance import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
     X = np.load(path, allow_pickle=False)
     if X.ndim != 3:
         raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
@@ -229,10 +186,10 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
 def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, min_lag_steps: int = 0) -> dict:
     cat = entry.get("category", "")
     if cat == "attention":
-        from .attention_stats import analyze_attention_file
+        from .attention_files import analyze_attention_file
         return analyze_attention_file(path, stats, init_attention)
     if cat == "gradnoise":
-        from .descriptive import analyze_noise
+        from brownformer.stats.descriptive import analyze_noise
         return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
     if cat != "depth":
         return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration,
@@ -284,7 +241,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
     cal = load_calibration(calibration)
     init = None
     if any(e.get("category") == "attention" for e in entries):
-        from .attention_stats import init_attention
+        from .attention_files import init_attention
         init = init_attention(entries, traj_dir, stats)
     files, errors = [], []
     for entry in progress(entries, desc=f"statistics {run_id or traj_dir.name}"):
@@ -305,7 +262,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
         result = to_jsonable(parse_stats_file(to_jsonable(result), f"{rel_out}").to_dict())
         write_json(out_dir / rel_out, result)
         row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
-        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/replicas.py)
+        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/replica_sets.py)
             row["unit"] = entry["unit"]
         for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
             if k in result:

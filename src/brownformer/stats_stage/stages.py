@@ -21,7 +21,7 @@ def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = 
     Without `calibrate` the output says the verdict is uncalibrated ("calibration": null, "calibration_note").
     With it, the rule is simulated at the array's own shape (idealised null, every alternative) and from a model
     fitted to it (fitted null); a cost estimate is passed to `echo` (default: stderr) first; "verdict" is then the
-    rule's verdict after the gates (claims/brownian.py file_verdict), "rule_verdict" the rule's own.
+    rule's verdict after the gates (claims/claim3_brownian.py file_verdict), "rule_verdict" the rule's own.
     """
     from brownformer.io import write_json
 
@@ -39,11 +39,11 @@ def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = 
 def stats_attention(file: Path, out: Path | None, *, stats, features: Path | None = None, wq: Path | None = None,
                     wk: Path | None = None, n_heads: int | None = None) -> dict:
     """Markov-chain statistics of any (..., n, n) array (docs/ARTIFACTS.md, `stats attention`) with a verdict per claim-2
-    criterion and its margin (claims/markov.py `file_verdicts`) -> OUT.json."""
+    criterion and its margin (claims/claim2_markov.py `file_verdicts`) -> OUT.json."""
     from brownformer.io import write_json
 
-    from .attention_stats import attention_file_stats
-    from .claims.markov import file_verdicts
+    from .attention_files import attention_file_stats
+    from brownformer.stats.claims.claim2_markov import file_verdicts
     result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
     result["verdicts"] = file_verdicts(result, stats)
     result = _through_contract(result, str(file))
@@ -56,7 +56,7 @@ def _through_contract(result: dict, where: str) -> dict:
     """The result as brownformer.statsfile writes it (schema_version, checked keys)."""
     from brownformer.statsfile import SCHEMA_VERSION, parse_stats_file
 
-    from .results import to_jsonable
+    from brownformer.stats.batch_stat import to_jsonable
     return to_jsonable(parse_stats_file(to_jsonable({**result, "schema_version": SCHEMA_VERSION}), where).to_dict())
 
 
@@ -72,17 +72,17 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
 
     A file whose verdict is "inconclusive" stays so whatever the calibration says (it can only certify or
     downgrade a decision), so its shape is simulated only when some decided file shares it. Where replica files
-    decide a family (claims 3b, 3c), its single-path files are not simulated (stats/replicas.py).
+    decide a family (claims 3b, 3c), its single-path files are not simulated (stats/replica_sets.py).
     """
     return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
 
 
 def decided_files(run_summaries: list[Path]) -> list[tuple]:
     """(shape, trajectory path, verdict, category) of every decided battery file of the runs' stats/summary.json
-    files, leaving out the single-path files of families that replica files decide (stats/replicas.py)."""
-    from .replicas import calibrated_files
+    files, leaving out the single-path files of families that replica files decide (stats/replica_sets.py)."""
+    from brownformer.stats.replica_sets import calibrated_files
     from .run_stats import BATTERY_CATEGORIES
-    from .shapes import CalibrationShape
+    from brownformer.stats.shapes import CalibrationShape
     pairs = []
     for path in run_summaries:
         path = Path(path)
@@ -104,11 +104,11 @@ def decided_files(run_summaries: list[Path]) -> list[tuple]:
 
 
 def _cell(job):
-    from .calibration import calibrate_fitted, run_calibration
+    from brownformer.stats.calibration import calibrate_fitted, run_calibration
     what, item, process, kwargs, stats = job
     if what == "shape":
         return run_calibration([item], processes=[process], **kwargs)
-    from .run_stats import fit_file_null
+    from .trajectory_io import fit_file_null
     fid, null = fit_file_null(item[0], stats=stats, kind=item[1])
     return calibrate_fitted(null, fid, window=item[2], **kwargs)
 
@@ -132,7 +132,7 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
 
     from brownformer.io import atomic_path, progress
 
-    from .calibration import processes_for
+    from brownformer.stats.calibration import processes_for
     files = decided_files(run_summaries)
     shapes = {s.id: s for s, *_ in files}
     certify = {s.id for s, _, v, _ in files if v == "brownian"}

@@ -17,16 +17,17 @@ from pathlib import Path
 import pandas as pd
 
 from brownformer.config import RunSpec
-from brownformer.io import atomic_path, write_json
+from brownformer.io import atomic_path, sha256_file, write_json
+from brownformer.stats.batch_stat import to_jsonable
+from brownformer.stats.claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim,
+                                      optimizer_claim, sphere_claim)
+from brownformer.stats.replica_sets import base_run, replica_set_key
+from brownformer.stats.training_status import RULES, ChanceBaseline, training_status
 from brownformer.statsfile import AttentionStats, BatteryStats, RunStatsFile, RunStatsSummary, parse_stats_file
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
-from .claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim, optimizer_claim,
-                     sphere_claim)
-from .replicas import base_run, replica_set_key
-from .results import to_jsonable
-from .trajectory_io import sha256_file
-from .training_status import RULES, ChanceBaseline, chance_baseline, training_status
+from .chance_baseline import chance_baseline
+from .trajectory_io import load_calibration
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,8 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
     claims: dict[str, ClaimRecord] = {"1": sphere_claim(outputs.sphere, stats, excluded=excluded),
                                       "2": markov_claim(outputs.attention, stats, excluded=excluded)}
     for cat, key in BROWNIAN_FAMILIES.items():
-        claims[key] = brownian_family_claim(key, outputs.trajectories[cat], stats, calibration=calibration,
-                                            excluded=excluded)
+        claims[key] = brownian_family_claim(key, outputs.trajectories[cat], stats,
+                                            calibration=load_calibration(calibration), excluded=excluded)
     claims["4"] = optimizer_claim(metrics_by_run, stats, report, excluded=excluded)
     claims = headline_holm(claims, {k: c.details.get("p_value") for k, c in claims.items()})
     table = pd.DataFrame(outputs.rows + _status_rows(status), columns=SUMMARY_COLUMNS)

@@ -1,4 +1,5 @@
-"""Reading trajectory arrays (T, N, d) and their optional JSON sidecars (docs/ARTIFACTS.md)."""
+"""Reading the statistics stage's inputs: trajectory arrays (T, N, d) with their optional JSON sidecars
+(docs/ARTIFACTS.md), the calibration table, and one file's fitted null."""
 from __future__ import annotations
 
 import json
@@ -8,51 +9,11 @@ from pathlib import Path
 import numpy as np
 
 from brownformer.io import sha256_file
+from brownformer.stats.trajectory_inputs import analysis_inputs, validate_trajectory
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_trajectory", "validate_trajectory", "sha256_file", "KINDS"]
-
-KINDS = ("sphere", "euclidean")
-
-
-def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.ndarray]:
-    """Check a trajectory array and its time axis; return float64 copies.
-
-    Raises:
-        ValueError: wrong ndim, fewer than 3 times or 4 walkers, non-finite values, unknown
-            kind, times of the wrong length or not strictly increasing, zero vectors on the sphere.
-    """
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    X = np.asarray(X)
-    if X.ndim != 3:
-        raise ValueError(f"trajectory must have shape (T, N, d) = (time, walkers, dims); got ndim={X.ndim}, shape={X.shape}")
-    T, N, d = X.shape
-    if T < 3:
-        raise ValueError(f"trajectory needs at least 3 time points, got T={T}")
-    if N < 4:  # cross-sectional standardisation and a bootstrap over walkers need a few of them
-        raise ValueError(f"trajectory needs at least 4 walkers, got N={N}")
-    if d < 1 or (kind == "sphere" and d < 2):
-        raise ValueError(f"trajectory dimension d={d} too small for kind {kind!r} (a sphere needs d >= 2)")
-    if not np.issubdtype(X.dtype, np.number) or np.iscomplexobj(X):
-        raise ValueError(f"trajectory must be a real numeric array, got dtype {X.dtype}")
-    X = X.astype(np.float64)
-    bad = ~np.isfinite(X)
-    if bad.any():
-        cols = np.flatnonzero(bad.all(axis=(0, 1)))
-        where = f" (dimension(s) {cols[:5].tolist()} entirely NaN/inf)" if cols.size else ""
-        raise ValueError(f"trajectory contains {int(bad.sum())} non-finite values (NaN/inf){where}")
-    if kind == "sphere" and (np.linalg.norm(X, axis=-1) == 0).any():
-        raise ValueError("sphere trajectory contains zero vectors, which have no direction")
-    if times is None:
-        times = np.arange(T, dtype=np.float64)
-    times = np.asarray(times, dtype=np.float64).ravel()
-    if times.shape != (T,):
-        raise ValueError(f"times has length {times.size}, expected T={T}")
-    if not np.all(np.isfinite(times)) or np.any(np.diff(times) <= 0):
-        raise ValueError("times must be finite and strictly increasing")
-    return X, times
+__all__ = ["load_trajectory", "load_calibration", "fit_file_null"]
 
 
 def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.ndarray, dict]:
@@ -98,3 +59,24 @@ def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.nd
     meta["has_sidecar"] = sidecar.exists()
     log.debug("loaded %s shape=%s kind=%s", path, Xv.shape, meta["kind"])
     return Xv, meta
+
+
+def load_calibration(calibration):
+    """A calibration table from a DataFrame or a parquet path (None when missing)."""
+    if calibration is None or not isinstance(calibration, (str, Path)):
+        return calibration
+    p = Path(calibration)
+    if not p.exists():
+        return None
+    import pandas as pd
+    return pd.read_parquet(p)
+
+
+def fit_file_null(path, *, stats, kind: str | None = None):
+    """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
+    from brownformer.stats.fitted_null import fit_null, fitted_id
+    X, meta = load_trajectory(path, kind=kind)
+    Xs, labels, times, inputs = analysis_inputs(X, meta, stats)
+    null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
+                    drift=inputs["drift"] if meta["kind"] == "euclidean" else "none")
+    return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null

@@ -2,7 +2,7 @@
 
 Row-stochasticity holds by construction, so the testable content (three criteria, each with its margin):
   - head isotropy, from the weights: per head M = W_Q^T W_K / sqrt(d_h) and iota_relative =
-    (tr M)^2 / (d_h ||M||_F^2) (stats/markov.py `weight_isotropy`). rank(M) <= d_h caps the identity fraction
+    (tr M)^2 / (d_h ||M||_F^2) (stats/markov_chain.py `weight_isotropy`). rank(M) <= d_h caps the identity fraction
     (tr M)^2/(d ||M||_F^2) at d_h/d, so no head with d_h < d is isotropic on the whole sphere; iota_relative = 1
     iff the head is isotropic within its d_h-dimensional subspace (M = c P), the best a head can be. Margin
     `head_isotropy` (lower 0.9: anisotropic logits carry at most 1/9 of the isotropic logits' variance). A

@@ -26,7 +26,7 @@ Pooling (stats/pooling.py), with the size of each count rule stated in the recor
   and the runs' Markov p-values are Benjamini-Hochberg adjusted within the claim. Runs that did not train are
   left out.
 
-Claims 3b and 3c over replicas (stats/replicas.py): where the family has replica-contrast files, a "run" is a
+Claims 3b and 3c over replicas (stats/replica_sets.py): where the family has replica-contrast files, a "run" is a
 replica set (keyed by its base run), each file's intervals are over independent replica contrasts and the drift
 (the replica-mean path) is removed exactly; every run's single-path files are then description only.
 """
@@ -39,7 +39,7 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 from ..gates import POWER_GOAL, SIZE_GOAL, cp_bounds
 from ..multiple import bh_adjust
 from ..pooling import independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail, smoothed_size
-from ..replicas import is_replica_file, split_by_unit
+from ..replica_sets import is_replica_file, split_by_unit
 from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
 from ..rule_history import rule_history
 from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
@@ -233,7 +233,7 @@ def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> 
 
 def _single_path_description(files: list[dict], stats) -> dict:
     """Per run, the single-path files of a family decided on replicas: the uncalibrated rule's verdicts and the mean
-    MSD exponent, as description (conditional on one training path; stats/replicas.py)."""
+    MSD exponent, as description (conditional on one training path; stats/replica_sets.py)."""
     out: dict[str, dict] = {}
     for f in files:
         v, _ = decide_one(window_effects(f["result"]), kind=f["result"]["kind"], margins=dict(stats.margins),
@@ -254,14 +254,14 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
 
     Args:
         key: the claim id; files: [{"run", "path", "result": per-file battery JSON}] of that family (a replica
-            set's files under its stats key, stats/replicas.py: they decide 3b/3c, keyed by their base run).
+            set's files under its stats key, stats/replica_sets.py: they decide 3b/3c, keyed by their base run).
         stats: StatsConfig (margins, alpha, confidence level, seed).
-        calibration: calibration.parquet path or table (None: every verdict is "inconclusive").
+        calibration: the calibration table (calibration.parquet as the stage reads it, stats_stage.trajectory_io
+            load_calibration; None: every verdict is "inconclusive").
         excluded: run -> reason, the runs that did not train (left out, shown as "did not train").
     """
-    from ..run_stats import load_calibration
     excluded = dict(excluded or {})
-    table = load_calibration(calibration)
+    table = calibration
     category = next(c for c, k in BROWNIAN_FAMILIES.items() if k == key)
     files, single_path = split_by_unit(category, files)
     unit = "replica contrasts" if any(is_replica_file(f["result"]) for f in files) else "probe inputs of one path"

@@ -33,7 +33,7 @@ from brownformer.config import RunSpec
 from brownformer.metrics import val_metric
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord, Estimate
 
-from ..results import to_jsonable
+from ..batch_stat import to_jsonable
 from ..time_to_target import reference_target, time_to_target
 from ..time_to_target_size import log_time_law, rule_error_rates
 from .common import did_not_train_record, finite_or_none, pool_runs
