@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
-from brownformer.stats_stage.run_stats import trajectory_file_stats
 from brownformer.stats.simulate import spherical_brownian_motion
+from brownformer.stats_stage.run_stats import trajectory_file_stats
 
 T, N, D = 40, 128, 16
 STATS = StatsConfig(n_resamples=199, window={**DEFAULT_WINDOW, "start_step": 0, "envelope_replicates": 29})

@@ -9,8 +9,8 @@ from brownformer.config import ReportConfig, StatsConfig
 from brownformer.io import write_json
 from brownformer.stats.markov_chain import analyze_attention, attention_null_models, weight_isotropy
 from brownformer.stats.sphere_distance import tensor_sphere_summary
-from brownformer.stats_stage.summary import summarize
 from brownformer.stats.training_status import ChanceBaseline
+from brownformer.stats_stage.summary import summarize
 from brownformer.statsfile import AttentionStats, RunStatsSummary, SphereStats, SphereSummary, SummaryRow
 from brownformer.verdicts import read_claims
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from brownformer.results import Results
-from brownformer.statsfile import BatteryStats
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import capture_number, gram_offdiagonal, mean_cosine_from_start
+from brownformer.results import Results
+from brownformer.statsfile import BatteryStats
 
 __all__ = ["depth_table", "plot_depth_cosine"]
 

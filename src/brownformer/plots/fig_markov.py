@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from brownformer.results import Results
-from brownformer.statsfile import AttentionStats
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import capture_number
+from brownformer.results import Results
+from brownformer.statsfile import AttentionStats
 
 __all__ = ["markov_table", "plot_markov_spectra", "MARKOV_METRICS"]
 

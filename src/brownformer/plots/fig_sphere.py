@@ -6,9 +6,9 @@ import numpy as np
 import pandas as pd
 import seaborn as sns
 
-from brownformer.results import Results
 from brownformer.plots._style import new_figure, no_data
 from brownformer.plots._traj import capture_number
+from brownformer.results import Results
 
 __all__ = ["sphere_norm_table", "plot_sphere_norms"]
 

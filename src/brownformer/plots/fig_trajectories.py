@@ -5,10 +5,10 @@ import numpy as np
 import pandas as pd
 from scipy import stats as sps
 
-from brownformer.results import Results
-from brownformer.statsfile import BatteryStats, NoiseStats
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import clock_label, displacement_msd, find_test, mean_cosine_from_start
+from brownformer.results import Results
+from brownformer.statsfile import BatteryStats, NoiseStats
 
 __all__ = ["estimates_table", "plot_training_msd", "plot_increments_tails"]
 

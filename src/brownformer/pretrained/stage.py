@@ -23,10 +23,10 @@ from brownformer.config import ProbeConfig, StatsConfig
 from brownformer.io import sha256_file, staged_folder, write_json
 
 from .adapters import ModuleMap, adapter_for
-from .capture import capture_model, head_counts
 from .checkpoints import capture_series, find_checkpoints, weight_files
-from .pretrained_claims import pretrained_claims, stats_for_norm
+from .hooked_forward import capture_model, head_counts
 from .inputs import InputSpec, build_inputs
+from .pretrained_claims import pretrained_claims, stats_for_norm
 from .trajectories import NULL_CAPTURE, PRETRAINED_CAPTURE, TrajectoryWriter
 
 log = logging.getLogger(__name__)

@@ -12,9 +12,9 @@ import math
 import numpy as np
 import pandas as pd
 
-from brownformer.report.section_claims import claim_lines, scope_table
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
+from brownformer.report.section_claims import claim_lines, scope_table
 from brownformer.results import time_to_target
 from brownformer.stats.survival import km_median
 

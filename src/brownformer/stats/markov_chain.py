@@ -14,8 +14,8 @@ import numpy as np
 
 from brownformer.config import DEFAULT_STATS
 
-from .kernel_fit import fit_vmf_kernel, vmf_scores
 from .batch_stat import to_jsonable
+from .kernel_fit import fit_vmf_kernel, vmf_scores
 
 log = logging.getLogger(__name__)
 

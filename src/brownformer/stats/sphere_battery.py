@@ -16,9 +16,9 @@ import warnings
 
 import numpy as np
 
+from .batch_stat import BatchStat
 from .battery import default_vr_lag, hurst_lags, log_slope, undefined
 from .bootstrap import ClusterBootstrap
-from .batch_stat import BatchStat
 from .rule import MIN_TIME_POINTS
 
 __all__ = ["log_map", "span_dimension", "cosine_law", "sphere_variance_ratio", "sphere_hurst", "tangent_increments",

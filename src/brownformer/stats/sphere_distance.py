@@ -16,8 +16,8 @@ import numpy as np
 
 from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 
-from .bootstrap import ClusterBootstrap
 from .batch_stat import to_jsonable
+from .bootstrap import ClusterBootstrap
 
 __all__ = ["gram_offdiagonal", "sphere_summary", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGIN_KEYS",
            "SPHERE_TENSORS", "GEOMETRY_QUANTITIES", "SPHERE_MAX_RESAMPLES"]

@@ -21,8 +21,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .bootstrap import ClusterBootstrap, group_labels
 from .batch_stat import to_jsonable
+from .bootstrap import ClusterBootstrap, group_labels
 
 __all__ = ["sphere_about", "affine_map_fit", "gaussian_null_spread", "ABOUT_QUANTITIES"]
 

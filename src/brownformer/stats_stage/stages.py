@@ -42,8 +42,8 @@ def stats_attention(file: Path, out: Path | None, *, stats, features: Path | Non
     criterion and its margin (claims/claim2_markov.py `file_verdicts`) -> OUT.json."""
     from brownformer.io import write_json
 
-    from .attention_files import attention_file_stats
     from brownformer.stats.claims.claim2_markov import file_verdicts
+    from .attention_files import attention_file_stats
     result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
     result["verdicts"] = file_verdicts(result, stats)
     result = _through_contract(result, str(file))
@@ -81,8 +81,8 @@ def decided_files(run_summaries: list[Path]) -> list[tuple]:
     """(shape, trajectory path, verdict, category) of every decided battery file of the runs' stats/summary.json
     files, leaving out the single-path files of families that replica files decide (stats/replica_sets.py)."""
     from brownformer.stats.replica_sets import calibrated_files
-    from .run_stats import BATTERY_CATEGORIES
     from brownformer.stats.shapes import CalibrationShape
+    from .run_stats import BATTERY_CATEGORIES
     pairs = []
     for path in run_summaries:
         path = Path(path)

@@ -46,8 +46,8 @@ def calibrate_result(file, result: dict, *, stats, kind: str | None = None, echo
     from brownformer.stats.calibration import calibrate_fitted, run_calibration
     from brownformer.stats.claims.claim3_brownian import file_verdict
     from brownformer.stats.rule import MIN_TIME_POINTS
-    from .trajectory_io import fit_file_null
     from brownformer.stats.shapes import CalibrationShape, calibration_for, fitted_calibration_for
+    from .trajectory_io import fit_file_null
     echo = echo or (lambda msg: print(msg, file=sys.stderr))
     shape = CalibrationShape.from_dict(result["calibration_shape"])
     if len(shape.times) < MIN_TIME_POINTS:
