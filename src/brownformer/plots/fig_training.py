@@ -1,6 +1,6 @@
 """Figures 1 and 2: training curves, and steps and seconds to claim 4's target.
 
-The time-to-target table comes from brownformer.results.time_to_target, which the report's
+The time-to-target table comes from brownformer.results.time_to_target_table, which the report's
 optimizer comparison quotes too, so the figure and the text cannot disagree.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pandas as pd
 
 from brownformer.metrics import val_metric
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
-from brownformer.results import Results, time_to_target
+from brownformer.results import Results, time_to_target_table
 from brownformer.target_stop import stopped_runs
 
 log = logging.getLogger(__name__)
@@ -150,7 +150,7 @@ def _strip(ax, tt: pd.DataFrame, value: str, palette, ylabel: str) -> None:
 def plot_time_to_target(res: Results):
     """Figure 2: steps and seconds to the target, per optimizer and model, seeds as points; K-FAC overhead."""
     fig, axes = new_figure(1, 3, width=4.0, height=3.3)
-    tt = time_to_target(res)
+    tt = time_to_target_table(res)
     target_opt = res.cfg.report.target_optimizer
     palette = optimizer_palette(r.optimizer for r in res.runs)
     if tt.empty or not np.isfinite(tt["target"]).any():

@@ -15,7 +15,7 @@ import pandas as pd
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.section_claims import claim_lines, scope_table
-from brownformer.results import time_to_target
+from brownformer.results import time_to_target_table
 from brownformer.stats.survival import km_median
 
 __all__ = ["comparison_table", "kfac_sentences", "optimizer_comparison", "proposed_optimizers", "claim4_inference"]
@@ -43,7 +43,7 @@ def comparison_table(ctx: ReportContext) -> pd.DataFrame:
     target optimizer's (inf: the median is not reached within the budget). The final metric and total seconds are
     medians over the runs that trained their whole budget (a run stopped at the target has neither); a column
     "stopped at target" counts the others when there are any."""
-    tt = time_to_target(ctx.results)
+    tt = time_to_target_table(ctx.results)
     if tt.empty:
         return tt
     target_opt = ctx.cfg.report.target_optimizer
