@@ -36,7 +36,7 @@ def test_unit_interval_covers_the_mean():
     rng = np.random.default_rng(1)
     stats = StatsConfig(n_resamples=199)
     hits = [unit_mean_interval(rng.normal(1.0, 1.0, 12), stats=stats, name="x")[0] for _ in range(200)]
-    coverage = np.mean([e.ci[0] <= 1.0 <= e.ci[1] for e in hits])
+    coverage = np.mean([e.confidence_interval[0] <= 1.0 <= e.confidence_interval[1] for e in hits])
     assert 0.88 <= coverage <= 0.99
 
 
@@ -206,7 +206,7 @@ def test_optimizer_claim_uses_the_time_to_target_rule():
     report = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative", targets={"vit-pre": 0.8})
     fast = optimizer_claim(_grid(2.5), STATS4, report)
     assert fast.per_model["vit-pre"].verdict == "supported", fast.per_model["vit-pre"].reason
-    assert fast.per_model["vit-pre"].estimate.ci[1] < STATS4.margins["time_to_target_steps_ratio"][1]
+    assert fast.per_model["vit-pre"].estimate.confidence_interval[1] < STATS4.margins["time_to_target_steps_ratio"][1]
     assert fast.verdict == "supported"
     slow = optimizer_claim(_grid(0.8), STATS4, report)
     assert slow.verdict == "not supported"

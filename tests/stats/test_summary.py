@@ -91,8 +91,8 @@ def test_runs_that_did_not_train_are_named_and_left_out(summary):
 
 def test_holm_across_headline_claims(summary):
     _, res = summary
-    raw = {k: c.details.get("p_value") for k, c in res.claims.items() if c.details.get("p_value") is not None}
-    adjusted = {k: res.claims[k].p_value_holm for k in raw}
+    raw = {k: c.details.get("pvalue") for k, c in res.claims.items() if c.details.get("pvalue") is not None}
+    adjusted = {k: res.claims[k].pvalue_holm for k in raw}
     assert len(raw) >= 2
     assert all(adjusted[k] >= raw[k] - 1e-15 for k in raw)
     assert min(adjusted.values()) == pytest.approx(min(1.0, min(raw.values()) * len(raw)))

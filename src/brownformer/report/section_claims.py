@@ -57,7 +57,7 @@ def headline_table(ctx: ReportContext) -> pd.DataFrame:
                          "estimate (CI)": [_estimate_text(r) for _, r in head.iterrows()],
                          "margin": [fmt_ci(lo, hi) for lo, hi in zip(head["margin_low"], head["margin_high"])],
                          "size and power of the rule": [calibration_text(r) for _, r in head.iterrows()],
-                         "Holm p": [fmt(p) for p in head["p_value_holm"]], "reason": head["reason"]})
+                         "Holm p": [fmt(p) for p in head["pvalue_holm"]], "reason": head["reason"]})
 
 
 def claim_lines(ctx: ReportContext, claim_ids: tuple[str, ...]) -> list[str]:
@@ -72,8 +72,8 @@ def claim_lines(ctx: ReportContext, claim_ids: tuple[str, ...]) -> list[str]:
         r = head.loc[cid]
         lines.append(f"- **Claim {cid}** — {r['title']}: **{r['verdict']}**. Estimate: {_estimate_text(r)}; "
                      f"margin {fmt_ci(r['margin_low'], r['margin_high'])}; calibration of the rule: "
-                     f"{calibration_text(r)}" + (f"; Holm p = {fmt(r['p_value_holm'])}"
-                                                 if math.isfinite(r["p_value_holm"]) else "")
+                     f"{calibration_text(r)}" + (f"; Holm p = {fmt(r['pvalue_holm'])}"
+                                                 if math.isfinite(r["pvalue_holm"]) else "")
                      + (f". Reason: {r['reason']}" if r["reason"] else "") + ".")
     return lines
 

@@ -35,7 +35,7 @@ def criteria_table(ctx: ReportContext, claim_id: str) -> pd.DataFrame:
     rows = []
     for run, sub in sorted((rec.per_run if rec else {}).items()):
         for name, c in (sub.details.get("criteria") or {}).items():
-            ci = c.get("ci") or [None, None]
+            ci = c.get("confidence_interval") or [None, None]
             est = _num(c.get("estimate"))
             value = (f"{fmt(est)}" + (f" {fmt_ci(_num(ci[0]), _num(ci[1]))}" if ci[0] is not None else "")
                      if math.isfinite(est) else f"undefined ({c.get('why_undefined', 'no value')})")

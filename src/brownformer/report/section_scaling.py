@@ -34,11 +34,11 @@ def _trend_sentence(claim: str, rows: pd.DataFrame, flips: pd.DataFrame, alpha: 
             parts.append(f"{r.group}, {r.series}: {r.name or 'the estimate'} {why}; {where}")
             continue
         sign = "rises" if r.rho > 0 else "falls"
-        if not math.isfinite(r.p_value):  # two sizes: a direction, no test
+        if not math.isfinite(r.pvalue):  # two sizes: a direction, no test
             trend = f"{sign} from the smallest to the largest {r.series} ({r.sizes} sizes, too few to test)"
         else:
-            trend = (f"{sign if r.p_value < alpha else 'shows no clear trend'} with {r.series} "
-                     f"(Spearman rho {fmt(r.rho, 2)}, p {fmt(r.p_value, 2)})")
+            trend = (f"{sign if r.pvalue < alpha else 'shows no clear trend'} with {r.series} "
+                     f"(Spearman rho {fmt(r.rho, 2)}, p {fmt(r.pvalue, 2)})")
         parts.append(f"{r.group}, {r.series}: {r.name or 'the estimate'} {trend}; {where}")
     return f"- **Claim {claim}.** " + ("; ".join(parts) if parts else "no per-run estimates") + "."
 

@@ -19,7 +19,7 @@ __all__ = ["claims_frame", "did_not_train_frame", "calibration_fields", "CLAIM_C
 CLAIM_COLUMNS = ["claim", "title", "scope", "key", "model", "optimizer", "seed", "verdict", "estimate_name",
                  "estimate", "ci_low", "ci_high", "confidence_level", "margin_low", "margin_high", "calibrated",
                  "calibration_shape", "size", "size_se", "power", "power_by_alternative", "equivalence_power", "n_replicates",
-                 "p_value_holm", "reason"]
+                 "pvalue_holm", "reason"]
 
 
 #: the fields of a calibration shape worth a reader's attention (times, walkers, groups, dims)
@@ -69,11 +69,12 @@ def _row(rec: ClaimRecord, scope: str, key: str | None) -> dict:
     est = rec.estimate
     row = {"claim": rec.claim, "title": rec.title, "scope": scope, "key": key, "model": None, "optimizer": None,
            "seed": None, "verdict": rec.verdict, "estimate_name": est.name if est else "",
-           "estimate": est.value if est else math.nan, "ci_low": est.ci[0] if est else math.nan,
-           "ci_high": est.ci[1] if est else math.nan, "confidence_level": _num(est.confidence_level) if est else math.nan,
+           "estimate": est.value if est else math.nan, "ci_low": est.confidence_interval[0] if est else math.nan,
+           "ci_high": est.confidence_interval[1] if est else math.nan,
+           "confidence_level": _num(est.confidence_level) if est else math.nan,
            "margin_low": rec.margin[0] if rec.margin else math.nan,
            "margin_high": rec.margin[1] if rec.margin else math.nan,
-           "p_value_holm": _num(rec.p_value_holm), "reason": rec.reason, **calibration_fields(rec.calibration)}
+           "pvalue_holm": _num(rec.pvalue_holm), "reason": rec.reason, **calibration_fields(rec.calibration)}
     if scope == "run" and key:
         try:
             spec = RunSpec.parse(key)

@@ -90,10 +90,10 @@ def _criterion(cells: list[tuple], margin, confidence_level: float) -> dict:
         pvals.append(equivalence_pvalue(est, se, (-math.inf, margin[1])))
     worst = max(range(len(cells)), key=lambda i: -math.inf if not math.isfinite(cells[i][0]) else cells[i][0])
     est, ci, capture, layer = cells[worst]
-    return {"verdict": verdict, "estimate": est, "ci": list(ci), "capture": capture, "layer": layer,
+    return {"verdict": verdict, "estimate": est, "confidence_interval": list(ci), "capture": capture, "layer": layer,
             "margin": list(margin), "n_cells": len(cells), "n_supported": verdicts.count(SUPPORTED),
             "n_not_supported": verdicts.count(NOT_SUPPORTED),
-            "p_value": None if any(p is None for p in pvals) else max(pvals)}
+            "pvalue": None if any(p is None for p in pvals) else max(pvals)}
 
 
 def _baseline(files: list[dict]) -> dict:
@@ -142,25 +142,26 @@ def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
     parts = [c["verdict"] for c in crit.values()]
     verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
                else INCONCLUSIVE)
-    pv = [c.get("p_value") for c in crit.values()]
-    details.update({"criteria": crit, "p_value": None if None in pv else max(pv)})
+    pv = [c.get("pvalue") for c in crit.values()]
+    details.update({"criteria": crit, "pvalue": None if None in pv else max(pv)})
     r, o = crit["radius_spread_ratio"], crit["offset"]
     reason = (f"worst (capture, layer) from step {half:g} on: radius spread / Gaussian null {_f(r)} vs <= "
               f"{r['margin'][1]:g} ({r['verdict']}); centre offset {_f(o)} radii vs <= {o['margin'][1]:g} "
               f"({o['verdict']})")
     est = Estimate("radius spread / Gaussian-cloud null after the affine map (worst capture and layer)",
-                   r.get("estimate", math.nan), tuple(r.get("ci", (math.nan, math.nan))), stats.confidence_level)
+                   r.get("estimate", math.nan), tuple(r.get("confidence_interval", (math.nan, math.nan))),
+                   stats.confidence_level)
     return ClaimRecord("1", TITLE, verdict, reason, margin=tuple(r["margin"]), details=details, estimate=est,
                        tests=[{"name": f"{q} equivalence (TOST, intersection-union over captures and layers)",
-                               "statistic": finite_or_none(c.get("estimate")), "p_value": c.get("p_value"),
-                               "reject": None if c.get("p_value") is None else bool(c["p_value"] < stats.alpha)}
+                               "statistic": finite_or_none(c.get("estimate")), "pvalue": c.get("pvalue"),
+                               "rejected": None if c.get("pvalue") is None else bool(c["pvalue"] < stats.alpha)}
                               for q, c in crit.items()])
 
 
 def _f(c: dict) -> str:
     if not math.isfinite(c.get("estimate", math.nan)):
         return "undefined"
-    lo, hi = c["ci"]
+    lo, hi = c["confidence_interval"]
     return f"{c['estimate']:.3g} CI [{lo:.3g}, {hi:.3g}]"
 
 
@@ -192,16 +193,16 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     verdict, reason, decider = pool_runs(per_run, excluded=excluded)
     trained = [r for r, rec in per_run.items() if r not in excluded and rec.estimate is not None]
     worst = decider or (max(trained, key=lambda r: _key(per_run[r].estimate.value)) if trained else None)
-    pvals = [per_run[r].details.get("p_value") for r in trained]
+    pvals = [per_run[r].details.get("pvalue") for r in trained]
     p_iut = max(pvals) if trained and all(p is not None for p in pvals) else None
     return ClaimRecord(
         "1", TITLE, verdict, reason + (f"; deciding run {worst}" if worst else ""),
         estimate=per_run[worst].estimate if worst else None,
         margin=tuple(stats.margins["radius_spread_ratio"]),
         tests=[{"name": "radius-spread and offset equivalence (intersection-union over runs)", "statistic": None,
-                "p_value": finite_or_none(p_iut), "reject": None if p_iut is None else bool(p_iut < stats.alpha)}],
+                "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
         per_run=per_run,
-        details={"p_value": p_iut, "not_applicable": not_applicable, "deciding_run": worst,
+        details={"pvalue": p_iut, "not_applicable": not_applicable, "deciding_run": worst,
                  "decided_on": "LN output after the affine map (what the next layer reads)",
                  "margins": {q: list(stats.margins[k]) for q, k in CRITERIA.items()},
                  "rule": "per run: every (capture, layer) of the second half of training has both intervals inside "

@@ -211,8 +211,9 @@ def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
     rev, rev_se = unit_mean_interval(_pooled_units(trained, "reversibility_residual"), stats=stats,
                                      name="detailed-balance residual (mean over probe inputs)")
     heads = _head_criterion(trained, baseline, m["head_isotropy"])
-    v_err = equivalence_verdict(err.ci, _upper(m["vmf_output_error"]))
-    v_rev = INCONCLUSIVE if causal else equivalence_verdict(rev.ci, _upper(m["reversibility_residual"]))
+    v_err = equivalence_verdict(err.confidence_interval, _upper(m["vmf_output_error"]))
+    v_rev = (INCONCLUSIVE if causal else
+             equivalence_verdict(rev.confidence_interval, _upper(m["reversibility_residual"])))
     verdict = _combine((heads["verdict"], v_err, v_rev))
     G = units.size
     p_err = equivalence_pvalue(err.value, err_se, _upper(m["vmf_output_error"]), df=max(G - 1, 1))
@@ -226,25 +227,28 @@ def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
                                                              "spectral_gap")}
     head_txt = (f"head isotropy min iota/(d_h/d) {heads['estimate']:.3g} vs >= {m['head_isotropy'][0]:g}"
                 if "estimate" in heads else f"head isotropy undefined ({heads.get('why_undefined')})")
-    reason = (f"{head_txt} ({heads['verdict']}); vMF output error {err.value:.3g} CI [{err.ci[0]:.3g}, "
-              f"{err.ci[1]:.3g}] vs <= {m['vmf_output_error'][1]:.3g} ({v_err}); reversibility residual "
+    (err_lo, err_hi), (rev_lo, rev_hi) = err.confidence_interval, rev.confidence_interval
+    reason = (f"{head_txt} ({heads['verdict']}); vMF output error {err.value:.3g} CI [{err_lo:.3g}, "
+              f"{err_hi:.3g}] vs <= {m['vmf_output_error'][1]:.3g} ({v_err}); reversibility residual "
               + ("undefined under a causal mask (token 1 absorbing)" if causal else
-                 f"{rev.value:.3g} CI [{rev.ci[0]:.3g}, {rev.ci[1]:.3g}] vs <= {m['reversibility_residual'][1]:.3g}")
+                 f"{rev.value:.3g} CI [{rev_lo:.3g}, {rev_hi:.3g}] vs <= {m['reversibility_residual'][1]:.3g}")
               + f" ({v_rev})")
     criteria = {"head_isotropy": heads,
-                "vmf_output_error": {"verdict": v_err, "estimate": err.value, "ci": list(err.ci),
-                                     "margin": list(m["vmf_output_error"]), "p_value": p_err},
-                "reversibility": {"verdict": v_rev, "estimate": rev.value, "ci": list(rev.ci),
-                                  "margin": list(m["reversibility_residual"]), "p_value": p_rev,
+                "vmf_output_error": {"verdict": v_err, "estimate": err.value,
+                                     "confidence_interval": list(err.confidence_interval),
+                                     "margin": list(m["vmf_output_error"]), "pvalue": p_err},
+                "reversibility": {"verdict": v_rev, "estimate": rev.value,
+                                  "confidence_interval": list(rev.confidence_interval),
+                                  "margin": list(m["reversibility_residual"]), "pvalue": p_rev,
                                   **({"why_undefined": "causal mask: token 1 is absorbing, pi = e_1"} if causal else {})}}
     return ClaimRecord(
         "2", TITLE, verdict, reason, estimate=err, margin=m["vmf_output_error"],
         calibration=_calibration(trained, baseline, m, causal, trained[0].get("shape")),
         tests=[{"name": "vMF output-error equivalence (TOST)", "statistic": finite_or_none(err.value),
-                "p_value": p_err, "reject": None if p_err is None else bool(p_err < stats.alpha)},
+                "pvalue": p_err, "rejected": None if p_err is None else bool(p_err < stats.alpha)},
                {"name": "reversibility equivalence (TOST)", "statistic": finite_or_none(rev.value),
-                "p_value": p_rev, "reject": None if p_rev is None else bool(p_rev < stats.alpha)}],
-        details={"p_value": p, "causal": causal, "margins": m, "criteria": criteria,
+                "pvalue": p_rev, "rejected": None if p_rev is None else bool(p_rev < stats.alpha)}],
+        details={"pvalue": p, "causal": causal, "margins": m, "criteria": criteria,
                  "verdict_head_isotropy": heads["verdict"], "verdict_output_error": v_err,
                  "verdict_reversibility": v_rev, "reversibility": rev.to_dict(), "n_inputs": G,
                  "n_captures": len(trained), "step0_baseline": base, "head_averaged": _head_averaged(trained)})
@@ -303,7 +307,7 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     verdict, reason, decider = pool_runs(per_run, excluded=excluded)
     trained = [r for r, rec in per_run.items() if r not in excluded and rec.estimate is not None]
     pick = decider or (max(trained, key=lambda r: _key(per_run[r].estimate.value)) if trained else None)
-    pvals = [per_run[r].details.get("p_value") for r in trained]
+    pvals = [per_run[r].details.get("pvalue") for r in trained]
     p_iut = max(pvals) if trained and all(p is not None for p in pvals) else None
     size = [per_run[r].calibration["size"] for r in trained if (per_run[r].calibration or {}).get("size") is not None]
     return ClaimRecord(
@@ -314,8 +318,8 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
                      "method": "largest per-run size of the rule on its nulls"} if trained else None,
         tests=[{"name": "head isotropy, vMF output error and reversibility (intersection-union over runs)",
                 "statistic": None,
-                "p_value": finite_or_none(p_iut), "reject": None if p_iut is None else bool(p_iut < stats.alpha)}],
-        per_run=per_run, details={"p_value": p_iut, "deciding_run": pick})
+                "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
+        per_run=per_run, details={"pvalue": p_iut, "deciding_run": pick})
 
 
 def _key(x: float) -> float:

@@ -204,11 +204,11 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
     for r in rows:
         classes[str(r["classification"])] = classes.get(str(r["classification"]), 0) + 1
     pooling = {"rule": "Markov count rule over dependent files", "file_sizes": sizes, "k_run": k_run,
-               "size_bound": bound if k_run is not None else 0.0, "n_not_brownian": n_nb, "p_value": p}
+               "size_bound": bound if k_run is not None else 0.0, "n_not_brownian": n_nb, "pvalue": p}
     return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
                        margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
                        details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n,
-                                "pooling": pooling, "p_value": p, "classifications": classes})
+                                "pooling": pooling, "pvalue": p, "classifications": classes})
 
 
 def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> tuple[str, str, dict]:
@@ -222,7 +222,7 @@ def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> 
     p = poisson_binomial_tail(sizes, n_ns) if n_ns else None
     text = f"{n_s} supported, {n_ns} not supported, {len(records) - n_s - n_ns} inconclusive of {len(records)} {unit}"
     det = {"rule": "Poisson-binomial count rule over independent runs", "run_size_bounds": sizes, "m_claim": m,
-           "size": tail if m is not None else 0.0, "n_not_supported": n_ns, "p_value": p}
+           "size": tail if m is not None else 0.0, "n_not_supported": n_ns, "pvalue": p}
     if n_s == len(records):
         return SUPPORTED, f"all {len(records)} {unit} supported", det
     if m is not None and n_ns >= m:
@@ -276,7 +276,7 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
         reason += f"; {len(excluded)} run(s) that did not train left out"
     if table is None:
         reason += "; no calibration table: no verdict can be 'supported'"
-    run_p = {r: rec.details.get("p_value") for r, rec in trained.items()}
+    run_p = {r: rec.details.get("pvalue") for r, rec in trained.items()}
     keys = [r for r, v in run_p.items() if v is not None]
     q = dict(zip(keys, bh_adjust([run_p[r] for r in keys]).tolist())) if keys else {}
     per_opt: dict[str, dict] = {}
@@ -291,7 +291,7 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
         per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
                                          margin=tuple(stats.margins["msd_exponent"]),
                                          calibration=_worst_calibration([r.calibration for r in recs.values()]),
-                                         details={"pooling": det, "p_value": det.get("p_value")})
+                                         details={"pooling": det, "pvalue": det.get("pvalue")})
     est, _ = unit_mean_interval([r.estimate.value for r in trained.values() if r.estimate], stats=stats,
                                 name="window MSD exponent (mean over runs of the mean over files)")
     kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
@@ -302,8 +302,8 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
         tests=[{"name": t, "margin": list(stats.margins[MARGIN_KEYS[t]])}
                for k in kinds for t in KEY_EFFECTS[k]],
         per_run=per_run, per_optimizer=per_optimizer,
-        details={"p_value": pooling.get("p_value"),
-                 "p_value_note": "tail of the count of runs not supported under the runs' size bounds "
+        details={"pvalue": pooling.get("pvalue"),
+                 "pvalue_note": "tail of the count of runs not supported under the runs' size bounds "
                                  "(Poisson-binomial); joins the Holm adjustment of the headline claims",
                  "pooling": pooling, "run_q_values_bh": q, "rule": __doc__.split("\n\n")[1].strip(),
                  "pooling_rule": __doc__.split("\n\n")[2].strip(), "rule_history": rule_history(),

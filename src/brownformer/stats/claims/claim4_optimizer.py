@@ -94,7 +94,7 @@ def _model_record(res, source: str, stats, margin: tuple[float, float]) -> Claim
     if rates is not None:
         reason += f"; simulated size of the rule at this shape {rates['size']:.1%}"
     return ClaimRecord("4", TITLE, res.verdict, reason, estimate=est, margin=margin,
-                       details={"p_value": test.get("pvalue"), "rule_error_rates": rates,
+                       details={"pvalue": test.get("pvalue"), "rule_error_rates": rates,
                                 **to_jsonable(res.to_dict())})
 
 
@@ -137,22 +137,22 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
         reason += f"; left out (did not train): {', '.join(sorted(excluded))}"
     decided = [m for m in scope if per_model[m].estimate is not None]
     pick = decider or (max(decided, key=lambda m: _upper(per_model[m].estimate)) if decided else None)
-    pvals = [per_model[m].details.get("p_value") for m in decided]
+    pvals = [per_model[m].details.get("pvalue") for m in decided]
     p_iut = max(pvals) if decided and all(p is not None for p in pvals) else None
     return ClaimRecord(
         "4", TITLE, verdict, reason + (f"; deciding model {pick}" if pick else ""),
         estimate=per_model[pick].estimate if pick else None, margin=steps_margin,
         tests=[{"name": f"log-rank, {report.proposed} reaches the target sooner than {report.target_optimizer} "
                         "(one-sided; intersection-union over the model variants in scope: largest p)",
-                "statistic": None, "p_value": finite_or_none(p_iut),
-                "reject": None if p_iut is None else bool(p_iut < stats.alpha)}],
+                "statistic": None, "pvalue": finite_or_none(p_iut),
+                "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
         per_run={r: did_not_train_record("4", TITLE, why) for r, why in sorted(excluded.items())},
         per_model=per_model,
-        details={"p_value": p_iut, "proposed": report.proposed, "target_optimizer": report.target_optimizer,
+        details={"pvalue": p_iut, "proposed": report.proposed, "target_optimizer": report.target_optimizer,
                  "seconds_margin": list(seconds_margin), "did_not_train": sorted(excluded), "scope": scope,
                  "out_of_scope": out_of_scope})
 
 
 def _upper(est: Estimate) -> float:
-    hi = est.ci[1]
+    hi = est.confidence_interval[1]
     return math.inf if hi is None or (isinstance(hi, float) and math.isnan(hi)) else hi
