@@ -169,8 +169,8 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     """Claim 1 over every run (module docstring).
 
     Args:
-        files: [{"run", "path", "capture", "sphere": stats.sphere.tensor_sphere_summary output (with "ln", "step")}]
-            for each run's depth files ("ln_affine" decides; "ln_raw" the definitional check; "resid" reported).
+        files: [{"run", "path", "capture", "sphere": stats.sphere_distance.tensor_sphere_summary output (with "ln",
+            "step")}] for each run's depth files ("ln_affine" decides; "ln_raw" the definitional check; "resid" reported).
         stats: StatsConfig (confidence_level, alpha, margins["radius_spread_ratio"], margins["sphere_offset"]).
         excluded: run -> reason for runs that did not train.
 

@@ -292,7 +292,7 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     """Claim 2 over every run (module docstring).
 
     Args:
-        files: [{"run", "attention": stats.attention_stats.analyze_attention_file output}] (with "step",
+        files: [{"run", "attention": stats_stage.attention_files.analyze_attention_file output}] (with "step",
             "null_models"; the step-0 capture is the baseline).
         stats: StatsConfig (confidence_level, n_resamples, seed, alpha, margins["head_isotropy"],
             margins["vmf_output_error"], margins["reversibility_residual"]).
