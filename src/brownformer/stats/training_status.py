@@ -10,8 +10,7 @@ did not train (any one suffices; the reason names which):
      H = -mean_t log2 p(x_t) of the val stream under the train split's add-one unigram law by more
      than 3 standard errors sd(-log2 p(x_t)) / sqrt(n_val) (a model that learnt nothing beyond
      character frequencies reaches H).
-Without the prepared data only rule 1 applies (and the status says so). The chance levels are read from the
-prepared data by brownformer.stats_stage.chance_baseline.
+Without the prepared data only rule 1 applies (and the status says so).
 
 reached a plateau: the validation metric improved by less than PLATEAU_RELATIVE_GAIN (1%) of its
 value over the last PLATEAU_FRACTION (20%) of the logged steps; undefined (None) for a run that
@@ -31,6 +30,7 @@ from brownformer.target_stop import stopped_at_target
 __all__ = ["RULES", "ChanceBaseline", "TrainingStatus", "did_not_train", "reached_plateau",
            "training_status", "PLATEAU_FRACTION", "PLATEAU_RELATIVE_GAIN", "CHANCE_SE_MULTIPLE"]
 
+# The chance levels are read from the prepared data by brownformer.stats_stage.chance_baseline.
 #: the rules above, quoted beside every run's status (training_status.json)
 RULES = " ".join(__doc__.split())
 PLATEAU_FRACTION = 0.2
