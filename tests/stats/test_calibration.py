@@ -70,14 +70,63 @@ def test_shape_keeps_the_data_values():
                     decay=None).rho > 0.52
 
 
-def test_select_walkers_keeps_whole_groups():
+def test_select_walkers_keeps_every_group_and_thins_within():
     idx = select_walkers(LABELS, 20, rng=0)
-    kept = LABELS[idx]
-    assert idx.size <= 20 and all(np.sum(kept == g) in (0, 6) for g in range(8))
+    counts = np.bincount(LABELS[idx], minlength=8)
+    assert idx.size <= 20 and np.all(counts == 20 // 8)  # 8 groups of 6 thinned to 2 each, none dropped
     assert select_walkers(LABELS, 100, rng=0).size == LABELS.size
+    assert np.array_equal(select_walkers(LABELS, 20, rng=3), select_walkers(LABELS, 20, rng=3))  # seeded
+    # replica contrasts: 5 contrasts x 136 walkers at max_walkers 512 keep all 5 groups (102 each)
+    contrasts = np.repeat(np.arange(5), 136)
+    kept = np.bincount(contrasts[select_walkers(contrasts, 512, rng=0)], minlength=5)
+    assert kept.tolist() == [102] * 5
+    # unequal groups: small groups stay whole, the large ones share what is left
+    uneven = np.repeat(np.arange(4), [3, 5, 50, 80])
+    kept = np.bincount(uneven[select_walkers(uneven, 40, rng=0)], minlength=4)
+    assert kept.tolist() == [3, 5, 16, 16] and kept.sum() <= 40
+    # more groups than walkers allowed: one walker of each of max_walkers groups
+    many = np.repeat(np.arange(30), 2)
+    kept = np.bincount(many[select_walkers(many, 10, rng=0)], minlength=30)
+    assert kept.sum() == 10 and kept.max() == 1
+
+
+def test_thinned_replica_file_is_decided_and_its_shape_matches_the_data():
+    """5 groups x 136 walkers with max_walkers 512: all 5 groups reach the rule (not "inconclusive: 3 groups"),
+    and the calibration shape records the thinned sizes (G = 5, N = 510) the data were analysed at."""
+    from brownformer.stats.brownian import analyze_trajectory
+    rng = np.random.default_rng(1)
+    X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0)
+    out = analyze_trajectory(X, kind="euclidean", groups=np.repeat(np.arange(5), 136), max_walkers=512,
+                             drift="none", n_resamples=49, rng=0)
+    shape = CalibrationShape.from_dict(out["calibration_shape"])
+    assert out["n_groups"] == 5 and out["n_walkers"] == 510 and out["n_walkers_total"] == 680
+    assert shape.group_sizes == (102,) * 5 and shape.n_walkers == out["n_walkers"] and "group(s)" not in out["reason"]
 
 
 def test_short_shapes_are_not_simulated():
     s = shape_of(kind="euclidean", times=np.arange(5.0), labels=LABELS, d=4, hyperplane=False, drift="common",
                  rho=0.0, decay=None)
     assert run_calibration([s], n_replicates=5).empty
+
+
+def test_replica_contrast_file_keeps_all_five_contrasts_through_the_file_stage(tmp_path):
+    """The file path (sidecar groups = contrast index, as extract-replicas writes): the battery, the window reading and
+    the fitted null's walkers agree on the thinned selection, and the calibration shape is that selection's."""
+    import json as _json
+
+    from brownformer.config import StatsConfig
+    from brownformer.stats.trajectory_inputs import analysis_inputs
+    from brownformer.stats_stage.run_stats import trajectory_file_stats
+    from brownformer.stats_stage.trajectory_io import load_trajectory
+    rng = np.random.default_rng(2)
+    X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0).astype(np.float32)
+    np.save(tmp_path / "ln_l1.npy", X)
+    side = {"kind": "euclidean", "groups": np.repeat(np.arange(5), 136).tolist(), "drift": "none", "unit": "replica"}
+    (tmp_path / "ln_l1.json").write_text(_json.dumps(side))
+    stats = StatsConfig(n_resamples=49, max_walkers=512)
+    out = trajectory_file_stats(tmp_path / "ln_l1.npy", stats=stats)
+    shape = out["calibration_shape"]
+    assert (out["n_groups"], out["n_walkers"], out["n_walkers_total"]) == (5, 510, 680)
+    assert (shape["G"], shape["N"]) == (5, 510) and "group(s)" not in out["reason"]
+    Xs, labels, *_ = analysis_inputs(*load_trajectory(tmp_path / "ln_l1.npy"), stats)  # the fitted null's walkers
+    assert Xs.shape[1] == 510 and np.bincount(labels).tolist() == [102] * 5

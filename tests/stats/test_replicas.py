@@ -56,3 +56,28 @@ def test_calibration_skips_single_path_files_of_replicated_families():
     kept = calibrated_files(rows)
     assert kept == [rows[0], rows[2], rows[3]]  # training has no replica file here: its single paths still decide
     assert calibrated_files(rows[1:]) == rows[1:]
+
+
+def test_decided_replica_files_get_a_fitted_null_whatever_stats_fitted_null_lists(tmp_path, monkeypatch):
+    """The replica files decide 3b/3c, so each claim-3 verdict can cite its size under the fitted null: the calibration
+    fits them even when `stats.fitted_null` leaves their category out (the default leaves out weights)."""
+    import json
+
+    import pandas as pd
+
+    from brownformer.stats_stage import stages
+    shape = _files()[0]["result"]["calibration_shape"]
+    row = {"category": "weights", "verdict": "not brownian", "calibration_shape": shape}
+    for name, rows in {"rep": [{**row, "path": "weights/l0_q.npy", "unit": "replica"}],
+                       "run": [{**row, "path": "weights/l0_k.npy"}, {**row, "category": "depth", "path": "depth/x.npy"}]
+                       }.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "summary.json").write_text(json.dumps({"traj_dir": str(tmp_path / name), "files": rows}))
+    jobs = []
+    monkeypatch.setattr(stages, "_cell", lambda job: jobs.append(job) or pd.DataFrame())
+    stats = StatsConfig(fitted_null=("depth",))
+    stages.stats_calibrate([tmp_path / "rep" / "summary.json", tmp_path / "run" / "summary.json"],
+                           tmp_path / "cal.parquet", stats=stats)
+    fitted = sorted(str(j[1][0].relative_to(tmp_path)) for j in jobs if j[0] == "fitted")
+    # the replica weight file and the depth file (listed); not the single-path weight file (replicas decide 3c)
+    assert fitted == ["rep/weights/l0_q.npy", "run/depth/x.npy"]

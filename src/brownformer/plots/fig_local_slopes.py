@@ -26,15 +26,25 @@ def _arr(v) -> np.ndarray:
 
 
 def window_rows(res: Results) -> list[dict]:
-    """One row per battery file with a window block: run, optimizer, family, clock, the block and walkers."""
+    """One row per battery file with a window block: run, optimizer, family, clock, the block and walkers; unit
+    "replica" for a replica set's contrast files (they decide 3b/3c), "path" for a run's own files."""
     rows = []
-    for spec in res.runs:
-        for key, data in sorted(res.all_run_stats.get(spec.run_id, {}).items()):
+    sources = [(spec, "path", res.all_run_stats.get(spec.run_id, {})) for spec in res.runs]
+    sources += [(spec, "replica", res.replica_stats[spec.run_id]) for spec in res.runs
+                if spec.run_id in res.replica_stats]
+    for spec, unit, files in sources:
+        for key, data in sorted(files.items()):
             fam = key.split("/")[0]
             if fam in dict(_FAMILIES) and isinstance(data, BatteryStats) and data.local_slopes is not None:
                 rows.append({"run": spec.run_id, "optimizer": spec.optimizer, "family": fam, "file": key,
-                             "time": data.time, "block": data.local_slopes, "walkers": data.walkers})
+                             "unit": unit, "time": data.time, "block": data.local_slopes, "walkers": data.walkers})
     return rows
+
+
+def _deciding(rows: list[dict]) -> list[dict]:
+    """The rows a claim's verdict rests on: a family's replica files where it has any, else all its files."""
+    replica = {r["family"] for r in rows if r["unit"] == "replica"}
+    return [r for r in rows if r["family"] not in replica or r["unit"] == "replica"]
 
 
 def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> None:
@@ -42,14 +52,19 @@ def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> Non
     if not rows:
         no_data(ax, f"no {family} files with a fitting window", title=title)
         return
-    for r in rows:
+    deciding = any(r["unit"] == "replica" for r in rows)  # replica files decide 3b/3c; a run's own path describes
+    if deciding:
+        title += "\n(bold: replicas; faint: one path)"
+    for r in sorted(rows, key=lambda r: r["unit"] == "replica"):  # the deciding curves drawn last, on top
+        faint = deciding and r["unit"] != "replica"
         b = r["block"]
         tau, ls = _arr(b.tau), _arr(b.local_slope)
         env = b.envelope or {}
         lo, hi = _arr(env.get("low")), _arr(env.get("high"))
-        if lo.size == tau.size:
+        if lo.size == tau.size and not faint:
             ax.fill_between(tau, lo, hi, color="0.6", alpha=0.12, lw=0)
-        ax.plot(tau, ls, color=palette[r["optimizer"]], lw=0.7, alpha=0.7)
+        ax.plot(tau, ls, color=palette[r["optimizer"]], lw=0.5 if faint else (1.4 if deciding else 0.7),
+                alpha=0.2 if faint else 0.8)
     ax.axhline(1.0, color="k", lw=0.8, ls="--")
     ax.set_xscale("log")
     ax.xaxis.set_minor_formatter(NullFormatter())  # a window spans about a decade: minor labels collide
@@ -128,11 +143,12 @@ def plot_local_slopes(res: Results):
     palette = optimizer_palette(r.optimizer for r in res.runs)
     for ax, (fam, title) in zip(axes[0], _FAMILIES):
         _slopes_panel(ax, rows, palette, fam, title)
-    _exponent_panel(axes[1, 0], rows, palette, res.cfg.stats.margins.get("msd_exponent"))
-    _walkers_panel(axes[1, 1], rows)
-    _reading_panel(axes[1, 2], rows)
+    _exponent_panel(axes[1, 0], _deciding(rows), palette, res.cfg.stats.margins.get("msd_exponent"))
+    _walkers_panel(axes[1, 1], _deciding(rows))
+    _reading_panel(axes[1, 2], _deciding(rows))
     handles = [axes[1, 0].plot([], [], color=c, label=o)[0] for o, c in palette.items()]
     axes[1, 0].legend(handles=handles, fontsize=6, loc="lower right")
     fig.text(0.01, 0.005, "grey bands: 95% envelope of the local slope of Brownian motion simulated at each file's "
-             "shape; dashed: Brownian value 1; band: equivalence margin", fontsize=6, color="0.3")
+             "shape; dashed: Brownian value 1; band: equivalence margin; bottom row: the files each verdict rests on",
+             fontsize=6, color="0.3")
     return fig

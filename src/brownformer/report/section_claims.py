@@ -29,6 +29,10 @@ def calibration_text(row: pd.Series) -> str:
     if not row["calibrated"]:
         return "not calibrated"
     size = fmt(row["size"]) + (f" ± {fmt(row['size_se'])}" if math.isfinite(row["size_se"]) else "")
+    if row.get("fitted_files"):  # claim 3: the rule's size under both nulls (stats/fitted_null.py)
+        size += (f" under the idealised null, {fmt(row['size_fitted'])} under the fitted null "
+                 f"({row['fitted_files']} files fitted)" if math.isfinite(row["size_fitted"]) else
+                 f" under the idealised null, fitted null not simulated ({row['fitted_files']} files fitted)")
     power = (f"power ≥ {fmt(row['power'])}" + (f" ({row['power_by_alternative']})" if row["power_by_alternative"] else "")
              if math.isfinite(row["power"]) else "power not measured")
     parts = [f"size {size}", power]

@@ -38,10 +38,13 @@ def claim3_reading_text(ctx: ReportContext, claims: tuple[str, ...]) -> str:
         parts.append("No per-file window readings are available (run `brownformer stats run` with this version).")
     else:
         rows = []
-        for claim, g in t.groupby("claim"):
+        deciding = set(t.loc[t["unit"] == "replica", "claim"])  # 3b/3c are decided on replica contrasts where present
+        for (claim, unit), g in t.groupby(["claim", "unit"]):
             counts = g["reading"].fillna("inconclusive").value_counts()
             walk = g["walkers"].fillna("undefined").value_counts()
-            rows.append({"claim": claim, "files": len(g),
+            role = ("replica contrasts (decide)" if unit == "replica" else
+                    "single paths (description)" if claim in deciding else "probe inputs of each run (decide)")
+            rows.append({"claim": claim, "files": f"{len(g)}: {role}",
                          "readings": ", ".join(f"{n} {c}" for c, n in counts.items()),
                          "walkers": ", ".join(f"{n} {c}" for c, n in walk.items()),
                          "rates spread": int((g["rates"] == "spread").sum()),
@@ -55,6 +58,10 @@ def claim3_reading_text(ctx: ReportContext, claims: tuple[str, ...]) -> str:
         if not cross.empty:
             parts.append(f"\nExample crossover ({cross.iloc[0]['run']}, {cross.iloc[0]['file']}): "
                          f"{cross.iloc[0]['description']}.")
+    if "local_slopes" in ctx.figure_numbers:  # every claim-3 verdict shows its local-slope curves (3a's too)
+        parts.append(f"\nThe local-slope curves of every file of {', '.join(claims)}, against the Brownian envelope, are "
+                     f"in {ctx.ref('local_slopes')} (where a family also has description-only single-path files, the "
+                     "replica-contrast files its verdict rests on are drawn bold).")
     figs = [f for key in ("3a", "3b") for f in ctx.figures_of(key) if key in claims or key == "3b" and "3c" in claims]
     if figs:
         parts.append("\nSee " + " and ".join(ctx.ref(f) for f in dict.fromkeys(figs)) + ".")

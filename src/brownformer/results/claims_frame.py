@@ -18,8 +18,8 @@ __all__ = ["claims_frame", "did_not_train_frame", "calibration_fields", "CLAIM_C
 
 CLAIM_COLUMNS = ["claim", "title", "scope", "key", "model", "optimizer", "seed", "verdict", "estimate_name",
                  "estimate", "ci_low", "ci_high", "confidence_level", "margin_low", "margin_high", "calibrated",
-                 "calibration_shape", "size", "size_se", "power", "power_by_alternative", "equivalence_power", "n_replicates",
-                 "pvalue_holm", "reason"]
+                 "calibration_shape", "size", "size_se", "size_fitted", "fitted_files", "power", "power_by_alternative",
+                 "equivalence_power", "n_replicates", "pvalue_holm", "reason"]
 
 
 #: the fields of a calibration shape worth a reader's attention (times, walkers, groups, dims)
@@ -43,9 +43,11 @@ def calibration_fields(cal: dict | None) -> dict:
     Returns:
         calibrated (bool), calibration_shape (text), size, size_se, power (the smallest over the
         alternatives), power_by_alternative (text), equivalence_power (how often the rule certifies
-        true Brownian motion), n_replicates; NaN/empty where absent.
+        true Brownian motion), n_replicates; size_fitted: the largest size under the files' fitted nulls and
+        fitted_files "n of m" files with one (claim 3); NaN/empty where absent.
     """
-    out = {"calibrated": False, "calibration_shape": "", "size": math.nan, "size_se": math.nan, "power": math.nan,
+    out = {"calibrated": False, "calibration_shape": "", "size": math.nan, "size_se": math.nan,
+           "size_fitted": math.nan, "fitted_files": "", "power": math.nan,
            "power_by_alternative": "", "equivalence_power": math.nan, "n_replicates": math.nan}
     if not isinstance(cal, dict) or not cal:
         return out
@@ -61,7 +63,9 @@ def calibration_fields(cal: dict | None) -> dict:
     out.update(calibrated=True, calibration_shape=str(shape or ""), size=_rate(cal.get("size")),
                size_se=_num(cal.get("size_se")), power=min(finite) if finite else math.nan,
                power_by_alternative=", ".join(f"{k} {v:.2f}" for k, v in sorted(powers.items()) if math.isfinite(v)),
-               equivalence_power=_num(cal.get("equivalence_power")), n_replicates=_num(cal.get("n_replicates")))
+               equivalence_power=_num(cal.get("equivalence_power")), n_replicates=_num(cal.get("n_replicates")),
+               size_fitted=_num(cal.get("size_fitted")),
+               fitted_files=f"{cal['n_fitted']} of {cal['n_files']}" if "n_fitted" in cal and "n_files" in cal else "")
     return out
 
 

@@ -147,11 +147,11 @@ class Results:
         return out
 
     # ---- per-run statistics and trajectories ----------------------------------------------------
-    def run_stats(self, run_id: str) -> dict[str, RunStatsFile]:
-        """Every per-file statistics JSON under runs/<run>/stats/ as its brownformer.statsfile type, keyed by its
-        path relative to that folder (no suffix); summary.json is `run_summary`. Files that break the contract
+    def run_stats(self, run_id: str, base: Path | None = None) -> dict[str, RunStatsFile]:
+        """Every per-file statistics JSON under runs/<run>/stats/ (or `base`) as its brownformer.statsfile type, keyed
+        by its path relative to that folder (no suffix); summary.json is `run_summary`. Files that break the contract
         (e.g. written by an older schema) are left out, with one note per run."""
-        base = self.run_dir(run_id) / "stats"
+        base = self.run_dir(run_id) / "stats" if base is None else Path(base)
         out: dict[str, RunStatsFile] = {}
         broken = []
         for p in sorted(base.rglob("*.json")) if base.is_dir() else []:
@@ -184,6 +184,13 @@ class Results:
     def all_run_stats(self) -> dict[str, dict[str, RunStatsFile]]:
         """run id -> `run_stats`, for the probed runs (a metrics-only run has no statistics)."""
         return {spec.run_id: self.run_stats(spec.run_id) for spec in self.probed_runs}
+
+    @cached_property
+    def replica_stats(self) -> dict[str, dict[str, RunStatsFile]]:
+        """base run id -> the per-file statistics of its replica set (replicas/<run>/stats/: the replica-contrast
+        files that decide claims 3b and 3c), for the replica sets of this config."""
+        return {base: self.run_stats(base, self.root / "replicas" / base / "stats")
+                for base in self.cfg.replica_sets() if (self.root / "replicas" / base / "stats").is_dir()}
 
     def trajectory_index(self, run_id: str) -> list[dict]:
         """The entries of runs/<run>/trajectories/index.json that name a file (none for a metrics-only run)."""

@@ -14,16 +14,20 @@ FAMILIES = {"depth": "3a", "training": "3b", "weights": "3c"}
 
 def window_table(res: Results) -> pd.DataFrame:
     """One row per battery file with a window block (stats/window_reading.py): run, optimizer, claim, file,
-    clock, window start step and minimum lag, reading, window / ensemble / full-range exponents, walkers."""
+    clock, window start step and minimum lag, reading, window / ensemble / full-range exponents, walkers; unit:
+    "replica" for a replica set's contrast files (they decide 3b/3c where present), "path" for a run's own files."""
     rows = []
-    for spec in res.runs:
-        for key, data in sorted(res.all_run_stats.get(spec.run_id, {}).items()):
+    sources = [(spec, "path", res.all_run_stats.get(spec.run_id, {})) for spec in res.runs]
+    sources += [(spec, "replica", res.replica_stats.get(spec.run_id, {})) for spec in res.runs
+                if spec.run_id in res.replica_stats]
+    for spec, unit, files in sources:
+        for key, data in sorted(files.items()):
             fam = key.split("/")[0]
             if fam not in FAMILIES or not isinstance(data, BatteryStats) or data.local_slopes is None:
                 continue
             b = data.local_slopes
-            rows.append({"run": spec.run_id, "optimizer": spec.optimizer, "claim": FAMILIES[fam], "file": key,
-                         "clock": data.time, "start_step": dig(b.window, "start_step"),
+            rows.append({"run": spec.run_id, "optimizer": spec.optimizer, "claim": FAMILIES[fam], "unit": unit,
+                         "file": key, "clock": data.time, "start_step": dig(b.window, "start_step"),
                          "min_lag_steps": dig(b.window, "min_lag_steps"), "n_lags": dig(b.window, "n_points"),
                          "reading": b.classification, "description": b.description,
                          "window_exponent": b.effect.estimate, "window_null_size": dig(b.effect.null, "size"),

@@ -216,7 +216,7 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
             with); alpha: the rule's level ((1 - 2 alpha) TOST). These, margins, max_walkers and rng default to
             the schema's (config.DEFAULT_STATS): the stage passes the config's.
         margins: StatsConfig.margins (a key not given keeps its config.DEFAULT_MARGINS value).
-        max_walkers: whole groups are subsampled (seeded) to at most this many walkers.
+        max_walkers: at most this many walkers, thinned within groups, every group kept (shapes.select_walkers).
         calibration: optional calibration table; the rows at this trajectory's exact shape are attached
             ("calibration": null with "calibration_note" saying why when there are none: the verdict is uncalibrated).
         check_clocks: {clock name: (T,) times}: the MSD exponent is also reported on these clocks ("clock_check").

@@ -120,7 +120,14 @@ def shape_of(*, kind: str, times, labels: np.ndarray, d: int, hyperplane: bool, 
 
 
 def select_walkers(labels: np.ndarray, max_walkers: int, rng) -> np.ndarray:
-    """Indices of at most `max_walkers` walkers, whole groups kept together (seeded); all if they fit."""
+    """Indices of at most `max_walkers` walkers (seeded); all if they fit.
+
+    Every group keeps walkers: the cluster bootstrap's unit is the group, so dropping whole groups (the earlier
+    rule) could leave fewer groups than the rule needs (5 replica contrasts x 136 walkers at 512 kept 3). Walkers
+    are thinned within groups to a common cap, the largest with sum_g min(n_g, cap) <= max_walkers (smaller groups
+    are kept whole); the calibration shape records the thinned group sizes, so the calibration simulates this
+    selection's shape. With more groups than `max_walkers`, one walker of each of `max_walkers` random groups.
+    """
     N = labels.size
     if not max_walkers or N <= max_walkers:
         return np.arange(N)
@@ -129,12 +136,20 @@ def select_walkers(labels: np.ndarray, max_walkers: int, rng) -> np.ndarray:
     if G == N:
         return np.sort(rng.choice(N, size=max_walkers, replace=False))
     sizes = np.bincount(labels, minlength=G)
-    keep, total = [], 0
-    for g in rng.permutation(G):
-        if total + sizes[g] <= max_walkers or len(keep) < 2:
-            keep.append(g)
-            total += sizes[g]
-    return np.flatnonzero(np.isin(labels, keep))
+    quota = np.zeros(G, int)
+    if G > max_walkers:
+        quota[rng.choice(G, size=max_walkers, replace=False)] = 1
+    else:
+        quota[:] = sizes
+        left, order = max_walkers, np.argsort(sizes, kind="stable")
+        for i, g in enumerate(order):  # water-filling from the smallest group up
+            share = left // (G - i)
+            if sizes[g] > share:
+                quota[order[i:]] = share
+                break
+            left -= sizes[g]
+    keep = [rng.choice(np.flatnonzero(labels == g), size=quota[g], replace=False) for g in range(G) if quota[g]]
+    return np.sort(np.concatenate(keep))
 
 
 def _gate_bounds(r, rate: float) -> tuple[float, float]:

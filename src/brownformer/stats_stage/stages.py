@@ -78,9 +78,10 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
 
 
 def decided_files(run_summaries: list[Path]) -> list[tuple]:
-    """(shape, trajectory path, verdict, category) of every decided battery file of the runs' stats/summary.json
-    files, leaving out the single-path files of families that replica files decide (stats/replica_sets.py)."""
-    from brownformer.stats.replica_sets import calibrated_files
+    """(shape, trajectory path, verdict, category, replica) of every decided battery file of the runs'
+    stats/summary.json files, leaving out the single-path files of families that replica files decide
+    (stats/replica_sets.py); replica: whether the file holds replica contrasts."""
+    from brownformer.stats.replica_sets import calibrated_files, is_replica_file
     from brownformer.stats.shapes import CalibrationShape
     from .run_stats import BATTERY_CATEGORIES
     pairs = []
@@ -99,7 +100,7 @@ def decided_files(run_summaries: list[Path]) -> list[tuple]:
                 and f.get("verdict") in ("brownian", "not brownian")):
             rel = Path(f["path"])
             out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
-                        f["verdict"], f["category"]))
+                        f["verdict"], f["category"], is_replica_file(f)))
     return out
 
 
@@ -119,7 +120,8 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
 
     The idealised null is simulated at every decided file's exact shape, the alternatives only at shapes where some
     file says "brownian" (power only certifies "brownian"; a rejection rests on size alone), and the fitted null
-    (fitted_null.py) of every decided file of the categories in stats.fitted_null.
+    (fitted_null.py) of every decided file of the categories in stats.fitted_null and of every decided replica file
+    (they decide 3b/3c and are few: 2 x 20 in the default run, ~0.1 s each).
 
     Args:
         run_summaries: results/runs/<R>/stats/summary.json of every run.
@@ -135,13 +137,13 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
     from brownformer.stats.calibration import processes_for
     files = decided_files(run_summaries)
     shapes = {s.id: s for s, *_ in files}
-    certify = {s.id for s, _, v, _ in files if v == "brownian"}
+    certify = {s.id for s, _, v, *_ in files if v == "brownian"}
     n = int(replicates or stats.calibration_replicates)
     kwargs = {"n_replicates": n, "rng": stats.seed, "alpha": stats.alpha, "margins": dict(stats.margins),
               "n_resamples": stats.n_resamples}
     cells = [("shape", s, p, kwargs, stats) for s in shapes.values() for p in processes_for(s.kind)
              if p == "brownian" or s.id in certify]
-    fitted = {str(p): (s, p) for s, p, _, cat in files if cat in stats.fitted_null}
+    fitted = {str(p): (s, p) for s, p, _, cat, replica in files if cat in stats.fitted_null or replica}
     cells += [("fitted", (path, s.kind, s.window), "fitted", kwargs, stats) for s, path in fitted.values()]
     log.info("calibrating %d shapes and %d fitted nulls (%d cells), null cap %d replicates", len(shapes), len(fitted),
              len(cells), n)

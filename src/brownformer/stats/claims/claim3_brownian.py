@@ -44,7 +44,7 @@ from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
 from ..rule_history import rule_history
 from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
 from ..window_reading import window_effects
-from .common import did_not_train_record, unit_mean_interval
+from .common import did_not_train_record, independent_mean_interval, unit_mean_interval
 
 __all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
 
@@ -144,12 +144,22 @@ def _worst_calibration(cals: list[dict]) -> dict | None:
             power[p] = min(power.get(p, 1.0), v)
         for p, v in (c.get("power_lower") or {}).items():
             lower[p] = min(lower.get(p, 1.0), v)
-    fitted = [c["fitted"] for c in cals if c.get("fitted")]
+    # a file's calibration carries its fitted null under "fitted"; a run's or claim's (this function's output) carries
+    # the worst fitted size and how many of its files had one, so the claim level pools the runs' counts
+    fitted, n_fitted, n_files = [], 0, 0
+    for c in cals:
+        if "n_fitted" in c:
+            n_fitted, n_files = n_fitted + c["n_fitted"], n_files + c["n_files"]
+            if c.get("size_fitted") is not None:
+                fitted.append({"size": c["size_fitted"], "size_upper": c["size_fitted_upper"]})
+        else:
+            n_fitted, n_files = n_fitted + bool(c.get("fitted")), n_files + 1
+            fitted += [c["fitted"]] if c.get("fitted") else []
     wf = max(fitted, key=lambda f: f["size_upper"]) if fitted else None
     return {"shape": worst["shape"], "size": worst["size"], "size_upper": worst.get("size_upper"),
             "size_se": worst["size_se"], "size_idealised": worst["size"],
             "size_fitted": wf["size"] if wf else None, "size_fitted_upper": wf["size_upper"] if wf else None,
-            "n_fitted": len(fitted), "n_files": len(cals),
+            "n_fitted": n_fitted, "n_files": n_files,
             "equivalence_power": min(c["equivalence_power"] for c in cals), "power": power, "power_lower": lower,
             "n_replicates": min(c["n_replicates"] for c in cals), "n_shapes": len({c["shape"]["id"] for c in cals}),
             "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape "
@@ -172,6 +182,46 @@ def _window_row(result: dict) -> dict:
             "full_range_exponent": (result.get("msd_exponent") or {}).get("estimate"),
             "window_null_size": ((win.get("effect") or {}).get("null") or {}).get("size"),
             "walkers": walkers.get("reading"), "walker_rates": walkers.get("rates")}
+
+
+#: how the run- and claim-level exponent intervals are formed (docs/methods/claim3-replicas.md, "Intervals")
+RUN_INTERVAL = ("mean over files of the window exponent; SE bound = mean of the files' SEs (their intervals over "
+                "groups: replica contrasts for 3b/3c, probe inputs for 3a), valid under any dependence between files; "
+                "t with min(G) - 1 df")
+CLAIM_INTERVAL = ("mean over independent runs; SE = sqrt(sum of the runs' squared SEs) / runs, Welch-Satterthwaite df")
+
+
+def _file_error(result: dict, confidence_level: float) -> tuple[float, float, float]:
+    """(window exponent, its standard error, df) of one file: the SE recovered from its t-interval over G groups
+    (window_reading: estimate +- t_{G-1} SE), df = G - 1; NaN where undefined."""
+    from scipy.special import stdtrit
+    eff = window_effects(result).get("msd_exponent") or result.get("msd_exponent") or {}
+    ci, G = eff.get("confidence_interval") or [None, None], result.get("n_groups")
+    level = (result.get("settings") or {}).get("confidence_level", confidence_level)
+    x = _exponent(result)
+    if None in ci or not G or G < 3 or not all(math.isfinite(float(c)) for c in ci):
+        return x, math.nan, math.nan
+    return x, (float(ci[1]) - float(ci[0])) / (2 * float(stdtrit(G - 1, 0.5 + level / 2))), float(G - 1)
+
+
+def _run_estimate(results: list[dict], stats):
+    """(Estimate, SE, df) of a run's mean window exponent over its files (RUN_INTERVAL): the files share their groups
+    (the same replica contrasts or probe inputs), so SD(mean) <= mean of the SDs bounds the SE whatever their
+    correlation; the interval is then over the groups, not over files."""
+    from scipy.special import stdtrit
+
+    from brownformer.verdicts import Estimate
+    rows = [_file_error(r, stats.confidence_level) for r in results]
+    rows = [r for r in rows if math.isfinite(r[0])]
+    name = "window MSD exponent (mean over files; interval over the files' groups)"
+    if not rows:
+        return Estimate(name, math.nan, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
+    mean = sum(r[0] for r in rows) / len(rows)
+    se, df = sum(r[1] for r in rows) / len(rows), min(r[2] for r in rows)
+    if not (math.isfinite(se) and math.isfinite(df)):
+        return Estimate(name, mean, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
+    half = float(stdtrit(df, 0.5 + stats.confidence_level / 2)) * se
+    return Estimate(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
 
 
 def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
@@ -199,7 +249,9 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
         first = next((r["reason"] for r in rows if r["verdict"] != "brownian"), "no files")
         need = f"{k_run} files certified not Brownian" if k_run else "more files than there are"
         verdict, reason = INCONCLUSIVE, f"{counts}; a rejection needs {need}; e.g. {first}"
-    est, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats, name="window MSD exponent (mean over files)")
+    est, se, df = _run_estimate([f["result"] for f in files], stats)
+    spread, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats,
+                                   name="window MSD exponent (mean over files; bootstrap over files)")
     classes: dict[str, int] = {}
     for r in rows:
         classes[str(r["classification"])] = classes.get(str(r["classification"]), 0) + 1
@@ -208,7 +260,9 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
     return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
                        margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
                        details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n,
-                                "pooling": pooling, "pvalue": p, "classifications": classes})
+                                "pooling": pooling, "pvalue": p, "classifications": classes,
+                                "estimate_se": se, "estimate_df": df, "estimate_method": RUN_INTERVAL,
+                                "spread_over_files": spread.to_dict()})
 
 
 def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> tuple[str, str, dict]:
@@ -229,6 +283,13 @@ def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> 
         return NOT_SUPPORTED, (f"{n_ns} >= {m} {unit} not supported ({text}); size of this count rule {tail:.2g}, "
                                f"p = {p:.2g}"), det
     return INCONCLUSIVE, f"{text}; a rejection needs {m if m else 'more'} {unit} not supported", det
+
+
+def _runs_estimate(records: dict[str, ClaimRecord], stats, name: str):
+    """(Estimate, SE, df) of the mean over independent runs of their estimates (CLAIM_INTERVAL)."""
+    recs = [r for r in records.values() if r.estimate]
+    return independent_mean_interval([r.estimate.value for r in recs], [r.details.get("estimate_se") for r in recs],
+                                     [r.details.get("estimate_df") for r in recs], stats=stats, name=name)
 
 
 def _single_path_description(files: list[dict], stats) -> dict:
@@ -286,14 +347,13 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     per_optimizer = {}
     for opt, recs in sorted(per_opt.items()):
         v, why, det = _pool(recs, stats.alpha)
-        est, _ = unit_mean_interval([r.estimate.value for r in recs.values() if r.estimate], stats=stats,
-                                    name="window MSD exponent (mean over runs)")
+        est, *_ = _runs_estimate(recs, stats, "window MSD exponent (mean over runs; SE from the runs' own)")
         per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
                                          margin=tuple(stats.margins["msd_exponent"]),
                                          calibration=_worst_calibration([r.calibration for r in recs.values()]),
                                          details={"pooling": det, "pvalue": det.get("pvalue")})
-    est, _ = unit_mean_interval([r.estimate.value for r in trained.values() if r.estimate], stats=stats,
-                                name="window MSD exponent (mean over runs of the mean over files)")
+    est, se, df = _runs_estimate(trained, stats, "window MSD exponent (mean over runs of the mean over files; "
+                                                 "SE from the runs' own)")
     kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
     return ClaimRecord(
         claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
@@ -308,6 +368,7 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
                  "pooling": pooling, "run_q_values_bh": q, "rule": __doc__.split("\n\n")[1].strip(),
                  "pooling_rule": __doc__.split("\n\n")[2].strip(), "rule_history": rule_history(),
                  "n_runs": len(trained), "unit_of_replication": unit,
+                 "estimate_se": se, "estimate_df": df, "estimate_method": CLAIM_INTERVAL + "; per run: " + RUN_INTERVAL,
                  **({"single_path": _single_path_description(single_path, stats),
                      "single_path_note": "one training path per run: intervals over its probe inputs are conditional "
                                          "on that path; description only (not calibrated, not pooled)"}

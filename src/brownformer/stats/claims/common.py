@@ -22,8 +22,8 @@ from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SU
 from ..bootstrap import ClusterBootstrap
 from ..multiple import holm_adjust
 
-__all__ = ["unit_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs", "headline_holm",
-           "did_not_train_record", "finite_or_none"]
+__all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
+           "headline_holm", "did_not_train_record", "finite_or_none"]
 
 
 def finite_or_none(x) -> float | None:
@@ -56,6 +56,43 @@ def unit_mean_interval(values, *, stats, name: str) -> tuple[Estimate, float]:
     lo, hi = est.interval(stats.confidence_level)
     se = float(est.standard_error[0]) * math.sqrt(v.size / max(v.size - 1, 1))
     return Estimate(name, float(est.estimate[0]), (float(lo[0]), float(hi[0])), stats.confidence_level), se
+
+
+def independent_mean_interval(values, ses, dfs, *, stats, name: str) -> tuple[Estimate, float, float]:
+    """Mean of independent estimates (runs: independent training runs) with its t-interval from their own errors.
+
+    SE = sqrt(sum_r SE_r^2) / R, degrees of freedom by Welch-Satterthwaite, (sum SE_r^2)^2 / sum(SE_r^4 / df_r).
+    The target is the mean over these runs (a fixed set, not a sample of configurations), so the uncertainty is each
+    run's own sampling error, not the spread between runs (which a bootstrap over 2-5 heterogeneous runs would
+    estimate, and could not with fewer than 3).
+
+    Args:
+        values, ses, dfs: per unit its estimate, standard error and degrees of freedom (units without a finite
+            estimate are dropped; one without a finite SE or df leaves the interval undefined).
+        stats: StatsConfig (confidence_level); name: what the estimate is.
+
+    Returns:
+        (Estimate, SE, df); SE and df NaN when undefined.
+    """
+    rows = [(float(v), _num(s), _num(d)) for v, s, d in zip(values, ses, dfs) if math.isfinite(_num(v))]
+    nan = math.nan
+    if not rows:
+        return Estimate(name, nan, (nan, nan), stats.confidence_level), nan, nan
+    v, s, d = (np.asarray(c, float) for c in zip(*rows))
+    mean = float(v.mean())
+    if not (np.all(np.isfinite(s)) and np.all(np.isfinite(d)) and np.all(d > 0)):
+        return Estimate(name, mean, (nan, nan), stats.confidence_level), nan, nan
+    se = float(np.sqrt(np.sum(s ** 2)) / s.size)
+    df = float(np.sum(s ** 2) ** 2 / np.sum(s ** 4 / d)) if np.any(s > 0) else float(d.min())
+    half = float(sps.t.ppf(0.5 + stats.confidence_level / 2, df)) * se
+    return Estimate(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
+
+
+def _num(x) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
 
 
 def equivalence_verdict(ci, margin) -> str:

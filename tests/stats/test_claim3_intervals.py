@@ -1,0 +1,73 @@
+"""Claim-3 run- and claim-level intervals: a run's mean over dependent files, the claim's mean over independent runs."""
+import math
+
+import numpy as np
+from scipy import stats as sps
+
+from brownformer.config import StatsConfig
+from brownformer.stats.claims.claim3_brownian import _run_estimate
+from brownformer.stats.claims.common import independent_mean_interval
+
+STATS = StatsConfig()
+
+
+def test_independent_mean_interval_is_the_normal_interval_with_large_df():
+    est, se, df = independent_mean_interval([1.0, 2.0, float("nan")], [0.1, 0.2, 0.3], [1e9, 1e9, 1e9], stats=STATS,
+                                            name="x")
+    assert est.value == 1.5 and math.isclose(se, math.sqrt(0.1 ** 2 + 0.2 ** 2) / 2)  # the NaN run is dropped
+    half = sps.norm.ppf(0.5 + STATS.confidence_level / 2) * se
+    assert np.allclose(est.confidence_interval, (1.5 - half, 1.5 + half), rtol=1e-6)
+    # Welch-Satterthwaite: two runs with equal errors and df pool to twice the df
+    assert math.isclose(independent_mean_interval([0, 1], [0.3, 0.3], [4, 4], stats=STATS, name="x")[2], 8.0)
+    # a run with an estimate but no error leaves the interval undefined rather than too short
+    est, se, _ = independent_mean_interval([0.0, 1.0], [0.1, None], [4, 4], stats=STATS, name="x")
+    assert est.value == 0.5 and all(math.isnan(c) for c in est.confidence_interval) and math.isnan(se)
+
+
+def _file(values: np.ndarray) -> dict:
+    """A per-file output whose window exponent is the mean over G groups with its t-interval (G - 1 df)."""
+    G = values.size
+    m, s = values.mean(), values.std(ddof=1) / math.sqrt(G)
+    half = sps.t.ppf(0.5 + STATS.confidence_level / 2, G - 1) * s
+    eff = {"estimate": m, "confidence_interval": [m - half, m + half]}
+    return {"n_groups": G, "effects": {"msd_exponent": dict(eff)}, "local_slopes": {"effect": eff}}
+
+
+def test_run_and_claim_intervals_cover_the_mean_over_runs():
+    """Runs are independent; a run's 4 files share its 5 groups (replica contrasts), strongly correlated. The claim's
+    interval must cover the mean over runs of the files' expected exponents at least at its level."""
+    rng = np.random.default_rng(0)
+    truth = np.array([[0.5, 0.6, 0.7, 0.8], [1.2, 1.1, 1.0, 0.9], [2.0, 2.2, 2.4, 2.6]])  # run x file
+    target, hits, n = truth.mean(), 0, 400
+    for _ in range(n):
+        runs = []
+        for r in range(truth.shape[0]):
+            shared = rng.normal(0, 0.2, 5)  # the run's groups move every file together
+            files = [_file(truth[r, f] + shared + rng.normal(0, 0.05, 5)) for f in range(truth.shape[1])]
+            est, se, df = _run_estimate(files, STATS)
+            assert math.isclose(est.value, np.mean([f["effects"]["msd_exponent"]["estimate"] for f in files]))
+            runs.append((est.value, se, df))
+        est, _, _ = independent_mean_interval(*zip(*runs), stats=STATS, name="x")
+        hits += est.confidence_interval[0] <= target <= est.confidence_interval[1]
+    assert hits / n >= STATS.confidence_level - 2 * math.sqrt(0.05 * 0.95 / n)
+
+
+def _file_cal(size: float, fitted: float | None) -> dict:
+    return {"shape": {"id": f"s{size}"}, "size": size, "size_upper": size + 0.05, "size_se": 0.01,
+            "equivalence_power": 1.0, "power": {}, "power_lower": {}, "n_replicates": 40,
+            "fitted": None if fitted is None else {"size": fitted, "size_upper": fitted + 0.07}}
+
+
+def test_claim_calibration_carries_both_nulls_from_its_runs():
+    """Files -> run -> claim: the worst size under each null and the count of files with a fitted null survive both
+    poolings (the claim level once read only file-level records and reported no fitted null)."""
+    from brownformer.stats.claims.claim3_brownian import _worst_calibration
+    run_a = _worst_calibration([_file_cal(0.0, 0.0), _file_cal(0.02, 0.03)])
+    run_b = _worst_calibration([_file_cal(0.01, None), _file_cal(0.0, 0.01), _file_cal(0.0, 0.0)])
+    assert (run_a["size_fitted"], run_a["n_fitted"], run_a["n_files"]) == (0.03, 2, 2)
+    assert (run_b["size_fitted"], run_b["n_fitted"], run_b["n_files"]) == (0.01, 2, 3)
+    claim = _worst_calibration([run_a, run_b])
+    assert claim["size_idealised"] == 0.02 and claim["size_fitted"] == 0.03
+    assert (claim["n_fitted"], claim["n_files"]) == (4, 5)
+    none = _worst_calibration([_worst_calibration([_file_cal(0.0, None)])])
+    assert none["size_fitted"] is None and (none["n_fitted"], none["n_files"]) == (0, 1)
