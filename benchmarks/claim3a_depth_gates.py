@@ -20,8 +20,9 @@ def main(argv=None) -> int:
     from brownformer.stats.calibration import calibrate_fitted, run_calibration
     from brownformer.stats.gates import SIZE_GOAL
     from brownformer.stats.pooling import markov_threshold, smoothed_size
-    from brownformer.stats.run_stats import fit_file_null, trajectory_file_stats
     from brownformer.stats.shapes import CalibrationShape
+    from brownformer.stats_stage.run_stats import trajectory_file_stats
+    from brownformer.stats_stage.trajectory_io import fit_file_null
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--results", type=Path, default=Path("results"))
     p.add_argument("--run", required=True)

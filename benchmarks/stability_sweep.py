@@ -37,7 +37,8 @@ from _runs import KFAC, base_parser, grid_pairs, load_raw, model_steps, one_run,
 from brownformer.config import from_dict  # noqa: E402
 from brownformer.io import to_jsonable  # noqa: E402
 from brownformer.metrics import val_metric  # noqa: E402
-from brownformer.stats.training_status import chance_baseline, training_status  # noqa: E402
+from brownformer.stats.training_status import training_status  # noqa: E402
+from brownformer.stats_stage.chance_baseline import chance_baseline  # noqa: E402
 
 log = logging.getLogger("stability_sweep")
 LR_FACTORS = [1 / 3, 1.0, 3.0]

@@ -175,9 +175,51 @@ def test_imports_follow_the_allowed_imports_table():
 def test_the_checks_see_what_they_claim_to_see():
     """The parser finds imports inside functions, resolves relative imports, and finds a planted cycle."""
     imports = dict(_imports("brownformer.plots._traj"))
-    assert "brownformer.stats.sphere" in imports  # a function-level import in the figures' helpers
+    assert "brownformer.stats.sphere_distance" in imports  # a function-level import in the figures' helpers
     assert "brownformer.cli" in dict(_imports("brownformer.__main__"))
     g = nx.DiGraph([("a", "b"), ("b", "c"), ("c", "a")])
     assert {e[:2] for e in nx.find_cycle(g)} == {("a", "b"), ("b", "c"), ("c", "a")}
     assert _permitted("brownformer.optim.registry", {"optim.registry"})
     assert not _permitted("brownformer.optim.kfac", {"optim.registry"})
+
+
+def test_no_two_modules_share_a_name():
+    """A module's name points at one file: `plots/fig_<x>`, `report/section_<x>`, `stats/claims/claim<N>_<x>`."""
+    by_name: dict[str, list[str]] = {}
+    for module, path in MODULES.items():
+        if path.name not in ("__init__.py", "__main__.py"):
+            by_name.setdefault(module.rpartition(".")[2], []).append(module)
+    for module, path in MODULES.items():  # a package's name is a module name too
+        if path.name == "__init__.py" and module != "brownformer":
+            by_name.setdefault(module.rpartition(".")[2], []).append(module)
+    shared = {name: mods for name, mods in by_name.items() if len(mods) > 1}
+    assert not shared, f"module names used twice (rename one to say what it holds): {shared}"
+
+
+#: what reads or writes a file: pathlib, and calls of these names (open(), np.load, pd.read_parquet, ...)
+FILE_IO_CALLS = {"open", "read_text", "write_text", "read_bytes", "write_bytes", "load", "save", "savez",
+                 "read_parquet", "to_parquet", "read_csv", "to_csv", "read_json", "write_json", "atomic_path",
+                 "mkdir", "exists", "glob", "sha256_file"}
+
+
+def _file_io(module: str) -> list[str]:
+    path = MODULES[module]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names = [a.name for a in node.names] + ([node.module] if isinstance(node, ast.ImportFrom) else [])
+            if "pathlib" in names:
+                found.append(f"line {node.lineno}: imports pathlib")
+        elif isinstance(node, ast.Call):
+            f = node.func
+            name = f.attr if isinstance(f, ast.Attribute) else f.id if isinstance(f, ast.Name) else None
+            if name in FILE_IO_CALLS:
+                found.append(f"line {node.lineno}: calls {name}()")
+    return found
+
+
+def test_stats_is_pure():
+    """stats/ holds functions of arrays, tables and typed results; every file is read and written in stats_stage."""
+    impure = {m: found for m in MODULES if _unit(m) == "stats" and (found := _file_io(m))}
+    assert not impure, f"file I/O in brownformer.stats (move it to brownformer.stats_stage): {impure}"
+    assert _file_io("brownformer.stats_stage.trajectory_io"), "the check finds the stage's own file reads"

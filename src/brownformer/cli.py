@@ -64,10 +64,10 @@ def _cmd_extract_replicas(args) -> None:
 def _cmd_stats(args) -> None:
     cfg = _load(args) if getattr(args, "config", None) else None
     if args.stats_cmd == "summary":
-        from brownformer.stats.summary import summarize_results
+        from brownformer.stats_stage.summary import summarize_results
         summarize_results(cfg, args.results, args.out, runs=_runs_option(args.runs), calibration_path=args.calibration)
         return
-    from brownformer.stats import stages
+    from brownformer.stats_stage import stages
     if cfg is None:
         from brownformer.config import StatsConfig
         stats = StatsConfig()
@@ -77,7 +77,7 @@ def _cmd_stats(args) -> None:
         import json
 
         from brownformer.io import to_jsonable
-        from brownformer.stats.attention_stats import summary_text
+        from brownformer.stats.attention_capture import summary_text
         result = stages.stats_attention(args.file, args.out, stats=stats, features=args.features, wq=args.wq,
                                         wk=args.wk, n_heads=args.heads)
         if args.json:

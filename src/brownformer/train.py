@@ -37,7 +37,7 @@ from brownformer.metrics import val_metric_for_kind
 from brownformer.models import build_model, loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.probes import ProbeRecorder
-from brownformer.probes.store import INDEX_FILE, META_FILE, CaptureStore
+from brownformer.probes.capture_store import INDEX_FILE, META_FILE, CaptureStore
 from brownformer.target_stop import BUDGET, STOPPED, on_target
 from brownformer.train_step import LossTracker, TrainStep
 

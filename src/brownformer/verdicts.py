@@ -2,7 +2,7 @@
 
 claims.json (written by `brownformer stats summary`) is::
 
-    {"schema": 2,
+    {"schema": 3,
      "claims": {"1": ClaimRecord, "2": ..., "3a": ..., "3b": ..., "3c": ..., "4": ...},
      "did_not_train": [{"run", "reason"}],          # runs left out of every claim, shown in the report
      "calibration": {"path", "available", "sha256"},
@@ -11,11 +11,11 @@ claims.json (written by `brownformer stats summary`) is::
 Each ClaimRecord::
 
     {"claim": "3b", "title": "...", "verdict": one of VERDICTS, "reason": "one sentence",
-     "estimate": {"name", "value", "ci": [lo, hi], "confidence_level"} | null,
+     "estimate": {"name", "value", "confidence_interval": [lo, hi], "confidence_level"} | null,
      "margin": [lo, hi] | null,                  # equivalence margin the verdict used
      "calibration": {"shape", "size", "size_se", "power": {alternative: value}, "n_replicates"} | null,
-     "p_value_holm": float | null,
-     "tests": [{"name", "statistic", "p_value", "reject"}],
+     "pvalue_holm": float | null,
+     "tests": [{"name", "statistic", "pvalue", "rejected"}],
      "per_run": {run_id: ClaimRecord without per_run/per_optimizer},
      "per_optimizer": {optimizer: ClaimRecord without per_run/per_optimizer},
      "per_model": {model variant: ClaimRecord} (claim 4: one verdict per model variant),
@@ -23,6 +23,11 @@ Each ClaimRecord::
 
 A verdict is never anything but the four strings in VERDICTS; `read_claims` rejects anything else
 with a ValueError naming the claim, instead of guessing what "yes" or "pass" meant.
+
+Names are scipy's, as in the per-run statistics contract (brownformer.statsfile): "pvalue",
+"confidence_interval", "rejected", also inside "tests" and "details". Schema history: 2 spelt "p_value",
+"ci", "reject" and "p_value_holm"; a record that uses one of them, at any depth, is refused (a writer
+that still spells them would otherwise be read as "no p-value"), and so is a file of another schema.
 """
 from __future__ import annotations
 
@@ -35,10 +40,22 @@ from typing import Any, Literal
 __all__ = ["VERDICTS", "Verdict", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
            "Estimate", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
+#: schema 2's spellings, refused anywhere in a record
+OLD_NAMES = ("p_value", "ci", "reject", "p_value_holm")
 SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, DID_NOT_TRAIN = "supported", "not supported", "inconclusive", "did not train"
 VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, DID_NOT_TRAIN)
 Verdict = Literal["supported", "not supported", "inconclusive", "did not train"]
+
+
+def _old_names(obj: Any, where: str = "") -> list[str]:
+    """The paths of keys spelt as schema 2 did (OLD_NAMES) anywhere in `obj`."""
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items()
+                for p in ([f"{where}{k}"] if k in OLD_NAMES else []) + _old_names(v, f"{where}{k}.")]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in _old_names(v, f"{where}{i}.")]
+    return []
 
 
 def _num(x: Any) -> float:
@@ -50,21 +67,22 @@ class Estimate:
     """An effect size with its confidence interval."""
     name: str
     value: float
-    ci: tuple[float, float]
+    confidence_interval: tuple[float, float]
     confidence_level: float | None = None
 
     @classmethod
     def from_dict(cls, d: dict | None) -> Estimate | None:
         if not d:
             return None
-        ci = d.get("ci") or [None, None]
+        ci = d.get("confidence_interval") or [None, None]
         return cls(str(d.get("name", "")), _num(d.get("value")), (_num(ci[0]), _num(ci[1])),
                    d.get("confidence_level"))
 
     def to_dict(self) -> dict:
         def clean(x):
             return x if isinstance(x, float) and math.isfinite(x) else None
-        return {"name": self.name, "value": clean(self.value), "ci": [clean(self.ci[0]), clean(self.ci[1])],
+        lo, hi = self.confidence_interval
+        return {"name": self.name, "value": clean(self.value), "confidence_interval": [clean(lo), clean(hi)],
                 "confidence_level": self.confidence_level}
 
 
@@ -78,7 +96,7 @@ class ClaimRecord:
     estimate: Estimate | None = None
     margin: tuple[float, float] | None = None
     calibration: dict | None = None
-    p_value_holm: float | None = None
+    pvalue_holm: float | None = None
     tests: list[dict] = field(default_factory=list)
     per_run: dict[str, ClaimRecord] = field(default_factory=dict)
     per_optimizer: dict[str, ClaimRecord] = field(default_factory=dict)
@@ -88,6 +106,10 @@ class ClaimRecord:
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"claim {self.claim!r}: verdict {self.verdict!r} is not one of {VERDICTS}")
+        old = _old_names({"tests": self.tests, "details": self.details})
+        if old:
+            raise ValueError(f"claim {self.claim!r}: schema {SCHEMA_VERSION} spells scipy's names (pvalue, "
+                             f"confidence_interval, rejected), found {old}")
 
     @classmethod
     def from_dict(cls, d: dict, *, claim: str | None = None, title: str | None = None) -> ClaimRecord:
@@ -100,7 +122,7 @@ class ClaimRecord:
             claim=cid, title=ttl, verdict=d["verdict"], reason=str(d.get("reason") or ""),
             estimate=Estimate.from_dict(d.get("estimate")),
             margin=(float(margin[0]), float(margin[1])) if margin else None,
-            calibration=d.get("calibration"), p_value_holm=d.get("p_value_holm"),
+            calibration=d.get("calibration"), pvalue_holm=d.get("pvalue_holm"),
             tests=list(d.get("tests") or []),
             per_run={k: cls.from_dict(v, claim=cid, title=ttl) for k, v in (d.get("per_run") or {}).items()},
             per_optimizer={k: cls.from_dict(v, claim=cid, title=ttl)
@@ -112,7 +134,7 @@ class ClaimRecord:
         return {"claim": self.claim, "title": self.title, "verdict": self.verdict, "reason": self.reason,
                 "estimate": self.estimate.to_dict() if self.estimate else None,
                 "margin": list(self.margin) if self.margin else None,
-                "calibration": self.calibration, "p_value_holm": self.p_value_holm, "tests": self.tests,
+                "calibration": self.calibration, "pvalue_holm": self.pvalue_holm, "tests": self.tests,
                 "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
                 "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
                 "per_model": {k: v.to_dict() for k, v in self.per_model.items()},
@@ -147,4 +169,7 @@ def read_claims(path: str | Path) -> ClaimsFile:
         data = json.loads(path.read_text())
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
+    if isinstance(data, dict) and data.get("schema") != SCHEMA_VERSION:
+        raise ValueError(f"{path}: schema {data.get('schema')!r}, this version reads {SCHEMA_VERSION} "
+                         "(rerun `brownformer stats summary`)")
     return ClaimsFile.from_dict(data)

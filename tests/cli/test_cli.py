@@ -23,7 +23,7 @@ def test_parser_and_config_load_without_torch():
     # every pipeline job starts the CLI; the stages that need no torch (extraction, statistics) must not pay its
     # import (~2.7 CPU-s per job)
     code = ("import sys; from brownformer.cli import build_parser; from brownformer.config import load_config; "
-            "import brownformer.probes.extract, brownformer.probes.replicas, brownformer.stats.stages; "
+            "import brownformer.probes.extract, brownformer.probes.replicas, brownformer.stats_stage.stages; "
             f"build_parser(); load_config({str(ROOT / 'config/config.yaml')!r}); print('torch' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert out.returncode == 0, out.stderr

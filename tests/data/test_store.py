@@ -4,7 +4,7 @@ import shutil
 import pytest
 
 from brownformer.data import DataError, load_prepared, prepare_dataset
-from brownformer.data import store
+from brownformer.data import dataset_folder as store
 
 from .conftest import dataset_cfg
 

@@ -132,7 +132,7 @@ def _sphere(tensor: str, **about_per_layer) -> SphereSummary:
 
 
 def _attention_stats(rng, run: str) -> AttentionStats:
-    """Attention statistics (stats/markov.py analyze_attention + null models) from the contract's constructor."""
+    """Attention statistics (stats/markov_chain.py analyze_attention + null models) from the contract's constructor."""
     shape = [L, 2, 2, 4, 4]
     n_mat = L * 2 * 2
     per = {k: (base + 0.05 * rng.standard_normal(n_mat)).tolist() for k, base in

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from brownformer.plots import drawing_function, make_figures
-from brownformer.results import FIGURES, Results, time_to_target
+from brownformer.results import FIGURES, Results, time_to_target_table
 
 from .fake_results import build_fake_results, fake_config
 
@@ -75,7 +75,7 @@ def test_overview_shows_the_did_not_train_verdict(first_figures):
 
 
 def test_time_to_target_reaches_the_weakest_adamw_seed(fake_tree):
-    tt = time_to_target(Results(fake_config(), fake_tree))
+    tt = time_to_target_table(Results(fake_config(), fake_tree))
     vit = tt[tt["model"] == "vit-pre"]
     adamw_finals = vit[vit["optimizer"] == "adamw"]["final"]
     # the target is reached by every AdamW seed by its last evaluation

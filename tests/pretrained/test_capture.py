@@ -11,7 +11,7 @@ import torch.nn.functional as F
 pytest.importorskip("transformers", reason="needs the pretrained extra: pip install 'brownformer[pretrained]'")
 
 from brownformer.pretrained.adapters import adapter_for  # noqa: E402
-from brownformer.pretrained.capture import capture_model, head_counts, per_head_qk  # noqa: E402
+from brownformer.pretrained.hooked_forward import capture_model, head_counts, per_head_qk  # noqa: E402
 
 from .tiny_models import KINDS, tiny_inputs, tiny_model  # noqa: E402
 

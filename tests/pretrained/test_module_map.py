@@ -7,7 +7,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from brownformer.pretrained.adapters import ADAPTERS, ModuleMap, UnknownModelType, adapter_for
-from brownformer.pretrained.capture import AttentionUnavailable, capture_model
+from brownformer.pretrained.hooked_forward import AttentionUnavailable, capture_model
 
 D, H, N_LAYERS, VOCAB = 16, 2, 3, 20
 

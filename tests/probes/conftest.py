@@ -9,7 +9,7 @@ import pytest
 
 from brownformer.config import from_dict
 from brownformer.data import load_prepared
-from brownformer.data.store import write_prepared
+from brownformer.data.dataset_folder import write_prepared
 
 IMAGE_SHAPE = (1, 4, 4)  # 2x2 patches -> 4 patches + CLS = 5 tokens
 N_CLASSES = 3

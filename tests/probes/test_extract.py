@@ -10,7 +10,7 @@ from brownformer.config import RunSpec
 from brownformer.data import load_prepared
 from brownformer.probes import ProbeRecorder, describe_layout, extract_trajectories
 from brownformer.probes.capture import MATRICES
-from brownformer.probes.store import CaptureStore
+from brownformer.probes.capture_store import CaptureStore
 from brownformer.train import model_for_data, train_run
 
 SIDECAR_KEYS = {"kind", "time", "times", "walkers", "source"}

@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 from brownformer.config import from_dict
-from brownformer.report.appendix import provenance
 from brownformer.report.context import ReportContext
+from brownformer.report.section_appendix import provenance
 from brownformer.results import Results
 
 

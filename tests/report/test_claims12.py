@@ -4,9 +4,9 @@ from types import SimpleNamespace
 import numpy as np
 
 from brownformer.config import StatsConfig
-from brownformer.report.claims12 import criteria_table, markov_text, sphere_text
+from brownformer.report.section_claims12 import criteria_table, markov_text, sphere_text
 from brownformer.stats.claims import sphere_claim
-from brownformer.stats.sphere import tensor_sphere_summary
+from brownformer.stats.sphere_distance import tensor_sphere_summary
 from brownformer.verdicts import ClaimsFile
 
 

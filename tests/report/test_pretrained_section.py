@@ -7,7 +7,7 @@ from pathlib import Path
 import yaml
 
 from brownformer.report.context import ReportContext
-from brownformer.report.pretrained import pretrained_text
+from brownformer.report.section_pretrained import pretrained_text
 from brownformer.report.sections import SECTIONS
 
 ROOT = Path(__file__).resolve().parents[2]

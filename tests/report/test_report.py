@@ -65,7 +65,8 @@ def test_each_claim_row_shows_what_claims_json_says(report):
         assert rec.verdict.upper() in row, cid
         assert (rec.reason or "") in row
         if rec.estimate:
-            assert f"{rec.estimate.ci[0]:g}" in row and f"{rec.estimate.ci[1]:g}" in row, cid
+            lo, hi = rec.estimate.confidence_interval
+            assert f"{lo:g}" in row and f"{hi:g}" in row, cid
         if rec.margin:
             assert f"[{rec.margin[0]:g}, {rec.margin[1]:g}]" in row, cid
         if rec.calibration:

@@ -8,7 +8,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.report.context import ReportContext
-from brownformer.report.scaling import scaling_text
+from brownformer.report.section_scaling import scaling_text
 from brownformer.stats.scaling import STUDY_COMMAND
 from brownformer.verdicts import ClaimsFile
 
@@ -22,7 +22,8 @@ def test_without_a_study_the_section_says_how_to_run_it(tmp_path):
 
 
 def _write_results(root: Path, estimates: dict[str, tuple[float, str]]) -> None:
-    per_run = {run: {"verdict": v, "estimate": {"name": "MSD exponent", "value": x, "ci": [x - 0.05, x + 0.05],
+    per_run = {run: {"verdict": v, "estimate": {"name": "MSD exponent", "value": x,
+                                                "confidence_interval": [x - 0.05, x + 0.05],
                                                 "confidence_level": 0.95}} for run, (x, v) in estimates.items()}
     claims = ClaimsFile.from_dict({"claims": {"3b": {"verdict": "inconclusive", "margin": [0.9, 1.1],
                                                      "per_run": per_run}}})

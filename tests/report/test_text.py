@@ -7,7 +7,7 @@ from pathlib import Path
 
 from brownformer.config import from_dict
 from brownformer.report.context import ReportContext
-from brownformer.report.text import _metrics_only_text, _trained_with_table, methods
+from brownformer.report.section_study import _metrics_only_text, _trained_with_table, methods
 from brownformer.results import Results
 
 _spec = importlib.util.spec_from_file_location("fake_results", Path(__file__).parents[1] / "plots" / "fake_results.py")

@@ -10,8 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from brownformer.config import from_dict
-from brownformer.plots.local_slopes import _deciding, window_rows
-from brownformer.report.claims import calibration_text
+from brownformer.plots.fig_local_slopes import _deciding, window_rows
+from brownformer.report.section_claims import calibration_text
 from brownformer.results import Results, calibration_fields, window_table
 
 _spec = importlib.util.spec_from_file_location("fake_results", Path(__file__).parents[1] / "plots" / "fake_results.py")

@@ -13,7 +13,7 @@ import pytest
 
 from brownformer.metrics import val_metric
 from brownformer.results import (Results, calibration_fields, calibration_matrix, claims_frame, did_not_train_frame,
-                                 time_to_target)
+                                 time_to_target_table)
 from brownformer.verdicts import ClaimRecord, ClaimsFile, Estimate, read_claims
 
 _spec = importlib.util.spec_from_file_location("fake_results", Path(__file__).parents[1] / "plots" / "fake_results.py")
@@ -50,7 +50,7 @@ def test_a_verdict_outside_the_contract_is_a_note_not_a_guess(tree):
 def test_missing_inputs_give_empty_results_and_notes(tmp_path):
     res = Results(fake.fake_config(), tmp_path / "nothing")
     assert res.claims is None and res.metrics.empty and res.calibration.empty and res.manifests == {}
-    assert time_to_target(res).empty and did_not_train_frame(res.claims).empty
+    assert time_to_target_table(res).empty and did_not_train_frame(res.claims).empty
     assert "claims.json missing" in res.notes
 
 
@@ -89,7 +89,7 @@ def _first_hit(metrics, target) -> float:
 def test_time_to_target_without_claims_applies_the_rule_to_the_metrics(tree):
     (tree / "stats" / "claims.json").unlink()
     res = Results(fake.fake_config(), tree)
-    tt = time_to_target(res)
+    tt = time_to_target_table(res)
     assert set(tt["run"]) == set(res.metrics["run"])
     by_run = res.metrics_by_run()
     for _, row in tt.iterrows():
@@ -109,7 +109,7 @@ def test_time_to_target_quotes_the_times_claim_4_used(tree):
                         details={"runs": runs, "metric": "val_accuracy", "target": 0.77, "higher_is_better": True})
     four = dataclasses.replace(claims.claims["4"], per_model={"vit-pre": model})
     path.write_text(json.dumps(ClaimsFile({**claims.claims, "4": four}, claims.did_not_train).to_dict()))
-    tt = time_to_target(Results(fake.fake_config(), tree)).set_index("run")
+    tt = time_to_target_table(Results(fake.fake_config(), tree)).set_index("run")
     assert tt.loc["vit-pre__adamw__s0", "steps"] == 30 and tt.loc["vit-pre__adamw__s0", "target"] == 0.77
     assert not tt.loc["vit-pre__kfac-iterative__s0", "reached"]
     assert np.isnan(tt.loc["vit-pre__kfac-iterative__s0", "steps"])  # never: missing, not a number

@@ -115,8 +115,9 @@ def test_replica_contrast_file_keeps_all_five_contrasts_through_the_file_stage(t
     import json as _json
 
     from brownformer.config import StatsConfig
-    from brownformer.stats.run_stats import _analysis_inputs, trajectory_file_stats
-    from brownformer.stats.trajectory_io import load_trajectory
+    from brownformer.stats.trajectory_inputs import analysis_inputs
+    from brownformer.stats_stage.run_stats import trajectory_file_stats
+    from brownformer.stats_stage.trajectory_io import load_trajectory
     rng = np.random.default_rng(2)
     X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0).astype(np.float32)
     np.save(tmp_path / "ln_l1.npy", X)
@@ -127,5 +128,5 @@ def test_replica_contrast_file_keeps_all_five_contrasts_through_the_file_stage(t
     shape = out["calibration_shape"]
     assert (out["n_groups"], out["n_walkers"], out["n_walkers_total"]) == (5, 510, 680)
     assert (shape["G"], shape["N"]) == (5, 510) and "group(s)" not in out["reason"]
-    Xs, labels, *_ = _analysis_inputs(*load_trajectory(tmp_path / "ln_l1.npy"), stats)  # the fitted null's walkers
+    Xs, labels, *_ = analysis_inputs(*load_trajectory(tmp_path / "ln_l1.npy"), stats)  # the fitted null's walkers
     assert Xs.shape[1] == 510 and np.bincount(labels).tolist() == [102] * 5

@@ -5,7 +5,7 @@ import numpy as np
 from scipy import stats as sps
 
 from brownformer.config import StatsConfig
-from brownformer.stats.claims.brownian import _run_estimate
+from brownformer.stats.claims.claim3_brownian import _run_estimate
 from brownformer.stats.claims.common import independent_mean_interval
 
 STATS = StatsConfig()
@@ -16,12 +16,12 @@ def test_independent_mean_interval_is_the_normal_interval_with_large_df():
                                             name="x")
     assert est.value == 1.5 and math.isclose(se, math.sqrt(0.1 ** 2 + 0.2 ** 2) / 2)  # the NaN run is dropped
     half = sps.norm.ppf(0.5 + STATS.confidence_level / 2) * se
-    assert np.allclose(est.ci, (1.5 - half, 1.5 + half), rtol=1e-6)
+    assert np.allclose(est.confidence_interval, (1.5 - half, 1.5 + half), rtol=1e-6)
     # Welch-Satterthwaite: two runs with equal errors and df pool to twice the df
     assert math.isclose(independent_mean_interval([0, 1], [0.3, 0.3], [4, 4], stats=STATS, name="x")[2], 8.0)
     # a run with an estimate but no error leaves the interval undefined rather than too short
     est, se, _ = independent_mean_interval([0.0, 1.0], [0.1, None], [4, 4], stats=STATS, name="x")
-    assert est.value == 0.5 and all(math.isnan(c) for c in est.ci) and math.isnan(se)
+    assert est.value == 0.5 and all(math.isnan(c) for c in est.confidence_interval) and math.isnan(se)
 
 
 def _file(values: np.ndarray) -> dict:
@@ -48,7 +48,7 @@ def test_run_and_claim_intervals_cover_the_mean_over_runs():
             assert math.isclose(est.value, np.mean([f["effects"]["msd_exponent"]["estimate"] for f in files]))
             runs.append((est.value, se, df))
         est, _, _ = independent_mean_interval(*zip(*runs), stats=STATS, name="x")
-        hits += est.ci[0] <= target <= est.ci[1]
+        hits += est.confidence_interval[0] <= target <= est.confidence_interval[1]
     assert hits / n >= STATS.confidence_level - 2 * math.sqrt(0.05 * 0.95 / n)
 
 
@@ -61,7 +61,7 @@ def _file_cal(size: float, fitted: float | None) -> dict:
 def test_claim_calibration_carries_both_nulls_from_its_runs():
     """Files -> run -> claim: the worst size under each null and the count of files with a fitted null survive both
     poolings (the claim level once read only file-level records and reported no fitted null)."""
-    from brownformer.stats.claims.brownian import _worst_calibration
+    from brownformer.stats.claims.claim3_brownian import _worst_calibration
     run_a = _worst_calibration([_file_cal(0.0, 0.0), _file_cal(0.02, 0.03)])
     run_b = _worst_calibration([_file_cal(0.01, None), _file_cal(0.0, 0.01), _file_cal(0.0, 0.0)])
     assert (run_a["size_fitted"], run_a["n_fitted"], run_a["n_files"]) == (0.03, 2, 2)

@@ -5,11 +5,11 @@ import pytest
 from statsmodels.stats.weightstats import DescrStatsW
 
 from brownformer.config import ReportConfig, StatsConfig
-from brownformer.stats.attention_stats import _exact_vmf_alternative
+from brownformer.stats.attention_capture import _exact_vmf_alternative
 from brownformer.stats.claims import markov_claim, optimizer_claim, sphere_claim
 from brownformer.stats.claims.common import equivalence_pvalue, equivalence_verdict, unit_mean_interval
-from brownformer.stats.markov import analyze_attention, attention_null_models, weight_isotropy
-from brownformer.stats.sphere import tensor_sphere_summary
+from brownformer.stats.markov_chain import analyze_attention, attention_null_models, weight_isotropy
+from brownformer.stats.sphere_distance import tensor_sphere_summary
 
 STATS = StatsConfig(n_resamples=199)
 REPORT = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative")
@@ -36,7 +36,7 @@ def test_unit_interval_covers_the_mean():
     rng = np.random.default_rng(1)
     stats = StatsConfig(n_resamples=199)
     hits = [unit_mean_interval(rng.normal(1.0, 1.0, 12), stats=stats, name="x")[0] for _ in range(200)]
-    coverage = np.mean([e.ci[0] <= 1.0 <= e.ci[1] for e in hits])
+    coverage = np.mean([e.confidence_interval[0] <= 1.0 <= e.confidence_interval[1] for e in hits])
     assert 0.88 <= coverage <= 0.99
 
 
@@ -206,7 +206,7 @@ def test_optimizer_claim_uses_the_time_to_target_rule():
     report = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative", targets={"vit-pre": 0.8})
     fast = optimizer_claim(_grid(2.5), STATS4, report)
     assert fast.per_model["vit-pre"].verdict == "supported", fast.per_model["vit-pre"].reason
-    assert fast.per_model["vit-pre"].estimate.ci[1] < STATS4.margins["time_to_target_steps_ratio"][1]
+    assert fast.per_model["vit-pre"].estimate.confidence_interval[1] < STATS4.margins["time_to_target_steps_ratio"][1]
     assert fast.verdict == "supported"
     slow = optimizer_claim(_grid(0.8), STATS4, report)
     assert slow.verdict == "not supported"
@@ -248,7 +248,7 @@ def test_markov_margins_follow_the_nulls():
     """A null with a small vMF output error lowers the run's margin to OUTPUT_ERROR_NULL_FRACTION of its lower
     bound; a random Markov matrix's residual caps the reversibility margin at REVERSIBILITY_NULL_FRACTION of it."""
     import copy
-    from brownformer.stats.claims.markov import OUTPUT_ERROR_NULL_FRACTION, REVERSIBILITY_NULL_FRACTION
+    from brownformer.stats.claims.claim2_markov import OUTPUT_ERROR_NULL_FRACTION, REVERSIBILITY_NULL_FRACTION
     rng = np.random.default_rng(5)
     res = _attention_result(6.0 * np.eye(6), 100, rng)
     res = copy.deepcopy(res)

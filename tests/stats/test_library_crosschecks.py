@@ -6,7 +6,7 @@ from scipy import stats
 from brownformer.stats.battery import autocorrelation, kurtosis, levels, variance_ratio
 from brownformer.stats.bootstrap import ClusterBootstrap
 from brownformer.stats.descriptive import hill_estimator, normality_test
-from brownformer.stats.sphere import sphere_geometry
+from brownformer.stats.sphere_distance import sphere_geometry
 
 EXACT = 1e-10  # the same formula evaluated two ways
 

@@ -135,7 +135,7 @@ def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
     (0.5, 0.5, "inconclusive"),  # the window exponent's own rule does not keep its size at this shape
 ])
 def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate, null_size, expected):
-    from brownformer.stats.claims import brownian as claim
+    from brownformer.stats.claims import claim3_brownian as claim
     cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.95,
            "power": {"clock_0.9": 0.95}, "rates": {}, "n_replicates": 400}
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)

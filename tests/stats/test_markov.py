@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from brownformer.stats import analyze_attention, attention_null_models, weight_isotropy
-from brownformer.stats.markov import chain_statistics, dobrushin, fit_vmf_kernel
+from brownformer.stats.markov_chain import chain_statistics, dobrushin, fit_vmf_kernel
 
 EXACT = 1e-10
 KAPPA_TOL = 1e-3

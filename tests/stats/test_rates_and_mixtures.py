@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
-from brownformer.stats.run_stats import trajectory_file_stats
 from brownformer.stats.simulate import spherical_brownian_motion
+from brownformer.stats_stage.run_stats import trajectory_file_stats
 
 T, N, D = 40, 128, 16
 STATS = StatsConfig(n_resamples=199, window={**DEFAULT_WINDOW, "start_step": 0, "envelope_replicates": 29})
@@ -74,7 +74,7 @@ def test_rate_strata_keep_the_harmonic_edge_at_the_margin():
     from brownformer.config import DEFAULT_MARGINS
     from brownformer.stats.brownian import battery_batch
     from brownformer.stats.simulate import simulate_batch
-    from brownformer.stats.spherical import RATE_STRATA
+    from brownformer.stats.sphere_battery import RATE_STRATA
     times = np.arange(30.0)
     labels = np.repeat(np.arange(16), 4)  # 64 walkers: RATE_STRATA strata of 16
     X = simulate_batch("harmonic_low", times=times, labels=labels, d=8, kind="sphere", replicates=30, rng=5,

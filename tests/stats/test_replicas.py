@@ -4,8 +4,8 @@ import numpy as np
 from brownformer.config import StatsConfig
 from brownformer.probes.replicas import replica_contrasts
 from brownformer.stats.brownian import analyze_trajectory
-from brownformer.stats.claims.brownian import brownian_family_claim
-from brownformer.stats.replicas import base_run, calibrated_files, replica_set_key, split_by_unit
+from brownformer.stats.claims.claim3_brownian import brownian_family_claim
+from brownformer.stats.replica_sets import base_run, calibrated_files, replica_set_key, split_by_unit
 
 STATS = StatsConfig(n_resamples=99)
 BASE = "vit-pre__adamw__s0"
@@ -65,7 +65,7 @@ def test_decided_replica_files_get_a_fitted_null_whatever_stats_fitted_null_list
 
     import pandas as pd
 
-    from brownformer.stats import stages
+    from brownformer.stats_stage import stages
     shape = _files()[0]["result"]["calibration_shape"]
     row = {"category": "weights", "verdict": "not brownian", "calibration_shape": shape}
     for name, rows in {"rep": [{**row, "path": "weights/l0_q.npy", "unit": "replica"}],

@@ -107,7 +107,7 @@ def test_walker_resampling_would_undercover_grouped_walkers():
 def test_claims_and_calibration_call_the_same_rule(monkeypatch, tmp_path):
     """A spy on rule.decide sees the calibration's verdicts and the claim's verdict go through it."""
     from brownformer.stats.calibration import run_calibration
-    from brownformer.stats.claims.brownian import file_verdict
+    from brownformer.stats.claims.claim3_brownian import file_verdict
     from brownformer.stats.shapes import CalibrationShape
     calls = []
     original = rule.decide
@@ -134,7 +134,7 @@ def test_claims_and_calibration_call_the_same_rule(monkeypatch, tmp_path):
     ("brownian", 0.95, "brownian"),
 ])
 def test_each_verdict_is_held_to_its_own_false_positive_rate(monkeypatch, rule_verdict, power, expected):
-    from brownformer.stats.claims import brownian as claim
+    from brownformer.stats.claims import claim3_brownian as claim
     monkeypatch.setattr(claim, "decide_one", lambda *a, **k: (rule_verdict, "stub"))
     cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.9,
            "power": {"clock_0.9": power, "iid": 1.0}, "rates": {}, "n_replicates": 400}

@@ -24,7 +24,8 @@ def tiny_study():
 
 def _claims(estimates: dict[str, tuple[float, float, str]], claim: str = "3a") -> ClaimsFile:
     """A claims.json with per-run estimates (value, CI half-width, verdict) for one claim."""
-    per_run = {run: {"verdict": verdict, "estimate": {"name": "msd_exponent", "value": v, "ci": [v - h, v + h],
+    per_run = {run: {"verdict": verdict, "estimate": {"name": "msd_exponent", "value": v,
+                                                      "confidence_interval": [v - h, v + h],
                                                       "confidence_level": 0.95}}
                for run, (v, h, verdict) in estimates.items()}
     return ClaimsFile.from_dict({"claims": {claim: {"verdict": "inconclusive", "margin": [0.9, 1.1],

@@ -32,7 +32,7 @@ def test_sphere_summary_refuses_bad_input():
 
 def test_geometry_separates_raw_affine_and_residual():
     """Raw LN output: on the sphere (CV ~ 0, offset ~ 0); after gamma/beta: spread and shift with CIs away from 0."""
-    from brownformer.stats.sphere import sphere_geometry
+    from brownformer.stats.sphere_distance import sphere_geometry
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 32 * 5, 16)) * 3 + 1
     z = _layernorm(x)
@@ -49,7 +49,7 @@ def test_geometry_separates_raw_affine_and_residual():
 
 
 def test_tensor_summary_keeps_the_sphere_summary_shape():
-    from brownformer.stats.sphere import tensor_sphere_summary
+    from brownformer.stats.sphere_distance import tensor_sphere_summary
     z = _layernorm(np.random.default_rng(2).standard_normal((2, 40, 8)))
     out = tensor_sphere_summary(z, tensor="ln_raw", n_resamples=49)
     assert out["definitional"] and out["distribution"]["fraction_on_sphere"] == 1.0

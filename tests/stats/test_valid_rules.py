@@ -8,13 +8,13 @@ from scipy import stats as sps
 from brownformer.config import DEFAULT_MARGINS
 from brownformer.stats import edges
 from brownformer.stats.brownian import analyze_trajectory, battery_batch
-from brownformer.stats.claims.brownian import _trustworthy
+from brownformer.stats.claims.claim3_brownian import _trustworthy
 from brownformer.stats.fitted_null import fit_null, simulate_fitted, storage_precision
 from brownformer.stats.gates import POWER_GOAL, cp_bounds
 from brownformer.stats.pooling import (independent_threshold, markov_threshold, poisson_binomial_tail)
 from brownformer.stats.rule import MIN_GROUPS
 from brownformer.stats.simulate import simulate, simulate_batch
-from brownformer.stats.trajectory_io import load_trajectory
+from brownformer.stats_stage.trajectory_io import load_trajectory
 
 ALPHA = 0.05
 EDGE_SLACK = 0.15  # rate of "brownian" at a margin edge with 60 replicates: nominal 5%, ~2.5 SE slack
@@ -141,7 +141,7 @@ def test_user_array_output_records_clock_normalisation_and_missing_calibration(t
 
 def test_calibrate_option_prints_a_cost_first_and_attaches_both_nulls(tmp_path):
     from brownformer.config import StatsConfig
-    from brownformer.stats.stages import stats_trajectory
+    from brownformer.stats_stage.stages import stats_trajectory
     X = simulate_batch("brownian", times=np.arange(10.0), labels=np.repeat(np.arange(6), 3), d=2, kind="euclidean",
                        replicates=1, rng=0)[0]
     np.save(tmp_path / "x.npy", X)

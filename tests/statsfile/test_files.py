@@ -22,7 +22,7 @@ def run_stats(ci_raw, digits_dir, tmp_path_factory):
     """A tiny real run of config/ci.yaml: trained with probes, extracted, and its statistics written."""
     from brownformer.config import from_dict
     from brownformer.probes import extract_trajectories
-    from brownformer.stats.run_stats import stats_for_run
+    from brownformer.stats_stage.run_stats import stats_for_run
     from brownformer.train import train_run
 
     raw = copy.deepcopy(ci_raw)

@@ -105,8 +105,8 @@ def test_claim4_times_of_a_stopped_run_equal_the_full_runs(full_run, stopped_run
 
 def test_readers_leave_stopped_runs_out_of_final_values_and_curves(ci_raw, digits_dir, tmp_path, full_run,
                                                                    stopped_run):
-    from brownformer.plots.training import plot_training_curves
-    from brownformer.results import Results, time_to_target
+    from brownformer.plots.fig_training import plot_training_curves
+    from brownformer.results import Results, time_to_target_table
 
     _, target, _ = full_run
     _, stopped_dir, _ = stopped_run
@@ -118,7 +118,7 @@ def test_readers_leave_stopped_runs_out_of_final_values_and_curves(ci_raw, digit
     root = tmp_path / "results"
     shutil.copytree(stopped_dir, root / "runs" / RUN)
     train_run(cfg, "vit-pre__adamw__s1", digits_dir, root / "runs" / "vit-pre__adamw__s1", progress=False)
-    table = time_to_target(Results(cfg, root)).set_index("run")
+    table = time_to_target_table(Results(cfg, root)).set_index("run")
     assert table.loc[RUN, "stopped"] and np.isnan(table.loc[RUN, ["final", "total_seconds"]].astype(float)).all()
     assert not table.loc["vit-pre__adamw__s1", "stopped"]
     assert np.isfinite(table.loc["vit-pre__adamw__s1", ["final", "total_seconds"]].astype(float)).all()

@@ -117,7 +117,7 @@ def test_rerun_without_probe_index_restarts_so_the_store_is_complete(raw_config,
 
 def test_training_with_probes_loads_the_dataset_once(raw_config, digits_dir, tmp_path, monkeypatch):
     """The recorder gets the loop's dataset: one read (and one checksum pass) of the prepared files."""
-    import brownformer.data.store as store
+    import brownformer.data.dataset_folder as store
     import brownformer.train as train
 
     calls = []

@@ -5,10 +5,10 @@
 them into tensors as pure functions of their arguments; `DeviceSampler` builds the same training
 batches on the device the model runs on.
 """
+from .dataset_folder import DataError, PreparedData, load_prepared
 from .device import DeviceSampler, eval_batches_on
 from .prepare import prepare_dataset
 from .sampling import BatchDraw, draw_batch, eval_batches, pin_memory, probe_inputs, sample_batch, to_device
-from .store import DataError, PreparedData, load_prepared
 
 __all__ = [
     "prepare_dataset", "load_prepared", "PreparedData", "DataError",

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .store import DataError
+from .dataset_folder import DataError
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from .dataset_folder import PreparedData
 from .sampling import CROP_PAD, BatchDraw, _split, draw_batch, padding_fill
-from .store import PreparedData
 
 __all__ = ["DeviceSampler", "eval_batches_on"]
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from ..config import DatasetConfig
 from . import images, text
-from .store import DataError, write_prepared
+from ..config import DatasetConfig
+from .dataset_folder import DataError, write_prepared
 
 log = logging.getLogger(__name__)
 
@@ -17,7 +17,7 @@ AUGMENTABLE_SOURCES = ("cifar10",)  # flipping or shifting an 8x8 digit can chan
 
 
 def prepare_dataset(cfg: DatasetConfig, out_dir: str | Path) -> dict:
-    """Build the three splits of one dataset and write them atomically (see data.store).
+    """Build the three splits of one dataset and write them atomically (see data.dataset_folder).
 
     Args:
         cfg: the dataset's config entry.

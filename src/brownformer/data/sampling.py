@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from .store import DataError, PreparedData
+from .dataset_folder import DataError, PreparedData
 
 _SPLIT_SALT = {"train": 0, "val": 1, "test": 2}
 _PROBE_SALT = 7  # keeps probe draws apart from sample_batch's streams

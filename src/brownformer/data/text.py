@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .store import DataError
+from .dataset_folder import DataError
 
 PYDOC_DESCRIPTION = ("CPython's pydoc_data.topics help texts (English), joined with newlines in "
                      "sorted topic order; character-level")

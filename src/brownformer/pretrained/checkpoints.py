@@ -22,7 +22,7 @@ from brownformer.io import sha256_file
 from brownformer.probes.capture import MATRICES, projection_matrix
 
 from .adapters import Adapter
-from .capture import capture_model, head_counts
+from .hooked_forward import capture_model, head_counts
 
 log = logging.getLogger(__name__)
 

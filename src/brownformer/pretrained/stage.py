@@ -23,10 +23,10 @@ from brownformer.config import ProbeConfig, StatsConfig
 from brownformer.io import sha256_file, staged_folder, write_json
 
 from .adapters import ModuleMap, adapter_for
-from .capture import capture_model, head_counts
 from .checkpoints import capture_series, find_checkpoints, weight_files
-from .claims import pretrained_claims, stats_for_norm
+from .hooked_forward import capture_model, head_counts
 from .inputs import InputSpec, build_inputs
+from .pretrained_claims import pretrained_claims, stats_for_norm
 from .trajectories import NULL_CAPTURE, PRETRAINED_CAPTURE, TrajectoryWriter
 
 log = logging.getLogger(__name__)
@@ -136,11 +136,11 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
         writer.attention(cap, PRETRAINED_CAPTURE, step=None, label="pretrained")
         series = capture_series(checkpoints, _load_model, adapter, inputs, writer, probes=probes) if checkpoints else []
         writer.index()
-        from brownformer.stats.run_stats import stats_for_run
+        from brownformer.stats_stage.run_stats import stats_for_run
         stats_for_run(tmp / "trajectories", tmp / "stats", stats=stats, run_id=name)
         calibration = None
         if req.calibration_replicates > 0:
-            from brownformer.stats.stages import stats_calibrate
+            from brownformer.stats_stage.stages import stats_calibrate
             calibration = tmp / "stats" / "calibration.parquet"
             stats_calibrate([tmp / "stats" / "summary.json"], calibration, stats=stats,
                             replicates=req.calibration_replicates)

@@ -17,9 +17,9 @@ from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig
 from brownformer.io import staged_folder, write_json
+from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.layout import MATRICES
 from brownformer.probes.schedule import depth_subset
-from brownformer.probes.store import CaptureStore
 
 log = logging.getLogger(__name__)
 

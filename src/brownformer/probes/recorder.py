@@ -21,8 +21,8 @@ from brownformer.config import ExperimentConfig, RunSpec
 from brownformer.data import PreparedData, probe_inputs, sample_batch
 from brownformer.probes.capture import (MATRICES, attention_weights, capture_activations, gradient_noise,
                                         projection_matrix)
+from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.schedule import capture_schedule, noise_captures
-from brownformer.probes.store import CaptureStore
 
 log = logging.getLogger(__name__)
 

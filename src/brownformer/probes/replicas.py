@@ -29,9 +29,9 @@ from scipy.linalg import helmert
 
 from brownformer.config import ExperimentConfig
 from brownformer.io import staged_folder, write_json
+from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.extract import PRIMARY_CLOCK
 from brownformer.probes.layout import MATRICES
-from brownformer.probes.store import CaptureStore
 
 log = logging.getLogger(__name__)
 

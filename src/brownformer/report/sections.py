@@ -11,14 +11,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable
 
-from brownformer.report.claims import claim_lines, claim_table, counts_by_optimizer, did_not_train_text, headline_table
-from brownformer.report.claims12 import markov_text, sphere_text
 from brownformer.report.context import ReportContext
-from brownformer.report.local_slopes import claim3_reading_text
 from brownformer.report.markdown import fmt, md_table
-from brownformer.report.optimizers import comparison_table, kfac_sentences
-from brownformer.report.pretrained import pretrained_text
-from brownformer.report.scaling import scaling_text
+from brownformer.report.section_claims import claim_lines, claim_table, counts_by_optimizer, did_not_train_text, headline_table
+from brownformer.report.section_claims12 import markov_text, sphere_text
+from brownformer.report.section_local_slopes import claim3_reading_text
+from brownformer.report.section_optimizers import comparison_table, kfac_sentences
+from brownformer.report.section_pretrained import pretrained_text
+from brownformer.report.section_scaling import scaling_text
 from brownformer.results import calibration_matrix
 from brownformer.results.tables import goal_text
 from brownformer.target_stop import stopped_runs

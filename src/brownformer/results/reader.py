@@ -261,6 +261,15 @@ class Results:
             rows.append(row)
         return pd.DataFrame(rows)
 
+    def chance_baseline(self, dataset: str):
+        """The chance level of the prepared dataset data/<dataset> (stats_stage.chance_baseline); None when its files
+        are missing or unreadable."""
+        from brownformer.stats_stage.chance_baseline import chance_baseline
+        try:
+            return chance_baseline(self.root / "data" / dataset)
+        except ValueError:
+            return None
+
     # ---- anything else under the results folder (e.g. a scaling study's tables) ------------------
     def read_json(self, rel: str) -> Any | None:
         """<root>/<rel> parsed, or None when missing or unreadable."""

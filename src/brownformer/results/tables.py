@@ -6,7 +6,7 @@ import pandas as pd
 
 from brownformer.results.reader import Results
 
-__all__ = ["time_to_target", "calibration_matrix", "goal_text", "replicates_text"]
+__all__ = ["time_to_target_table", "calibration_matrix", "goal_text", "replicates_text"]
 
 #: the calibration table's row for the whole decision rule (stats/calibration.py)
 RULE_ROW = "verdict"
@@ -27,7 +27,7 @@ def _times_from_claims(res: Results) -> pd.DataFrame:
 
 def _times_from_rule(res: Results) -> pd.DataFrame:
     """Claim 4's rule applied to the runs' metrics (when claims.json does not carry the times)."""
-    from brownformer.stats.claims.optimizer import claim4_targets
+    from brownformer.stats.claims.claim4_optimizer import claim4_targets
     from brownformer.stats.time_to_target import time_to_target as time_to_target_rule
 
     by_run = res.metrics_by_run()
@@ -40,7 +40,7 @@ def _times_from_rule(res: Results) -> pd.DataFrame:
                       for m, r in outcome.items()], ignore_index=True) if outcome else pd.DataFrame()
 
 
-def time_to_target(res: Results) -> pd.DataFrame:
+def time_to_target_table(res: Results) -> pd.DataFrame:
     """Steps and seconds each run needs to reach its model's claim-4 target.
 
     The numbers are the ones claim 4's verdict used (claims.json, per model variant); without them

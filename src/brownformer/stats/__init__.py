@@ -3,16 +3,20 @@
 Every verdict is backed by effect sizes with confidence intervals and by tests whose size and
 power were measured on simulated processes of the same shape (calibration.py).
 
+Everything here is a function of arrays, tables and typed results: no module reads or writes a file.
+The statistics stage that reads trajectory files and writes the per-run statistics, the summary and the
+calibration table is brownformer.stats_stage.
+
 Names are imported lazily (PEP 562) so that `brownformer stats trajectory` starts without loading
 pandas, statsmodels or the Markov and claims code it does not use.
 """
 import importlib
 
 _EXPORTS = {
-    "load_trajectory": "trajectory_io", "analyze_trajectory": "brownian", "analyze_noise": "descriptive",
-    "analyze_attention": "markov", "attention_null_models": "markov", "weight_isotropy": "markov",
-    "sphere_summary": "sphere", "run_calibration": "calibration", "simulate": "simulate",
-    "stats_for_run": "run_stats", "optimizer_claim": "claims", "TestResult": "results",
+    "validate_trajectory": "trajectory_inputs", "analyze_trajectory": "brownian", "analyze_noise": "descriptive",
+    "analyze_attention": "markov_chain", "attention_null_models": "markov_chain", "weight_isotropy": "markov_chain",
+    "sphere_summary": "sphere_distance", "run_calibration": "calibration", "simulate": "simulate",
+    "optimizer_claim": "claims", "TestResult": "batch_stat",
 }
 
 __all__ = sorted(_EXPORTS)

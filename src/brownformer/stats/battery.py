@@ -21,8 +21,8 @@ import warnings
 
 import numpy as np
 
+from .batch_stat import BatchStat
 from .bootstrap import ClusterBootstrap
-from .results import BatchStat
 from .rule import MIN_TIME_POINTS
 
 __all__ = ["walk_levels", "log_slope", "default_vr_lag", "hurst_lags", "levels", "msd_exponent", "variance_ratio", "hurst",

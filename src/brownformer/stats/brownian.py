@@ -19,14 +19,14 @@ from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 
 from . import battery as B
 from . import descriptive as desc
-from . import spherical as S
-from .bootstrap import ClusterBootstrap, group_labels
-from .results import BatchStat, to_jsonable
+from . import sphere_battery as S
 from . import rule
+from .batch_stat import BatchStat, to_jsonable
+from .bootstrap import ClusterBootstrap, group_labels
 from .rule import KEY_EFFECTS, MARGIN_KEYS, Effect, margins_for
 from .shapes import calibration_for, select_walkers, shape_of
-from .sphere import gram_offdiagonal
-from .trajectory_io import validate_trajectory
+from .sphere_distance import gram_offdiagonal
+from .trajectory_inputs import validate_trajectory
 
 log = logging.getLogger(__name__)
 

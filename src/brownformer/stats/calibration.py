@@ -12,7 +12,7 @@ through `battery_batch`, which applies rule.decide: the very rule the verdicts u
   ci_high) of the rate the gate reads (size: rate of "not brownian"; power: rejection_rate);
 - one row per key test: rejection_rate = share of p < alpha (its size on the null, power otherwise).
 
-Gates (claims/brownian.py): a verdict counts only where the size's upper bound is at most SIZE_GOAL[1] and, for
+Gates (claims/claim3_brownian.py): a verdict counts only where the size's upper bound is at most SIZE_GOAL[1] and, for
 "brownian", every alternative's power has a lower bound above POWER_GOAL (a point estimate against 0.9 passes
 about 20% of the time at a true power of 0.88). Shapes with fewer than rule.MIN_TIME_POINTS times are not
 simulated: their verdict is "inconclusive" whatever the data. Replicates are simulated and analysed CHUNK at a time.

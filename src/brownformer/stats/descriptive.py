@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from .results import TestResult
+from .batch_stat import TestResult
 
 __all__ = ["hill_estimator", "tail_test", "normality_test", "isotropy_test", "drift_test", "analyze_noise"]
 
@@ -147,7 +147,7 @@ def analyze_noise(G, *, confidence_level: float, n_surrogates: int = TAIL_SURROG
     against matched Gaussian surrogates (Simsekli et al. 2019 report heavy tails; others report
     Gaussian noise at large batch).
     """
-    from .results import to_jsonable
+    from .batch_stat import to_jsonable
     G = np.asarray(G, dtype=float)
     if G.ndim != 3 or not np.all(np.isfinite(G)):
         raise ValueError(f"gradient noise must be a finite array (captures, samples, params); got shape {G.shape}")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import battery as B
-from . import spherical as S
+from . import sphere_battery as S
 
 __all__ = ["FittedNull", "fit_null", "simulate_fitted", "storage_precision", "fitted_id"]
 

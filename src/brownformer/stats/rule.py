@@ -10,7 +10,7 @@ fewer than MIN_GROUPS groups of dependent walkers (one group cannot carry a clus
 share one realisation of whatever moves them, so no spread between groups measures the uncertainty).
 
 `analyze_trajectory` (hence the calibration, which simulates through it) and the claims
-(stats/claims/brownian.py, re-applying it to stored effects) call the same `decide`.
+(stats/claims/claim3_brownian.py, re-applying it to stored effects) call the same `decide`.
 """
 from __future__ import annotations
 

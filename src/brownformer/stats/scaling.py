@@ -95,7 +95,8 @@ def claim_points(cfg: ExperimentConfig, claims: ClaimsFile | None) -> pd.DataFra
                 rows.append({"group": p.group, "series": p.series, "size": p.size, "model": p.model,
                              "optimizer": spec.optimizer, "seed": spec.seed, "run": run_id, "claim": cid,
                              "name": est.name if est else "", "value": est.value if est else math.nan,
-                             "ci_low": est.ci[0] if est else math.nan, "ci_high": est.ci[1] if est else math.nan,
+                             "ci_low": est.confidence_interval[0] if est else math.nan,
+                             "ci_high": est.confidence_interval[1] if est else math.nan,
                              "confidence_level": (est.confidence_level if est and est.confidence_level else 0.95),
                              "verdict": rec.verdict, "margin_low": margin[0], "margin_high": margin[1]})
     return pd.DataFrame(rows, columns=cols)
@@ -147,8 +148,8 @@ def trends(points: pd.DataFrame) -> pd.DataFrame:
             res = stats.spearmanr(g["size"], g["value"])
             rho, p = float(res.statistic), float(res.pvalue)
         rows.append({"group": group, "series": series, "claim": cid, "name": name,
-                     "rho": rho, "p_value": p, "n_runs": len(g), "sizes": g["size"].nunique()})
-    return pd.DataFrame(rows, columns=["group", "series", "claim", "name", "rho", "p_value", "n_runs", "sizes"])
+                     "rho": rho, "pvalue": p, "n_runs": len(g), "sizes": g["size"].nunique()})
+    return pd.DataFrame(rows, columns=["group", "series", "claim", "name", "rho", "pvalue", "n_runs", "sizes"])
 
 
 def _majority(verdicts: pd.Series) -> str:

@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from .batch_stat import to_jsonable
 from .bootstrap import ClusterBootstrap, group_labels
-from .results import to_jsonable
 
 __all__ = ["sphere_about", "affine_map_fit", "gaussian_null_spread", "ABOUT_QUANTITIES"]
 
 ABOUT_QUANTITIES = ("radius_spread", "radius_spread_ratio", "offset")
-#: resampling units beyond this are merged into contiguous blocks (as stats/sphere.py does): the bootstrap's
+#: resampling units beyond this are merged into contiguous blocks (as stats/sphere_distance.py does): the bootstrap's
 #: cost and memory grow with units x tokens, and 64 blocks already give a stable interval
 MAX_CLUSTERS = 64
 

@@ -18,10 +18,8 @@ stopped at claim 4's target (brownformer.target_stop), whose curve ends while it
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -29,9 +27,10 @@ import pandas as pd
 from brownformer.metrics import val_metric, val_series
 from brownformer.target_stop import stopped_at_target
 
-__all__ = ["RULES", "ChanceBaseline", "TrainingStatus", "chance_baseline", "did_not_train", "reached_plateau",
+__all__ = ["RULES", "ChanceBaseline", "TrainingStatus", "did_not_train", "reached_plateau",
            "training_status", "PLATEAU_FRACTION", "PLATEAU_RELATIVE_GAIN", "CHANCE_SE_MULTIPLE"]
 
+# The chance levels are read from the prepared data by brownformer.stats_stage.chance_baseline.
 #: the rules above, quoted beside every run's status (training_status.json)
 RULES = " ".join(__doc__.split())
 PLATEAU_FRACTION = 0.2
@@ -69,44 +68,6 @@ class TrainingStatus:
 
     def to_dict(self) -> dict:
         return {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in asdict(self).items()}
-
-
-def _load_split(data_dir: Path, split: str) -> dict:
-    path = data_dir / f"{split}.npz"
-    if not path.exists():
-        raise ValueError(f"{path} does not exist (prepare the dataset first)")
-    with np.load(path, allow_pickle=False) as z:
-        return {k: z[k] for k in z.files}
-
-
-def chance_baseline(data_dir: str | Path) -> ChanceBaseline:
-    """The chance level of a prepared dataset's val split (module docstring, rules 2 and 3).
-
-    Raises:
-        ValueError: missing or unreadable meta.json / split files.
-    """
-    data_dir = Path(data_dir)
-    meta_path = data_dir / "meta.json"
-    if not meta_path.exists():
-        raise ValueError(f"{meta_path} does not exist (prepare the dataset first)")
-    meta = json.loads(meta_path.read_text())
-    val = _load_split(data_dir, "val")
-    if "y" in val:  # images: labels
-        y = val["y"].astype(np.int64).ravel()
-        if y.size == 0:
-            raise ValueError(f"{data_dir}: empty val split")
-        c = float(np.bincount(y).max() / y.size)
-        return ChanceBaseline("val_accuracy", c, CHANCE_SE_MULTIPLE * math.sqrt(c * (1 - c) / y.size),
-                              f"majority-class accuracy of the val split ({meta.get('n_classes')} classes, "
-                              f"n_val={y.size}); margin {CHANCE_SE_MULTIPLE:g} binomial SEs")
-    x_train, x_val = _load_split(data_dir, "train")["x"].ravel(), val["x"].ravel()
-    V = int(meta.get("vocab_size") or max(x_train.max(), x_val.max()) + 1)
-    p = (np.bincount(x_train, minlength=V) + 1.0) / (x_train.size + V)  # add-one: unseen val chars stay finite
-    bits = -np.log2(p[x_val])
-    se = float(bits.std(ddof=1)) / math.sqrt(bits.size)
-    return ChanceBaseline("val_bpc", float(bits.mean()), CHANCE_SE_MULTIPLE * se,
-                          f"unigram cross-entropy of the val stream under the train split's add-one unigram law "
-                          f"(n_val={bits.size}); margin {CHANCE_SE_MULTIPLE:g} SEs")
 
 
 def did_not_train(metrics: pd.DataFrame, baseline: ChanceBaseline | None = None) -> tuple[bool, str]:

@@ -29,7 +29,7 @@ import warnings
 import numpy as np
 
 from .battery import levels
-from .spherical import log_map
+from .sphere_battery import log_map
 
 __all__ = ["token_types", "andi_diagnostics", "walker_reading", "row_quantiles", "VACF_STEPS"]
 

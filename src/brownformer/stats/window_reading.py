@@ -8,7 +8,7 @@ returns the per-file block the claims and the figure read:
 - "effect": the window exponent (mean of per-walker log-log slopes of y_i - c over the window, less the
   median bias of the same estimate on the simulated Brownian motions; cluster bootstrap over groups,
   t-interval with G - 1 df, p-value against 1), the key MSD effect the claim-3
-  verdict rests on (stats/claims/brownian.py), with its own size and equivalence power on the simulated
+  verdict rests on (stats/claims/claim3_brownian.py), with its own size and equivalence power on the simulated
   Brownian motions at this file's shape ("null");
 - "curvature": late minus early half-window exponent (mean over walkers): a power law has 0;
 - "classification" (WINDOW_CLASSES): "mixed" when the walkers are (walkers.walker_reading); else

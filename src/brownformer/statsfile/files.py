@@ -33,7 +33,7 @@ class LocalSlopes(_Record):
 
 @dataclass(frozen=True)
 class SphereSummary(_Record):
-    """Claim 1 on one depth file (stats/sphere.py tensor_sphere_summary and the capture it came from)."""
+    """Claim 1 on one depth file (stats/sphere_distance.py tensor_sphere_summary and the capture it came from)."""
 
     tensor: str  # "ln_raw" | "ln_affine" | "resid"
     distribution: dict
@@ -134,8 +134,8 @@ class SphereStats(_Record):
 
 @dataclass(frozen=True)
 class AttentionStats(_Record):
-    """Markov-chain statistics of attention matrices (stats/markov.py analyze_attention, the null models and the
-    step-0 comparison of stats/attention_stats.py); `verdicts` only in `stats attention` output.
+    """Markov-chain statistics of attention matrices (stats/markov_chain.py analyze_attention, the null models and the
+    step-0 comparison of stats_stage/attention_files.py); `verdicts` only in `stats attention` output.
     aggregate: {quantity: {"mean", "confidence_interval", "median", "sd", "n"}}; per_matrix: {quantity: [...]}."""
 
     shape: list

@@ -155,10 +155,10 @@ def did_not_train_record(claim: str, title: str, reason: str) -> ClaimRecord:
 
 
 def headline_holm(claims: dict[str, ClaimRecord], pvalues: dict[str, float | None]) -> dict[str, ClaimRecord]:
-    """Holm-adjust the headline claims' p-values (claims without one keep p_value_holm None)."""
+    """Holm-adjust the headline claims' p-values (claims without one keep pvalue_holm None)."""
     keys = [k for k in claims if pvalues.get(k) is not None and math.isfinite(pvalues[k])]
     adjusted = holm_adjust([pvalues[k] for k in keys]) if keys else []
     out = dict(claims)
     for k, a in zip(keys, adjusted):
-        out[k] = replace(claims[k], p_value_holm=float(a))
+        out[k] = replace(claims[k], pvalue_holm=float(a))
     return out

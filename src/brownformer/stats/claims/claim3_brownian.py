@@ -1,0 +1,375 @@
+"""Claims 3a/3b/3c: token states over depth, token states over training, and weights move as Brownian motion.
+
+Per file the verdict is the calibrated rule itself (stats/rule.py `decide`, the function the calibration
+simulates through): it is re-applied here to the file's stored key effects with this StatsConfig's
+margins and alpha, the MSD exponent being the window exponent (stats/window_reading.py: the mean
+per-walker log-log slope inside the window fixed in the config before the data, after the warm-up and
+beyond the momentum time); a verdict also needs that exponent's own rule to keep its size on the
+Brownian motions simulated at the file's shape over the window. A file counts only where the calibration
+simulated its exact shape (stats/shapes.py) and the gates (stats/gates.py) pass for the verdict it gives,
+each verdict held to its own false-positive rate: "not brownian" needs the upper bound of the rule's size
+(rate of "not brownian" on Brownian motion) at most SIZE_GOAL under the idealised null and, where it was
+simulated, under the file's fitted null (stats/fitted_null.py); "brownian" needs that too and, at every
+alternative (margin edges, OU, i.i.d. points), a lower bound of the rate of a verdict other than "brownian"
+above POWER_GOAL. Without that the file is "inconclusive", never evidence for "supported".
+
+Pooling (stats/pooling.py), with the size of each count rule stated in the record:
+- run (the files of one family: layers, or layers x weight matrices; dependent): "supported" when every file
+  is a certified "brownian" (intersection-union); "not supported" when at least k_run files are certified "not
+  brownian", k_run the smallest count whose Markov bound sum_i s_i / k (any dependence between files) is at most
+  alpha, s_i the file's calibrated size (Laplace-smoothed, the larger of the two nulls, capped at SIZE_GOAL[1]: an
+  uncertifiable file cannot be a false certified rejection; SIZE_GOAL[1] for a file
+  not calibrated); else "inconclusive".
+- claim and optimizer (runs: independent seeds): "supported" when every trained run is; "not supported" when at
+  least m runs are not supported, m the smallest count whose Poisson-binomial tail under the runs' size bounds is
+  at most alpha; its p-value (the tail at the observed count) joins the Holm adjustment of the headline claims,
+  and the runs' Markov p-values are Benjamini-Hochberg adjusted within the claim. Runs that did not train are
+  left out.
+
+Claims 3b and 3c over replicas (stats/replica_sets.py): where the family has replica-contrast files, a "run" is a
+replica set (keyed by its base run), each file's intervals are over independent replica contrasts and the drift
+(the replica-mean path) is removed exactly; every run's single-path files are then description only.
+"""
+from __future__ import annotations
+
+import math
+
+from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
+
+from ..gates import POWER_GOAL, SIZE_GOAL, cp_bounds
+from ..multiple import bh_adjust
+from ..pooling import independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail, smoothed_size
+from ..replica_sets import is_replica_file, split_by_unit
+from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
+from ..rule_history import rule_history
+from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
+from ..window_reading import window_effects
+from .common import did_not_train_record, independent_mean_interval, unit_mean_interval
+
+__all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
+
+BROWNIAN_FAMILIES = {"depth": "3a", "training": "3b", "weights": "3c"}
+TITLES = {"3a": "Token states move as Brownian motion over depth",
+          "3b": "Token states move as Brownian motion over training",
+          "3c": "Weights move as Brownian motion over training"}
+
+
+def _trustworthy(cal: dict | None, verdict: str, fitted: dict | None = None) -> tuple[bool, str]:
+    """Whether the calibration at a file's shape backs `verdict` (module docstring: each verdict is held to its
+    own false-positive rate on Clopper-Pearson bounds; power is needed only to certify "brownian")."""
+    if cal is None:
+        return False, "no calibration at this file's shape"
+    upper = cal.get("size_upper", cal["size"])
+    if upper > SIZE_GOAL[1]:
+        return False, f"calibrated size {cal['size']:.3f} (upper bound {upper:.3f}) > {SIZE_GOAL[1]}"
+    if fitted is not None and fitted["size_upper"] > SIZE_GOAL[1]:
+        return False, (f"size under the fitted null {fitted['size']:.3f} (upper bound {fitted['size_upper']:.3f}) "
+                       f"> {SIZE_GOAL[1]}")
+    if verdict != "brownian":
+        return True, ""
+    lower = cal.get("power_lower")
+    if lower is None:  # a table without bounds: the gate still reads bounds, recomputed from rate and replicates
+        n = int(cal.get("power_n_replicates") or cal["n_replicates"])
+        lower = {p: cp_bounds(int(round(v * n)), n)[0] for p, v in cal["power"].items()}
+    if not lower:
+        return False, "the alternatives were not simulated at this shape"
+    weak = {p: v for p, v in lower.items() if not v > POWER_GOAL}
+    if weak:
+        return False, ("calibrated power lower bound " + ", ".join(f"{p} {v:.2f}" for p, v in weak.items())
+                       + f" <= {POWER_GOAL}")
+    return True, ""
+
+
+def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
+    """(rule verdict, reason, calibration at the file's shape) of one per-file battery output.
+
+    The rule verdict is rule.decide_one on the stored effects; it is downgraded to "inconclusive" when
+    the calibration at the file's exact shape is missing or shows the rule untrustworthy there. The
+    calibration dict carries the fitted null's size under "fitted" (None when it was not simulated).
+    """
+    verdict, reason = decide_one(window_effects(result), kind=result["kind"], margins=dict(stats.margins),
+                                 alpha=stats.alpha, n_times=int(result["n_times"]),
+                                 n_groups=result.get("n_groups"))
+    shape = result.get("calibration_shape")
+    cal = calibration_for(table, CalibrationShape.from_dict(shape)) if shape and table is not None else None
+    fitted = fitted_calibration_for(table, (result.get("fitted_null") or {}).get("id"))
+    if cal is not None:
+        cal = {**cal, "fitted": fitted}
+    ok, why = _trustworthy(cal, verdict, fitted)
+    if ok and verdict != INCONCLUSIVE:
+        ok, why = _window_null_ok(result)
+    if verdict != INCONCLUSIVE and not ok:
+        return INCONCLUSIVE, f"rule says {verdict!r} but {why}", cal
+    return verdict, reason, cal
+
+
+def _file_size(cal: dict | None) -> float:
+    """The size s_i a file brings to the run's count rule (module docstring), at most SIZE_GOAL[1]: a file counts
+    only when certified, and certification needs its size's upper bound <= SIZE_GOAL[1], so P(false certified
+    rejection) <= min(P(rule rejects), P(gate passes)) <= SIZE_GOAL[1] whatever its simulated size (a size above it
+    passes the one-sided gate with probability <= 1 - GATE_CONFIDENCE < SIZE_GOAL[1])."""
+    if cal is None:
+        return SIZE_GOAL[1]
+    s = smoothed_size(cal["size"] * cal["n_replicates"], cal["n_replicates"])
+    f = cal.get("fitted")
+    if f:
+        s = max(s, smoothed_size(f["size"] * f["n_replicates"], f["n_replicates"]))
+    return min(s, SIZE_GOAL[1])
+
+
+def _window_null_ok(result: dict) -> tuple[bool, str]:
+    """Whether the window exponent's own rule keeps its size at this file's shape: the Clopper-Pearson interval of
+    its rate of "outside the margin" on the simulated Brownian motions must not lie above SIZE_GOAL."""
+    null = ((result.get("local_slopes") or {}).get("effect") or {}).get("null")
+    if not null:
+        return True, ""
+    from scipy.stats import binomtest
+    n = int(null["n_replicates"])
+    low = binomtest(int(round(null["size"] * n)), n).proportion_ci(0.95, method="exact").low
+    if low > SIZE_GOAL[1]:
+        return False, f"the window exponent's size on Brownian motion at this shape is {null['size']:.2f} of {n}"
+    return True, ""
+
+
+def _worst_calibration(cals: list[dict]) -> dict | None:
+    """The least favourable calibration among a set of files' shapes (largest size under either null, smallest
+    power and power bound)."""
+    cals = [c for c in cals if c]
+    if not cals:
+        return None
+    worst = max(cals, key=lambda c: c.get("size_upper", c["size"]))
+    power, lower = {}, {}
+    for c in cals:
+        for p, v in c["power"].items():
+            power[p] = min(power.get(p, 1.0), v)
+        for p, v in (c.get("power_lower") or {}).items():
+            lower[p] = min(lower.get(p, 1.0), v)
+    # a file's calibration carries its fitted null under "fitted"; a run's or claim's (this function's output) carries
+    # the worst fitted size and how many of its files had one, so the claim level pools the runs' counts
+    fitted, n_fitted, n_files = [], 0, 0
+    for c in cals:
+        if "n_fitted" in c:
+            n_fitted, n_files = n_fitted + c["n_fitted"], n_files + c["n_files"]
+            if c.get("size_fitted") is not None:
+                fitted.append({"size": c["size_fitted"], "size_upper": c["size_fitted_upper"]})
+        else:
+            n_fitted, n_files = n_fitted + bool(c.get("fitted")), n_files + 1
+            fitted += [c["fitted"]] if c.get("fitted") else []
+    wf = max(fitted, key=lambda f: f["size_upper"]) if fitted else None
+    return {"shape": worst["shape"], "size": worst["size"], "size_upper": worst.get("size_upper"),
+            "size_se": worst["size_se"], "size_idealised": worst["size"],
+            "size_fitted": wf["size"] if wf else None, "size_fitted_upper": wf["size_upper"] if wf else None,
+            "n_fitted": n_fitted, "n_files": n_files,
+            "equivalence_power": min(c["equivalence_power"] for c in cals), "power": power, "power_lower": lower,
+            "n_replicates": min(c["n_replicates"] for c in cals), "n_shapes": len({c["shape"]["id"] for c in cals}),
+            "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape "
+                    "(idealised null) and from a model fitted to each file (fitted null)"}
+
+
+def _exponent(result: dict) -> float:
+    """The window exponent (the verdict's MSD effect), or the full-range one for an output without a window."""
+    v = (window_effects(result).get("msd_exponent") or result.get("msd_exponent") or {}).get("estimate")
+    return float(v) if isinstance(v, (int, float)) else math.nan
+
+
+def _window_row(result: dict) -> dict:
+    """What a claim row shows of a file's window reading (the local-slope curve stays in the per-file JSON)."""
+    win = result.get("local_slopes") or {}
+    walkers = result.get("walkers") or {}
+    return {"classification": result.get("classification"), "window": win.get("classification"),
+            "window_description": win.get("description"),
+            "ensemble_exponent": (win.get("ensemble_exponent") or {}).get("estimate"),
+            "full_range_exponent": (result.get("msd_exponent") or {}).get("estimate"),
+            "window_null_size": ((win.get("effect") or {}).get("null") or {}).get("size"),
+            "walkers": walkers.get("reading"), "walker_rates": walkers.get("rates")}
+
+
+#: how the run- and claim-level exponent intervals are formed (docs/methods/claim3-replicas.md, "Intervals")
+RUN_INTERVAL = ("mean over files of the window exponent; SE bound = mean of the files' SEs (their intervals over "
+                "groups: replica contrasts for 3b/3c, probe inputs for 3a), valid under any dependence between files; "
+                "t with min(G) - 1 df")
+CLAIM_INTERVAL = ("mean over independent runs; SE = sqrt(sum of the runs' squared SEs) / runs, Welch-Satterthwaite df")
+
+
+def _file_error(result: dict, confidence_level: float) -> tuple[float, float, float]:
+    """(window exponent, its standard error, df) of one file: the SE recovered from its t-interval over G groups
+    (window_reading: estimate +- t_{G-1} SE), df = G - 1; NaN where undefined."""
+    from scipy.special import stdtrit
+    eff = window_effects(result).get("msd_exponent") or result.get("msd_exponent") or {}
+    ci, G = eff.get("confidence_interval") or [None, None], result.get("n_groups")
+    level = (result.get("settings") or {}).get("confidence_level", confidence_level)
+    x = _exponent(result)
+    if None in ci or not G or G < 3 or not all(math.isfinite(float(c)) for c in ci):
+        return x, math.nan, math.nan
+    return x, (float(ci[1]) - float(ci[0])) / (2 * float(stdtrit(G - 1, 0.5 + level / 2))), float(G - 1)
+
+
+def _run_estimate(results: list[dict], stats):
+    """(Estimate, SE, df) of a run's mean window exponent over its files (RUN_INTERVAL): the files share their groups
+    (the same replica contrasts or probe inputs), so SD(mean) <= mean of the SDs bounds the SE whatever their
+    correlation; the interval is then over the groups, not over files."""
+    from scipy.special import stdtrit
+
+    from brownformer.verdicts import Estimate
+    rows = [_file_error(r, stats.confidence_level) for r in results]
+    rows = [r for r in rows if math.isfinite(r[0])]
+    name = "window MSD exponent (mean over files; interval over the files' groups)"
+    if not rows:
+        return Estimate(name, math.nan, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
+    mean = sum(r[0] for r in rows) / len(rows)
+    se, df = sum(r[1] for r in rows) / len(rows), min(r[2] for r in rows)
+    if not (math.isfinite(se) and math.isfinite(df)):
+        return Estimate(name, mean, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
+    half = float(stdtrit(df, 0.5 + stats.confidence_level / 2)) * se
+    return Estimate(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
+
+
+def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
+    verdicts, cals, rows, sizes = [], [], [], []
+    for f in files:
+        v, why, cal = file_verdict(f["result"], stats, table)
+        verdicts.append(v)
+        cals.append(cal)
+        sizes.append(_file_size(cal))
+        rows.append({"path": f["path"], "verdict": v, "reason": why, "msd_exponent": _exponent(f["result"]),
+                     "shape_id": (f["result"].get("calibration_shape") or {}).get("id"),
+                     "size": cal["size"] if cal else None,
+                     "size_fitted": (cal.get("fitted") or {}).get("size") if cal else None, **_window_row(f["result"])})
+    n = len(verdicts)
+    n_b, n_nb = verdicts.count("brownian"), verdicts.count("not brownian")
+    k_run, bound = markov_threshold(sizes, stats.alpha)
+    p = markov_pvalue(sizes, n_nb)
+    counts = f"{n_b} brownian, {n_nb} not brownian, {n - n_b - n_nb} inconclusive of {n} files"
+    if n and n_b == n:
+        verdict, reason = SUPPORTED, f"every file certified Brownian ({counts})"
+    elif k_run is not None and n_nb >= k_run:
+        verdict, reason = NOT_SUPPORTED, (f"{n_nb} >= {k_run} files certified not Brownian ({counts}); size of this "
+                                          f"count rule <= {bound:.3f} under any dependence between files")
+    else:
+        first = next((r["reason"] for r in rows if r["verdict"] != "brownian"), "no files")
+        need = f"{k_run} files certified not Brownian" if k_run else "more files than there are"
+        verdict, reason = INCONCLUSIVE, f"{counts}; a rejection needs {need}; e.g. {first}"
+    est, se, df = _run_estimate([f["result"] for f in files], stats)
+    spread, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats,
+                                   name="window MSD exponent (mean over files; bootstrap over files)")
+    classes: dict[str, int] = {}
+    for r in rows:
+        classes[str(r["classification"])] = classes.get(str(r["classification"]), 0) + 1
+    pooling = {"rule": "Markov count rule over dependent files", "file_sizes": sizes, "k_run": k_run,
+               "size_bound": bound if k_run is not None else 0.0, "n_not_brownian": n_nb, "pvalue": p}
+    return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
+                       margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
+                       details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n,
+                                "pooling": pooling, "pvalue": p, "classifications": classes,
+                                "estimate_se": se, "estimate_df": df, "estimate_method": RUN_INTERVAL,
+                                "spread_over_files": spread.to_dict()})
+
+
+def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> tuple[str, str, dict]:
+    """Claim-level count rule over independent runs (module docstring): (verdict, reason, pooling details)."""
+    if not records:
+        return INCONCLUSIVE, f"no {unit} with data for this claim", {}
+    sizes = [r.details.get("pooling", {}).get("size_bound", 0.0) for r in records.values()]
+    n_ns = sum(r.verdict == NOT_SUPPORTED for r in records.values())
+    n_s = sum(r.verdict == SUPPORTED for r in records.values())
+    m, tail = independent_threshold(sizes, alpha)
+    p = poisson_binomial_tail(sizes, n_ns) if n_ns else None
+    text = f"{n_s} supported, {n_ns} not supported, {len(records) - n_s - n_ns} inconclusive of {len(records)} {unit}"
+    det = {"rule": "Poisson-binomial count rule over independent runs", "run_size_bounds": sizes, "m_claim": m,
+           "size": tail if m is not None else 0.0, "n_not_supported": n_ns, "pvalue": p}
+    if n_s == len(records):
+        return SUPPORTED, f"all {len(records)} {unit} supported", det
+    if m is not None and n_ns >= m:
+        return NOT_SUPPORTED, (f"{n_ns} >= {m} {unit} not supported ({text}); size of this count rule {tail:.2g}, "
+                               f"p = {p:.2g}"), det
+    return INCONCLUSIVE, f"{text}; a rejection needs {m if m else 'more'} {unit} not supported", det
+
+
+def _runs_estimate(records: dict[str, ClaimRecord], stats, name: str):
+    """(Estimate, SE, df) of the mean over independent runs of their estimates (CLAIM_INTERVAL)."""
+    recs = [r for r in records.values() if r.estimate]
+    return independent_mean_interval([r.estimate.value for r in recs], [r.details.get("estimate_se") for r in recs],
+                                     [r.details.get("estimate_df") for r in recs], stats=stats, name=name)
+
+
+def _single_path_description(files: list[dict], stats) -> dict:
+    """Per run, the single-path files of a family decided on replicas: the uncalibrated rule's verdicts and the mean
+    MSD exponent, as description (conditional on one training path; stats/replica_sets.py)."""
+    out: dict[str, dict] = {}
+    for f in files:
+        v, _ = decide_one(window_effects(f["result"]), kind=f["result"]["kind"], margins=dict(stats.margins),
+                          alpha=stats.alpha, n_times=int(f["result"]["n_times"]))
+        row = out.setdefault(f["run"], {"n_files": 0, "rule_verdicts": {}, "msd_exponents": []})
+        row["n_files"] += 1
+        row["rule_verdicts"][v] = row["rule_verdicts"].get(v, 0) + 1
+        row["msd_exponents"].append(_exponent(f["result"]))
+    for row in out.values():
+        exps = [e for e in row.pop("msd_exponents") if math.isfinite(e)]
+        row["msd_exponent_mean"] = sum(exps) / len(exps) if exps else None
+    return out
+
+
+def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=None,
+                          excluded: dict | None = None) -> ClaimRecord:
+    """Claim `key` ("3a", "3b" or "3c") over runs; 3b and 3c over replica sets where the family has replica files.
+
+    Args:
+        key: the claim id; files: [{"run", "path", "result": per-file battery JSON}] of that family (a replica
+            set's files under its stats key, stats/replica_sets.py: they decide 3b/3c, keyed by their base run).
+        stats: StatsConfig (margins, alpha, confidence level, seed).
+        calibration: the calibration table (calibration.parquet as the stage reads it, stats_stage.trajectory_io
+            load_calibration; None: every verdict is "inconclusive").
+        excluded: run -> reason, the runs that did not train (left out, shown as "did not train").
+    """
+    excluded = dict(excluded or {})
+    table = calibration
+    category = next(c for c, k in BROWNIAN_FAMILIES.items() if k == key)
+    files, single_path = split_by_unit(category, files)
+    unit = "replica contrasts" if any(is_replica_file(f["result"]) for f in files) else "probe inputs of one path"
+    by_run: dict[str, list] = {}
+    for f in files:
+        by_run.setdefault(f["run"], []).append(f)
+    per_run = {run: (did_not_train_record(key, TITLES[key], excluded[run]) if run in excluded
+                     else _run_record(key, run, fs, stats, table)) for run, fs in sorted(by_run.items())}
+    trained = {r: rec for r, rec in per_run.items() if r not in excluded}
+    verdict, reason, pooling = _pool(trained, stats.alpha)
+    if excluded:
+        reason += f"; {len(excluded)} run(s) that did not train left out"
+    if table is None:
+        reason += "; no calibration table: no verdict can be 'supported'"
+    run_p = {r: rec.details.get("pvalue") for r, rec in trained.items()}
+    keys = [r for r, v in run_p.items() if v is not None]
+    q = dict(zip(keys, bh_adjust([run_p[r] for r in keys]).tolist())) if keys else {}
+    per_opt: dict[str, dict] = {}
+    for run, rec in trained.items():
+        parts = run.split("__")
+        per_opt.setdefault(parts[1] if len(parts) >= 3 else "unknown", {})[run] = rec
+    per_optimizer = {}
+    for opt, recs in sorted(per_opt.items()):
+        v, why, det = _pool(recs, stats.alpha)
+        est, *_ = _runs_estimate(recs, stats, "window MSD exponent (mean over runs; SE from the runs' own)")
+        per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
+                                         margin=tuple(stats.margins["msd_exponent"]),
+                                         calibration=_worst_calibration([r.calibration for r in recs.values()]),
+                                         details={"pooling": det, "pvalue": det.get("pvalue")})
+    est, se, df = _runs_estimate(trained, stats, "window MSD exponent (mean over runs of the mean over files; "
+                                                 "SE from the runs' own)")
+    kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
+    return ClaimRecord(
+        claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
+        margin=tuple(stats.margins["msd_exponent"]),
+        calibration=_worst_calibration([r.calibration for r in trained.values()]),
+        tests=[{"name": t, "margin": list(stats.margins[MARGIN_KEYS[t]])}
+               for k in kinds for t in KEY_EFFECTS[k]],
+        per_run=per_run, per_optimizer=per_optimizer,
+        details={"pvalue": pooling.get("pvalue"),
+                 "pvalue_note": "tail of the count of runs not supported under the runs' size bounds "
+                                 "(Poisson-binomial); joins the Holm adjustment of the headline claims",
+                 "pooling": pooling, "run_q_values_bh": q, "rule": __doc__.split("\n\n")[1].strip(),
+                 "pooling_rule": __doc__.split("\n\n")[2].strip(), "rule_history": rule_history(),
+                 "n_runs": len(trained), "unit_of_replication": unit,
+                 "estimate_se": se, "estimate_df": df, "estimate_method": CLAIM_INTERVAL + "; per run: " + RUN_INTERVAL,
+                 **({"single_path": _single_path_description(single_path, stats),
+                     "single_path_note": "one training path per run: intervals over its probe inputs are conditional "
+                                         "on that path; description only (not calibrated, not pooled)"}
+                    if single_path else {})})

@@ -1,0 +1,281 @@
+"""One run's statistics: every file of trajectories/index.json -> one JSON per file, and summary.json.
+
+Every file written here is checked against the typed contract brownformer.statsfile first (its
+`parse_stats_file` and `RunStatsSummary`; schema_version, scipy's names), which the readers share.
+Layout: out_dir mirrors traj_dir (".npy" -> ".json"); out_dir/summary.json lists
+{"schema_version", "run_id", "n_files", "files": [{"path", "output", "category", "verdict", "calibration_shape", ...}],
+"errors": [{"path", "error"}]}; the calibration stage reads the shapes to simulate from it.
+
+What each per-file JSON holds (read by stats_stage/summary.py, the figures and the report); every file also
+has "schema_version", "run_id", "category", "entry" (its index.json entry) and "input" {"path", "sha256"}:
+
+- depth/ln_c<k>.json, depth/resid_c<k>.json (category "depth", claims 1 and 3a): the Brownian battery
+  (`trajectory_file_stats`, below) over layers as time, plus "sphere" (claim 1: tensor_sphere_summary);
+  with fewer than rule.MIN_TIME_POINTS layers the verdict is "inconclusive" and only clock-free statistics
+  are defined. depth/lnaff_c<k>.json: "sphere" only ("battery": why not), with gamma and beta recovered from
+  the same capture's depth/ln_c<k>.npy ("affine_map") and the geometry about beta ("about"), which claim 1 decides on.
+- training/ln_l<l>.json (category "training", claim 3b), weights/l<l>_<m>.json ("weights", claim 3c): the
+  battery on the sidecar's primary clock ("time"), with "clock_check": the MSD exponent on the other
+  recorded clocks.
+- The battery's fields (brownian.analyze_trajectory; statsfile.BatteryStats): "kind", "n_times", "n_walkers",
+  "n_groups", "dim", "span_dimension", "msd_exponent" {estimate, confidence_interval, tost_interval, pvalue},
+  "diffusion_coefficient" {estimate, confidence_interval}, "tests" [{name, statistic, pvalue, rejected, estimate,
+  confidence_interval, tost_interval, why_undefined, ...}], "effects" {key test: {estimate, confidence_interval,
+  tost_interval, pvalue, margin}},
+  "verdict" ("brownian" | "not brownian" | "inconclusive"), "reason", "brownian" (bool), "classification",
+  "within_group_correlation", "calibration_shape" {id, kind, T, N, d, G, rho, decay, times, group_sizes}.
+  The calibration stage simulates the shapes of the decided files; the claims (stats/claims/claim3_brownian.py)
+  look each file's shape up in calibration.parquet and cite size and power at exactly that shape.
+- Claim 3's window reading (stats/window_reading.py, docs/methods/claim3-local-slopes.md) on every battery file:
+  "local_slopes" {window, tau, curve, local_slope, envelope {low, median, high}, effect (the window exponent with
+  its null size), curvature, ensemble_exponent, classification, description} and "walkers" {reading, rates,
+  quantiles overall / by_type / by_position, diagnostics {eb, ergodicity_ratio, ageing_ratio, vacf_q1/2/4, alpha2}
+  with their Brownian ranges}. "verdict", "reason" and "classification" rest on the window exponent; the full-range
+  ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range". "local_slopes"."spec"
+  (window_reading.WindowSpec) is also the "calibration_shape"."window", so that the calibration simulates the rule
+  on that window (its shape id covers it).
+- gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from brownformer.io import progress, sha256_file, write_json
+from brownformer.stats.batch_stat import to_jsonable
+from brownformer.stats.brownian import analyze_trajectory
+from brownformer.stats.trajectory_inputs import battery_inputs
+from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, parse_stats_file
+
+from .trajectory_io import load_calibration, load_trajectory
+
+log = logging.getLogger(__name__)
+
+__all__ = ["stats_for_run", "trajectory_file_stats", "BATTERY_CATEGORIES"]
+
+BATTERY_CATEGORIES = ("depth", "training", "weights")
+
+
+def _check_clocks(meta: dict, T: int) -> dict:
+    clocks = {}
+    for name, values in (meta.get("clocks") or {}).items():
+        t = np.asarray(values, float)
+        if name != meta.get("time") and t.shape == (T,) and np.all(np.diff(t) > 0):
+            clocks[name] = t
+    return clocks
+
+
+def _min_lag_steps(meta: dict, min_lag_steps: int) -> int:
+    """The window's shortest lag in steps: the replica files' own (their sidecar's "window", the base run's momentum
+    time), else the run's (`min_lag_steps`, from config.ExperimentConfig.analysis_window)."""
+    own = (meta.get("window") or {}).get("min_gap_steps") if isinstance(meta.get("window"), dict) else None
+    return int(own) if own is not None else int(min_lag_steps)
+
+
+def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int = 0) -> None:
+    """Claim 3's reading on the pre-fixed window (stats/window_reading.py): "local_slopes", "walkers", and the
+    verdict and classification re-decided on the window exponent (the full-range ones are kept as
+    "verdict_full_range", "classification_full_range"); the calibration shape gets the window (WindowSpec), so
+    that the calibration simulates this verdict's rule."""
+    from brownformer.stats.bootstrap import group_labels
+    from brownformer.stats.rule import decide_one
+    from brownformer.stats.shapes import CalibrationShape, select_walkers
+    from brownformer.stats.window_reading import window_effects, window_classification, window_reading
+    inputs = battery_inputs(meta, out["kind"])
+    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
+    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
+    steps = (meta.get("clocks") or {}).get("step")
+    steps = steps if steps is not None and len(steps) == X.shape[0] else None
+    side = {**meta, "n_tokens": meta.get("n_tokens") if idx.size == X.shape[1] else None}  # positions need all walkers
+    sub_labels = np.unique(labels[idx], return_inverse=True)[1]
+    try:
+        block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=sub_labels,
+                               k=out["span_dimension"], hyperplane=out["hyperplane"],
+                               drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps,
+                               meta=side, stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed,
+                               min_lag_steps=_min_lag_steps(meta, min_lag_steps) if steps is not None else 0)
+    except (ValueError, ArithmeticError, IndexError, np.linalg.LinAlgError) as exc:  # keep the battery's result
+        log.warning("window reading failed: %s", exc)
+        why = f"window reading failed: {exc}"
+        block = {"classification": "inconclusive", "description": why,
+                 "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
+                            "why_undefined": why}}
+    out["walkers"] = block.pop("walkers", None)
+    out["local_slopes"] = block
+    if block.get("spec") and out.get("calibration_shape"):
+        out["calibration_shape"] = {**out["calibration_shape"], "window": block["spec"]}
+        out["calibration_shape"]["id"] = CalibrationShape.from_dict(out["calibration_shape"]).id
+    out["verdict_full_range"], out["reason_full_range"] = out["verdict"], out["reason"]
+    out["verdict"], out["reason"] = decide_one(window_effects(out), kind=out["kind"], margins=dict(stats.margins),
+                                               alpha=stats.alpha, n_times=int(out["n_times"]),
+                                               n_groups=out.get("n_groups"))
+    out["brownian"] = out["verdict"] == "brownian"
+    out["classification_full_range"] = out["classification"]
+    out["classification"] = window_classification(out)
+
+
+def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None, min_lag_steps: int = 0) -> dict:
+    """The battery, verdict and description of one trajectory file (docs/ARTIFACTS.md, `stats trajectory`).
+
+    Args:
+        path: FILE.npy (T, N, d) with an optional sidecar FILE.json (kind, time, times, groups or
+            n_inputs/n_tokens, sum_zero, drift, clocks). Without a sidecar: euclidean, times 0..T-1,
+            independent walkers, common drift removed.
+        stats: StatsConfig; kind: overrides the sidecar; calibration: table or parquet path.
+        min_lag_steps: the run's momentum time in steps (config.ExperimentConfig.analysis_window(run).min_gap): the
+            window's shortest lag on a training-step clock (a replica file's sidecar "window" takes precedence).
+
+    Raises:
+        ValueError: unreadable file, invalid trajectory or sidecar (a one-line message).
+    """
+    X, meta = load_trajectory(path, kind=kind)
+    out = analyze_trajectory(X, kind=meta["kind"], times=meta["times"], confidence_level=stats.confidence_level,
+                             n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
+                             max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
+                             check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
+    _add_window(out, X, meta, stats, min_lag_steps)
+    from brownformer.stats.fitted_null import fitted_id
+    from brownformer.stats.shapes import fitted_calibration_for
+    out["time"] = meta.get("time")
+    out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
+    out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
+    fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
+    out["fitted_null"] = {"id": fid, "calibration": fitted_calibration_for(load_calibration(calibration), fid)}
+    out["schema_version"] = SCHEMA_VERSION
+    return out
+
+
+def _depth_tensor(entry: dict, path: Path) -> str:
+    """Which claim-1 tensor a depth file holds: "ln_raw", "ln_affine" or "resid"."""
+    tensor, name = entry.get("tensor"), path.name
+    if tensor == "ln_affine" or name.startswith("lnaff"):
+        return "ln_affine"
+    if tensor == "ln" or (tensor is None and name.startswith("ln")):
+        return "ln_raw"
+    return "resid"
+
+
+def _sphere_part(entry: dict, path: Path, stats) -> dict:
+    """Claim 1 on one depth file, independent of the battery (any number of layers)."""
+    from brownformer.stats.sphere_distance import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
+    X = np.load(path, allow_pickle=False)
+    if X.ndim != 3:
+        raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
+    side = path.with_suffix(".json")
+    meta = json.loads(side.read_text()) if side.exists() else {}
+    tensor = _depth_tensor(entry, path)
+    z = X.astype(np.float64)
+    if tensor == "ln_raw":  # depth/ln files hold LN output / sqrt(d); claim 1 is about z = LN output itself
+        z = z * np.sqrt(X.shape[-1])
+    z_raw = None
+    raw_path = path.with_name(path.name.replace("lnaff_", "ln_", 1))
+    if tensor == "ln_affine" and raw_path != path and raw_path.exists():  # the same tokens before the affine
+        z_raw = np.load(raw_path, allow_pickle=False).astype(np.float64) * np.sqrt(X.shape[-1])
+    out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins),
+                                n_inputs=meta.get("n_inputs"), n_tokens=meta.get("n_tokens"),
+                                confidence_level=stats.confidence_level, n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES),
+                                rng=stats.seed)
+    out.update({"ln": meta.get("ln"), "step": meta.get("step"), "capture": entry.get("capture"),
+                "times": meta.get("times") or list(range(X.shape[0]))})
+    return out
+
+
+def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, min_lag_steps: int = 0) -> dict:
+    cat = entry.get("category", "")
+    if cat == "attention":
+        from .attention_files import analyze_attention_file
+        return analyze_attention_file(path, stats, init_attention)
+    if cat == "gradnoise":
+        from brownformer.stats.descriptive import analyze_noise
+        return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
+    if cat != "depth":
+        return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration,
+                                     min_lag_steps=min_lag_steps)
+    sphere = _sphere_part(entry, path, stats)
+    if sphere["tensor"] == "ln_affine":
+        out = {"kind": entry.get("kind") or "euclidean",
+               "battery": "not run: the after-affine LN output is analysed for claim 1 only"}
+    else:
+        try:
+            out = trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration)
+        except ValueError as exc:  # e.g. T < 3 for a 2-layer model: keep the sphere part
+            log.info("%s: battery skipped (%s)", path, exc)
+            out = {"kind": entry.get("kind"), "battery_error": str(exc)}
+    out["sphere"] = sphere
+    return out
+
+
+def read_index(traj_dir: Path) -> list[dict]:
+    """The entries of traj_dir/index.json (ValueError naming the problem)."""
+    index_path = traj_dir / "index.json"
+    if not index_path.exists():
+        raise ValueError(f"{index_path} does not exist")
+    try:
+        return list(json.loads(index_path.read_text())["files"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{index_path}: expected {{'files': [...]}} ({exc})") from None
+
+
+def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, min_lag_steps: int = 0) -> dict:
+    """Analyse every file listed in traj_dir/index.json; write per-file JSON and out_dir/summary.json.
+
+    Args:
+        traj_dir: a run's trajectories/ directory.
+        out_dir: where to write (e.g. results/runs/<R>/stats).
+        stats: brownformer.config.StatsConfig.
+        run_id: "<model>__<optimizer>__s<seed>".
+        calibration: calibration table (DataFrame or parquet path); each battery file gets the rows at its shape.
+        min_lag_steps: the run's momentum time in steps (config.ExperimentConfig.analysis_window(run_id).min_gap).
+
+    Returns:
+        The summary dict also written to out_dir/summary.json.
+
+    Raises:
+        ValueError: missing or malformed index.json.
+    """
+    traj_dir, out_dir = Path(traj_dir), Path(out_dir)
+    entries = read_index(traj_dir)
+    cal = load_calibration(calibration)
+    init = None
+    if any(e.get("category") == "attention" for e in entries):
+        from .attention_files import init_attention
+        init = init_attention(entries, traj_dir, stats)
+    files, errors = [], []
+    for entry in progress(entries, desc=f"statistics {run_id or traj_dir.name}"):
+        rel = Path(entry["path"])
+        path = rel if rel.is_absolute() else traj_dir / rel
+        if path.name.endswith("_features.npy"):
+            continue  # consumed with its attention file
+        rel_out = (path.relative_to(traj_dir) if path.is_relative_to(traj_dir) else Path(path.name)).with_suffix(".json")
+        try:
+            result = _analyze_entry(entry, path, stats, cal, init, min_lag_steps)
+        except (ValueError, OSError) as exc:
+            log.warning("%s: %s", path, exc)
+            errors.append({"path": str(rel), "error": str(exc)})
+            continue
+        result.update({"run_id": run_id, "category": entry.get("category"), "entry": entry,
+                       "input": {"path": str(path), "sha256": sha256_file(path)}, "schema_version": SCHEMA_VERSION})
+        # through the contract: a field the readers do not know fails here, at the writer, not in a figure
+        result = to_jsonable(parse_stats_file(to_jsonable(result), f"{rel_out}").to_dict())
+        write_json(out_dir / rel_out, result)
+        row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
+        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/replica_sets.py)
+            row["unit"] = entry["unit"]
+        for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
+            if k in result:
+                row[k] = result[k]
+        if isinstance(result.get("local_slopes"), dict):
+            row["window_exponent"] = result["local_slopes"]["effect"].get("estimate")
+        if "sphere" in result:
+            row["sphere_tensor"] = result["sphere"]["tensor"]
+        files.append(row)
+        log.info("%s: %s", rel, row.get("verdict", "done"))
+    summary = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "traj_dir": str(traj_dir),
+               "index_sha256": sha256_file(traj_dir / "index.json"), "n_files": len(files), "files": files,
+               "errors": errors}
+    summary = to_jsonable(RunStatsSummary.from_dict(to_jsonable(summary)).to_dict())
+    write_json(out_dir / "summary.json", summary)
+    return summary

@@ -1,0 +1,161 @@
+"""The `brownformer stats trajectory|run|calibrate` stages as plain functions with typed arguments.
+
+cli.py unpacks its arguments and calls one of these; nothing here sees argparse. Imports are local so
+that `brownformer stats trajectory` loads only the battery (start-up matters: it is a user command).
+"""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+__all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "calibration_shapes"]
+
+
+def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = None, calibrate: bool = False,
+                     echo=None) -> dict:
+    """Battery, verdict and description of any (T, N, d) array (docs/ARTIFACTS.md, `stats trajectory`) -> OUT.json.
+
+    Without `calibrate` the output says the verdict is uncalibrated ("calibration": null, "calibration_note").
+    With it, the rule is simulated at the array's own shape (idealised null, every alternative) and from a model
+    fitted to it (fitted null); a cost estimate is passed to `echo` (default: stderr) first; "verdict" is then the
+    rule's verdict after the gates (claims/claim3_brownian.py file_verdict), "rule_verdict" the rule's own.
+    """
+    from brownformer.io import write_json
+
+    from .run_stats import trajectory_file_stats
+    result = trajectory_file_stats(file, stats=stats, kind=kind)
+    if calibrate:
+        from .user_calibration import calibrate_result
+        result = calibrate_result(file, result, stats=stats, kind=kind, echo=echo)
+    result = _through_contract(result, str(file))
+    if out is not None:
+        write_json(out, result)
+    return result
+
+
+def stats_attention(file: Path, out: Path | None, *, stats, features: Path | None = None, wq: Path | None = None,
+                    wk: Path | None = None, n_heads: int | None = None) -> dict:
+    """Markov-chain statistics of any (..., n, n) array (docs/ARTIFACTS.md, `stats attention`) with a verdict per claim-2
+    criterion and its margin (claims/claim2_markov.py `file_verdicts`) -> OUT.json."""
+    from brownformer.io import write_json
+
+    from brownformer.stats.claims.claim2_markov import file_verdicts
+    from .attention_files import attention_file_stats
+    result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
+    result["verdicts"] = file_verdicts(result, stats)
+    result = _through_contract(result, str(file))
+    if out is not None:
+        write_json(out, result)
+    return result
+
+
+def _through_contract(result: dict, where: str) -> dict:
+    """The result as brownformer.statsfile writes it (schema_version, checked keys)."""
+    from brownformer.statsfile import SCHEMA_VERSION, parse_stats_file
+
+    from brownformer.stats.batch_stat import to_jsonable
+    return to_jsonable(parse_stats_file(to_jsonable({**result, "schema_version": SCHEMA_VERSION}), where).to_dict())
+
+
+def stats_run(traj_dir: Path, out: Path, *, stats, run_id: str, min_lag_steps: int = 0) -> dict:
+    """Every file of one run's trajectories/index.json -> out/<same path>.json and out/summary.json;
+    `min_lag_steps`: the run's momentum time in steps (claim 3's window; config.ExperimentConfig.analysis_window)."""
+    from .run_stats import stats_for_run
+    return stats_for_run(traj_dir, out, stats=stats, run_id=run_id, min_lag_steps=min_lag_steps)
+
+
+def calibration_shapes(run_summaries: list[Path]) -> list:
+    """The distinct calibration shapes of the decided battery files listed in runs' stats/summary.json files.
+
+    A file whose verdict is "inconclusive" stays so whatever the calibration says (it can only certify or
+    downgrade a decision), so its shape is simulated only when some decided file shares it. Where replica files
+    decide a family (claims 3b, 3c), its single-path files are not simulated (stats/replica_sets.py).
+    """
+    return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
+
+
+def decided_files(run_summaries: list[Path]) -> list[tuple]:
+    """(shape, trajectory path, verdict, category, replica) of every decided battery file of the runs'
+    stats/summary.json files, leaving out the single-path files of families that replica files decide
+    (stats/replica_sets.py); replica: whether the file holds replica contrasts."""
+    from brownformer.stats.replica_sets import calibrated_files, is_replica_file
+    from brownformer.stats.shapes import CalibrationShape
+    from .run_stats import BATTERY_CATEGORIES
+    pairs = []
+    for path in run_summaries:
+        path = Path(path)
+        try:
+            summary = json.loads(path.read_text())
+            files = summary["files"]
+        except (OSError, json.JSONDecodeError, KeyError) as exc:
+            raise ValueError(f"{path}: not a run's stats summary ({exc})") from None
+        pairs += [(f, Path(summary.get("traj_dir", "."))) for f in files]
+    kept = {id(f) for f in calibrated_files([f for f, _ in pairs])}
+    out = []
+    for f, traj in pairs:
+        if (id(f) in kept and f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
+                and f.get("verdict") in ("brownian", "not brownian")):
+            rel = Path(f["path"])
+            out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
+                        f["verdict"], f["category"], is_replica_file(f)))
+    return out
+
+
+def _cell(job):
+    from brownformer.stats.calibration import calibrate_fitted, run_calibration
+    what, item, process, kwargs, stats = job
+    if what == "shape":
+        return run_calibration([item], processes=[process], **kwargs)
+    from .trajectory_io import fit_file_null
+    fid, null = fit_file_null(item[0], stats=stats, kind=item[1])
+    return calibrate_fitted(null, fid, window=item[2], **kwargs)
+
+
+def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: int | None = None,
+                    jobs: int = 1):
+    """Size and power of the Brownian rule at every shape of the runs' battery files -> calibration.parquet.
+
+    The idealised null is simulated at every decided file's exact shape, the alternatives only at shapes where some
+    file says "brownian" (power only certifies "brownian"; a rejection rests on size alone), and the fitted null
+    (fitted_null.py) of every decided file of the categories in stats.fitted_null and of every decided replica file
+    (they decide 3b/3c and are few: 2 x 20 in the default run, ~0.1 s each).
+
+    Args:
+        run_summaries: results/runs/<R>/stats/summary.json of every run.
+        out: the parquet to write.
+        stats: StatsConfig (calibration_replicates, alpha, margins, seed, n_resamples: the data's own count).
+        replicates: overrides stats.calibration_replicates (the null's cap).
+        jobs: worker processes, one cell each at a time; results do not depend on it.
+    """
+    import pandas as pd
+
+    from brownformer.io import atomic_path, progress
+
+    from brownformer.stats.calibration import processes_for
+    files = decided_files(run_summaries)
+    shapes = {s.id: s for s, *_ in files}
+    certify = {s.id for s, _, v, *_ in files if v == "brownian"}
+    n = int(replicates or stats.calibration_replicates)
+    kwargs = {"n_replicates": n, "rng": stats.seed, "alpha": stats.alpha, "margins": dict(stats.margins),
+              "n_resamples": stats.n_resamples}
+    cells = [("shape", s, p, kwargs, stats) for s in shapes.values() for p in processes_for(s.kind)
+             if p == "brownian" or s.id in certify]
+    fitted = {str(p): (s, p) for s, p, _, cat, replica in files if cat in stats.fitted_null or replica}
+    cells += [("fitted", (path, s.kind, s.window), "fitted", kwargs, stats) for s, path in fitted.values()]
+    log.info("calibrating %d shapes and %d fitted nulls (%d cells), null cap %d replicates", len(shapes), len(fitted),
+             len(cells), n)
+    if jobs > 1 and len(cells) > 1:
+        from concurrent.futures import ProcessPoolExecutor
+        with ProcessPoolExecutor(max_workers=jobs) as pool:
+            parts = list(progress(pool.map(_cell, cells), desc="calibration cells", total=len(cells)))
+    else:
+        parts = [_cell(c) for c in progress(cells, desc="calibration cells")]
+    parts = [p for p in parts if len(p)]
+    table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
+        columns=["shape_id", "process", "test", "rejection_rate"])
+    with atomic_path(Path(out)) as tmp:
+        table.to_parquet(tmp, index=False)
+    return table

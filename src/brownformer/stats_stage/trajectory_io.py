@@ -1,0 +1,82 @@
+"""Reading the statistics stage's inputs: trajectory arrays (T, N, d) with their optional JSON sidecars
+(docs/ARTIFACTS.md), the calibration table, and one file's fitted null."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import numpy as np
+
+from brownformer.io import sha256_file
+from brownformer.stats.trajectory_inputs import analysis_inputs, validate_trajectory
+
+log = logging.getLogger(__name__)
+
+__all__ = ["load_trajectory", "load_calibration", "fit_file_null"]
+
+
+def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.ndarray, dict]:
+    """Load FILE.npy and its optional sidecar FILE.json.
+
+    Without a sidecar the kind defaults to "euclidean" and times to arange(T) (meta "time": "index"). An
+    explicit `kind` overrides the sidecar's. meta "time" names the clock actually used: the sidecar's "time",
+    or "times (unnamed clock)" when the sidecar gives times without naming them.
+
+    Returns:
+        (X, meta): X float64 of shape (T, N, d); meta with at least "kind", "time", "times", "path", "sha256".
+
+    Raises:
+        ValueError: unreadable file or an array that fails `validate_trajectory`.
+    """
+    path = Path(path)
+    if path.suffix != ".npy":
+        raise ValueError(f"{path}: expected a .npy file")
+    try:
+        X = np.load(path, allow_pickle=False)
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"{path}: cannot read as .npy ({exc})") from None
+    sidecar = path.with_suffix(".json")
+    meta: dict = {}
+    if sidecar.exists():
+        try:
+            meta = json.loads(sidecar.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{sidecar}: invalid JSON ({exc})") from None
+    meta = dict(meta)
+    meta["kind"] = kind or meta.get("kind") or "euclidean"
+    times = meta.get("times")
+    # the clock actually used: the sidecar's name for its times, "times (unnamed clock)" when it gives times
+    # without a name, "index" (0..T-1) only when there are no times
+    if not meta.get("time") or (meta.get("time") == "index" and times is not None):
+        meta["time"] = "index" if times is None else "times (unnamed clock)"
+    if times is not None and len(times) != (X.shape[0] if X.ndim else -1):
+        raise ValueError(f"{sidecar}: 'times' has {len(times)} entries, array has T={X.shape[0] if X.ndim else 0}")
+    Xv, tv = validate_trajectory(X, kind=meta["kind"], times=times)
+    meta["times"] = tv.tolist()
+    meta["path"] = str(path)
+    meta["sha256"] = sha256_file(path)
+    meta["has_sidecar"] = sidecar.exists()
+    log.debug("loaded %s shape=%s kind=%s", path, Xv.shape, meta["kind"])
+    return Xv, meta
+
+
+def load_calibration(calibration):
+    """A calibration table from a DataFrame or a parquet path (None when missing)."""
+    if calibration is None or not isinstance(calibration, (str, Path)):
+        return calibration
+    p = Path(calibration)
+    if not p.exists():
+        return None
+    import pandas as pd
+    return pd.read_parquet(p)
+
+
+def fit_file_null(path, *, stats, kind: str | None = None):
+    """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
+    from brownformer.stats.fitted_null import fit_null, fitted_id
+    X, meta = load_trajectory(path, kind=kind)
+    Xs, labels, times, inputs = analysis_inputs(X, meta, stats)
+    null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
+                    drift=inputs["drift"] if meta["kind"] == "euclidean" else "none")
+    return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null

@@ -1,0 +1,50 @@
+import json
+
+import numpy as np
+import pytest
+
+from brownformer.stats_stage.trajectory_io import load_trajectory
+
+
+def test_without_sidecar_defaults(tmp_path):
+    X = np.random.default_rng(0).standard_normal((5, 4, 3)).astype(np.float32)
+    np.save(tmp_path / "a.npy", X)
+    Y, meta = load_trajectory(tmp_path / "a.npy")
+    assert Y.dtype == np.float64 and Y.shape == (5, 4, 3)
+    assert meta["kind"] == "euclidean" and meta["times"] == [0, 1, 2, 3, 4]
+    assert len(meta["sha256"]) == 64 and not meta["has_sidecar"]
+
+
+def test_sidecar_and_kind_override(tmp_path):
+    X = np.random.default_rng(0).standard_normal((4, 4, 3))
+    np.save(tmp_path / "b.npy", X)
+    (tmp_path / "b.json").write_text(json.dumps({"kind": "sphere", "time": "lr_sum", "times": [0, 0.1, 0.3, 0.7]}))
+    _, meta = load_trajectory(tmp_path / "b.npy")
+    assert meta["kind"] == "sphere" and meta["times"][-1] == 0.7 and meta["time"] == "lr_sum"
+    _, meta = load_trajectory(tmp_path / "b.npy", kind="euclidean")
+    assert meta["kind"] == "euclidean"
+
+
+@pytest.mark.parametrize("shape,fill,match", [
+    ((5, 4), 0.0, "ndim"),
+    ((2, 4, 3), 0.0, "at least 3 time"),
+    ((5, 3, 3), 0.0, "at least 4 walkers"),
+    ((5, 4, 3), np.nan, "non-finite"),
+], ids=["ndim", "short", "one-walker", "nan"])
+def test_bad_arrays_refused(tmp_path, shape, fill, match):
+    X = np.ones(shape)
+    if np.isnan(fill):
+        X[0, 0, 0] = np.nan
+    np.save(tmp_path / "c.npy", X)
+    with pytest.raises(ValueError, match=match):
+        load_trajectory(tmp_path / "c.npy")
+
+
+def test_bad_times_refused(tmp_path):
+    np.save(tmp_path / "d.npy", np.random.default_rng(0).standard_normal((4, 4, 2)))
+    (tmp_path / "d.json").write_text(json.dumps({"kind": "euclidean", "times": [0, 2, 1, 3]}))
+    with pytest.raises(ValueError, match="increasing"):
+        load_trajectory(tmp_path / "d.npy")
+    (tmp_path / "d.json").write_text(json.dumps({"times": [0, 1]}))
+    with pytest.raises(ValueError, match="times"):
+        load_trajectory(tmp_path / "d.npy")
