@@ -1,7 +1,9 @@
 """Claim 3: is a trajectory (T, N, d) a Brownian motion? The battery, the verdict and a description.
 
 `battery_batch` runs the key statistics on R trajectories at once and applies the one decision rule
-(rule.decide); the calibration simulates through it. `analyze_trajectory` runs it on one trajectory,
+(rule.decide); the calibration simulates through it. The statistics are the entries of the battery's registry
+(battery_registry.STATISTICS), computed in its order; this module names only those with fields of their own in
+the contract (MSD exponent, diffusion coefficient) or a directional classification (exponent, tail index). `analyze_trajectory` runs it on one trajectory,
 adds descriptive tests (tails, isotropy, drift, Hurst, volatility, Gram clustering) and a
 classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
 
