@@ -3,9 +3,9 @@
 `battery_batch` runs the key statistics on R trajectories at once and applies the one decision rule
 (rule.decide); the calibration simulates through it. The statistics are the entries of the battery's registry
 (battery_registry.STATISTICS), computed in its order; this module names only those with fields of their own in
-the contract (MSD exponent, diffusion coefficient) or a directional classification (exponent, tail index). `analyze_trajectory` runs it on one trajectory,
-adds descriptive tests (tails, isotropy, drift, Hurst, volatility, Gram clustering) and a
-classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
+the contract (MSD exponent, diffusion coefficient) or a directional classification (exponent, tail index).
+`analyze_trajectory` runs it on one trajectory, adds descriptive tests (tails, isotropy, drift, Hurst, volatility,
+Gram clustering) and a classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
 
 Walkers of one group (sidecar "groups", or "n_inputs" x "n_tokens") are dependent: every interval
 and test resamples groups (bootstrap.py). Times are real clock values (irregular spacing honoured).
