@@ -29,7 +29,8 @@ def test_rule_reads_its_maps_from_the_registry():
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_battery_batch_computes_the_registered_statistics(kind):
-    """Without `describe` only what the verdict needs (the calibration's speed); with it every batch entry of the kind."""
+    """Without `describe` only what the verdict needs (the calibration's speed); with it every batch entry of the
+    kind."""
     X = _walks(kind)
     labels = np.arange(N_WALKERS) % 8
     kw = dict(kind=kind, times=TIMES, labels=labels, margins=DEFAULT_MARGINS, alpha=0.05, n_resamples=49, rng=0,

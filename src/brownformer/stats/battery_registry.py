@@ -1,10 +1,11 @@
 """The Brownian battery's statistics as one registry: per statistic its name, the kinds it applies to with the
 computation for each, its margin key, and the kinds in which the verdict decides on it (a key effect).
 
-`brownian.battery_batch` computes the batch entries in registry order (the order of the results, of the random
-draws and of `rule.KEY_EFFECTS`), `brownian.analyze_trajectory` the per-trajectory entries of its description, and
-`rule.MARGIN_KEYS` and `rule.KEY_EFFECTS` are read from here: adding a statistic is its function and one entry
-(and its margin in the schema, `stats.margins`).
+`brownian.battery_batch` computes the batch entries the verdict needs, then (with `describe`) the descriptive ones,
+each group in registry order (`batch_statistics`: the order of the results and of the draws from `rng`);
+`brownian.analyze_trajectory` computes the per-trajectory entries of its description; `rule.MARGIN_KEYS` and
+`rule.KEY_EFFECTS` (whose order the verdict's reasons and the calibration tables follow) are read from here. Adding
+a statistic is its function and one entry (and its margin in the schema, `stats.margins`).
 
 A computation takes the inputs every statistic of one kind shares (`BatteryInputs`, `TrajectoryInputs`), prepared
 once per call, so an entry says which of them it reads and nothing is recomputed per statistic.
@@ -142,12 +143,13 @@ def _both(fn):
 STATISTICS: tuple[BatteryStatistic, ...] = (
     BatteryStatistic("msd_exponent", {"euclidean": lambda c: _msd(c)[0], "sphere": lambda c: _cosine_law(c)[0]},
                      margin_key="msd_exponent", key_in=KINDS, window_effect=True),
-    BatteryStatistic("diffusion_coefficient", {"euclidean": lambda c: _msd(c)[1], "sphere": lambda c: _cosine_law(c)[1]},
-                     always=True),
+    BatteryStatistic("diffusion_coefficient",
+                     {"euclidean": lambda c: _msd(c)[1], "sphere": lambda c: _cosine_law(c)[1]}, always=True),
     BatteryStatistic("harmonic_ratio", {"sphere": lambda c: _cosine_law(c)[2]}, margin_key="harmonic_ratio",
                      key_in=("sphere",), flag="non-gaussian"),
-    BatteryStatistic("variance_ratio", {"euclidean": lambda c: B.variance_ratio(c.Y, c.times, c.bridge, c.boot),
-                                        "sphere": lambda c: S.sphere_variance_ratio(c.U, c.times, c.k, c.boot, c.strata)},
+    BatteryStatistic("variance_ratio",
+                     {"euclidean": lambda c: B.variance_ratio(c.Y, c.times, c.bridge, c.boot),
+                      "sphere": lambda c: S.sphere_variance_ratio(c.U, c.times, c.k, c.boot, c.strata)},
                      margin_key="variance_ratio", key_in=KINDS, flag="correlated"),
     BatteryStatistic("increment_autocorrelation",
                      {"euclidean": lambda c: B.autocorrelation(c.z, c.boot, null_acf=_acf_null(c)),
