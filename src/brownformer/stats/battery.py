@@ -23,13 +23,17 @@ import numpy as np
 
 from .batch_stat import BatchStat
 from .bootstrap import ClusterBootstrap
-from .rule import MIN_TIME_POINTS
 
 __all__ = ["walk_levels", "log_slope", "default_vr_lag", "hurst_lags", "levels", "msd_exponent", "variance_ratio", "hurst",
            "standardize", "autocorrelation", "volatility", "kurtosis", "within_group_correlation", "bridge_acf",
-           "undefined", "DRIFT_MODES", "MAX_ACF_LAG"]
+           "undefined", "DRIFT_MODES", "MAX_ACF_LAG", "MIN_TIME_POINTS"]
 
 DRIFT_MODES = ("common", "per_walker", "none")
+
+#: an exponent (and every lag-based statistic) needs this many time points (issue 10: depth of 3-5
+#: layers gives a 2-3 point slope); below it only clock-free statistics are reported, and the rule's verdict
+#: (rule.py, which reads it from here) is "inconclusive".
+MIN_TIME_POINTS = 8
 MAX_ACF_LAG = 5
 
 

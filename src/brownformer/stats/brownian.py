@@ -1,9 +1,11 @@
 """Claim 3: is a trajectory (T, N, d) a Brownian motion? The battery, the verdict and a description.
 
 `battery_batch` runs the key statistics on R trajectories at once and applies the one decision rule
-(rule.decide); the calibration simulates through it. `analyze_trajectory` runs it on one trajectory,
-adds descriptive tests (tails, isotropy, drift, Hurst, volatility, Gram clustering) and a
-classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
+(rule.decide); the calibration simulates through it. The statistics are the entries of the battery's registry
+(battery_registry.STATISTICS), computed in its order; this module names only those with fields of their own in
+the contract (MSD exponent, diffusion coefficient) or a directional classification (exponent, tail index).
+`analyze_trajectory` runs it on one trajectory, adds descriptive tests (tails, isotropy, drift, Hurst, volatility,
+Gram clustering) and a classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
 
 Walkers of one group (sidecar "groups", or "n_inputs" x "n_tokens") are dependent: every interval
 and test resamples groups (bootstrap.py). Times are real clock values (irregular spacing honoured).
@@ -18,10 +20,10 @@ import numpy as np
 from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 
 from . import battery as B
-from . import descriptive as desc
 from . import sphere_battery as S
 from . import rule
 from .batch_stat import BatchStat, to_jsonable
+from .battery_registry import STATISTICS, TrajectoryInputs, batch_statistics, euclidean_inputs, sphere_inputs
 from .bootstrap import ClusterBootstrap, group_labels
 from .rule import KEY_EFFECTS, MARGIN_KEYS, Effect, margins_for
 from .shapes import calibration_for, select_walkers, shape_of
@@ -61,59 +63,42 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
         kind: "euclidean" or "sphere"; drift: battery.DRIFT_MODES (euclidean); hyperplane: sphere in
             sum(z) = 0 (None: detected from the data).
         labels: (N,) group of each walker; margins: StatsConfig.margins; alpha: rule level.
-        describe: also the descriptive statistics (Hurst, volatility clustering).
+        describe: also the descriptive statistics (the entries of battery_registry.STATISTICS that are not key
+            effects of `kind`: Hurst, volatility clustering, kurtosis on the sphere).
         window: a window_reading.WindowSpec: the key MSD effect is then the window exponent on it
             (window_reading.window_exponent, the effect the claim-3 verdict rests on), as in the calibration.
     """
     rng = np.random.default_rng(rng)
     boot = ClusterBootstrap(labels, n_resamples=n_resamples, rng=rng)
     R, T, N, d = X.shape
+    inputs = (euclidean_inputs(X, times, drift, boot, rng) if kind == "euclidean" else
+              sphere_inputs(X, times, hyperplane, boot, rng))
     st: dict[str, BatchStat] = {}
-    curves: dict = {}
+    entries = batch_statistics(kind, describe)
+    for entry in entries:
+        st[entry.name] = entry.compute[kind](inputs)
+    rho = B.within_group_correlation(inputs.z, labels)
     if kind == "euclidean":
-        k, hyper = d, False
-        Y, E, bridge = B.levels(X, times, drift)
-        st["msd_exponent"], st["diffusion_coefficient"], curves["msd"] = B.msd_exponent(Y, times, bridge, boot)
-        st["variance_ratio"] = B.variance_ratio(Y, times, bridge, boot)
-        dt = np.diff(times)
-        u = E * (1 / np.sqrt(dt * bridge(dt))).astype(X.dtype)[None, :, None, None]
-        z = B.standardize(u)
-        null_acf = B.bridge_acf(times, B.MAX_ACF_LAG) if drift == "per_walker" else None
-        st["increment_autocorrelation"] = B.autocorrelation(z, boot, null_acf=null_acf)
-        st["gaussianity"] = B.kurtosis(u, boot, centred=drift == "common")  # its own scales (battery.kurtosis)
-        rho, decay = B.within_group_correlation(z, labels), np.full(R, np.nan)
-        if describe:
-            st["hurst"] = B.hurst(Y, times, bridge, boot)
-            st["volatility_clustering"] = B.volatility(z, boot)
+        decay = np.full(R, np.nan)
     else:
-        k, hyper = S.span_dimension(X, hyperplane)
-        U = X / np.linalg.norm(X, axis=-1, keepdims=True)
-        v = S.tangent_increments(U, times)
-        strata = S.rate_strata(U, times, v)  # walkers of similar rate, for the two ensemble laws
-        st["msd_exponent"], st["diffusion_coefficient"], st["harmonic_ratio"], curves = S.cosine_law(U, times, k, boot,
-                                                                                                     strata)
-        st["variance_ratio"] = S.sphere_variance_ratio(U, times, k, boot, strata)
         with np.errstate(all="ignore"):
-            zv = v / np.sqrt(np.mean(np.sum(v * v, -1, keepdims=True), axis=2, keepdims=True))
-        st["increment_autocorrelation"] = B.autocorrelation(zv, boot, what="tangent increments")
-        rho = B.within_group_correlation(zv, labels)
-        with np.errstate(all="ignore"):
-            decay = -np.log(np.einsum("rnd,rnd->r", U[:, 0], U[:, -1]) / N)
+            decay = -np.log(np.einsum("rnd,rnd->r", inputs.U[:, 0], inputs.U[:, -1]) / N)
         if describe:
-            st["hurst"] = S.sphere_hurst(U, times, boot)
-            st["gaussianity"] = B.kurtosis(S.random_tangent_projection(v, U, hyper, rng), boot)
-            curves["tangent_increments"] = v
+            inputs.curves["tangent_increments"] = inputs.v
     tost = 1 - 2 * alpha
     effects = {name: Effect(st[name].estimate, *st[name].interval(tost), st[name].pvalue, st[name].why_undefined)
                for name in KEY_EFFECTS[kind] if name in st}
     if window is not None:  # the verdict's MSD effect: the window exponent (what window_effects puts in its place)
         from .window_reading import window_exponent
-        effects["msd_exponent"], _ = window_exponent(X, times, window, labels, kind=kind, k=k, hyperplane=hyper,
-                                                     drift=drift if kind == "euclidean" else "none", boot=boot,
-                                                     alpha=alpha)
+        for entry in entries:
+            if entry.window_effect:
+                effects[entry.name], _ = window_exponent(X, times, window, labels, kind=kind, k=inputs.k,
+                                                         hyperplane=inputs.hyperplane,
+                                                         drift=drift if kind == "euclidean" else "none", boot=boot,
+                                                         alpha=alpha)
     verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T,
                                     n_groups=boot.n_groups)  # the one rule
-    return BatteryResult(st, verdicts, reasons, rho, decay, k, hyper, curves)
+    return BatteryResult(st, verdicts, reasons, rho, decay, inputs.k, inputs.hyperplane, inputs.curves)
 
 
 def _outside(res, margin, alpha: float) -> str | None:
@@ -143,10 +128,9 @@ def _classify(res: dict, m: dict, alpha: float, curves: dict) -> list[str]:
         flags.append("mean-reverting" if saturating else "subdiffusive")
     if expo == "high":
         flags.append("superdiffusive")
-    if any(off(t) for t in ("variance_ratio", "increment_autocorrelation", "volatility_clustering", "hurst")):
-        flags.append("correlated")
-    if off("gaussianity") or off("harmonic_ratio"):
-        flags.append("non-gaussian")
+    for flag in ("correlated", "non-gaussian"):  # the entries' flags (battery_registry), in this precedence
+        if any(off(s.name) for s in STATISTICS if s.flag == flag):
+            flags.append(flag)
     return flags
 
 
@@ -189,9 +173,8 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
     pick = rng.integers(0, z.shape[-1], size=z.shape[1])
     z = B.walker_scaled(z[None])[0]  # walkers of different rates are not a heavy tail
     one = z[:, np.arange(z.shape[1]), pick].ravel()  # one coordinate per walker, all steps
-    out["tail_index"] = desc.tail_test(one, confidence_level=confidence_level)
-    out["isotropy"] = desc.isotropy_test(E[0] if kind == "euclidean" else e, basis)
-    out["drift"] = desc.drift_test(disp, labels, rng=rng)
+    inputs = TrajectoryInputs(one, E[0] if kind == "euclidean" else e, basis, disp, labels, rng, confidence_level)
+    out.update({s.name: s.compute[kind](inputs) for s in STATISTICS if s.per_trajectory and kind in s.compute})
     return out, curves
 
 

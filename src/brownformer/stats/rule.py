@@ -19,35 +19,19 @@ from typing import Mapping
 
 import numpy as np
 
+from .battery import MIN_TIME_POINTS
+from .battery_registry import key_effects, margin_keys
+
 __all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDICTS", "Effect", "decide", "decide_one",
            "margins_for"]
 
 BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = "brownian", "not brownian", "inconclusive"
 VERDICTS = (BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE)
 
-#: test name -> key of its equivalence margin in StatsConfig.margins (the one map)
-MARGIN_KEYS = {
-    "msd_exponent": "msd_exponent",
-    "variance_ratio": "variance_ratio",
-    "hurst": "hurst",
-    "increment_autocorrelation": "increment_autocorrelation",
-    "gaussianity": "excess_kurtosis",
-    "volatility_clustering": "volatility_autocorrelation",
-    "harmonic_ratio": "harmonic_ratio",
-    "tail_index": "tail_index_ratio",
-    "drift": "drift_fraction",
-}
-
-#: the effects the verdict needs, per kind. On the sphere the heat-kernel law is tested exactly by the
-#: harmonic ratio, while the kurtosis of finite tangent steps depends on the step size: descriptive there.
-KEY_EFFECTS = {
-    "euclidean": ("msd_exponent", "variance_ratio", "increment_autocorrelation", "gaussianity"),
-    "sphere": ("msd_exponent", "harmonic_ratio", "variance_ratio", "increment_autocorrelation"),
-}
-
-#: an exponent (and every lag-based statistic) needs this many time points (issue 10: depth of 3-5
-#: layers gives a 2-3 point slope); below it only clock-free statistics are reported.
-MIN_TIME_POINTS = 8
+#: test name -> key of its equivalence margin in StatsConfig.margins, and kind -> the effects the verdict needs
+#: (in the order the reasons and tables follow): both read from the battery's registry (battery_registry.STATISTICS)
+MARGIN_KEYS = margin_keys()
+KEY_EFFECTS = key_effects()
 
 #: intervals and tests resample groups of dependent walkers; with fewer groups the t-interval over groups
 #: (G - 1 df) has no usable variance estimate (cluster-robust inference needs more than a handful of clusters:

@@ -17,9 +17,8 @@ import warnings
 import numpy as np
 
 from .batch_stat import BatchStat
-from .battery import default_vr_lag, hurst_lags, log_slope, undefined
+from .battery import MIN_TIME_POINTS, default_vr_lag, hurst_lags, log_slope, undefined
 from .bootstrap import ClusterBootstrap
-from .rule import MIN_TIME_POINTS
 
 __all__ = ["log_map", "span_dimension", "cosine_law", "sphere_variance_ratio", "sphere_hurst", "tangent_increments",
            "random_tangent_projection", "uniform_floors"]
