@@ -145,10 +145,7 @@ def main(argv=None) -> int:
     grids = {"adamw": [{"lr": lr} for lr in args.adamw_lrs], "kfac-iterative": kfac_grid, "kfac-eigen": kfac_grid,
              LIBRARY: [{**s, "kl_clip": kl} for s in kfac_grid for kl in args.kl_clips]}
     if args.tuned:  # one setting each: the tuned block's (shown in the table by its values)
-        tuned = lambda o: {k: v for k, v in ({"lr": cfg.optimizer_for("vit-pre", o).lr,
-                                                **cfg.optimizer_for("vit-pre", o).params}).items()
-                           if k in ("lr", "damping", "kl_clip", "momentum")}
-        grids.update({o: [tuned(o)] for o in grids if o != LIBRARY})
+        grids.update({o: [_tuned_settings(cfg, o)] for o in grids if o != LIBRARY})
     grids = {o: grids[o] for o in args.optimizers}
     if not args.tuned and len({len(g) for o, g in grids.items() if o != LIBRARY}) > 1:
         raise SystemExit("every optimizer gets the same number of settings: give as many AdamW lrs as K-FAC settings")
@@ -165,6 +162,12 @@ def main(argv=None) -> int:
             results = {o: [t[i] for i in sorted(t)] for o, t in done.items() if t}
             write(args, results, target, time.perf_counter() - t0, pending=len(jobs) - sum(map(len, done.values())))
     return 0
+
+
+def _tuned_settings(cfg, optimizer: str) -> dict:
+    """The settings ``optimizer`` trains vit-pre with (the config's tuned block), restricted to the table's knobs."""
+    opt = cfg.optimizer_for("vit-pre", optimizer)
+    return {k: v for k, v in {"lr": opt.lr, **opt.params}.items() if k in ("lr", "damping", "kl_clip", "momentum")}
 
 
 def _chosen(trials: list[dict]) -> dict:
@@ -212,8 +215,9 @@ def write(args, results: dict, target: float, wall: float, pending: int = 0) -> 
         f"Command: `PYTHONPATH=/tmp/kfac_site:src OMP_NUM_THREADS=1 nice python benchmarks/kfac_anchor.py "
         f"--seeds {' '.join(map(str, args.seeds))} --optimizers {' '.join(args.optimizers)} --kfac-lrs "
         f"{' '.join(map(str, args.kfac_lrs))} --dampings {' '.join(map(str, args.dampings))} --kl-clips "
-        f"{' '.join(map(str, args.kl_clips))} --adamw-lrs "
-        f"{' '.join(map(str, args.adamw_lrs))}{' --tuned' if args.tuned else ''} --workers {args.workers}` "
+        f"{' '.join(map(str, args.kl_clips))} "
+        + ("--tuned" if args.tuned else f"--adamw-lrs {' '.join(map(str, args.adamw_lrs))}")
+        + f" --workers {args.workers}` "
         "(kfac-pytorch "
         "installed from its fetched repository for this benchmark only). Protocol: the module docstring.",
         f"Target val_accuracy {target} (report.targets), evaluation every {args.eval_every} steps, seeds {args.seeds} "
