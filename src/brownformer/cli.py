@@ -189,7 +189,8 @@ def _cmd_tune(args) -> None:
     from brownformer.tuning import tune_optimizers
     cfg = _load(args)
     tune_optimizers(cfg, args.out, args.table, data_root=args.data_root, into=args.into, models=args.models,
-                    optimizers=args.optimizers, workers=args.workers, source=str(args.into or args.config))
+                    optimizers=args.optimizers, workers=args.workers, trials=args.trials,
+                    source=str(args.into or args.config))
 
 
 def _cmd_figures(args) -> None:
@@ -298,6 +299,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--models", nargs="+", default=None, help="default: tuning.models")
     p.add_argument("--optimizers", nargs="+", default=None, help="default: tuning.optimizers")
     p.add_argument("--workers", type=int, default=1, help="parallel (model, optimizer) searches")
+    p.add_argument("--trials", type=int, default=None,
+                   help="trials per (model, optimizer) instead of tuning.trials (e.g. to give a rival the budget "
+                   "an earlier continuation gave another optimizer); a table of another budget is a separate table")
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("figures", help="draw every figure from the results")

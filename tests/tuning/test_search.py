@@ -62,3 +62,32 @@ def test_score_is_the_restricted_mean_with_censoring():
     assert better.key < outcome_of(rows(150, 150), 2).key
     stopped = outcome_of(rows(120)[:1], 2)
     assert not stopped.complete and outcome_of(rows(math.inf, math.inf), 2).key < stopped.key
+
+
+def test_ties_reached_on_every_seed_go_to_the_smaller_lr_and_censored_ties_to_the_metric():
+    def rows(*steps, metric=0.9):
+        return [{"seed": i, "reached": math.isfinite(t), "steps": t, "censored_at": 405, "metric": metric}
+                for i, t in enumerate(steps)]
+    # both reached the target on every seed at the same mean: the smaller step wins whatever the metric at the stop
+    small = outcome_of(rows(260, 290, metric=0.89), 2, lr=0.005)
+    large = outcome_of(rows(215, 335, metric=0.91), 2, lr=0.015)
+    assert small.score == large.score and small.key < large.key
+    # censored on a seed: the metric at the end of the budget decides, not the step size
+    small_c = outcome_of(rows(100, math.inf, metric=0.70), 2, lr=0.005)
+    large_c = outcome_of(rows(100, math.inf, metric=0.85), 2, lr=0.015)
+    assert large_c.key < small_c.key
+    # a lower score always wins, whatever the tie-breaks
+    assert outcome_of(rows(100, 100), 2, lr=1.0).key < small.key
+
+
+def test_the_search_follows_the_smaller_lr_through_a_tie():
+    # a flat valley: grid indices -1..1 tie; lr grows with the index, so the search must end on the lowest tied index
+    def evaluate(index, incumbent):
+        i = index[0]
+        steps = 200.0 if -1 <= i <= 1 else 300.0
+        rows = [{"seed": s, "reached": True, "steps": steps, "censored_at": 405, "metric": 0.9 + 0.01 * i}
+                for s in range(2)]
+        return outcome_of(rows, 2, lr=0.01 * 3.0 ** i)
+    trials = coordinate_search(1, 6, evaluate)
+    best = min(trials, key=lambda t: t[1].key)[0]
+    assert best == (-1.0,)

@@ -8,13 +8,14 @@ block (:mod:`brownformer.tuning.write`), with every trial in the tuning table.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from brownformer.config import ExperimentConfig
+from brownformer.config import ConfigError, ExperimentConfig
 
 from .search import Outcome, bracket_status, coordinate_search
 from .space import Knob, TuningConfig, grid_value, start_settings, tuning_config
@@ -86,7 +87,7 @@ def _job(args):
 
 def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *, data_root: str | Path = "results/data",
                     into: str | Path | None = None, models=None, optimizers=None, workers: int = 1,
-                    source: str = "config") -> list[PairResult]:
+                    trials: int | None = None, source: str = "config") -> list[PairResult]:
     """Tune every (model, optimizer) of the config's tuning block; write the ``tuned`` block and the table.
 
     Args:
@@ -97,12 +98,17 @@ def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *
         into: A config file whose top-level ``tuned:`` block is rewritten in place (nothing else changes).
         models, optimizers: Restrict the tuning block to these.
         workers: Parallel (model, optimizer) searches.
+        trials: Trials per (model, optimizer) instead of ``tuning.trials``.
         source: The config's name, recorded in the outputs.
 
     Raises:
         ConfigError: on a bad tuning block (brownformer.tuning.space.tuning_config).
     """
     tc = tuning_config(cfg, models=models, optimizers=optimizers)
+    if trials is not None:
+        if trials < 1:
+            raise ConfigError(f"--trials must be at least 1, got {trials}")
+        tc = dataclasses.replace(tc, trials=int(trials))
     raw = copy.deepcopy(dict(cfg.raw))
     jobs = []
     for model in tc.models:

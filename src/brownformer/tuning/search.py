@@ -17,8 +17,12 @@ the target; a run that does not reach it within the budget is censored there and
 evaluation past the budget (``budget + eval_every``); the setting's score is the mean over seeds of
 these capped times, the restricted mean time to the target (Royston & Parmar 2013). With two seeds a
 median would be undefined as soon as one seed is censored, and the targets sit where even a tuned
-AdamW misses on some seeds. Ties go to the better mean metric at the last evaluation of each seed's
-run, then to the earlier trial.
+AdamW misses on some seeds. Ties between settings that reached the target on every seed go to the smaller
+learning rate (the metric at a seed's stop is only the overshoot of its first evaluation past the target, noise
+of one evaluation, while the smaller step lies further from the divergence edge: 2026-12-01, after the tied
+larger step of vit-post's AdamW did not train on an evaluation seed); ties between settings censored on some seed
+go to the better mean metric at each seed's last evaluation (there it is the end of the budget); then the
+earlier trial.
 """
 from __future__ import annotations
 
@@ -33,17 +37,27 @@ Index = tuple[float, ...]
 
 @dataclass(frozen=True)
 class Outcome:
-    """A trial's result: score (restricted mean steps to target), tie-break, whether every seed ran."""
+    """A trial's result: score (restricted mean steps to target), tie-breaks, whether every seed ran."""
 
     score: float  # restricted mean steps to the target over the seeds
     tiebreak: float  # higher is better (the metric, sign-flipped where lower is better)
     complete: bool  # False: stopped early, it could not beat the incumbent
     seeds: tuple = field(default=(), compare=False)  # per-seed rows, for the table
+    lr: float = math.nan  # the setting's learning rate: ties reached on every seed go to the smaller one
 
     @property
-    def key(self) -> tuple[float, float]:
-        """Sort key, smaller is better; a trial stopped early ranks after every complete one."""
-        return (self.score, -self.tiebreak) if self.complete else (math.inf, math.inf)
+    def reached_all(self) -> bool:
+        return bool(self.seeds) and all(r["reached"] for r in self.seeds)
+
+    @property
+    def key(self) -> tuple[float, float, float, float]:
+        """Sort key, smaller is better (module docstring); a trial stopped early ranks after every complete one."""
+        if not self.complete:
+            return (math.inf, math.inf, math.inf, math.inf)
+        lr = self.lr if math.isfinite(self.lr) else math.inf
+        if self.reached_all:
+            return (self.score, 0.0, lr, -self.tiebreak)
+        return (self.score, 1.0, -self.tiebreak, lr)
 
 
 def capped_time(row: dict) -> float:
@@ -51,7 +65,7 @@ def capped_time(row: dict) -> float:
     return float(row["steps"]) if row["reached"] else float(row["censored_at"])
 
 
-def outcome_of(rows: Sequence[dict], n_seeds: int) -> Outcome:
+def outcome_of(rows: Sequence[dict], n_seeds: int, lr: float = math.nan) -> Outcome:
     """Score the seed runs of one trial (module docstring).
 
     Args:
@@ -59,12 +73,13 @@ def outcome_of(rows: Sequence[dict], n_seeds: int) -> Outcome:
             time a censored run counts as: budget + one evaluation), ``metric`` (the sign-adjusted
             metric at the run's last evaluation, higher is better) and ``stopped`` (stopped early).
         n_seeds: Tuning seeds; fewer rows, or a stopped row, make the trial incomplete.
+        lr: The setting's learning rate (the tie-break of settings that reached the target on every seed).
     """
     complete = len(rows) == n_seeds and not any(r.get("stopped") for r in rows)
     score = sum(capped_time(r) for r in rows) / n_seeds if complete else math.inf
     metrics = [r["metric"] for r in rows if math.isfinite(r["metric"])]
     tiebreak = sum(metrics) / len(metrics) if len(metrics) == len(rows) and rows else -math.inf
-    return Outcome(score, tiebreak, complete, tuple(rows))
+    return Outcome(score, tiebreak, complete, tuple(rows), float(lr))
 
 
 def _shift(index: Index, knob: int, delta: float) -> Index:

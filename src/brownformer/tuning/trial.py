@@ -98,7 +98,7 @@ def run_trial(raw: dict, model: str, optimizer: str, settings: dict, seeds, data
                  f"target at step {row['steps']:g}" if row["reached"] else f"no target by step {row['steps_run']}")
         if row["stopped"]:
             break
-    outcome = outcome_of(rows, n)
+    outcome = outcome_of(rows, n, settings.get("lr", math.nan))
     if best is not None and outcome.complete and outcome.score > best:
-        outcome = Outcome(outcome.score, outcome.tiebreak, False, outcome.seeds)
+        outcome = Outcome(outcome.score, outcome.tiebreak, False, outcome.seeds, outcome.lr)
     return outcome

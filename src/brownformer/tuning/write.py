@@ -157,7 +157,8 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
         f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); {tc.trials} trials per (model, "
         f"optimizer), every optimizer alike; evaluation every {tc.eval_every} steps; target = report.targets "
         f"{targets}; score = restricted mean over the seeds of the steps to the target (a seed that never reaches it "
-        "within the budget counts as one evaluation past it); ties: better metric at the stop. A trial stops once it "
+        "within the budget counts as one evaluation past it); ties: the smaller lr if every seed reached the target, "
+        "else the better metric at the end of the budget. A trial stops once it "
         "cannot beat the best so far (incomplete: worse than the winner).",
         "Knobs (search order, grid step): " + "; ".join(f"{o}: {', '.join(k)}" for o, k in knobs.items()) + ".",
         f"Training: {cpu:.0f} CPU-seconds over {len(rows)} trials ({wall:.0f} s wall, {workers} worker(s)).", "",
