@@ -154,8 +154,9 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
     text = "\n".join([
         f"# Equal-budget tuning ({source})", "",
         f"Command: `brownformer tune --config {source} ...` (rule tune_optimizers); protocol: docs/methods/claim4.md.",
-        f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); {tc.trials} trials per (model, "
-        f"optimizer), every optimizer alike; evaluation every {tc.eval_every} steps; target = report.targets "
+        f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); up to {tc.trials} trials per (model, "
+        f"optimizer), every optimizer alike (a search ends earlier once its finest grid adds nothing: the table's "
+        f"'trials' column); evaluation every {tc.eval_every} steps; target = report.targets "
         f"{targets}; score = restricted mean over the seeds of the steps to the target (a seed that never reaches it "
         "within the budget counts as one evaluation past it); ties: the smaller lr if every seed reached the target, "
         "else the better metric at the end of the budget. A trial stops once it "
