@@ -176,6 +176,35 @@ def _tuned_settings(cfg, model: str, optimizer: str) -> dict:
     return {k: v for k, v in {"lr": opt.lr, **opt.params}.items() if k in ("lr", "damping", "kl_clip", "momentum")}
 
 
+def _command(args) -> str:
+    """The command line that reruns this table (only the options that matter for its optimizers)."""
+    ours = [o for o in args.optimizers if o != LIBRARY]
+    parts = [("PYTHONPATH=/tmp/kfac_site:src " if LIBRARY in args.optimizers else "PYTHONPATH=src ")
+             + "OMP_NUM_THREADS=1 nice python benchmarks/kfac_anchor.py", f"--model {args.model}",
+             f"--seeds {' '.join(map(str, args.seeds))}", f"--optimizers {' '.join(args.optimizers)}"]
+    if LIBRARY in args.optimizers or (not args.tuned and any(o.startswith("kfac") for o in ours)):
+        parts += [f"--kfac-lrs {' '.join(map(str, args.kfac_lrs))}", f"--dampings {' '.join(map(str, args.dampings))}"]
+    if LIBRARY in args.optimizers:
+        parts.append(f"--kl-clips {' '.join(map(str, args.kl_clips))}")
+    parts.append("--tuned" if args.tuned else f"--adamw-lrs {' '.join(map(str, args.adamw_lrs))}")
+    return " ".join(parts + [f"--workers {args.workers}"])
+
+
+def _grid_text(args) -> str:
+    """What each optimizer was tried at, in words."""
+    text = []
+    if args.tuned:
+        text.append("ours and AdamW at the config's tuned setting (tuning seeds apart)")
+        if LIBRARY in args.optimizers:
+            text.append(f"kfac-pytorch best of lr {args.kfac_lrs} x damping {args.dampings} x KL-clip {args.kl_clips} "
+                        "on these seeds")
+    else:
+        text.append(f"K-FACs lr {args.kfac_lrs} x damping {args.dampings}"
+                    + (f" (kfac-pytorch also x KL-clip {args.kl_clips})" if LIBRARY in args.optimizers else "")
+                    + f", AdamW lr {args.adamw_lrs}")
+    return "; ".join(text) + "."
+
+
 def _chosen(trials: list[dict]) -> dict:
     return min(trials, key=lambda t: t["outcome"].key)
 
@@ -218,18 +247,10 @@ def write(args, results: dict, target: float, wall: float, pending: int = 0) -> 
     import pandas as pd
     text = "\n".join([
         f"# Side-by-side anchor: {', '.join(args.optimizers)} on the default {args.model}", "",
-        f"Command: `PYTHONPATH=/tmp/kfac_site:src OMP_NUM_THREADS=1 nice python benchmarks/kfac_anchor.py "
-        f"--model {args.model} --seeds {' '.join(map(str, args.seeds))} --optimizers {' '.join(args.optimizers)} --kfac-lrs "
-        f"{' '.join(map(str, args.kfac_lrs))} --dampings {' '.join(map(str, args.dampings))} --kl-clips "
-        f"{' '.join(map(str, args.kl_clips))} "
-        + ("--tuned" if args.tuned else f"--adamw-lrs {' '.join(map(str, args.adamw_lrs))}")
-        + f" --workers {args.workers}` "
-        "(kfac-pytorch "
-        "installed from its fetched repository for this benchmark only). Protocol: the module docstring.",
-        f"Target val_accuracy {target} (report.targets), evaluation every {args.eval_every} steps, seeds {args.seeds} "
-        f"for every optimizer; " + ("ours and AdamW at the config's tuned setting (tuning seeds apart), kfac-pytorch "
-        "best of its grid on these seeds; " if args.tuned else "")
-        + f"K-FACs lr {args.kfac_lrs} x damping {args.dampings} (kfac-pytorch also x KL-clip {args.kl_clips}), AdamW lr {args.adamw_lrs}. Training CPU {cpu:.0f} s ({wall:.0f} s wall, "
+        f"Command: `{_command(args)}`" + (" (kfac-pytorch installed from its fetched repository for this benchmark "
+                                          "only)" if LIBRARY in args.optimizers else "") + ". Protocol: the module docstring.",
+        f"Target {target} (report.targets['{args.model}']), evaluation every {args.eval_every} steps, seeds {args.seeds} "
+        f"for every optimizer; " + _grid_text(args) + f" Training CPU {cpu:.0f} s ({wall:.0f} s wall, "
         f"{args.workers} workers). A run that never reaches the target within the budget shows as >steps run."
         + (f" PARTIAL: {pending} settings still running when this was written." if pending else ""), "",
         "## Chosen setting per optimizer (restricted mean steps over the seeds), KM median ratios", "",
