@@ -66,7 +66,7 @@ class IterativeSolver:
         return xs, {"cg_iterations": zero.expand(sum(vj.shape[0] for vj in v)), "cg_fallbacks": zero, "cg_capped": zero}
 
     def n_blocks(self, items: list) -> int:
-        return len(self._blocks([tuple(c["rotated_g"].shape[:2]) + (c["rotated_a"].shape[1],) for _, c, _ in items]))
+        return len(self._blocks([tuple(c["factor_g"].shape[:2]) + (c["factor_a"].shape[1],) for _, c, _ in items]))
 
     def __call__(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor], *, iterations: list[int]
                  ) -> tuple[list[torch.Tensor], dict]:

@@ -254,10 +254,10 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                 (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
                                                                       cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
         if self.inverse == "cg":
+            # the rotated factors are only read by the CG, which runs on steps whose factors moved after the
+            # refresh: they are made there (``_solve``), not on refresh steps (the next factors replace them)
             for g in self.groups:
-                if g in new or g in refresh or g.rotated is None:
-                    rotate_factors(cur[g])
-                else:
+                if g not in new and g not in refresh and g.rotated is not None:
                     cur[g].update(zip(ROTATED_KEYS, g.rotated))
             # the basis diagonalises the factors it came from: then the preconditioner is the exact inverse
             self._diagonal = {g: g in refresh or (g not in new and self._diagonal.get(g, False)) for g in self.groups}
@@ -276,8 +276,13 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
             n_blocks = self._iterative.n_blocks(items)
             if len(self.cg_budget) != n_blocks:
                 self.cg_budget = [self.cg_max_iter] * n_blocks
-            xs, info = self._iterative.direct(items, v, lam) if exact else \
-                self._iterative(items, v, lam, iterations=self.cg_budget)
+            if exact:
+                xs, info = self._iterative.direct(items, v, lam)
+            else:
+                for _, tensors, _ in items:
+                    if "rotated_g" not in tensors:
+                        rotate_factors(tensors)
+                xs, info = self._iterative(items, v, lam, iterations=self.cg_budget)
             info["cg_drifted"] = not exact
         self.timings["inverse"] += time.perf_counter() - start
         return xs, info
@@ -347,7 +352,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                     continue
                 g.bind(self.state, key, value)
             if self.inverse == "cg":
-                g.rotated = tuple(cur[g][k] for k in ROTATED_KEYS)
+                g.rotated = tuple(cur[g][k] for k in ROTATED_KEYS) if "rotated_g" in cur[g] else None
         if batches:
             self.factor_updates += 1
 
