@@ -33,7 +33,9 @@ from brownformer.optim._kfac_math import kronecker_operator
 
 def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
     """Per-system inner products ``<U_l, W_l>`` of block lists, concatenated: ``(sum_j k_j, 1, 1)``."""
-    # a product and a sum per block: on the CPU 2-3x faster than a (k, 1, n) @ (k, n, 1) bmm (measured)
+    # one batched product per block: (k, 1, n) @ (k, n, 1) -> (k, 1, 1). (u * w).sum() is 2-3x faster on the CPU
+    # but rounds differently, and a changed rounding changes CG iteration counts and so the trajectory (~3e-3
+    # in the loss after 80 vit-pre steps, measured): kept for bit-identical results
     return torch.cat([torch.bmm(u.reshape(u.shape[0], 1, -1), w.reshape(w.shape[0], -1, 1)) for u, w in zip(us, ws)])
 
 
