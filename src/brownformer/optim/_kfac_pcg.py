@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from brownformer.optim._kfac_math import kronecker_operator
+from brownformer.optim._kfac_math import finite_rows, kronecker_operator
 
 
 def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
@@ -188,7 +188,7 @@ def block_conjugate_gradient(
         iterations += active
         active &= rr > threshold
     rel = (rr / b_sq.clamp_min(torch.finfo(b_sq.dtype).tiny)).sqrt().flatten()
-    finite = torch.cat([torch.isfinite(xj).flatten(1).all(dim=1) for xj in x])
+    finite = torch.cat([finite_rows(xj) for xj in x])
     ok = healthy.flatten() & finite & torch.isfinite(rel) & (_energy(x, v, r) <= 0).flatten()
     return CGResult(solution=tuple(x), iterations=iterations.flatten(), relative_residual=rel, ok=ok)
 

@@ -48,7 +48,7 @@ from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers
 from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
-from brownformer.optim._kfac_math import factor_eigh, factor_weight, kl_clip_scale
+from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, kl_clip_scale
 from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions, rotate_factors
 from brownformer.optim._kfac_state import KFACPersistence
 from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
@@ -322,7 +322,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
             items, v, xs, info, cur = [], [], [], {}, None
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
-        grad_ok = torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all() if grads else None
+        grad_ok = all_finite(grads) if grads else None
         solve_ok = torch.stack(solved).all() if solved else None
         flags = [f for f in (grad_ok, solve_ok) if f is not None]
         ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
