@@ -15,17 +15,17 @@ import torch
 BASES = ("sgd", "adamw")
 
 
-def _where(keep: torch.Tensor | None, value: float, otherwise: float, like: torch.Tensor):
-    """``value`` if ``keep`` (a 0-d bool tensor on the device; None: always) else ``otherwise``."""
-    if keep is None:
+def _where(keep: torch.Tensor | bool | None, value: float, otherwise: float, like: torch.Tensor):
+    """``value`` if ``keep`` (a 0-d bool tensor on the device; None or True: always) else ``otherwise``."""
+    if keep is None or keep is True:
         return value
     return torch.where(keep, torch.tensor(value, dtype=like.dtype, device=like.device),
                        torch.tensor(otherwise, dtype=like.dtype, device=like.device))
 
 
-def _mask(grads: list[torch.Tensor], keep: torch.Tensor | None) -> list[torch.Tensor]:
+def _mask(grads: list[torch.Tensor], keep: torch.Tensor | bool | None) -> list[torch.Tensor]:
     """Gradients zeroed when ``keep`` is False (they may be non-finite then)."""
-    return grads if keep is None else [torch.where(keep, g, 0.0) for g in grads]
+    return grads if keep is None or keep is True else [torch.where(keep, g, 0.0) for g in grads]
 
 
 def sgd_momentum(params: list[torch.Tensor], directions: list[torch.Tensor], states: list[dict], *, lr: float,
@@ -103,7 +103,9 @@ def apply_param_groups(param_groups: list[dict], state: dict, directions: dict[i
     """Every group's update: SGD with momentum on the preconditioned parameters' directions
     (``directions[i] = (params, directions)`` for group ``i``), the group's ``update`` rule on the raw
     gradient of its other parameters; parameters without a gradient are skipped. ``keep`` (a 0-d bool
-    tensor): when False the step changes nothing (the directions must be zero then)."""
+    tensor): when False the step changes nothing (the directions must be zero then). ``keep=True`` (a
+    Python bool, the caller read a True flag on the host) runs the masked arithmetic with plain numbers,
+    the same operations and results as a True tensor without its ``where`` calls."""
     directed = {id(p) for params, _ in directions.values() for p in params}
     for i, group in enumerate(param_groups):
         pre, ds = directions.get(i, ([], []))

@@ -361,14 +361,17 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         start = time.perf_counter()
         directions, nu = {}, None  # param group index -> (params, directions)
         kl_clip = self._group_of(self.layers[0])["kl_clip"]
+        # on the CPU a host read waits for nothing: a good step (the usual case) skips the masking's where calls
+        # (``keep=True``: the same arithmetic, the same results); on an accelerator the mask stays on the device
+        keep = True if ok.device.type == "cpu" and bool(ok) else ok
         if items:
             lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
                       for (sub, _, _), vj in zip(items, v)]
             vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
             nu = kl_clip_scale(vg, kl_clip=kl_clip)
-            scale = torch.where(ok, nu, 0.0)
+            scale = nu if keep is True else torch.where(ok, nu, 0.0)
             for (sub, _, _), x in zip(items, xs):
-                params, dirs = sub.split(torch.where(ok, x, 0.0).mul_(scale))
+                params, dirs = sub.split(x * scale if keep is True else torch.where(ok, x, 0.0).mul_(scale))
                 index = self._group_index(sub, params)
                 if index[0] == index[-1] and len(set(index)) == 1:  # the usual case: one param group
                     pre, ds = directions.setdefault(index[0], ([], []))
@@ -381,7 +384,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                     ds.append(d)
             if kl_clip is not None:
                 self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + ((nu < 1) & ok).long()
-        apply_param_groups(self.param_groups, self.state, directions, ok)
+        apply_param_groups(self.param_groups, self.state, directions, keep)
         if "cg_fallbacks" in info:
             self._totals["cg_fallbacks"] = self._totals["cg_fallbacks"] + info["cg_fallbacks"]
             self._totals["cg_capped"] = self._totals["cg_capped"] + info["cg_capped"]
