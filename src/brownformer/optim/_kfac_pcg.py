@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
-from brownformer.optim._kfac_math import finite_rows, kronecker_operator
+from brownformer.optim._kfac_math import finite_rows, host_read_free, kronecker_operator
 
 
 def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
@@ -167,7 +167,7 @@ def block_conjugate_gradient(
     healthy = torch.ones_like(b_sq, dtype=torch.bool)
     threshold = tol**2 * b_sq
     active = rr > threshold
-    stop_early = v[0].device.type == "cpu"
+    stop_early = host_read_free(v[0].device)
     for _ in range(max_iter):
         if stop_early and not bool(active.any()):
             break

@@ -48,7 +48,7 @@ from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers
 from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
-from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, kl_clip_scale
+from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, host_read_free, kl_clip_scale
 from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions, rotate_factors
 from brownformer.optim._kfac_state import KFACPersistence
 from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
@@ -363,7 +363,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         kl_clip = self._group_of(self.layers[0])["kl_clip"]
         # on the CPU a host read waits for nothing: a good step (the usual case) skips the masking's where calls
         # (``keep=True``: the same arithmetic, the same results); on an accelerator the mask stays on the device
-        keep = True if ok.device.type == "cpu" and bool(ok) else ok
+        keep = True if host_read_free(ok.device) and bool(ok) else ok
         if items:
             lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
                       for (sub, _, _), vj in zip(items, v)]
