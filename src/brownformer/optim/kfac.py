@@ -49,7 +49,7 @@ from brownformer.optim._kfac_capture import FactorCapture, find_layers
 from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
 from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, host_read_free, kl_clip_scale
-from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions, rotate_factors
+from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions
 from brownformer.optim._kfac_state import KFACPersistence
 from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
 
@@ -254,8 +254,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                 (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
                                                                       cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
         if self.inverse == "cg":
-            # the rotated factors are only read by the CG, which runs on steps whose factors moved after the
-            # refresh: they are made there (``_solve``), not on refresh steps (the next factors replace them)
+            # rotated factors are made by the CG where it runs (drifted steps), not on refreshes (never read there)
             for g in self.groups:
                 if g not in new and g not in refresh and g.rotated is not None:
                     cur[g].update(zip(ROTATED_KEYS, g.rotated))
@@ -276,13 +275,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
             n_blocks = self._iterative.n_blocks(items)
             if len(self.cg_budget) != n_blocks:
                 self.cg_budget = [self.cg_max_iter] * n_blocks
-            if exact:
-                xs, info = self._iterative.direct(items, v, lam)
-            else:
-                for _, tensors, _ in items:
-                    if "rotated_g" not in tensors:
-                        rotate_factors(tensors)
-                xs, info = self._iterative(items, v, lam, iterations=self.cg_budget)
+            xs, info = self._iterative.direct(items, v, lam) if exact else \
+                self._iterative(items, v, lam, iterations=self.cg_budget)
             info["cg_drifted"] = not exact
         self.timings["inverse"] += time.perf_counter() - start
         return xs, info
@@ -361,8 +355,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         start = time.perf_counter()
         directions, nu = {}, None  # param group index -> (params, directions)
         kl_clip = self._group_of(self.layers[0])["kl_clip"]
-        # on the CPU a host read waits for nothing: a good step (the usual case) skips the masking's where calls
-        # (``keep=True``: the same arithmetic, the same results); on an accelerator the mask stays on the device
+        # where a host read is free, a good step skips the masking's where calls (keep=True: same arithmetic)
         keep = True if host_read_free(ok.device) and bool(ok) else ok
         if items:
             lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
