@@ -23,7 +23,8 @@ Settings per parameter group (``param_groups``, like ``lr``; a schedule edits th
 ``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
 A layer uses the group that holds its weight.
 
-Robustness (``_kfac_control``), with no host read in a step: a failed step (non-finite gradient or
+Robustness (``_kfac_control``), with no host read in a step (on the CPU a few free reads skip known work,
+``_kfac_math.HOST_READ_FREE``): a failed step (non-finite gradient or
 solve) is skipped on the device (its update is masked) and counted; the host handles it at the next
 check (every ``adapt_every`` steps, or a read of ``last_stats``): restore the last good snapshot, raise
 the damping x10, refresh the factors; ``max_failures`` failed checks in a row raise
