@@ -11,6 +11,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from brownformer.optim import _kfac_math
 from brownformer.optim._kfac_math import factor_weight
 from brownformer.optim.kfac import KFAC
 
@@ -204,9 +205,11 @@ def test_kl_clip_binding_fraction_is_counted(case_builder):
 
 
 @pytest.mark.parametrize("inverse", ["eigen", "cg"])
-def test_host_syncs_per_step(case_builder, inverse):
+def test_host_syncs_per_step(case_builder, inverse, monkeypatch):
     """At most 2 host reads per step after the warm-up, counted with torch.profiler over a whole
-    inverse period (every aten::item runs one aten::_local_scalar_dense: the read itself is counted)."""
+    inverse period (every aten::item runs one aten::_local_scalar_dense: the read itself is counted),
+    on the path of a device whose host reads are not free (the CPU's shortcuts switched off)."""
+    monkeypatch.setattr(_kfac_math, "HOST_READ_FREE", ())
     model, batch, loss_fn = case_builder("transformer", dtype=torch.float32)
     opt = KFAC(model, lr=0.05, inverse=inverse, per_head=True, inverse_every=10, damping=0.3)
     warm_up, n_steps = 20, 10  # the factors are a plain mean for 20 steps; then one eigh refresh per 10 steps
@@ -225,3 +228,37 @@ def test_host_syncs_per_step(case_builder, inverse):
                 and any(lo <= e.time_range.start <= hi for lo, hi in windows))
     assert len(windows) == n_steps
     assert syncs / n_steps <= MAX_SYNCS_PER_STEP, f"{syncs} host syncs in {n_steps} steps"
+
+
+@pytest.mark.parametrize("inverse", ["eigen", "cg"])
+def test_free_host_reads_change_no_result(case_builder, inverse, monkeypatch):
+    """The CPU's shortcuts (``_kfac_math.HOST_READ_FREE``: CG stopped once converged, no masking of a good
+    step) give bit-identical parameters, damping and CG counts to the sync-free path, over factor updates
+    between refreshes (drifted CG steps), damping adaptations and a failed step."""
+    runs = []
+    for free in (("cpu",), ()):
+        monkeypatch.setattr(_kfac_math, "HOST_READ_FREE", free)
+        model, batch, loss_fn = case_builder("transformer", dtype=torch.float32)
+        opt = KFAC(model, lr=0.05, inverse=inverse, per_head=True, factor_every=2, inverse_every=4, damping=0.01,
+                   adapt_every=3, cg_max_iter=20)
+        for step in range(20):
+            x, y = batch(step)
+            if step == 16:
+                x = x.clone()
+                x[0, 0, 0] = float("nan")  # a failed step: skipped on the device, handled at the next check
+
+            def closure():
+                loss = loss_fn(model, x, y)
+                if torch.is_grad_enabled():
+                    opt.zero_grad()
+                    loss.backward()
+                return loss
+            opt.step(closure)
+        stats = opt.last_stats
+        runs.append(([p.detach().clone() for p in model.parameters()], stats))
+    (params_free, stats_free), (params_synced, stats_synced) = runs
+    assert all(torch.equal(a, b) for a, b in zip(params_free, params_synced))
+    assert stats_free["failures_total"] == stats_synced["failures_total"] >= 1
+    assert inverse == "eigen" or stats_free["cg_iterations_total"] > 0  # some steps iterated
+    for key in ("damping", "cg_iterations_total", "cg_capped_total", "kl_clip_binding_steps_total"):
+        assert stats_free.get(key) == stats_synced.get(key), key

@@ -8,7 +8,7 @@ from torch.func import jacrev
 
 from brownformer.optim._kfac_blocks import pad, plan_blocks, unpad
 from brownformer.optim._kfac_pcg import block_conjugate_gradient, conjugate_gradient
-from brownformer.optim._kfac_math import (padded_eigh, block_diagonal, eigen_solve,
+from brownformer.optim._kfac_math import (all_finite, finite_rows, padded_eigh, block_diagonal, eigen_solve,
                                           input_factor, stacked_input_factor, stacked_output_factor,
                                           kl_clip_scale, kronecker_operator, output_factor, symmetric_eigh)
 
@@ -119,6 +119,32 @@ def test_cg_stops_at_tolerance_and_warm_start_saves_iterations():
     assert (warm.iterations == 0).all()
     capped = conjugate_gradient(g, a, v, 1e-6, max_iter=2, tol=1e-12)
     assert (capped.iterations == 2).all() and bool(capped.ok.all())
+
+
+def test_cg_stopping_early_changes_no_result():
+    """On the CPU the loop stops once every system converged: a cap far above the iterations needed gives
+    bit-identical results to a cap at exactly the most iterations a system needed."""
+    g, a, v = _spd_factors(4, 6, 5, seed=3)
+    v[2] = 0.0  # a converged-at-start system stays frozen
+    loose = conjugate_gradient(g, a, v, 1e-2, max_iter=200, tol=1e-3)
+    needed = int(loose.iterations.max())
+    assert 0 < needed < 200 and loose.iterations[2] == 0
+    tight = conjugate_gradient(g, a, v, 1e-2, max_iter=needed, tol=1e-3)
+    assert torch.equal(loose.solution, tight.solution) and torch.equal(loose.iterations, tight.iterations)
+    assert torch.equal(loose.relative_residual, tight.relative_residual) and torch.equal(loose.ok, tight.ok)
+
+
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), -float("inf")])
+def test_finite_checks_equal_isfinite(bad):
+    x = torch.randn(5, 7, 3)
+    for j, index in ((1, (0, 0)), (3, (6, 2)), (4, (3, 1))):
+        x[j][index] = bad
+    assert torch.equal(finite_rows(x), torch.isfinite(x).flatten(1).all(dim=1))
+    assert finite_rows(x).tolist() == [True, False, True, False, False]
+    tensors = [torch.randn(3), torch.randn(2, 2, dtype=torch.float64), torch.empty(0)]
+    assert bool(all_finite(tensors))
+    tensors[1][1, 0] = bad
+    assert not bool(all_finite(tensors))
 
 
 def test_cg_flags_indefinite_and_nonfinite_systems():

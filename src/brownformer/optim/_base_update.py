@@ -12,20 +12,38 @@ from __future__ import annotations
 
 import torch
 
+from brownformer.optim._kfac_math import host_read_free
+
 BASES = ("sgd", "adamw")
 
 
-def _where(keep: torch.Tensor | None, value: float, otherwise: float, like: torch.Tensor):
-    """``value`` if ``keep`` (a 0-d bool tensor on the device; None: always) else ``otherwise``."""
+def _scalar(value: float, like: torch.Tensor):
+    """``value`` for a foreach op on tensors like ``like``: a 0-d tensor for float32/float64 tensors on a device
+    whose host reads are free (the CPU, ``_kfac_math.HOST_READ_FREE``), else the number.
+
+    torch's CPU foreach ops turn a Python scalar into a tensor once per list element (a ``to`` copy each):
+    with a 0-d tensor of the same dtype they run 3x faster (measured: 0.08 against 0.25 ms for 52 tensors)
+    and give bit-identical results (the scalar is rounded to the tensor's dtype either way). Some overloads
+    read the 0-d tensor on the host (``_foreach_add_``), hence only where that read is free."""
+    if host_read_free(like.device) and like.dtype in (torch.float32, torch.float64):
+        return torch.tensor(value, dtype=like.dtype)
+    return value
+
+
+def _where(keep: torch.Tensor | bool | None, value: float, otherwise: float, like: torch.Tensor):
+    """``value`` if ``keep`` (a 0-d bool tensor on the device; None: always; True: always, as the 0-d tensor a
+    True ``keep`` selects) else ``otherwise``."""
     if keep is None:
         return value
+    if keep is True:
+        return torch.tensor(value, dtype=like.dtype, device=like.device)
     return torch.where(keep, torch.tensor(value, dtype=like.dtype, device=like.device),
                        torch.tensor(otherwise, dtype=like.dtype, device=like.device))
 
 
-def _mask(grads: list[torch.Tensor], keep: torch.Tensor | None) -> list[torch.Tensor]:
+def _mask(grads: list[torch.Tensor], keep: torch.Tensor | bool | None) -> list[torch.Tensor]:
     """Gradients zeroed when ``keep`` is False (they may be non-finite then)."""
-    return grads if keep is None else [torch.where(keep, g, 0.0) for g in grads]
+    return grads if keep is None or keep is True else [torch.where(keep, g, 0.0) for g in grads]
 
 
 def sgd_momentum(params: list[torch.Tensor], directions: list[torch.Tensor], states: list[dict], *, lr: float,
@@ -88,8 +106,8 @@ def adamw(params: list[torch.Tensor], grads: list[torch.Tensor], states: list[di
     torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
     bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
     denom = torch._foreach_sqrt(v)
-    torch._foreach_div_(denom, bias2 ** 0.5)
-    torch._foreach_add_(denom, eps)
+    torch._foreach_div_(denom, _scalar(bias2 ** 0.5, denom[0]))
+    torch._foreach_add_(denom, _scalar(eps, denom[0]))
     if keep is None:
         torch._foreach_addcdiv_(params, m, denom, value=-lr / bias1)
     else:
@@ -103,7 +121,9 @@ def apply_param_groups(param_groups: list[dict], state: dict, directions: dict[i
     """Every group's update: SGD with momentum on the preconditioned parameters' directions
     (``directions[i] = (params, directions)`` for group ``i``), the group's ``update`` rule on the raw
     gradient of its other parameters; parameters without a gradient are skipped. ``keep`` (a 0-d bool
-    tensor): when False the step changes nothing (the directions must be zero then)."""
+    tensor): when False the step changes nothing (the directions must be zero then). ``keep=True`` (a
+    Python bool: the caller read a True flag on the host) runs the masked arithmetic without its ``where``
+    calls: the same operations on the same values as a True tensor, so the same results."""
     directed = {id(p) for params, _ in directions.values() for p in params}
     for i, group in enumerate(param_groups):
         pre, ds = directions.get(i, ([], []))

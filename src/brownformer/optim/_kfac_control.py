@@ -66,7 +66,9 @@ class Snapshot:
 
     def __init__(self, step: int, params: list[torch.Tensor], state: dict):
         self.step = step
-        self.params = torch._foreach_mul([p.detach() for p in params], 1.0) if params else []
+        # copies by one foreach op; a 0-d one, not 1.0: torch's CPU foreach converts a Python scalar per tensor
+        self.params = torch._foreach_mul([p.detach() for p in params], torch.ones((), dtype=params[0].dtype,
+                                                                                 device=params[0].device)) if params else []
         self.buffers = [{k: s[k].clone() for k in SNAPSHOT_KEYS if k in s} for s in (state.get(p, {}) for p in params)]
 
     def restore(self, params: list[torch.Tensor], state: dict) -> None:

@@ -152,6 +152,39 @@ def eigen_solve(
     return qg @ rotated @ qa.transpose(1, 2)
 
 
+# Devices on which reading a tensor on the host waits for nothing (no asynchronous queue). There K-FAC reads a few
+# flags to skip work whose result it knows (CG iterations after every system converged, the masking of a good step,
+# the zeroing of finite factors), with bit-identical results; elsewhere a step never reads the device.
+# tests/optim/test_kfac_api.py counts host reads with this emptied and checks the results do not change.
+HOST_READ_FREE = ("cpu",)
+
+
+def host_read_free(device: torch.device) -> bool:
+    """Whether a host read of a tensor on ``device`` is free (see ``HOST_READ_FREE``)."""
+    return device.type in HOST_READ_FREE
+
+
+def finite_rows(x: torch.Tensor) -> torch.Tensor:
+    """``(k,)`` bool: whether every entry of ``x[i]`` is finite, i.e. ``isfinite(x).flatten(1).all(1)``.
+
+    A row is finite exactly when its max and min are (NaN propagates into both, +-inf into one); on the CPU
+    ``amax``/``amin`` along a dim cost 5-15x less than ``isfinite`` (measured: 0.08 against 1.1 ms for a
+    ``(4, 256, 256)`` stack)."""
+    rows = x.flatten(1)
+    return torch.isfinite(rows.amax(dim=1)) & torch.isfinite(rows.amin(dim=1))
+
+
+def all_finite(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """0-d bool: whether every entry of every tensor is finite (:func:`finite_rows` of their concatenation)."""
+    by_dtype: dict = {}
+    for t in tensors:
+        if t.numel():
+            by_dtype.setdefault(t.dtype, []).append(t.reshape(1, -1))
+    if not by_dtype:
+        return torch.ones((), dtype=torch.bool, device=tensors[0].device)
+    return torch.cat([finite_rows(torch.cat(parts, dim=1)) for parts in by_dtype.values()]).all()
+
+
 def symmetric_eigh(m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Batched ``eigh`` of PSD factors; eigenvalues clamped at 0; float64 retry on failure.
 
@@ -206,8 +239,9 @@ def factor_eigh(mats: list[torch.Tensor]) -> list[tuple[torch.Tensor, torch.Tens
     """:func:`padded_eigh` on an accelerator; on the CPU, where no device waits for the host, one
     :func:`symmetric_eigh` per stack (faster than padding: 8.6 against 15.6 ms for the default ViT's
     factors, measured). Non-finite entries are zeroed as in :func:`padded_eigh`."""
-    if mats[0].device.type == "cpu":
-        return [symmetric_eigh(torch.where(torch.isfinite(m), m, 0.0)) for m in mats]
+    if mats[0].device.type == "cpu":  # where a host read is free, zero the entries only when there are any
+        return [symmetric_eigh(m if host_read_free(m.device) and bool(finite_rows(m).all())
+                               else torch.where(torch.isfinite(m), m, 0.0)) for m in mats]
     return padded_eigh(mats)
 
 

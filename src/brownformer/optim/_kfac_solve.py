@@ -66,12 +66,16 @@ class IterativeSolver:
         return xs, {"cg_iterations": zero.expand(sum(vj.shape[0] for vj in v)), "cg_fallbacks": zero, "cg_capped": zero}
 
     def n_blocks(self, items: list) -> int:
-        return len(self._blocks([tuple(c["rotated_g"].shape[:2]) + (c["rotated_a"].shape[1],) for _, c, _ in items]))
+        return len(self._blocks([tuple(c["factor_g"].shape[:2]) + (c["factor_a"].shape[1],) for _, c, _ in items]))
 
     def __call__(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor], *, iterations: list[int]
                  ) -> tuple[list[torch.Tensor], dict]:
         """Directions ``X`` per item (a diverged system falls back to its gradient) and diagnostics;
-        ``iterations[j]`` is block ``j``'s CG budget. Writes each item's ``cg_solution``."""
+        ``iterations[j]`` is block ``j``'s CG budget. Writes each item's ``cg_solution`` (and its rotated factors,
+        made here when the item lacks them: only steps that iterate read them)."""
+        for _, c, _ in items:
+            if "rotated_g" not in c:
+                rotate_factors(c)
         shapes = [tuple(vj.shape) for vj in v]
         blocks = self._blocks(shapes)
         rotated_v = pad([rotate(c["eigenvectors_g"], vj, c["eigenvectors_a"]) for (_, c, _), vj in zip(items, v)],

@@ -10,7 +10,7 @@ import torch
 from brownformer.optim._base_update import BASES
 from brownformer.optim._kfac_capture import FISHERS, LOSS_REDUCTIONS, SCOPES
 from brownformer.optim._kfac_groups import LayerGroup
-from brownformer.optim._kfac_math import WEIGHT_SHARING
+from brownformer.optim._kfac_math import WEIGHT_SHARING, finite_rows
 
 INVERSES = ("eigen", "cg")
 
@@ -70,7 +70,7 @@ def fold_factor(running: torch.Tensor, batch: torch.Tensor, weight: float, updat
     is dropped); a non-finite running factor restarts from its finite batch factor. Returns the new
     stack and the number of dropped non-finite batch factors (a 0-d tensor; no host read).
     """
-    batch_finite = torch.isfinite(batch).flatten(1).all(dim=1)  # (k,)
+    batch_finite = finite_rows(batch)  # (k,)
     use = batch_finite
     if not all(updated):
         mask = torch.tensor(updated, device=batch.device)
@@ -78,7 +78,7 @@ def fold_factor(running: torch.Tensor, batch: torch.Tensor, weight: float, updat
         dropped = (~batch_finite & mask).sum()
     else:
         dropped = (~batch_finite).sum()
-    running_finite = torch.isfinite(running).flatten(1).all(dim=1)[:, None, None]
+    running_finite = finite_rows(running)[:, None, None]
     folded = torch.where(running_finite, running.lerp(batch, weight), batch)
     return torch.where(use[:, None, None], folded, running), dropped
 

@@ -23,7 +23,8 @@ Settings per parameter group (``param_groups``, like ``lr``; a schedule edits th
 ``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
 A layer uses the group that holds its weight.
 
-Robustness (``_kfac_control``), with no host read in a step: a failed step (non-finite gradient or
+Robustness (``_kfac_control``), with no host read in a step (on the CPU a few free reads skip known work,
+``_kfac_math.HOST_READ_FREE``): a failed step (non-finite gradient or
 solve) is skipped on the device (its update is masked) and counted; the host handles it at the next
 check (every ``adapt_every`` steps, or a read of ``last_stats``): restore the last good snapshot, raise
 the damping x10, refresh the factors; ``max_failures`` failed checks in a row raise
@@ -48,8 +49,8 @@ from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers
 from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
-from brownformer.optim._kfac_math import factor_eigh, factor_weight, kl_clip_scale
-from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions, rotate_factors
+from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, host_read_free, kl_clip_scale
+from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions
 from brownformer.optim._kfac_state import KFACPersistence
 from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
 
@@ -254,10 +255,9 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                 (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
                                                                       cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
         if self.inverse == "cg":
+            # rotated factors are made by the CG where it runs (drifted steps), not on refreshes (never read there)
             for g in self.groups:
-                if g in new or g in refresh or g.rotated is None:
-                    rotate_factors(cur[g])
-                else:
+                if g not in new and g not in refresh and g.rotated is not None:
                     cur[g].update(zip(ROTATED_KEYS, g.rotated))
             # the basis diagonalises the factors it came from: then the preconditioner is the exact inverse
             self._diagonal = {g: g in refresh or (g not in new and self._diagonal.get(g, False)) for g in self.groups}
@@ -317,7 +317,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
             items, v, xs, info, cur = [], [], [], {}, None
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
-        grad_ok = torch.isfinite(torch.stack(torch._foreach_norm(grads, float("inf")))).all() if grads else None
+        grad_ok = all_finite(grads) if grads else None
         solve_ok = torch.stack(solved).all() if solved else None
         flags = [f for f in (grad_ok, solve_ok) if f is not None]
         ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
@@ -347,7 +347,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                     continue
                 g.bind(self.state, key, value)
             if self.inverse == "cg":
-                g.rotated = tuple(cur[g][k] for k in ROTATED_KEYS)
+                g.rotated = tuple(cur[g][k] for k in ROTATED_KEYS) if "rotated_g" in cur[g] else None
         if batches:
             self.factor_updates += 1
 
@@ -356,14 +356,16 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         start = time.perf_counter()
         directions, nu = {}, None  # param group index -> (params, directions)
         kl_clip = self._group_of(self.layers[0])["kl_clip"]
+        # where a host read is free, a good step skips the masking's where calls (keep=True: same arithmetic)
+        keep = True if host_read_free(ok.device) and bool(ok) else ok
         if items:
             lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
                       for (sub, _, _), vj in zip(items, v)]
             vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
             nu = kl_clip_scale(vg, kl_clip=kl_clip)
-            scale = torch.where(ok, nu, 0.0)
+            scale = nu if keep is True else torch.where(ok, nu, 0.0)
             for (sub, _, _), x in zip(items, xs):
-                params, dirs = sub.split(torch.where(ok, x, 0.0).mul_(scale))
+                params, dirs = sub.split(x * scale if keep is True else torch.where(ok, x, 0.0).mul_(scale))
                 index = self._group_index(sub, params)
                 if index[0] == index[-1] and len(set(index)) == 1:  # the usual case: one param group
                     pre, ds = directions.setdefault(index[0], ([], []))
@@ -376,7 +378,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                     ds.append(d)
             if kl_clip is not None:
                 self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + ((nu < 1) & ok).long()
-        apply_param_groups(self.param_groups, self.state, directions, ok)
+        apply_param_groups(self.param_groups, self.state, directions, keep)
         if "cg_fallbacks" in info:
             self._totals["cg_fallbacks"] = self._totals["cg_fallbacks"] + info["cg_fallbacks"]
             self._totals["cg_capped"] = self._totals["cg_capped"] + info["cg_capped"]
