@@ -11,6 +11,7 @@ sees depends only on the trials of its own (model, optimizer) before it.
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import math
 import tempfile
@@ -100,5 +101,5 @@ def run_trial(raw: dict, model: str, optimizer: str, settings: dict, seeds, data
             break
     outcome = outcome_of(rows, n, settings.get("lr", math.nan))
     if best is not None and outcome.complete and outcome.score > best:
-        outcome = Outcome(outcome.score, outcome.tiebreak, False, outcome.seeds, outcome.lr)
+        outcome = dataclasses.replace(outcome, complete=False)  # cannot win: ranks after every complete trial
     return outcome
