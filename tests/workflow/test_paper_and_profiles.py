@@ -43,7 +43,7 @@ def paper():
 @pytest.fixture()
 def workdir(tmp_path) -> Path:
     """A working directory that sees the repo's workflow, configs and envs but writes elsewhere."""
-    for name in ("workflow", "config"):
+    for name in ("workflow", "config", "envs"):
         if (ROOT / name).exists():
             (tmp_path / name).symlink_to(ROOT / name, target_is_directory=True)
     return tmp_path

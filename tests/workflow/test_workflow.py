@@ -37,6 +37,20 @@ def test_dry_run_default_config(tmp_path):
         assert rule in out.stdout
 
 
+def test_every_rule_env_is_the_top_level_envs_file():
+    """The specified layout: conda environments live in envs/ at the top level, and each rule's `conda:` resolves
+    there (Snakemake reads the path relative to the .smk file that declares it)."""
+    import re
+    common = (ROOT / "workflow" / "rules" / "common.smk").read_text()
+    env = re.search(r'^ENV = "([^"]+)"', common, re.M).group(1)
+    resolved = (ROOT / "workflow" / "rules" / env).resolve()
+    assert resolved == ROOT / "envs" / "brownformer.yaml" and resolved.is_file()
+    pip = yaml.safe_load(resolved.read_text())["dependencies"][-1]["pip"]
+    editable = next(item for item in pip if item.startswith("-e "))
+    assert (resolved.parent / editable[3:]).resolve() == ROOT  # the env installs this checkout
+    assert not (ROOT / "workflow" / "envs").exists()
+
+
 def test_lint_is_clean():
     out = _snakemake("--lint", "--cores", "1")
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]

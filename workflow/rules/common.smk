@@ -22,7 +22,7 @@ DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
 # REPLICA_RUNS are the extra training runs (replicas the grid does not name): probed, combined by extract_replicas only.
 REPLICA_SETS = {base: [r.run_id for r in reps] for base, reps in CFG.replica_sets().items()}
 REPLICA_RUNS = [r.run_id for r in CFG.replica_runs()]
-ENV = "../envs/brownformer.yaml"
+ENV = "../../envs/brownformer.yaml"
 # Output roots (config `paths`): another config (config/scaling.yaml) writes beside the default, never over it.
 RESULTS = CFG.paths["results"]
 FIGURES_DIR = CFG.paths["figures"]
