@@ -19,6 +19,11 @@ KEY_FIGURE = "claims_overview"
 COLUMNS = ("claim", "verdict", "deciding estimate [95% CI]", "margin", "size / power of the rule", "seeds", "why")
 
 
+def _nowrap(text: str) -> str:
+    """Short cells kept on one line (non-breaking spaces), so the table stays one screen high."""
+    return text.replace(" ", "\u00a0")
+
+
 def verdict_table(ctx: ReportContext) -> pd.DataFrame:
     """One row per headline claim: verdict, deciding estimate with CI, margin, size and power, seeds, why."""
     claims = ctx.results.claims
@@ -29,7 +34,7 @@ def verdict_table(ctx: ReportContext) -> pd.DataFrame:
         if d is None:
             rows.append((cid, "not available", "", "", "", "", "no entry in claims.json"))
             continue
-        rows.append((cid, d.verdict.upper(), d.estimate, d.margin, d.size_power, d.seeds, d.why))
+        rows.append((cid, _nowrap(d.verdict.upper()), d.estimate, _nowrap(d.margin), d.size_power, d.seeds, d.why))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 

@@ -139,8 +139,7 @@ def abstract(ctx: ReportContext) -> str:
         counts = head["verdict"].value_counts()
         verdict_text = (f"Of {len(head)} headline claims, supported: {counts.get('supported', 0)}, not supported: "
                         f"{counts.get('not supported', 0)}, inconclusive: {counts.get('inconclusive', 0)}, "
-                        f"did not train: {counts.get('did not train', 0)} ("
-                        + "; ".join(f"{c}: {v}" for c, v in zip(head["claim"], head["verdict"])) + ").")
+                        f"did not train: {counts.get('did not train', 0)} (the table below).")
     comp = comparison_table(ctx)
     kfac = " ".join(kfac_sentences(ctx, comp)) if not comp.empty else "No training metrics were available."
     optimizers = (f"trained with {count_noun(len(trained), 'optimizer')} ({', '.join(trained)})" if trained
