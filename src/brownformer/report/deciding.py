@@ -66,11 +66,17 @@ def _criterion_text(name: str, c: dict) -> str:
     return f"{CRITERION_LABELS.get(name, name)} {fmt(est)} {fmt_ci(_num(ci[0]), _num(ci[1]))}"
 
 
+def _level(est) -> str:
+    """' (90% CI)' for an interval at another level than the table's 95% (claim 3 reads (1 - 2 alpha) intervals)."""
+    level = _num(est.confidence_level) if est is not None else math.nan
+    return f" ({level:.0%} CI)" if math.isfinite(level) and abs(level - 0.95) > 1e-9 else ""
+
+
 def _estimate_text(rec: ClaimRecord) -> str:
     est = rec.estimate
     if est is None or not math.isfinite(_num(est.value)):
         return "n/a"
-    return f"{est.name} {fmt(est.value)} {fmt_ci(*est.confidence_interval)}".strip()
+    return f"{est.name} {fmt(est.value)} {fmt_ci(*est.confidence_interval)}{_level(est)}".strip()
 
 
 def _margin_text(rec: ClaimRecord) -> str:
@@ -143,7 +149,9 @@ def claim4_estimate(sub: ClaimRecord, model: str) -> str:
     ratio = ratio_text(gp["median"], gb["median"], num_budget=gp["budget"], den_budget=gb["budget"])
     lo, hi = sub.estimate.confidence_interval
     bound = ratio.startswith(("<", ">", "undefined"))
-    ci = f"95% CI upper bound {fmt(hi)}" if bound and math.isfinite(hi) else fmt_ci(lo, hi)
+    level = _num(sub.estimate.confidence_level)
+    ci = (f"{level if math.isfinite(level) else 0.95:.0%} CI upper bound {fmt(hi)}" if bound and math.isfinite(hi)
+          else fmt_ci(lo, hi) + _level(sub.estimate))
     censored = "; ".join(f"{o}'s median not reached: {g['censored']} of {g['n']} censored at {fmt(g['budget'])} "
                          "steps" for o, g in ((prop, gp), (base, gb)) if math.isinf(g["median"]))
     return f"steps {prop} / {base} {ratio}, {ci}" + (f" ({censored})" if censored else "") + f" on {model}"
@@ -151,7 +159,8 @@ def claim4_estimate(sub: ClaimRecord, model: str) -> str:
 
 def _claim4(rec: ClaimRecord) -> Deciding:
     scope = rec.details.get("scope") or []
-    pick = next((m for m in scope if m in rec.per_model and rec.per_model[m].estimate == rec.estimate), None)
+    in_scope = [m for m in scope if m in rec.per_model]
+    pick = next((m for m in in_scope if rec.per_model[m].estimate == rec.estimate), in_scope[0] if in_scope else None)
     sub = rec.per_model.get(pick) if pick else None
     if sub is None:
         return Deciding(rec.claim, rec.title, rec.verdict, _estimate_text(rec), _margin_text(rec), "not calibrated",
