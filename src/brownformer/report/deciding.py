@@ -63,7 +63,8 @@ def _criterion_text(name: str, c: dict) -> str:
     if not math.isfinite(est):
         return f"{CRITERION_LABELS.get(name, name)} undefined ({c.get('why_undefined', 'no value')})"
     ci = c.get("confidence_interval") or [None, None]
-    return f"{CRITERION_LABELS.get(name, name)} {fmt(est)} {fmt_ci(_num(ci[0]), _num(ci[1]))}"
+    interval = fmt_ci(_num(ci[0]), _num(ci[1]))
+    return f"{CRITERION_LABELS.get(name, name)} {fmt(est)}" + ("" if interval == "n/a" else f" {interval}")
 
 
 def _level(est) -> str:
@@ -74,9 +75,13 @@ def _level(est) -> str:
 
 def _estimate_text(rec: ClaimRecord) -> str:
     est = rec.estimate
-    if est is None or not math.isfinite(_num(est.value)):
+    if est is None:
         return "n/a"
-    return f"{est.name} {fmt(est.value)} {fmt_ci(*est.confidence_interval)}{_level(est)}".strip()
+    name = est.name.split(" (")[0]  # the quantity; how it was pooled is in Section 3
+    if not math.isfinite(_num(est.value)):
+        return f"{name} undefined"
+    interval = fmt_ci(*est.confidence_interval)
+    return f"{name} {fmt(est.value)}" + ("" if interval == "n/a" else f" {interval}{_level(est)}")
 
 
 def _margin_text(rec: ClaimRecord) -> str:
@@ -105,7 +110,7 @@ def _seeds(rec: ClaimRecord) -> str:
             seeds.add(RunSpec.parse(run).seed)
         except ConfigError:
             continue
-    return str(len(seeds)) if seeds else "n/a"
+    return str(len(seeds))
 
 
 def _first_clause(reason: str) -> str:
@@ -163,8 +168,9 @@ def _claim4(rec: ClaimRecord) -> Deciding:
     pick = next((m for m in in_scope if rec.per_model[m].estimate == rec.estimate), in_scope[0] if in_scope else None)
     sub = rec.per_model.get(pick) if pick else None
     if sub is None:
-        return Deciding(rec.claim, rec.title, rec.verdict, _estimate_text(rec), _margin_text(rec), "not calibrated",
-                        "n/a", _first_clause(rec.reason))
+        estimate = _estimate_text(rec) if rec.estimate is not None else "none (no model variant in scope)"
+        return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(rec), "not calibrated", "0",
+                        _first_clause(rec.reason))
     d = sub.details
     groups = claim4_groups(d)
     gp, gb = groups.get(d.get("proposed")), groups.get(d.get("baseline"))

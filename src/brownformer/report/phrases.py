@@ -59,6 +59,9 @@ def ratio_text(num: float, den: float, *, num_budget: float = math.nan, den_budg
 _SINGULAR = re.compile(r"\b1 (run|seed|file|replica|model variant|model|claim|test|layer)s\b")
 
 
+_ALL_ONE = re.compile(r"\ball 1 ")
+
+
 def tidy(text: str) -> str:
-    """A reason written by the statistics stage, made to read as English: '1 runs' -> '1 run'."""
-    return _SINGULAR.sub(lambda m: f"1 {m.group(1)}", text or "")
+    """A reason written by the statistics stage, made to read as English: '1 runs' -> '1 run', 'all 1' -> 'the 1'."""
+    return _ALL_ONE.sub("the 1 ", _SINGULAR.sub(lambda m: f"1 {m.group(1)}", text or ""))

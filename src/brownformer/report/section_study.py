@@ -48,8 +48,9 @@ DECISIONS = (
     "gradient and is counted. The author's code used damping 3e-3, an inverse every 10 steps and a KL-clip of "
     "1e-3; we record them, but our settings are those a fair tuning on each model measures (a KL-clip that binds "
     "on most steps makes the learning rate meaningless). The settings this run used are in 2.3.",
-    "Baselines: SGD with momentum, AdamW, and Muon (2-D hidden weights; AdamW for the rest), each given the same "
-    "tuning budget. Optimizers are compared on steps and on wall-clock to a common target.",
+    "Baselines are first-order optimizers (SGD with momentum, AdamW, Muon: 2-D hidden weights, AdamW for the rest), "
+    "each given the same tuning budget; the ones this config trains are listed in 2.3. Optimizers are compared on "
+    "steps and on wall-clock to a common target.",
     "“Brownian” is an ensemble statement: over probe inputs (depth) or over SGD noise (training). A trajectory is "
     "called Brownian only if every key effect (MSD exponent, variance ratio, Hurst exponent, increment "
     "Gaussianity and tails) is defined and its (1 − 2α) confidence interval lies inside its pre-registered "
