@@ -100,7 +100,8 @@ def _problem_lines(error, source: str) -> list[str]:
             where = key if path == "<top level>" else f"{path}.{key}"
             close = difflib.get_close_matches(str(key), allowed, n=3)
             hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
-            lines.append(f"{source}: key '{where}': unknown key {str(key)!r}{hint} (allowed here: {', '.join(allowed)})")
+            lines.append(f"{source}: key '{where}': unknown key {str(key)!r}{hint} "
+                         f"(allowed here: {', '.join(allowed)})")
         return lines
     msg = error.message if len(error.message) <= _MAX_MESSAGE else error.message[:_MAX_MESSAGE - 3] + "..."
     return [f"{source}: key '{path}': {msg}"]

@@ -16,10 +16,10 @@ __all__ = ["criteria_table", "sphere_text", "markov_text", "CRITERION_NAMES", "C
 
 #: what each claim-1/2 criterion (details["criteria"] of a run record) measures, in full and as a short label
 CRITERION_NAMES = {"radius_spread_ratio": "radius spread / Gaussian cloud's (after the affine map)",
-          "offset": "centre offset from the origin (radii)",
-          "head_isotropy": "min over heads of (tr M)²/(d_h ‖M‖²_F), M = W_Qᵀ W_K",
-          "vmf_output_error": "attention-output error of the fitted vMF kernel",
-          "reversibility": "detailed-balance residual"}
+                   "offset": "centre offset from the origin (radii)",
+                   "head_isotropy": "min over heads of (tr M)²/(d_h ‖M‖²_F), M = W_Qᵀ W_K",
+                   "vmf_output_error": "attention-output error of the fitted vMF kernel",
+                   "reversibility": "detailed-balance residual"}
 CRITERION_LABELS = {"radius_spread_ratio": "radius spread / Gaussian cloud", "offset": "centre offset (radii)",
                     "head_isotropy": "head isotropy (relative to d_h/d)", "vmf_output_error": "vMF output error",
                     "reversibility": "detailed-balance residual"}

@@ -19,7 +19,8 @@ from brownformer.report.section_claims import claim_lines, scope_table
 from brownformer.results import time_to_target_table
 from brownformer.stats.survival import km_median
 
-__all__ = ["comparison_table", "display_table", "kfac_sentences", "optimizer_comparison", "proposed_optimizers", "claim4_inference"]
+__all__ = ["comparison_table", "display_table", "kfac_sentences", "optimizer_comparison", "proposed_optimizers",
+           "claim4_inference"]
 
 
 def proposed_optimizers(ctx: ReportContext) -> list[str]:
@@ -154,8 +155,8 @@ def claim4_inference(ctx: ReportContext) -> list[str]:
             + f" (at least 8 seeds of `{proposed}` and `{ctx.cfg.report.target_optimizer}`, evaluation "
             "every 5 steps on the whole validation split, the fixed target), budget "
             + (", ".join(map(str, steps)) or "n/a") + " steps. Ratios are of Kaplan-Meier medians of the steps to the "
-            "target (a run that never reaches it is censored at the budget; a median not reached makes the ratio a bound, "
-            "read from the interval), 95% percentile bootstrap over seeds; the log-rank test is one-sided "
+            "target (a run that never reaches it is censored at the budget; a median not reached makes the ratio a "
+            "bound, read from the interval), 95% percentile bootstrap over seeds; the log-rank test is one-sided "
             f"(`{proposed}` reaches the target sooner); the size is the simulated rate of \"supported\" with the true "
             "ratio on the margin, at the model's seeds, censoring and evaluation grid (docs/methods/claim4.md). The "
             "tuning that set every optimizer's settings is in the config's `tuned:` block (written by `brownformer "
@@ -206,7 +207,8 @@ def optimizer_comparison(ctx: ReportContext) -> str:
         return "\n".join(parts)
     parts += [md_table(display_table(ctx, comp)), ""]
     if comp["stopped at target"].any():
-        parts += [f"{count_noun(int(comp['stopped at target'].sum()), 'metrics-only run')} stopped at their first evaluation on the "
+        n_stopped = count_noun(int(comp["stopped at target"].sum()), "metrics-only run")
+        parts += [f"{n_stopped} stopped at their first evaluation on the "
                   "target (grid blocks with `stop_at_target`): they count in the steps and seconds to the target; the "
                   "final metric and total seconds are medians over the runs that trained their whole budget.", ""]
     sentences = kfac_sentences(ctx, comp)
