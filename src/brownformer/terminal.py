@@ -118,8 +118,22 @@ def _size_power(cal: dict | None) -> str:
     return f"{_num(cal.get('size'))} / " + (f">= {_num(weakest)}" if weakest is not None else "n/a")
 
 
+def groups_for_power(power: float, groups: int, *, goal: float, alpha: float) -> int | None:
+    """Groups of walkers at which a rule with simulated `power` at `groups` reaches `goal`, in the normal
+    approximation of a test whose interval shrinks as 1/sqrt(groups): power = Phi(c sqrt(G) - z_(1-alpha)), so
+    G' = G ((z_goal + z_(1-alpha)) / (z_power + z_(1-alpha)))^2. None when the power is at or below alpha (the
+    approximation has no slope to extrapolate) or already at the goal."""
+    from scipy.stats import norm
+
+    z_alpha = norm.ppf(1 - alpha)
+    slope = norm.ppf(power) + z_alpha
+    if not (0 < power < goal) or slope <= 0:
+        return None
+    return math.ceil(groups * ((norm.ppf(goal) + z_alpha) / slope) ** 2)
+
+
 def _low_power_hint(result: dict) -> str:
-    """For an inconclusive verdict whose calibration misses the power goal: what the calibration can say."""
+    """For an inconclusive verdict whose calibration misses the power goal: how many walkers would meet it."""
     from brownformer.stats.calibration import POWER_GOAL
 
     cal = result.get("calibration") or {}
@@ -127,10 +141,16 @@ def _low_power_hint(result: dict) -> str:
     if result.get("verdict") != "inconclusive" or not power or min(power.values()) >= POWER_GOAL:
         return ""
     weakest = min(power, key=power.get)
-    groups = result.get("n_groups") or result.get("n_walkers")
-    return (f"power lower bound {_num(power[weakest])} < {POWER_GOAL:g} (against {weakest}) with {groups} groups of "
-            "walkers: more independent groups narrow every interval; the calibration ran at this shape only, so "
-            "rerun --calibrate on a larger array to measure the power there")
+    groups = int(result.get("n_groups") or result.get("n_walkers") or 0)
+    alpha = float((result.get("settings") or {}).get("alpha", 0.05))
+    text = (f"power lower bound {_num(power[weakest])} < {POWER_GOAL:g} (against {weakest}) with {groups} groups "
+            "of walkers")
+    need = groups_for_power(power[weakest], groups, goal=POWER_GOAL, alpha=alpha) if groups else None
+    if need is None:
+        return text + "; too little power at this shape to extrapolate: rerun --calibrate on a larger array"
+    per_group = (result.get("n_walkers") or groups) / groups
+    return (text + f": power reaches {POWER_GOAL:g} at about {need} groups ({math.ceil(need * per_group)} walkers; "
+            "normal approximation, intervals shrinking as 1/sqrt(groups); rerun --calibrate at that size to confirm)")
 
 
 def trajectory_table(item: str, result: dict) -> VerdictTable:

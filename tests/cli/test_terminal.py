@@ -9,7 +9,8 @@ import numpy as np
 
 from brownformer.cli import main
 from brownformer.stats.calibration import POWER_GOAL
-from brownformer.terminal import VerdictRow, VerdictTable, attention_table, emit, format_table, trajectory_table
+from brownformer.terminal import (VerdictRow, VerdictTable, attention_table, emit, format_table, groups_for_power,
+                                  trajectory_table)
 
 
 def _effect(est, lo, hi, margin=(0.9, 1.1)):
@@ -44,10 +45,24 @@ def test_inconclusive_from_low_power_says_what_the_calibration_can_tell():
     table = trajectory_table("x.npy", res)
     assert table.rows[0].size_power == f"0.04 / >= {weak:.3g}"
     note = " ".join(table.notes)
+    need = groups_for_power(weak, 24, goal=POWER_GOAL, alpha=0.05)
     assert f"power lower bound {weak:.3g} < {POWER_GOAL:g} (against ou) with 24 groups" in note
+    assert f"power reaches {POWER_GOAL:g} at about {need} groups ({need} walkers" in note
     powered = trajectory_table("x.npy", _result("inconclusive", res["effects"], {"size": 0.04,
                                                                                   "power_lower": {"ou": 0.95}}))
     assert not any("power lower bound" in n for n in powered.notes)  # enough power: no hint
+
+
+def test_groups_for_power_inverts_the_normal_power_curve():
+    # a test whose power at G groups is Phi(c sqrt(G) - z): simulate it at G = 16, ask for the G of power 0.9
+    from scipy.stats import norm
+
+    z, c = norm.ppf(0.95), 0.3
+    power = lambda g: norm.cdf(c * np.sqrt(g) - z)  # noqa: E731
+    need = groups_for_power(power(16), 16, goal=0.9, alpha=0.05)
+    assert power(need) >= 0.9 > power(need - 1)
+    assert groups_for_power(0.04, 16, goal=0.9, alpha=0.05) is None  # below alpha: nothing to extrapolate
+    assert groups_for_power(0.95, 16, goal=0.9, alpha=0.05) is None
 
 
 def test_attention_rows_one_per_criterion_with_its_bound():
