@@ -74,26 +74,18 @@ def _cmd_stats(args) -> None:
     else:
         stats = cfg.stats
     if args.stats_cmd == "attention":
-        import json
-
-        from brownformer.io import to_jsonable
         from brownformer.stats.attention_capture import summary_text
+        from brownformer.terminal import attention_table, emit
         result = stages.stats_attention(args.file, args.out, stats=stats, features=args.features, wq=args.wq,
                                         wk=args.wk, n_heads=args.heads)
-        if args.json:
-            print(json.dumps(to_jsonable(result), allow_nan=False))
-        elif not args.quiet:
-            print(summary_text(result))
+        log.info("%s:\n%s", args.file, summary_text(result))
+        emit(attention_table(str(args.file), result), result, as_json=args.json, quiet=args.quiet)
     elif args.stats_cmd == "trajectory":
-        import json
-
-        from brownformer.io import to_jsonable
         from brownformer.stats.trajectory_summary import summary_text
+        from brownformer.terminal import emit, trajectory_table
         result = stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind, calibrate=args.calibrate)
-        if args.json:
-            print(json.dumps(to_jsonable(result), allow_nan=False))
-        elif not args.quiet:
-            print(summary_text(result))
+        log.info("%s:\n%s", args.file, summary_text(result))
+        emit(trajectory_table(str(args.file), result), result, as_json=args.json, quiet=args.quiet)
     elif args.stats_cmd == "run":
         # claim 3's window skips lags shorter than this run's momentum time (its own optimizer's beta)
         lag = _momentum_lag(cfg, args.run_id)
@@ -129,7 +121,8 @@ def _runs_option(items: list[str] | None) -> dict[str, str] | None:
 
 
 def _output_options(p: argparse.ArgumentParser) -> None:
-    """What `stats trajectory|attention` print: a short summary (default), only the JSON, or nothing."""
+    """What `stats trajectory|attention` print on stdout: the verdict table (default), only the JSON, or nothing
+    (the details go to the log on stderr)."""
     p.add_argument("--out", type=Path, default=None, help="write the full JSON result here")
     shown = p.add_mutually_exclusive_group()
     shown.add_argument("--json", action="store_true", help="print only the JSON result to stdout")

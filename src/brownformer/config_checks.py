@@ -6,13 +6,14 @@ ConfigError, validate_dict and apply_overrides.
 from __future__ import annotations
 
 import copy
+import difflib
 import functools
 from pathlib import Path
 from typing import Any, Mapping
 
 import yaml
 
-__all__ = ["ConfigError", "SCHEMA_PATH", "load_schema", "validate_dict", "apply_overrides"]
+__all__ = ["ConfigError", "SCHEMA_PATH", "load_schema", "validate_dict", "apply_overrides", "config_problems"]
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
 
@@ -81,20 +82,64 @@ def _key_path(error) -> str:
     return ".".join(str(p) for p in error.absolute_path) or "<top level>"
 
 
-def validate_dict(raw: Mapping[str, Any], *, source: str = "config") -> dict:
-    """Validate a config mapping against the schema, fill defaults, check cross-references.
+#: longest schema message quoted (a type error repeats the whole offending value, e.g. a model's mapping)
+_MAX_MESSAGE = 160
+#: at most this many problems are listed (then a count of the rest): a reader's screen, not a dump
+MAX_PROBLEMS = 20
 
-    Raises:
-        ConfigError: naming the key and what was expected.
-    """
+
+def _problem_lines(error, source: str) -> list[str]:
+    """One line per problem of a schema error: an unknown key with the allowed keys at its level and the close
+    matches (difflib), else the key and the schema's message, shortened."""
+    path = _key_path(error)
+    if error.validator == "additionalProperties" and error.schema.get("additionalProperties") is False \
+            and isinstance(error.instance, dict):
+        allowed = sorted(error.schema.get("properties") or {})
+        lines = []
+        for key in sorted(set(error.instance) - set(allowed)):
+            where = key if path == "<top level>" else f"{path}.{key}"
+            close = difflib.get_close_matches(str(key), allowed, n=3)
+            hint = f"; did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            lines.append(f"{source}: key '{where}': unknown key {str(key)!r}{hint} "
+                         f"(allowed here: {', '.join(allowed)})")
+        return lines
+    msg = error.message if len(error.message) <= _MAX_MESSAGE else error.message[:_MAX_MESSAGE - 3] + "..."
+    return [f"{source}: key '{path}': {msg}"]
+
+
+def _schema_errors(raw: Mapping[str, Any]):
     import jsonschema  # imported here so models/optimizers import on machines without it
 
     data = copy.deepcopy(dict(raw))
     validator = _with_defaults(jsonschema.Draft202012Validator)(load_schema())
-    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    return data, sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+
+
+def config_problems(raw: Mapping[str, Any], *, source: str = "config") -> list[str]:
+    """Every schema problem of a config mapping, one line each (at most MAX_PROBLEMS, then a count), then the
+    first cross-reference problem once the schema holds; empty when the config is valid. For the workflow, which
+    prints these before (instead of) Snakemake's own schema dump."""
+    data, errors = _schema_errors(raw)
+    lines = [line for e in errors for line in _problem_lines(e, source)]
+    if not lines:
+        try:
+            _check_references(data, source)
+        except ConfigError as exc:
+            lines.append(str(exc))
+    if len(lines) > MAX_PROBLEMS:
+        lines = lines[:MAX_PROBLEMS - 1] + [f"... and {len(lines) - MAX_PROBLEMS + 1} more problems"]
+    return lines
+
+
+def validate_dict(raw: Mapping[str, Any], *, source: str = "config") -> dict:
+    """Validate a config mapping against the schema, fill defaults, check cross-references.
+
+    Raises:
+        ConfigError: naming the key and what was expected (the first problem, in one line).
+    """
+    data, errors = _schema_errors(raw)
     if errors:
-        e = errors[0]
-        raise ConfigError(f"{source}: key '{_key_path(e)}': {e.message}")
+        raise ConfigError(_problem_lines(errors[0], source)[0])
     _check_references(data, source)
     return data
 

@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import sys
 from dataclasses import dataclass, field
+import math
 from typing import IO, Any, Sequence
 
 # The columns every verdict table has, in order; a caller may leave a cell empty ("").
-COLUMNS = ("item", "verdict", "estimate [95% CI]", "margin", "size / power", "reason")
+COLUMNS = ("item", "verdict", "estimate [CI]", "margin", "size / power", "reason")
 
 
 @dataclass(frozen=True)
@@ -67,3 +68,109 @@ def emit(table: VerdictTable, payload: Any = None, *, as_json: bool = False, qui
 
 def _clip(text: str, n: int) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _num(x: Any) -> str:
+    return "n/a" if not isinstance(x, (int, float)) or isinstance(x, bool) or not math.isfinite(x) else f"{x:.3g}"
+
+
+def _estimate(e: dict) -> str:
+    """'1.02 [0.9, 1.2]' from an effect (its TOST interval, the one the rule reads, else its CI)."""
+    if e.get("estimate") is None:
+        return f"undefined ({e.get('why_undefined') or 'no value'})"
+    ci = e.get("tost_interval") or e.get("confidence_interval")
+    return _num(e["estimate"]) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci and None not in ci else "")
+
+
+def _margin(m) -> str:
+    return f"[{_num(m[0])}, {_num(m[1])}]" if m and len(m) == 2 else ""
+
+
+def _inside(e: dict) -> bool | None:
+    """Whether an effect's interval lies inside its margin (None: undefined)."""
+    ci, m = e.get("tost_interval") or e.get("confidence_interval"), e.get("margin")
+    if e.get("estimate") is None or not ci or None in ci or not m:
+        return None
+    return m[0] <= ci[0] and ci[1] <= m[1]
+
+
+def _deciding_effect(result: dict) -> tuple[str, dict] | None:
+    """The key effect that decided a battery verdict: the first outside its margin ("not brownian"), the first not
+    inside it ("inconclusive"), else the window exponent (the effect claim 3 rests on)."""
+    from brownformer.stats.window_reading import window_effects
+
+    effects = {n: e for n, e in window_effects(result).items() if n in (result.get("key_effects") or ())}
+    if not effects:
+        return None
+    verdict = result.get("verdict")
+    want = {"not brownian": (False,), "inconclusive": (False, None)}.get(verdict, ())
+    for name, e in effects.items():
+        if _inside(e) in want:
+            return name, e
+    return ("msd_exponent", effects["msd_exponent"]) if "msd_exponent" in effects else next(iter(effects.items()))
+
+
+def _size_power(cal: dict | None) -> str:
+    if not cal:
+        return "not calibrated"
+    power = cal.get("power_lower") or cal.get("power") or {}
+    weakest = min(power.values()) if power else None
+    return f"{_num(cal.get('size'))} / " + (f">= {_num(weakest)}" if weakest is not None else "n/a")
+
+
+def groups_for_power(power: float, groups: int, *, goal: float, alpha: float) -> int | None:
+    """Groups of walkers at which a rule with simulated `power` at `groups` reaches `goal`, in the normal
+    approximation of a test whose interval shrinks as 1/sqrt(groups): power = Phi(c sqrt(G) - z_(1-alpha)), so
+    G' = G ((z_goal + z_(1-alpha)) / (z_power + z_(1-alpha)))^2. None when the power is at or below alpha (the
+    approximation has no slope to extrapolate) or already at the goal."""
+    from scipy.stats import norm
+
+    z_alpha = norm.ppf(1 - alpha)
+    slope = norm.ppf(power) + z_alpha
+    if not (0 < power < goal) or slope <= 0:
+        return None
+    return math.ceil(groups * ((norm.ppf(goal) + z_alpha) / slope) ** 2)
+
+
+def _low_power_hint(result: dict) -> str:
+    """For an inconclusive verdict whose calibration misses the power goal: how many walkers would meet it."""
+    from brownformer.stats.calibration import POWER_GOAL
+
+    cal = result.get("calibration") or {}
+    power = cal.get("power_lower") or {}
+    if result.get("verdict") != "inconclusive" or not power or min(power.values()) >= POWER_GOAL:
+        return ""
+    weakest = min(power, key=power.get)
+    groups = int(result.get("n_groups") or result.get("n_walkers") or 0)
+    alpha = float((result.get("settings") or {}).get("alpha", 0.05))
+    text = (f"power lower bound {_num(power[weakest])} < {POWER_GOAL:g} (against {weakest}) with {groups} groups "
+            "of walkers")
+    need = groups_for_power(power[weakest], groups, goal=POWER_GOAL, alpha=alpha) if groups else None
+    if need is None:
+        return text + "; too little power at this shape to extrapolate: rerun --calibrate on a larger array"
+    per_group = (result.get("n_walkers") or groups) / groups
+    return (text + f": power reaches {POWER_GOAL:g} at about {need} groups ({math.ceil(need * per_group)} walkers; "
+            "normal approximation, intervals shrinking as 1/sqrt(groups); rerun --calibrate at that size to confirm)")
+
+
+def trajectory_table(item: str, result: dict) -> VerdictTable:
+    """`stats trajectory`: one row (the file), its decided verdict and the key effect that decided it."""
+    picked = _deciding_effect(result)
+    name, e = picked if picked else ("", {})
+    row = VerdictRow(item, result.get("verdict", "n/a").upper(), f"{name} {_estimate(e)}".strip() if picked else "",
+                     _margin(e.get("margin")), _size_power(result.get("calibration")), result.get("reason", ""))
+    notes = [n for n in (_low_power_hint(result), result.get("calibration_note") or "") if n]
+    return VerdictTable(f"{result.get('kind', '')} trajectory: {result.get('n_times')} times x "
+                        f"{result.get('n_walkers')} walkers x {result.get('dim')} dims", [row], notes)
+
+
+def attention_table(item: str, result: dict) -> VerdictTable:
+    """`stats attention`: one row per claim-2 criterion with its estimate, margin and verdict."""
+    rows = []
+    for q, v in (result.get("verdicts") or {}).items():
+        lo, hi = v.get("margin") or (None, None)
+        bound = f">= {_num(lo)}" if q == "head_isotropy" else f"<= {_num(hi)}"
+        rows.append(VerdictRow(f"{item}: {q}", v.get("verdict", "n/a").upper(), _estimate(v), bound, "not calibrated",
+                               v.get("why_undefined") or v.get("reason") or ""))
+    return VerdictTable(f"{result.get('n_matrices')} attention matrices of {result.get('n')} x {result.get('n')}"
+                        + (" (causal)" if result.get("causal") else ""), rows)

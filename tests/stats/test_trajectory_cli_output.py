@@ -15,10 +15,10 @@ def walk(tmp_path_factory):
     return path
 
 
-def test_prints_the_verdict_line_without_writing(walk, capsys):
+def test_prints_the_verdict_table_without_writing(walk, capsys):
     assert main(["stats", "trajectory", str(walk)]) == 0
-    first = capsys.readouterr().out.splitlines()[0]
-    assert first.split(" ")[0].rstrip(":") in ("BROWNIAN", "NOT", "INCONCLUSIVE")
+    row = next(ln for ln in capsys.readouterr().out.splitlines() if ln.startswith(str(walk)))
+    assert row[len(str(walk)):].split("  ")[1].strip().lower() in ("brownian", "not brownian", "inconclusive")
     assert not (walk.parent / "walk.stats.json").exists()
 
 

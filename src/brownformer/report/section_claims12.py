@@ -12,13 +12,25 @@ import pandas as pd
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, fmt_ci, md_table
 
-__all__ = ["criteria_table", "sphere_text", "markov_text"]
+__all__ = ["criteria_table", "sphere_text", "markov_text", "CRITERION_NAMES", "CRITERION_LABELS", "bound_text"]
 
-_NAMES = {"radius_spread_ratio": "radius spread / Gaussian cloud's (after the affine map)",
-          "offset": "centre offset from the origin (radii)",
-          "head_isotropy": "min over heads of (tr M)²/(d_h ‖M‖²_F), M = W_Qᵀ W_K",
-          "vmf_output_error": "attention-output error of the fitted vMF kernel",
-          "reversibility": "detailed-balance residual"}
+#: what each claim-1/2 criterion (details["criteria"] of a run record) measures, in full and as a short label
+CRITERION_NAMES = {"radius_spread_ratio": "radius spread / Gaussian cloud's (after the affine map)",
+                   "offset": "centre offset from the origin (radii)",
+                   "head_isotropy": "min over heads of (tr M)²/(d_h ‖M‖²_F), M = W_Qᵀ W_K",
+                   "vmf_output_error": "attention-output error of the fitted vMF kernel",
+                   "reversibility": "detailed-balance residual"}
+CRITERION_LABELS = {"radius_spread_ratio": "radius spread / Gaussian cloud", "offset": "centre offset (radii)",
+                    "head_isotropy": "head isotropy (relative to d_h/d)", "vmf_output_error": "vMF output error",
+                    "reversibility": "detailed-balance residual"}
+#: the criteria judged by a lower bound (every other one by an upper bound)
+_LOWER_BOUNDED = ("head_isotropy",)
+
+
+def bound_text(name: str, margin) -> str:
+    """A criterion's margin as the bound it is: '≥ 0.5' (head isotropy) or '≤ 0.25'."""
+    lo, hi = (_num(m) for m in (margin or [math.nan, math.nan]))
+    return f"≥ {fmt(lo)}" if name in _LOWER_BOUNDED else f"≤ {fmt(hi)}"
 
 
 def _num(x) -> float:
@@ -39,9 +51,8 @@ def criteria_table(ctx: ReportContext, claim_id: str) -> pd.DataFrame:
             est = _num(c.get("estimate"))
             value = (f"{fmt(est)}" + (f" {fmt_ci(_num(ci[0]), _num(ci[1]))}" if ci[0] is not None else "")
                      if math.isfinite(est) else f"undefined ({c.get('why_undefined', 'no value')})")
-            lo, hi = (_num(m) for m in (c.get("margin") or [math.nan, math.nan]))
-            bound = f"≥ {fmt(lo)}" if name == "head_isotropy" else f"≤ {fmt(hi)}"
-            rows.append({"run": run, "criterion": _NAMES.get(name, name), "estimate (CI)": value, "margin": bound,
+            rows.append({"run": run, "criterion": CRITERION_NAMES.get(name, name), "estimate (CI)": value,
+                         "margin": bound_text(name, c.get("margin")),
                          "verdict": c.get("verdict")})
     return pd.DataFrame(rows, columns=["run", "criterion", "estimate (CI)", "margin", "verdict"])
 

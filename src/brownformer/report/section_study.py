@@ -7,7 +7,9 @@ from dataclasses import asdict
 import pandas as pd
 
 from brownformer.report.context import ReportContext
+from brownformer.report.counts import run_counts
 from brownformer.report.markdown import kv_table, md_table
+from brownformer.report.phrases import count_noun
 from brownformer.results.tables import goal_text, replicates_text
 
 log = logging.getLogger(__name__)
@@ -41,13 +43,14 @@ DECISIONS = (
     "switches the curvature off for the first quarter of a short run); factors accumulated in float32 "
     "(float64 on retry) even under bf16 autocast. Weight sharing over tokens: `expand` (default) or `reduce` "
     "(Eschenhagen et al. 2023).",
-    "Iterative K-FAC solves G X A + λX = ∇W per layer by conjugate gradient, warm-started from the previous "
-    "solution, for at most `cg_max_iter` iterations or relative residual `cg_tol`, as in the author's code; a "
-    "diverging solve falls back to the raw gradient and is counted. The author's code used damping 3e-3, an "
-    "inverse every 10 steps and a KL-clip of 1e-3; we record them, but our settings are those a fair tuning "
-    "on each model measures (a KL-clip that binds on most steps makes the learning rate meaningless).",
-    "Baselines: SGD with momentum, AdamW, and Muon (2-D hidden weights; AdamW for the rest), each given the same "
-    "tuning budget. Optimizers are compared on steps and on wall-clock to a common target.",
+    "Iterative K-FAC solves G X A + λX = ∇W per layer by conjugate gradient, for at most `cg_max_iter` "
+    "iterations or relative residual `cg_tol`, as in the author's code; a diverging solve falls back to the raw "
+    "gradient and is counted. The author's code used damping 3e-3, an inverse every 10 steps and a KL-clip of "
+    "1e-3; we record them, but our settings are those a fair tuning on each model measures (a KL-clip that binds "
+    "on most steps makes the learning rate meaningless). The settings this run used are in 2.3.",
+    "Baselines are first-order optimizers (SGD with momentum, AdamW, Muon: 2-D hidden weights, AdamW for the rest), "
+    "each given the same tuning budget; the ones this config trains are listed in 2.3. Optimizers are compared on "
+    "steps and on wall-clock to a common target.",
     "“Brownian” is an ensemble statement: over probe inputs (depth) or over SGD noise (training). A trajectory is "
     "called Brownian only if every key effect (MSD exponent, variance ratio, Hurst exponent, increment "
     "Gaussianity and tails) is defined and its (1 − 2α) confidence interval lies inside its pre-registered "
@@ -78,12 +81,14 @@ def _optimizer_table(ctx: ReportContext) -> pd.DataFrame:
     """Each optimizer's settings from the config, and the registry's keys it leaves at their defaults."""
     from brownformer.optim.registry import REGISTRY
 
+    in_grid = {r.optimizer for r in ctx.cfg.runs()}
     rows = []
     for name, o in ctx.cfg.optimizers.items():
         params = ", ".join(f"{k}={v}" for k, v in sorted(o.params.items())) or "—"
         entry = REGISTRY.get(o.type)
         unset = ", ".join(k for k in entry.keys if k not in o.params) if entry else "n/a"
-        rows.append({"name": name, "type": o.type, "lr": o.lr, "settings from the config": params,
+        rows.append({"name": name, "type": o.type, "in the grid": "yes" if name in in_grid else "no (defined only)",
+                     "lr": o.lr, "settings from the config": params,
                      "left at the optimizer's default": unset or "—"})
     return pd.DataFrame(rows)
 
@@ -144,6 +149,47 @@ def _trained_with_table(ctx: ReportContext) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _replicas_text(ctx: ReportContext) -> str:
+    """The replica runs of the training noise (claims 3b, 3c), counted from the config's `replicas` blocks."""
+    sets = ctx.cfg.replica_sets()
+    if not sets:
+        return ""
+    extra = len(ctx.cfg.replica_runs())
+    sizes = sorted({len(reps) for reps in sets.values()})
+    return (f" Claims 3b and 3c add {count_noun(extra, 'replica run')} of the training noise ({len(sets)} replica "
+            f"set(s) of {' or '.join(map(str, sizes))} replicas each, replica 0 being the grid's run), "
+            f"{len(ctx.cfg.runs()) + extra} training jobs in all.")
+
+
+def _kfac_options_text(ctx: ReportContext) -> list[str]:
+    """The settings the proposed optimizer trains with on each model (config and `tuned`), as K-FAC reads them;
+    a key the config does not set takes the optimizer's default."""
+    cfg, name = ctx.cfg, ctx.cfg.report.proposed
+    models = [m for (m, o) in cfg.pair_seeds() if o == name]
+    if not models:
+        return []
+    lines = [f"`{name}` (type `{cfg.optimizers[name].type}`) trains with these settings; a key not listed takes "
+             "the optimizer's default (for K-FAC, `warm_start` off: every CG solve starts from zero):", ""]
+    for m in models:
+        o = cfg.optimizer_for(m, name)
+        lines.append(f"- `{m}`: lr={o.lr}, " + ", ".join(f"{k}={v}" for k, v in sorted(o.params.items())))
+    return lines
+
+
+def _tuning_text(cfg) -> str:
+    """Limitations: the tuning protocol as the config's `tuning` block states it (seeds, trials, knobs)."""
+    tuning = cfg.raw.get("tuning")
+    if not tuning:
+        return ("Tuning: this config has no `tuning` block; the optimizers train with the settings it gives "
+                "(and its `tuned` block, where present).")
+    knobs = "; ".join(f"{opt}: {', '.join(k['key'] for k in ks)}" for opt, ks in sorted(tuning["knobs"].items()))
+    return (f"Tuning: {tuning.get('trials', 'n/a')} trials per (model, optimizer) on "
+            f"{', '.join(tuning['models'])}, each trained on the {len(tuning['seeds'])} tuning seeds "
+            f"{', '.join(map(str, tuning['seeds']))} (disjoint from the grid's) and ranked by steps to the target "
+            f"(benchmarks/results/tuning.md). Settings searched: {knobs}; every other setting keeps the config's "
+            "value. An equal budget does not guarantee each optimizer is at its best.")
+
+
 def methods(ctx: ReportContext) -> str:
     cfg = ctx.cfg
     models = pd.DataFrame([{k: v for k, v in asdict(m).items()} for m in cfg.models.values()])
@@ -163,14 +209,15 @@ def methods(ctx: ReportContext) -> str:
         why = "for claim 4's seed count" if cfg.probes.enabled else "`probes.enabled` is false"
         seeds_text += (f". {len(runs) - n_probed} of them train without probes (metrics only, {why}): {unprobed}. Their metrics enter claim 4 and the training status; they have no "
                        f"trajectories or per-run statistics, and claims 1–3 rest on the other {n_probed} runs")
-        n_stop = sum(cfg.stop_target(r.run_id) is not None for r in runs)
-        if n_stop:
-            seeds_text += (f"; {n_stop} of the metrics-only runs stop at their first evaluation on claim 4's target "
-                           "(`stop_at_target`; a run that never reaches it trains its whole budget)")
+        counts = run_counts(ctx)
+        if counts["set_to_stop"]:
+            seeds_text += (f"; {counts['set_to_stop']} of the metrics-only runs are set to stop at their first "
+                           f"evaluation on claim 4's target (`stop_at_target`), and {counts['stopped']} did (a run "
+                           "that never reaches it trains its whole budget)")
     parts = [
         "## 2. Methods", "",
-        f"**Design.** {len(runs)} training runs: every (model variant, optimizer) pair of the config's grid, "
-        f"{seeds_text}. Device: `{cfg.device}`.", "",
+        f"**Design.** {count_noun(len(runs), 'training run')}: every (model variant, optimizer) pair of the config's "
+        f"grid, {seeds_text}.{_replicas_text(ctx)} Device: `{cfg.device}`.", "",
         "### 2.1 Data", md_table(datasets), "",
         "### 2.2 Models", "Vision transformers (`vit`) on images and character-level language models (`lm`) on "
         "text; Q, K, V and O are separate linear layers.", "", md_table(models), "",
@@ -182,6 +229,7 @@ def methods(ctx: ReportContext) -> str:
         "What each model trains with: the settings above overridden per model by the equal-budget tuning "
         "(`tuned` in the config; the same number of trials for every optimizer on every model, "
         "benchmarks/results/tuning.md):", "", md_table(_trained_with_table(ctx)), "",
+        *_kfac_options_text(ctx), "",
         "### 2.4 Training", "Linear warm-up then cosine decay of the learning rate to `min_lr_ratio`.", "",
         train, "",
         "### 2.5 Probes and trajectories", "Fixed probe inputs are passed through the model at log-spaced "
@@ -212,9 +260,7 @@ def limitations(ctx: ReportContext) -> str:
         "conclusions about large transformers are extrapolations.",
         f"Seeds: {' to '.join(map(str, dict.fromkeys([n_seeds[0], n_seeds[-1]])))} per configuration, so seed "
         "spreads are coarse and optimizer rankings can flip with more seeds.",
-        "Tuning: every optimizer had the same number of trials per model (lr, and lr x damping for K-FAC; "
-        "benchmarks/results/tuning.md) on one seed; an equal budget does not guarantee each is at its best, and "
-        "K-FAC's other settings (factor decay, inverse period, CG iterations) were not searched.",
+        _tuning_text(cfg),
         "Wall-clock times depend on the machine, its load and thread settings; compare them within this report only.",
         "“Brownian” is tested as an ensemble property with finitely many walkers and time points; a Brownian "
         "verdict means indistinguishable within the stated margins at this sample size, not proven.",

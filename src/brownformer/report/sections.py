@@ -12,16 +12,18 @@ from dataclasses import dataclass
 from typing import Callable
 
 from brownformer.report.context import ReportContext
+from brownformer.report.counts import run_counts, trained_optimizers
 from brownformer.report.markdown import fmt, md_table
+from brownformer.report.phrases import count_noun
 from brownformer.report.section_claims import claim_lines, claim_table, counts_by_optimizer, did_not_train_text, headline_table
 from brownformer.report.section_claims12 import markov_text, sphere_text
 from brownformer.report.section_local_slopes import claim3_reading_text
 from brownformer.report.section_optimizers import comparison_table, kfac_sentences
 from brownformer.report.section_pretrained import pretrained_text
 from brownformer.report.section_scaling import scaling_text
+from brownformer.report.section_verdicts import KEY_FIGURE
 from brownformer.results import calibration_matrix
 from brownformer.results.tables import goal_text
-from brownformer.target_stop import stopped_runs
 
 __all__ = ["Section", "SECTIONS", "abstract", "results_sections"]
 
@@ -61,7 +63,7 @@ def _calibration_text(ctx: ReportContext) -> str:
 
 
 def _overview_text(ctx: ReportContext) -> str:
-    return "The verdict of every claim on every run."
+    return f"The verdict of every claim on every run: {ctx.ref(KEY_FIGURE)}, under the verdict table at the top."
 
 
 SECTIONS: tuple[Section, ...] = (
@@ -101,7 +103,7 @@ def results_sections(ctx: ReportContext) -> list[tuple[str, list[str]]]:
         parts += claim_lines(ctx, sec.claims)
         if sec.text is not None:
             parts.append(sec.text(ctx))
-        figs = ctx.figures_of(sec.key)
+        figs = [f for f in ctx.figures_of(sec.key) if f != KEY_FIGURE]  # the key figure sits under the verdict table
         if figs and sec.text is None:
             parts.append("\nSee " + " and ".join(ctx.ref(f) for f in figs) + ".")
         out.append(("\n".join(parts), figs))
@@ -113,13 +115,22 @@ def results_sections(ctx: ReportContext) -> list[tuple[str, list[str]]]:
     return out
 
 
+def _runs_sentence(ctx: ReportContext) -> str:
+    c = run_counts(ctx)
+    text = (f"{c['grid_trained']} of the grid's {count_noun(c['grid'], 'run')} finished"
+            + (f" ({c['stopped']} of them metrics-only runs stopped at claim 4's target)" if c["stopped"] else ""))
+    if c["replicas"]:
+        text += (f", and {c['replicas_trained']} of {count_noun(c['replicas'], 'replica run')} of the training noise "
+                 f"(claims 3b and 3c): {c['jobs']} training jobs in all")
+    return text
+
+
 def abstract(ctx: ReportContext) -> str:
-    """Title and abstract: the grid, how many runs finished, every headline verdict, claim 4 in a sentence."""
-    cfg, res = ctx.cfg, ctx.results
+    """Title and abstract: what trained (from the run records), every headline verdict, claim 4 in a sentence."""
+    cfg = ctx.cfg
     runs = cfg.runs()
-    n_trained = res.metrics["run"].nunique() if not res.metrics.empty else 0
-    n_stopped = len(stopped_runs(res.metrics))
-    stopped = f" ({n_stopped} of them metrics-only runs stopped at claim 4's target)" if n_stopped else ""
+    models = list(dict.fromkeys(r.model for r in runs))
+    trained = trained_optimizers(ctx)
     t = claim_table(ctx)
     head = t[t["scope"] == "headline"]
     if head.empty:
@@ -128,14 +139,13 @@ def abstract(ctx: ReportContext) -> str:
         counts = head["verdict"].value_counts()
         verdict_text = (f"Of {len(head)} headline claims, supported: {counts.get('supported', 0)}, not supported: "
                         f"{counts.get('not supported', 0)}, inconclusive: {counts.get('inconclusive', 0)}, "
-                        f"did not train: {counts.get('did not train', 0)} ("
-                        + "; ".join(f"{c}: {v}" for c, v in zip(head["claim"], head["verdict"])) + ").")
+                        f"did not train: {counts.get('did not train', 0)} (the table below).")
     comp = comparison_table(ctx)
     kfac = " ".join(kfac_sentences(ctx, comp)) if not comp.empty else "No training metrics were available."
-    title = cfg.report.title
+    optimizers = (f"trained with {count_noun(len(trained), 'optimizer')} ({', '.join(trained)})" if trained
+                  else "with no optimizer's run trained yet")
     return "\n".join([
-        f"# {title}", "",
+        f"# {cfg.report.title}", "",
         "**Abstract.** We test the claims of “The Brownian motion in the transformer model” (arXiv 2107.05264) "
-        f"on {len(cfg.models)} model variant(s) ({', '.join(cfg.models)}) trained with {len(cfg.optimizers)} "
-        f"optimizer(s) ({', '.join(cfg.optimizers)}) over {len({r.seed for r in runs})} seed(s): {n_trained} of {len(runs)} "
-        f"runs finished{stopped}. {verdict_text} {kfac}"])
+        f"on {count_noun(len(models), 'model variant')} ({', '.join(models)}) {optimizers} over "
+        f"{count_noun(len({r.seed for r in runs}), 'seed')}: {_runs_sentence(ctx)}. {verdict_text} {kfac}"])
