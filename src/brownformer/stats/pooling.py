@@ -173,5 +173,7 @@ def seed_interval_power(n_seeds: int, sd: float, true_value: float, margin, *, c
     fail = 0.0
     for edge, sign in ((margin[1], 1.0), (margin[0], -1.0)):
         if math.isfinite(edge):
-            fail += float(sps.nct.cdf(t, df, sign * (edge - true_value) * math.sqrt(n_seeds) / sd))
+            # noncentralities past +-1e4 are clipped: the cdf there is 0 or 1 to double precision (nct returns NaN)
+            delta = float(np.clip(sign * (edge - true_value) * math.sqrt(n_seeds) / sd, -1e4, 1e4))
+            fail += float(sps.nct.cdf(t, df, delta))
     return max(0.0, 1.0 - fail)

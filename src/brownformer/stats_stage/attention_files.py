@@ -16,7 +16,8 @@ import numpy as np
 
 from brownformer.io import sha256_file
 from brownformer.stats.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
-from brownformer.stats.markov_chain import analyze_attention, attention_null_models, validate_attention
+from brownformer.stats.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
+                                            validate_attention)
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +86,9 @@ def analyze_attention_file(path: Path, stats, init: dict | None) -> dict:
                              rng=stats.seed, head_axis=_head_axis(meta)))
     if not is_init and _head_axis(meta) is not None:
         out["head_kernels"] = head_kernels(path, meta, A.shape[_head_axis(meta)])
+        if feats is not None and (out["head_kernels"] or {}).get("per_layer"):  # claim 2: fit in each head's subspace
+            out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(
+                A, feats, out["head_kernels"], head_axis=_head_axis(meta), causal=bool(out["causal"]), rng=stats.seed)
     if feats is not None:
         out["features_input"] = {"path": str(fpath), "sha256": sha256_file(fpath)}
     out["step"] = meta.get("step")

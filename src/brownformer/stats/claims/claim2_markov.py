@@ -1,35 +1,45 @@
-"""Claim 2: attention is a Markov kernel that is isotropic (vMF) and reversible.
+"""Claim 2: attention is a Markov kernel that is isotropic (vMF) and reversible, decided per head over seeds.
 
 Row-stochasticity holds by construction, so the testable content (three criteria, each with its margin):
-  - head isotropy, from the weights: per head M = W_Q^T W_K / sqrt(d_h) and iota_relative =
+  - head isotropy, from the weights: per head M = W_Q^T W_K / sqrt(d_h) (with the pre-LN gamma folded in where
+    the stage passes it: `weight_isotropy(gain=...)`, the form on the z the model computes on) and iota_relative =
     (tr M)^2 / (d_h ||M||_F^2) (stats/markov_chain.py `weight_isotropy`). rank(M) <= d_h caps the identity fraction
     (tr M)^2/(d ||M||_F^2) at d_h/d, so no head with d_h < d is isotropic on the whole sphere; iota_relative = 1
     iff the head is isotropic within its d_h-dimensional subspace (M = c P), the best a head can be. Margin
-    `head_isotropy` (lower 0.9: anisotropic logits carry at most 1/9 of the isotropic logits' variance). A
-    property of the weights, not an estimate: every head of every layer at every capture of the trained model
-    must reach it, judged on the captures of the second half of training as for claim 1 (its uncertainty is
-    over training seeds, pooled across runs); undefined when the weights
-    are stored as projections;
-  - reversibility: the detailed-balance residual ||Pi A - A^T Pi||_F / ||Pi A||_F <= min(configured
-    `reversibility_residual` ceiling, REVERSIBILITY_NULL_FRACTION x the row-shuffled null's lower bound).
-    A symmetric M makes the chain exactly reversible (pi_i ~ Z_i), so the per-head asymmetry
-    ||M - M^T||_F / ||M + M^T||_F is reported beside it. Under a causal mask token 1 is absorbing (pi = e_1):
-    reversibility is undefined, so the causal LM's claim 2 is at best inconclusive;
-  - the consequence of the isotropic kernel: the attention output's relative error when A is replaced by
-    the fitted vMF kernel, ||(A - A_vMF) U||_F / ||(A - A_mean-field) U||_F with the token positions U as
-    values (stats/kernel_fit.py `vmf_scores`), <= min(configured `vmf_output_error` ceiling,
-    OUTPUT_ERROR_NULL_FRACTION x the row-shuffled null's lower bound). The ceiling 0.5 means the isotropic
-    kernel reproduces at least 3/4 of the energy of the attention's displacement of tokens away from the mean
-    field. The head-averaged attention's own vMF fit is reported beside it.
+    `head_isotropy` (lower 0.9: anisotropic logits carry at most 1/9 of the isotropic logits' variance). Per seed
+    the worst head (min over layers and heads of its mean over the captures of the second half of training);
+    undefined when the weights are stored as projections;
+  - the isotropic kernel inside each head's subspace, judged by its consequence: per head,
+    A_h,ij ~ softmax_j(kappa <P_h u_i, P_h u_j>) with P_h the head's query/key subspace (markov_chain.py
+    `head_subspace_vmf`), and the attention output's relative error when A_h is replaced by it,
+    ||(A - A_vMF) U||_F / ||(A - A_mean-field) U||_F (token positions U as values), <= the configured
+    `vmf_output_error` ceiling 0.5 (the isotropic kernel reproduces at least 3/4 of the energy of the
+    attention's displacement of tokens away from the mean field). Where a file has no head subspaces (weights
+    missing) the whole-sphere fit stands in, labelled so, with its margin lowered to OUTPUT_ERROR_NULL_FRACTION of
+    the row-shuffled null's lower bound (that fit is not the claim's, so passing it must at least beat a null);
+  - reversibility: the detailed-balance residual r = ||Pi A - A^T Pi||_F / ||Pi A||_F <= the configured
+    `reversibility_residual` margin 0.1, fixed before the data (rule_history). Its consequence: the additive
+    reversibilisation A_rev = (A + Pi^-1 A^T Pi)/2 is the reversible chain with the same pi nearest to A, and
+    Pi (A - A_rev) = (Pi A - A^T Pi)/2, so r <= 0.1 means that replacing the attention by a reversible chain moves
+    its probability flows pi_i A_ij by at most 5% (Frobenius, relative). A symmetric M makes the chain exactly
+    reversible (pi_i ~ Z_i); the per-head asymmetry ||M - M^T||_F / ||M + M^T||_F is reported beside it. Under a
+    causal mask token 1 is absorbing (pi = e_1): reversibility is undefined, so a causal LM is at best inconclusive.
 
-Units and intervals. Attention matrices of one probe input (all layers and heads) are dependent, so each
-capture's per-matrix values are averaged per probe input, then over the captures after initialisation;
-the interval is the cluster-bootstrap t-interval over inputs (claims/common.py). The step-0 attention and
-weights are a baseline, never pooled into the estimate.
-Verdict per run: every criterion supported -> supported; any not supported -> not supported; else
-inconclusive. Calibration of the attention-level rule: applied to the row-shuffled, shuffled-key and step-0
-nulls (size: how often a null passes; 0 is required) and to the exact vMF kernel at each matrix's fitted
-kappa on the real features (power there; 1 is required). Power at the margin edge is not simulated.
+Seeds as the unit (stats/pooling.py `seed_pool`). Attention matrices of one probe input (all layers and heads)
+are dependent and all inputs of one run share its weights, so per seed (one training run) each quantity is one
+number: the mean over probe inputs of the per-input means over layers and heads, averaged over the captures
+after initialisation (the worst head for isotropy). Per configuration (model, optimizer) the t-interval over
+seeds; an interval inside its margin -> supported, entirely outside -> not supported; fewer than MIN_SEEDS seeds:
+inconclusive, "n seeds < minimum". A configuration is supported when every criterion is, not supported when one
+is not; configurations pool by intersection-union, each beside the pooled verdict (per_model). Each seed's record
+(per_run) keeps its within-seed intervals over probe inputs and its nulls as description; it never decides.
+The step-0 attention and weights are a baseline, never pooled into the estimate.
+
+Calibration. Size: the attention-level rule on the row-shuffled, shuffled-key and step-0 nulls of every seed
+(a null that passes counts against the rule). Power at a point where the claim is true but not trivially true:
+each criterion's true value halfway between its ideal (0, or 1 for isotropy) and its margin edge, the seeds'
+observed spread, at this configuration's number of seeds and at POWER_DESIGN_SEEDS (noncentral t,
+`seed_interval_power`); the positive controls (stats/positive_controls_claims12.py) simulate it end to end.
 """
 from __future__ import annotations
 
@@ -38,17 +48,24 @@ import warnings
 
 import numpy as np
 
-from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
+from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
 
-from .common import (did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none, pool_runs,
-                     unit_mean_interval)
+from ..pooling import MIN_SEEDS, seed_interval_power, seed_pool
+from ..rule_history import claim_rule_history
+from .common import (configuration_of, did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none,
+                     pool_runs, seed_unit, seed_verdict, unit_mean_interval)
 
-__all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "REVERSIBILITY_NULL_FRACTION",
-           "OUTPUT_ERROR_NULL_FRACTION"]
+__all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "OUTPUT_ERROR_NULL_FRACTION",
+           "POWER_DESIGN_SEEDS", "CRITERIA"]
 
 TITLE = "Attention is an isotropic (von Mises-Fisher) and reversible Markov kernel"
-REVERSIBILITY_NULL_FRACTION = 0.5
+#: the whole-sphere vMF fit (a stand-in where head subspaces are missing) must beat the row-shuffled null by this
 OUTPUT_ERROR_NULL_FRACTION = 0.5
+#: the seed count issue 32 asks of every deciding configuration: the power is also stated there
+POWER_DESIGN_SEEDS = 5
+#: criterion -> (margin key, which edge binds, the ideal value)
+CRITERIA = {"head_isotropy": ("head_isotropy", "lower", 1.0), "vmf_output_error": ("vmf_output_error", "upper", 0.0),
+            "reversibility": ("reversibility_residual", "upper", 0.0)}
 
 
 def per_input_values(result: dict, quantity: str) -> np.ndarray:
@@ -71,9 +88,16 @@ def _nanmean(a: np.ndarray, axis: int) -> np.ndarray:
         return np.nanmean(a, axis=axis)
 
 
-def _pooled_units(files: list[dict], quantity: str) -> np.ndarray:
-    """Per-input values averaged over captures (same probe inputs in every capture), else concatenated."""
-    arrays = [per_input_values(f, quantity) for f in files]
+def _subspace_fit(f: dict) -> dict | None:
+    """The per-head subspace vMF fit of one attention file (markov_chain.head_subspace_vmf, kept in head_kernels)."""
+    fit = (f.get("head_kernels") or {}).get("subspace_vmf")
+    return fit if (fit or {}).get("per_matrix") else None
+
+
+def _pooled_units(files: list[dict], quantity: str, *, subspace: bool = False) -> np.ndarray:
+    """Per-input values averaged over captures (same probe inputs in every capture), else concatenated; with
+    `subspace`, of the per-head subspace fit instead of the file's own per-matrix values."""
+    arrays = [per_input_values(_subspace_fit(f) if subspace else f, quantity) for f in files]
     arrays = [a for a in arrays if a.size]
     if not arrays:
         return np.array([])
@@ -95,16 +119,19 @@ def _null_bound(files: list[dict], null: str, quantity: str, side: int) -> float
     return max(bounds) if side == 1 else min(bounds)
 
 
-def _margins(trained: list[dict], stats) -> dict:
+def _margins(trained: list[dict], stats, *, subspace: bool) -> dict:
+    """The criteria's margins: the configured ones, fixed before the data; only the whole-sphere stand-in of the
+    output error is lowered to OUTPUT_ERROR_NULL_FRACTION of the row-shuffled null (module docstring)."""
     err_ceiling = tuple(stats.margins["vmf_output_error"])
-    rev_ceiling = tuple(stats.margins["reversibility_residual"])
     err_null = _null_bound(trained, "row_shuffled", "vmf_output_error", 0)
     rev_null = _null_bound(trained, "row_shuffled", "reversibility_residual", 0)
-    err_hi = min([err_ceiling[1]] + ([OUTPUT_ERROR_NULL_FRACTION * err_null] if math.isfinite(err_null) else []))
-    rev_hi = min([rev_ceiling[1]] + ([REVERSIBILITY_NULL_FRACTION * rev_null] if math.isfinite(rev_null) else []))
-    return {"vmf_output_error": (err_ceiling[0], err_hi), "reversibility_residual": (rev_ceiling[0], rev_hi),
+    err_hi = err_ceiling[1]
+    if not subspace and math.isfinite(err_null):
+        err_hi = min(err_hi, OUTPUT_ERROR_NULL_FRACTION * err_null)
+    return {"vmf_output_error": (err_ceiling[0], err_hi),
+            "reversibility_residual": tuple(stats.margins["reversibility_residual"]),
             "head_isotropy": tuple(stats.margins["head_isotropy"]),
-            "configured": {"vmf_output_error": err_ceiling, "reversibility_residual": rev_ceiling},
+            "configured": {"vmf_output_error": err_ceiling},
             "null_bounds": {"vmf_output_error_row_shuffled_lower": err_null,
                             "reversibility_residual_row_shuffled_lower": rev_null}}
 
@@ -197,78 +224,146 @@ def _head_averaged(trained: list[dict]) -> dict | None:
             "vmf_kappa_mean": float(np.mean(kap)) if kap else None} if vals else None
 
 
-def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
+def _late(files: list[dict]) -> list[dict]:
+    """Captures of the second half of training (as for claim 1)."""
+    steps = [f["step"] for f in files if f.get("step") is not None]
+    half = 0.5 * max(steps) if steps else 0.0
+    return [f for f in files if f.get("step") is None or f["step"] >= half] or files
+
+
+def _worst_head(trained: list[dict]) -> tuple[float, dict]:
+    """A seed's head isotropy: per (layer, head) the mean iota_relative over the late captures, then the minimum."""
+    cells, _, why = _head_values(_late(trained))
+    if why:
+        return math.nan, {"why_undefined": why}
+    per: dict[tuple, list] = {}
+    for v, _, layer, head in cells:
+        per.setdefault((layer, head), []).append(v)
+    means = {k: float(np.mean(v)) for k, v in per.items()}
+    (layer, head), worst = min(means.items(), key=lambda kv: kv[1])
+    return worst, {"layer": layer, "head": head, "n_heads": len(means)}
+
+
+def _seed_record(run: str, files: list[dict], stats) -> tuple[ClaimRecord, dict]:
+    """One seed's description (never a decision) and its nested estimates {criterion: value}."""
     trained = [f for f in files if f.get("step") != 0]
     baseline = [f for f in files if f.get("step") == 0]
     causal = any(f.get("causal") for f in files)
+    subspace = bool(trained) and all(_subspace_fit(f) for f in trained)
     if not trained:
-        return ClaimRecord("2", TITLE, INCONCLUSIVE, "only the step-0 attention (a baseline) was captured")
-    m = _margins(trained, stats)
-    units = _pooled_units(trained, "vmf_output_error")
-    err, err_se = unit_mean_interval(units, stats=stats, name="attention-output error of the fitted isotropic "
-                                                              "(vMF) kernel relative to the mean field "
-                                                              "(mean over probe inputs)")
-    rev, rev_se = unit_mean_interval(_pooled_units(trained, "reversibility_residual"), stats=stats,
-                                     name="detailed-balance residual (mean over probe inputs)")
+        return (ClaimRecord("2", TITLE, INCONCLUSIVE, "only the step-0 attention (a baseline) was captured"),
+                {"causal": causal, "subspace": False, "values": {}, "margins": None})
+    m = _margins(trained, stats, subspace=subspace)
+    err_units = _pooled_units(trained, "vmf_output_error", subspace=subspace)
+    err, _ = unit_mean_interval(err_units, stats=stats, name="vMF output error, this seed (over probe inputs)")
+    rev, _ = unit_mean_interval(_pooled_units(trained, "reversibility_residual"), stats=stats,
+                                name="detailed-balance residual, this seed (over probe inputs)")
+    iso, where = _worst_head(trained)
+    values = {"head_isotropy": iso, "vmf_output_error": err.value,
+              "reversibility": math.nan if causal else rev.value}
     heads = _head_criterion(trained, baseline, m["head_isotropy"])
-    v_err = equivalence_verdict(err.confidence_interval, _upper(m["vmf_output_error"]))
-    v_rev = (INCONCLUSIVE if causal else
-             equivalence_verdict(rev.confidence_interval, _upper(m["reversibility_residual"])))
-    verdict = _combine((heads["verdict"], v_err, v_rev))
-    G = units.size
-    p_err = equivalence_pvalue(err.value, err_se, _upper(m["vmf_output_error"]), df=max(G - 1, 1))
-    p_rev = (None if causal else
-             equivalence_pvalue(rev.value, rev_se, _upper(m["reversibility_residual"]), df=max(G - 1, 1)))
-    p = max(p_err, p_rev) if p_err is not None and p_rev is not None else None
     base = {}
     if baseline:
         agg = baseline[0].get("aggregate") or {}
         base = {q: (agg.get(q) or {}).get("mean") for q in ("vmf_output_error", "reversibility_residual",
                                                              "spectral_gap")}
-    head_txt = (f"head isotropy min iota/(d_h/d) {heads['estimate']:.3g} vs >= {m['head_isotropy'][0]:g}"
-                if "estimate" in heads else f"head isotropy undefined ({heads.get('why_undefined')})")
-    (err_lo, err_hi), (rev_lo, rev_hi) = err.confidence_interval, rev.confidence_interval
-    reason = (f"{head_txt} ({heads['verdict']}); vMF output error {err.value:.3g} CI [{err_lo:.3g}, "
-              f"{err_hi:.3g}] vs <= {m['vmf_output_error'][1]:.3g} ({v_err}); reversibility residual "
-              + ("undefined under a causal mask (token 1 absorbing)" if causal else
-                 f"{rev.value:.3g} CI [{rev_lo:.3g}, {rev_hi:.3g}] vs <= {m['reversibility_residual'][1]:.3g}")
-              + f" ({v_rev})")
-    criteria = {"head_isotropy": heads,
-                "vmf_output_error": {"verdict": v_err, "estimate": err.value,
-                                     "confidence_interval": list(err.confidence_interval),
-                                     "margin": list(m["vmf_output_error"]), "pvalue": p_err},
-                "reversibility": {"verdict": v_rev, "estimate": rev.value,
-                                  "confidence_interval": list(rev.confidence_interval),
-                                  "margin": list(m["reversibility_residual"]), "pvalue": p_rev,
-                                  **({"why_undefined": "causal mask: token 1 is absorbing, pi = e_1"} if causal else {})}}
+    details = {"values": {k: finite_or_none(v) for k, v in values.items()}, "worst_head": where,
+               "within_seed": {"vmf_output_error": err.to_dict(), "reversibility": rev.to_dict(),
+                               "interval_over": "probe inputs of this one seed"},
+               "head_isotropy": heads, "vmf_fit": "per head, in its subspace" if subspace else
+               "whole sphere (no head subspaces in the files: a stand-in, not the claim's per-head fit)",
+               "causal": causal, "margins": m, "n_inputs": int(err_units.size), "n_captures": len(trained),
+               "step0_baseline": base, "head_averaged": _head_averaged(trained)}
+    reason = ("one seed does not decide (seeds are the unit of inference); within this seed: head isotropy "
+              f"{_g(iso)}, vMF output error {_g(err.value)}, reversibility residual "
+              + ("undefined (causal)" if causal else _g(rev.value)))
+    rec = ClaimRecord("2", TITLE, INCONCLUSIVE, reason, details=details,
+                      calibration=_calibration(trained, baseline, m, causal, trained[0].get("shape")))
+    return rec, {"causal": causal, "subspace": subspace, "values": values, "margins": m}
+
+
+def _g(x: float) -> str:
+    return f"{x:.3g}" if math.isfinite(x) else "undefined"
+
+
+def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
+    """Power of the seed-level rule where the claim is true but not trivially: halfway to the margin edge."""
+    bound = margin[0] if edge == "lower" else margin[1]
+    true = 0.5 * (ideal + bound)
+    sd = pool.standard_error * math.sqrt(pool.n_seeds) if pool.n_seeds >= 2 else math.nan
+    one = (bound, math.inf) if edge == "lower" else (-math.inf, bound)
+    at = {n: seed_interval_power(n, sd, true, one, confidence_level=stats.confidence_level)
+          if math.isfinite(sd) else None for n in sorted({pool.n_seeds, MIN_SEEDS, POWER_DESIGN_SEEDS})}
+    return {"true_value": true, "seed_sd": finite_or_none(sd), "power_at_n_seeds": {str(k): v for k, v in at.items()},
+            "method": "noncentral t: per-seed estimates N(true value, observed seed SD^2)"}
+
+
+def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], stats) -> ClaimRecord:
+    causal = any(info["causal"] for _, info in seeds.values())
+    subspace = all(info["subspace"] for _, info in seeds.values())
+    margins = [info["margins"] for _, info in seeds.values() if info["margins"]]
+    crit, powers = {}, {}
+    for name, (key, edge, ideal) in CRITERIA.items():
+        if key == "vmf_output_error" and margins:
+            hi = min(m["vmf_output_error"][1] for m in margins)  # the strictest seed's (only the stand-in lowers it)
+            margin = (margins[0]["vmf_output_error"][0], hi)
+        else:
+            margin = tuple(stats.margins[key])
+        pool = seed_pool({s: info["values"].get(name) for s, (_, info) in seeds.items()},
+                         confidence_level=stats.confidence_level)
+        one = (margin[0], math.inf) if edge == "lower" else (-math.inf, margin[1])
+        verdict, why = seed_verdict(pool, one)
+        if name == "reversibility" and causal:
+            verdict, why = INCONCLUSIVE, "causal mask: token 1 is absorbing, pi = e_1"
+        p = (equivalence_pvalue(pool.estimate, pool.standard_error, one, df=pool.df or None)
+             if pool.decidable and verdict != INCONCLUSIVE or (pool.decidable and not causal) else None)
+        crit[name] = {"verdict": verdict, "estimate": pool.estimate, "confidence_interval":
+                      list(pool.confidence_interval), "margin": list(margin), "why": why, "pool": pool.to_dict(),
+                      "pvalue": p}
+        powers[name] = _power(pool, margin, edge, ideal, stats)
+    verdict = _combine([c["verdict"] for c in crit.values()])
+    pv = [c["pvalue"] for c in crit.values()]
+    e = crit["vmf_output_error"]
+    reason = f"{len(seeds)} seed(s); " + "; ".join(
+        f"{n.replace('_', ' ')} {_g(c['estimate'])} CI [{_g(c['confidence_interval'][0])}, "
+        f"{_g(c['confidence_interval'][1])}] vs {'>=' if CRITERIA[n][1] == 'lower' else '<='} "
+        f"{c['margin'][0 if CRITERIA[n][1] == 'lower' else 1]:.3g} ({c['verdict']}"
+        + (f": {c['why']}" if c["why"] else "") + ")" for n, c in crit.items())
+    sizes = [r.calibration["size"] for r, _ in seeds.values() if (r.calibration or {}).get("size") is not None]
+    est = Estimate("attention-output error of the isotropic (vMF) kernel "
+                   + ("in each head's subspace" if subspace else "on the whole sphere (stand-in)")
+                   + ", relative to the mean field (mean over seeds)", e["estimate"], tuple(e["confidence_interval"]),
+                   stats.confidence_level)
     return ClaimRecord(
-        "2", TITLE, verdict, reason, estimate=err, margin=m["vmf_output_error"],
-        calibration=_calibration(trained, baseline, m, causal, trained[0].get("shape")),
-        tests=[{"name": "vMF output-error equivalence (TOST)", "statistic": finite_or_none(err.value),
-                "pvalue": p_err, "rejected": None if p_err is None else bool(p_err < stats.alpha)},
-               {"name": "reversibility equivalence (TOST)", "statistic": finite_or_none(rev.value),
-                "pvalue": p_rev, "rejected": None if p_rev is None else bool(p_rev < stats.alpha)}],
-        details={"pvalue": p, "causal": causal, "margins": m, "criteria": criteria,
-                 "verdict_head_isotropy": heads["verdict"], "verdict_output_error": v_err,
-                 "verdict_reversibility": v_rev, "reversibility": rev.to_dict(), "n_inputs": G,
-                 "n_captures": len(trained), "step0_baseline": base, "head_averaged": _head_averaged(trained)})
+        "2", TITLE, verdict, reason, estimate=est, margin=tuple(e["margin"]),
+        calibration={"shape": {"n_seeds": len(seeds)}, "size": max(sizes) if sizes else None, "size_se": None,
+                     "power": powers, "n_replicates": sum(r.calibration["n_replicates"] for r, _ in seeds.values()
+                                                          if r.calibration),
+                     "method": "size: largest per-seed pass rate of the rule on its nulls; power: module docstring"},
+        tests=[{"name": f"{n} equivalence over seeds (TOST)", "statistic": finite_or_none(c["estimate"]),
+                "pvalue": c["pvalue"], "rejected": None if c["pvalue"] is None else bool(c["pvalue"] < stats.alpha)}
+               for n, c in crit.items()],
+        details={"pvalue": None if None in pv else max(pv), "causal": causal, "criteria": crit,
+                 "vmf_fit": "per head, in its subspace" if subspace else "whole sphere (stand-in)",
+                 "seeds": sorted(seeds), **{f"verdict_{n}": c["verdict"] for n, c in crit.items()}})
 
 
 def file_verdicts(result: dict, stats) -> dict:
     """A verdict per claim-2 criterion for one attention file (`stats attention`), with its margin.
 
-    Same margins as `markov_claim`, but the units are the file's matrices (a user's array carries no
+    The margins of one seed in `markov_claim` (the whole-sphere fit: a user's file carries no head subspaces), but
+    the units are the file's matrices (a user's array carries no
     grouping; each aggregate interval is the percentile bootstrap of the mean over matrices): interval inside
     the margin -> "supported", entirely outside -> "not supported", else (or undefined) "inconclusive".
     """
     agg, null = result.get("aggregate") or {}, (result.get("null_models") or {}).get("row_shuffled") or {}
     out = {}
-    for q, frac, why in (("reversibility_residual", REVERSIBILITY_NULL_FRACTION,
+    for q, frac, why in (("reversibility_residual", None,
                           "undefined under a causal mask: token 1 is absorbing (pi = e_1)"),
                          ("vmf_output_error", OUTPUT_ERROR_NULL_FRACTION, "needs --features (the token features)")):
         ceiling = tuple(stats.margins[q])
         lo_null = ((null.get(q) or {}).get("confidence_interval") or [None])[0]
-        margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None else ceiling[1])
+        margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None and frac else ceiling[1])
         a = agg.get(q) or {}
         if a.get("mean") is None:
             out[q] = {"verdict": INCONCLUSIVE, "margin": list(margin), "why_undefined": why}
@@ -289,38 +384,54 @@ def file_verdicts(result: dict, stats) -> dict:
 
 
 def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None) -> ClaimRecord:
-    """Claim 2 over every run (module docstring).
+    """Claim 2 over every configuration, seeds as the unit (module docstring).
 
     Args:
         files: [{"run", "attention": stats_stage.attention_files.analyze_attention_file output}] (with "step",
-            "null_models"; the step-0 capture is the baseline).
+            "null_models", "head_kernels" with, where the stage computed it, "subspace_vmf"
+            (markov_chain.head_subspace_vmf); the step-0 capture is the baseline).
         stats: StatsConfig (confidence_level, n_resamples, seed, alpha, margins["head_isotropy"],
             margins["vmf_output_error"], margins["reversibility_residual"]).
         excluded: run -> reason for runs that did not train.
+
+    Returns:
+        The claim's ClaimRecord: per_model one record per configuration decided on its seeds, per_run one
+        descriptive record per seed.
     """
     excluded = dict(excluded or {})
     by_run: dict[str, list] = {}
     for f in files:
         by_run.setdefault(f["run"], []).append(f["attention"])
-    per_run = {run: (did_not_train_record("2", TITLE, excluded[run]) if run in excluded
-                     else _run_record(run, fs, stats)) for run, fs in sorted(by_run.items())}
-    verdict, reason, decider = pool_runs(per_run, excluded=excluded)
-    trained = [r for r, rec in per_run.items() if r not in excluded and rec.estimate is not None]
-    pick = decider or (max(trained, key=lambda r: _key(per_run[r].estimate.value)) if trained else None)
-    pvals = [per_run[r].details.get("pvalue") for r in trained]
-    p_iut = max(pvals) if trained and all(p is not None for p in pvals) else None
-    size = [per_run[r].calibration["size"] for r in trained if (per_run[r].calibration or {}).get("size") is not None]
+    per_run, configs = {}, {}
+    for run, fs in sorted(by_run.items()):
+        if run in excluded:
+            per_run[run] = did_not_train_record("2", TITLE, excluded[run])
+            continue
+        rec, info = _seed_record(run, fs, stats)
+        per_run[run] = rec
+        config, seed = configuration_of(run)
+        configs.setdefault(config, {})[seed] = (rec, info)
+    per_model = {c: _configuration_record(c, seeds, stats) for c, seeds in sorted(configs.items())}
+    verdict, reason, decider = pool_runs(per_model, excluded={}, unit="configurations")
+    if excluded:
+        reason += f"; {len(excluded)} run(s) that did not train left out"
+    decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.value)]
+    pick = decider or (max(decided, key=lambda c: per_model[c].estimate.value) if decided else None)
+    pvals = [per_model[c].details.get("pvalue") for c in per_model]
+    p_iut = max(pvals) if per_model and all(p is not None for p in pvals) else None
+    sizes = [rec.calibration["size"] for rec in per_model.values() if (rec.calibration or {}).get("size") is not None]
     return ClaimRecord(
-        "2", TITLE, verdict, reason + (f"; deciding run {pick}" if pick else ""),
-        estimate=per_run[pick].estimate if pick else None, margin=per_run[pick].margin if pick else None,
-        calibration={"shape": "per run (see per_run)", "size": max(size) if size else None, "size_se": None,
-                     "power": {}, "n_replicates": sum(per_run[r].calibration["n_replicates"] for r in trained),
-                     "method": "largest per-run size of the rule on its nulls"} if trained else None,
-        tests=[{"name": "head isotropy, vMF output error and reversibility (intersection-union over runs)",
-                "statistic": None,
+        "2", TITLE, verdict, reason + (f"; deciding configuration {pick}" if pick else ""),
+        estimate=per_model[pick].estimate if pick else None, margin=per_model[pick].margin if pick else None,
+        calibration={"shape": "per configuration (see per_model)", "size": max(sizes) if sizes else None,
+                     "size_se": None, "power": {c: rec.calibration["power"] for c, rec in per_model.items()},
+                     "n_replicates": sum(rec.calibration["n_replicates"] for rec in per_model.values()),
+                     "method": "largest per-configuration size of the rule on its nulls; power per configuration"}
+        if per_model else None,
+        tests=[{"name": "head isotropy, vMF output error and reversibility over seeds (intersection-union over "
+                        "configurations)", "statistic": None,
                 "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
-        per_run=per_run, details={"pvalue": p_iut, "deciding_run": pick})
-
-
-def _key(x: float) -> float:
-    return x if math.isfinite(x) else -math.inf
+        per_run=per_run, per_model=per_model, seeds=seed_unit({c: len(s) for c, s in configs.items()}),
+        details={"pvalue": p_iut, "deciding_configuration": pick, "rule_history": claim_rule_history("2"),
+                 "rule": "per configuration, the t-interval over seeds of each criterion inside its margin; "
+                         "pooled: every configuration supported"})
