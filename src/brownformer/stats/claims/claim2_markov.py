@@ -413,6 +413,9 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         configs.setdefault(config, {})[seed] = (rec, info)
     per_model = {c: _configuration_record(c, seeds, stats) for c, seeds in sorted(configs.items())}
     verdict, reason, decider = pool_runs(per_model, excluded={}, unit="configurations")
+    whys = {c: next((k["why"] for k in rec.details["criteria"].values() if k["why"]), None)
+            for c, rec in per_model.items()}
+    reason += "".join(f"; {c}: {why}" for c, why in sorted(whys.items()) if why)
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
     decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.value)]
