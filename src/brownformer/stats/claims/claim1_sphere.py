@@ -149,8 +149,8 @@ def _seed_record(run: str, files: list[dict], ln: str) -> tuple[ClaimRecord, dic
                "within_seed": within, "definitional": _definitional(by_tensor["ln_raw"]), **_reported(files)}
     if ln == "pre":
         details["gauge_dependent"] = {
-            "label": "after the affine map of a pre-LN block: gamma and beta fold into the next linear maps, so "
-                     "these move with an unobservable rescaling (description only)",
+            "label": "gauge-dependent, after the affine map of a pre-LN block: gamma and beta fold into the next "
+                     "linear maps, so these move with an unobservable rescaling (description only)",
             **{q: _within_seed(by_tensor["ln_affine"], q) for q in CRITERIA}}
     rs = within.get("radius_spread_ratio") or {}
     reason = ("one seed does not decide (seeds are the unit of inference); within this seed the worst layer's "
