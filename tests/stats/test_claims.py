@@ -163,7 +163,8 @@ def _gauge(model, ln: str, rng):
                 block.mlp.fc2.weight.mul_(s)
                 block.mlp.fc2.bias.mul_(s)
                 continue
-            for norm, consumers in ((block.ln1, (block.attn.q, block.attn.k, block.attn.v)), (block.ln2, (block.mlp.fc1,))):
+            attn = block.attn
+            for norm, consumers in ((block.ln1, (attn.q, attn.k, attn.v)), (block.ln2, (block.mlp.fc1,))):
                 s = torch.as_tensor(np.exp(rng.normal(0, 1, D)) * rng.choice([-1, 1], D))
                 delta = torch.as_tensor(rng.normal(0, 1, D))
                 norm.weight.mul_(s)

@@ -20,8 +20,8 @@ from .kernel_fit import fit_vmf_kernel, head_subspace_gram, vmf_scores
 log = logging.getLogger(__name__)
 
 __all__ = ["validate_attention", "row_sum_error", "dobrushin", "chain_statistics", "fit_vmf_kernel",
-           "vmf_scores", "analyze_attention", "weight_isotropy", "head_subspace_vmf", "attention_null_models", "is_causal",
-           "QUANTITIES"]
+           "vmf_scores", "analyze_attention", "weight_isotropy", "head_subspace_vmf", "attention_null_models",
+           "is_causal", "QUANTITIES"]
 
 QUANTITIES = ("spectral_gap", "stationary_entropy", "entropy_rate", "reversibility_residual", "dobrushin",
               "doubly_stochastic_deviation")

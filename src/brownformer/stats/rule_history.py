@@ -92,8 +92,8 @@ CLAIM_RULE_HISTORY = {
          "the real shape; scope = model variants meeting the protocol (>= 8 seeds per optimizer)", "after data",
          "4e84882", "2026-11-30", "censored runs (never reaching the target) and a stated size"),
         ("targets from report.targets (a long tuned run), else the target optimizer's mean curve", "after data",
-         "cfaa345", "2026-11-30", "the target is fixed per model before the compared runs (marked after data: benchmark "
-         "runs had been seen)"),
+         "cfaa345", "2026-11-30", "the target is fixed per model before the compared runs (marked after data: "
+         "benchmark runs had been seen)"),
     ),
 }
 
@@ -104,4 +104,5 @@ def claim_rule_history(claim: str) -> list[dict]:
         return rule_history()
     if claim not in CLAIM_RULE_HISTORY:
         raise ValueError(f"no rule history for claim {claim!r}; known: 1, 2, 3a-3c, 4")
-    return [{"rule": r, "fixed": w, "commit": c, "date": d, "why": why} for r, w, c, d, why in CLAIM_RULE_HISTORY[claim]]
+    return [{"rule": r, "fixed": w, "commit": c, "date": d, "why": why}
+            for r, w, c, d, why in CLAIM_RULE_HISTORY[claim]]
