@@ -296,6 +296,9 @@ def head_subspace_vmf(A, features, head_kernels: dict, *, head_axis: int = 1, ca
         bases = rec.get("subspace_basis")
         if bases is None or len(bases) != H:
             return {"why_undefined": f"layer {l}: no subspace basis for each of {H} heads"}
+        if np.shape(bases[0])[-1] != F.shape[-1]:
+            return {"why_undefined": f"W_Q, W_K read {np.shape(bases[0])[-1]} dimensions, the features have "
+                                     f"{F.shape[-1]}"}
         for h in range(H):
             G = head_subspace_gram(F[l], np.asarray(bases[h], float))  # (B, n, n)
             sc = vmf_scores(A[l, h], F[l], causal=causal, gram=G)

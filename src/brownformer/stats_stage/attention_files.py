@@ -39,11 +39,24 @@ def _head_axis(meta: dict) -> int | None:
     return axes.index("head") if "head" in axes else None
 
 
+def _pre_ln_gains(path: Path, captures: list) -> np.ndarray | None:
+    """(L, d) LN1 gains of a pre-LN capture, recovered from the run's depth/ln_c<k>, lnaff_c<k> pair (claim 2 folds
+    them into W_Q^T W_K: stats/claims/claim1_sphere.py, the gauge); None for other placements or missing files."""
+    from brownformer.stats.sphere_fit import affine_map_fit
+    depth = path.parent.parent / "depth"
+    raw, aff = (depth / f"{stem}_c{captures[0]}.npy" for stem in ("ln", "lnaff")) if len(captures) == 1 else (None,) * 2
+    if raw is None or not (raw.exists() and aff.exists()) or _read_sidecar(raw).get("ln") != "pre":
+        return None
+    return np.asarray(affine_map_fit(np.load(raw), np.load(aff))["gamma"], float)
+
+
 def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
     """Per layer, `weight_isotropy` of W_Q, W_K at this attention file's capture, read from the run's
-    weights/l<l>_<q|k>.npy trajectories (unprojected only); None when they are missing or projected."""
+    weights/l<l>_<q|k>.npy trajectories (unprojected only), with a pre-LN block's gamma folded in; None when they
+    are missing or projected."""
     from brownformer.stats.markov_chain import weight_isotropy
     captures = (meta.get("source") or {}).get("captures") or []
+    gains = _pre_ln_gains(path, captures)
     wdir = path.parent.parent / "weights"
     if len(captures) != 1 or not wdir.is_dir():
         return None
@@ -62,7 +75,7 @@ def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
             return None
         Wq, Wk = np.load(q, mmap_mode="r")[i], np.load(k, mmap_mode="r")[i]
         try:
-            out.append(weight_isotropy(Wq, Wk, n_heads))
+            out.append(weight_isotropy(Wq, Wk, n_heads, gain=None if gains is None else gains[layer]))
         except ValueError as exc:  # weights that do not split into the attention's heads: say so, keep the rest
             return {"why_undefined": str(exc)}
     return {"per_layer": out, "source": "weights/l<l>_<q|k>.npy at capture " + str(captures[0])} if out else None
