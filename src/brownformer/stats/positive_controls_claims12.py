@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from brownformer.config import StatsConfig
+from brownformer.config import DEFAULT_STATS, StatsConfig
 from brownformer.verdicts import NOT_SUPPORTED, SUPPORTED
 
 from .attention_capture import _exact_vmf_alternative
@@ -92,7 +92,7 @@ def _sphere_files(run: str, rng, *, ln: str, gamma, beta, stats) -> list[dict]:
     return out
 
 
-def claim1_controls(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, rng=0) -> list[ControlResult]:
+def claim1_controls(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, rng=DEFAULT_STATS.seed) -> list[ControlResult]:
     """Claim 1's controls (module docstring)."""
     rng = np.random.default_rng(rng)
     cases = [("identity affine map, pre-LN", "positive", SUPPORTED, "pre", lambda: (1.0, 0.0)),
@@ -149,7 +149,7 @@ def _claim2_study(rng, stats, n_seeds: int, *, tied: bool, eps: float):
     return markov_claim(files, stats)
 
 
-def claim2_controls(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, rng=0) -> list[ControlResult]:
+def claim2_controls(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, rng=DEFAULT_STATS.seed) -> list[ControlResult]:
     """Claim 2's positive (tied isotropic heads) and negative (random heads) controls."""
     rng = np.random.default_rng(rng)
     out = []
@@ -161,7 +161,7 @@ def claim2_controls(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, rng=0) -> l
     return out
 
 
-def claim2_power(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, n_studies: int = 8, rng=0,
+def claim2_power(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, n_studies: int = 8, rng=DEFAULT_STATS.seed,
                  goal: float = 0.8) -> ControlResult:
     """Fraction of `n_studies` simulated studies at the power point (POWER_POINT_EPS) that claim 2 calls supported."""
     rng = np.random.default_rng(rng)
@@ -175,7 +175,7 @@ def claim2_power(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, n_studies: int
 
 
 def positive_controls_claims12(stats: StatsConfig | None = None, *, n_seeds: int = MIN_SEEDS, n_studies: int = 8,
-                               rng=0) -> list[ControlResult]:
+                               rng=DEFAULT_STATS.seed) -> list[ControlResult]:
     """Every claim-1 and claim-2 control and claim 2's power (over `n_studies` simulated studies), for the report's
     appendix ("can the rules say yes?")."""
     stats = stats or StatsConfig(n_resamples=199)
