@@ -78,3 +78,14 @@ def test_claim1_interval_includes_seed_to_seed_variation_of_beta():
     assert within[1] - within[0] < 1e-6 < crit["confidence_interval"][1] - crit["confidence_interval"][0]
     assert crit["verdict"] == "inconclusive"  # upper bound past 0.25: seed-to-seed variation decides
     assert rec.seeds.n_seeds == {"vit-post__adamw": 4} and "inside each seed" in rec.seeds.nesting
+
+
+def test_configuration_pools_group_runs_and_replica_sets_by_configuration():
+    from brownformer.stats.claims.common import configuration_of, configuration_pools
+    values = {"vit-pre__adamw__s0": 1.0, "vit-pre__adamw__s1": 1.2, "vit-pre__adamw__s2__replicas": 0.8,
+              "vit-post__sgd__s0": 3.0, "my-model": 2.0}
+    pools = configuration_pools(values, confidence_level=0.95)
+    assert set(pools) == {"vit-pre__adamw", "vit-post__sgd", "my-model"}
+    assert pools["vit-pre__adamw"].n_seeds == 3 and pools["vit-pre__adamw"].estimate == pytest.approx(1.0)
+    assert not pools["vit-post__sgd"].decidable and not pools["my-model"].decidable
+    assert configuration_of("vit-pre__adamw__s2__replicas") == ("vit-pre__adamw", "s2")
