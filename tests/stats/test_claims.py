@@ -219,12 +219,20 @@ def _softmax(S):
     return E / E.sum(-1, keepdims=True)
 
 
-def _attention_result(M, step, rng, L=1, H=2, n=10, d=6, heads=None):
-    """analyze_attention output with its nulls for logits u_i^T M u_j, shapes (L, H, B, n, n); `heads`:
-    (W_Q, W_K) whose per-head kernels (and the fit in each head's subspace) are attached as head_kernels."""
+def _attention_result(M, step, rng, L=1, H=2, n=10, d=6, heads=None, scale=3.0):
+    """analyze_attention output with its nulls, shapes (L, H, B, n, n): every head's logits u_i^T M u_j, or with
+    `heads` = (W_Q, W_K) each head's own, scale (W_Q,h u_i).(W_K,h u_j), as the model computes them; the heads'
+    kernels and the fit in each head's subspace are then attached as head_kernels (as the stage does)."""
+    from brownformer.stats.markov_chain import head_subspace_vmf
     U = rng.standard_normal((L, B_INPUTS, n, d))
     U /= np.linalg.norm(U, axis=-1, keepdims=True)
-    A = _softmax(np.broadcast_to(np.einsum("lbid,de,lbje->lbij", U, M, U)[:, None], (L, H, B_INPUTS, n, n)))
+    if heads is None:
+        S = np.broadcast_to(np.einsum("lbid,de,lbje->lbij", U, M, U)[:, None], (L, H, B_INPUTS, n, n))
+    else:
+        dh = d // H
+        S = scale * np.stack([np.einsum("lbid,ed,ef,lbjf->lbij", U, heads[0][h * dh:(h + 1) * dh],
+                                        heads[1][h * dh:(h + 1) * dh], U) for h in range(H)], 1)
+    A = _softmax(S)
     out = analyze_attention(A, features=U, rng=0, head_axis=1)
     out["step"] = step
     out["null_models"] = attention_null_models(A, features=U, rng=1)
@@ -232,6 +240,7 @@ def _attention_result(M, step, rng, L=1, H=2, n=10, d=6, heads=None):
     out["null_models"]["vmf_exact"] = _exact_vmf_alternative(F, np.array(out["per_matrix"]["vmf_kappa"]), STATS)
     if heads is not None:
         out["head_kernels"] = {"per_layer": [weight_isotropy(*heads, n_heads=H)] * L}
+        out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(A, U, out["head_kernels"])
     return out
 
 
@@ -263,7 +272,7 @@ def test_markov_claim_rule_over_seeds_and_step0_baseline():
     run = rec.per_run["vit-pre__adamw__s0"]
     assert run.verdict == "inconclusive" and run.details["n_inputs"] == B_INPUTS
     assert run.details["head_isotropy"]["rank_bound"] == pytest.approx(0.5)
-    assert run.details["head_averaged"]["vmf_output_error_mean"] < 1e-6
+    assert run.details["whole_sphere_fit"]["value"] > 0.1  # one kappa on the whole sphere cannot fit such heads
     assert run.calibration["size"] == 0.0  # no null passes the rule
     assert run.calibration["power"]["exact_vmf_kernel"] == 1.0
     assert set(conf.calibration["power"]) == {"head_isotropy", "vmf_output_error", "reversibility"}
@@ -278,14 +287,13 @@ def test_markov_claim_rule_over_seeds_and_step0_baseline():
 
 
 def test_markov_claim_fails_on_an_isotropic_attention_from_anisotropic_heads():
-    """A random rank-2 head fails head isotropy even where the attention itself is isotropic."""
+    """Random rank-2 heads fail head isotropy (and their kernels are no isotropic fit in their subspaces)."""
     rng = np.random.default_rng(5)
     Wq, Wk = np.zeros((6, 6)), np.zeros((6, 6))
     Wq[:2], Wk[:2] = rng.standard_normal((2, 6)), rng.standard_normal((2, 6))  # head 0: rank 2, random
     Wq[3:5], Wk[3:5] = rng.standard_normal((2, 6)), rng.standard_normal((2, 6))
-    files = _runs("r__adamw", lambda s: _attention_result(6.0 * np.eye(6), s, rng, heads=(Wq, Wk)))
+    files = _runs("r__adamw", lambda s: _attention_result(None, s, rng, heads=(Wq, Wk)))
     conf = markov_claim(files, STATS).per_model["r__adamw"]
-    assert conf.details["verdict_vmf_output_error"] == "supported"
     assert conf.details["verdict_head_isotropy"] == "not supported" and conf.verdict == "not supported"
 
 
@@ -294,7 +302,8 @@ def test_markov_claim_without_weights_is_inconclusive_not_supported():
     files = _runs("r__adamw", lambda s: _attention_result(6.0 * np.eye(6), s, rng))
     conf = markov_claim(files, STATS).per_model["r__adamw"]
     assert conf.details["verdict_head_isotropy"] == "inconclusive" and conf.verdict == "inconclusive"
-    assert "whole sphere" in conf.details["vmf_fit"]  # no head subspaces: the stand-in fit, labelled
+    assert conf.details["verdict_vmf_output_error"] == "inconclusive"  # no fit in each head's subspace: undefined
+    assert "head's subspace" in conf.details["criteria"]["vmf_output_error"]["why"]
 
 
 # ---------- claim 4 ----------
@@ -359,15 +368,44 @@ def test_optimizer_claim_target_from_the_baseline_runs_when_not_configured():
     assert "no fixed target in the config" in rec.per_model["vit-pre"].reason
 
 
-def test_markov_margins_are_fixed_except_the_whole_sphere_stand_in():
-    """The reversibility margin is the configured one whatever the nulls read (fixed before the data); only the
-    whole-sphere vMF stand-in is lowered to OUTPUT_ERROR_NULL_FRACTION of the row-shuffled null's lower bound."""
+def test_markov_margins_are_fixed_before_the_data():
+    """Whatever the nulls read, claim 2's margins are the configured ones (the null's bounds are only reported);
+    `stats attention` on a user's array still lowers its whole-sphere output-error margin below the null."""
     import copy
-    from brownformer.stats.claims.claim2_markov import OUTPUT_ERROR_NULL_FRACTION
+    from brownformer.stats.claims.claim2_markov import OUTPUT_ERROR_NULL_FRACTION, file_verdicts
     rng = np.random.default_rng(5)
-    res = copy.deepcopy(_attention_result(6.0 * np.eye(6), 100, rng))
+    res = copy.deepcopy(_attention_result(6.0 * np.eye(6), 100, rng, heads=_subspace_heads()))
     res["null_models"]["row_shuffled"]["vmf_output_error"]["confidence_interval"] = [0.6, 0.93]
     res["null_models"]["row_shuffled"]["reversibility_residual"]["confidence_interval"] = [0.08, 0.2]
     run = markov_claim([{"run": "vit-pre__adamw__s0", "attention": res}], STATS).per_run["vit-pre__adamw__s0"]
-    assert run.details["margins"]["vmf_output_error"][1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
-    assert run.details["margins"]["reversibility_residual"] == tuple(STATS.margins["reversibility_residual"])
+    m = run.details["margins"]
+    assert m["vmf_output_error"] == tuple(STATS.margins["vmf_output_error"])
+    assert m["reversibility_residual"] == tuple(STATS.margins["reversibility_residual"])
+    assert m["null_bounds"]["reversibility_residual_row_shuffled_lower"] == 0.08
+    cli = file_verdicts(res, STATS)
+    assert cli["vmf_output_error"]["margin"][1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
+    assert cli["reversibility_residual"]["margin"] == list(STATS.margins["reversibility_residual"])
+
+
+def test_the_whole_sphere_fit_never_decides_when_heads_are_narrower_than_the_model():
+    """Heads isotropic in their subspaces (d_h < d) fail a whole-sphere fit: without the per-head fit the criterion
+    is undefined, not "not supported"; with it, supported."""
+    from brownformer.stats.markov_chain import head_subspace_vmf
+    rng = np.random.default_rng(8)
+    d, H, n = 6, 2, 10
+
+    def capture(step, with_fit):
+        U = rng.standard_normal((1, B_INPUTS, n, d))
+        U /= np.linalg.norm(U, axis=-1, keepdims=True)
+        S = np.stack([4 * np.einsum("lbid,lbjd->lbij", U[..., h * 3:(h + 1) * 3], U[..., h * 3:(h + 1) * 3])
+                      for h in range(H)], 1)  # head h: c <P_h u_i, P_h u_j>, P_h its 3 coordinates
+        out = analyze_attention(_softmax(S), features=U, rng=0, head_axis=1)
+        out.update(step=step, null_models=attention_null_models(_softmax(S), features=U, rng=1))
+        out["head_kernels"] = {"per_layer": [weight_isotropy(*_subspace_heads(), n_heads=H)]}
+        if with_fit:
+            out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(_softmax(S), U, out["head_kernels"])
+        return out
+
+    for with_fit, want in ((False, "inconclusive"), (True, "supported")):
+        conf = markov_claim(_runs("vit-pre__adamw", lambda s: capture(s, with_fit)), STATS).per_model["vit-pre__adamw"]
+        assert conf.details["verdict_vmf_output_error"] == want, conf.reason

@@ -74,8 +74,8 @@ CLAIM_RULE_HISTORY = {
          "after data", "3a46038", "2026-11-30", "a kernel criterion with a consequence (the attention output)"),
         ("reversibility and output-error margins lowered to half the row-shuffled null's lower bound",
          "after data", "9fddd29 / 3a46038", "2026-11-30",
-         "the lowering of the reversibility margin was removed on 2026-12-01 (issue 30): a data-set margin; the "
-         "output-error lowering stays (it only makes passing harder)"),
+         "both removed from claim 2 on 2026-12-01 (issue 30): margins set from the data; kept only for `stats "
+         "attention` on a user's array (whole-sphere fit, no heads)"),
         ("per head: head isotropy and the vMF fit inside each head's d_h-dimensional query/key subspace (from "
          "W_Q^T W_K)", "after data", "issue 30", "2026-12-01",
          "with d_h < d one kappa on the whole sphere cannot fit any head"),

@@ -14,9 +14,9 @@ Row-stochasticity holds by construction, so the testable content (three criteria
     `head_subspace_vmf`), and the attention output's relative error when A_h is replaced by it,
     ||(A - A_vMF) U||_F / ||(A - A_mean-field) U||_F (token positions U as values), <= the configured
     `vmf_output_error` ceiling 0.5 (the isotropic kernel reproduces at least 3/4 of the energy of the
-    attention's displacement of tokens away from the mean field). Where a file has no head subspaces (weights
-    missing) the whole-sphere fit stands in, labelled so, with its margin lowered to OUTPUT_ERROR_NULL_FRACTION of
-    the row-shuffled null's lower bound (that fit is not the claim's, so passing it must at least beat a null);
+    attention's displacement of tokens away from the mean field). Where the files have no fit in each head's
+    subspace (weights missing or projected) the criterion is undefined (inconclusive), unless every head spans the
+    whole space (d_h = d), where the whole-sphere fit is the head's; the whole-sphere fit is reported beside it;
   - reversibility: the detailed-balance residual r = ||Pi A - A^T Pi||_F / ||Pi A||_F <= the configured
     `reversibility_residual` margin 0.1, fixed before the data (rule_history). Its consequence: the additive
     reversibilisation A_rev = (A + Pi^-1 A^T Pi)/2 is the reversible chain with the same pi nearest to A, and
@@ -49,13 +49,16 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 
 from ..pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from ..rule_history import claim_rule_history
-from .claim2_seed import (OUTPUT_ERROR_NULL_FRACTION, TITLE, combine, fmt_value, per_input_values, seed_record,
-                          upper_margin)
+from .claim2_seed import TITLE, combine, fmt_value, per_input_values, seed_record, upper_margin
 from .common import (configuration_of, did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none,
                      pool_runs, seed_unit, seed_verdict)
 
 __all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "OUTPUT_ERROR_NULL_FRACTION",
            "POWER_DESIGN_SEEDS", "CRITERIA"]
+
+#: `stats attention` on a user's array (no heads, no seeds): the whole-sphere vMF fit must also beat the
+#: row-shuffled null by this factor, so that passing it means more than a random Markov matrix would
+OUTPUT_ERROR_NULL_FRACTION = 0.5
 
 #: the seed count issue 32 asks of every deciding configuration: the power is also stated there
 POWER_DESIGN_SEEDS = 5
@@ -78,23 +81,22 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
 
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], stats) -> ClaimRecord:
     causal = any(info["causal"] for _, info in seeds.values())
-    subspace = all(info["subspace"] for _, info in seeds.values())
-    margins = [info["margins"] for _, info in seeds.values() if info["margins"]]
+    fits = sorted({info["fit"] for _, info in seeds.values() if info["fit"]})
     crit, powers = {}, {}
     for name, (key, edge, ideal) in CRITERIA.items():
-        if key == "vmf_output_error" and margins:
-            hi = min(m["vmf_output_error"][1] for m in margins)  # the strictest seed's (only the stand-in lowers it)
-            margin = (margins[0]["vmf_output_error"][0], hi)
-        else:
-            margin = tuple(stats.margins[key])
+        margin = tuple(stats.margins[key])
         pool = seed_pool({s: info["values"].get(name) for s, (_, info) in seeds.items()},
                          confidence_level=stats.confidence_level)
         one = (margin[0], math.inf) if edge == "lower" else (-math.inf, margin[1])
         verdict, why = seed_verdict(pool, one)
-        if name == "reversibility" and causal:
+        undefined = name == "reversibility" and causal
+        if undefined:
             verdict, why = INCONCLUSIVE, "causal mask: token 1 is absorbing, pi = e_1"
-        p = (equivalence_pvalue(pool.estimate, pool.standard_error, one, df=pool.df or None)
-             if pool.decidable and verdict != INCONCLUSIVE or (pool.decidable and not causal) else None)
+        elif pool.n_seeds == 0:
+            why = "undefined in every seed" + "".join(
+                f" ({w})" for w in sorted({info["why"].get(name) for _, info in seeds.values()} - {None}))
+        p = (None if undefined or not pool.decidable else
+             equivalence_pvalue(pool.estimate, pool.standard_error, one, df=pool.df or None))
         crit[name] = {"verdict": verdict, "estimate": pool.estimate, "confidence_interval":
                       list(pool.confidence_interval), "margin": list(margin), "why": why, "pool": pool.to_dict(),
                       "pvalue": p}
@@ -109,7 +111,7 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]
         + (f": {c['why']}" if c["why"] else "") + ")" for n, c in crit.items())
     sizes = [r.calibration["size"] for r, _ in seeds.values() if (r.calibration or {}).get("size") is not None]
     est = Estimate("attention-output error of the isotropic (vMF) kernel "
-                   + ("in each head's subspace" if subspace else "on the whole sphere (stand-in)")
+                   + (f"({', '.join(fits)})" if fits else "(undefined: no fit in each head's subspace)")
                    + ", relative to the mean field (mean over seeds)", e["estimate"], tuple(e["confidence_interval"]),
                    stats.confidence_level)
     return ClaimRecord(
@@ -122,15 +124,16 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]
                 "pvalue": c["pvalue"], "rejected": None if c["pvalue"] is None else bool(c["pvalue"] < stats.alpha)}
                for n, c in crit.items()],
         details={"pvalue": None if None in pv else max(pv), "causal": causal, "criteria": crit,
-                 "vmf_fit": "per head, in its subspace" if subspace else "whole sphere (stand-in)",
+                 "vmf_fit": fits,
                  "seeds": sorted(seeds), **{f"verdict_{n}": c["verdict"] for n, c in crit.items()}})
 
 
 def file_verdicts(result: dict, stats) -> dict:
     """A verdict per claim-2 criterion for one attention file (`stats attention`), with its margin.
 
-    The margins of one seed in `markov_claim` (the whole-sphere fit: a user's file carries no head subspaces), but
-    the units are the file's matrices (a user's array carries no
+    The configured margins of `markov_claim`, on the whole-sphere fit (a user's file carries no head subspaces), whose
+    output-error margin is also lowered to OUTPUT_ERROR_NULL_FRACTION of the row-shuffled null's lower bound; the
+    units are the file's matrices (a user's array carries no
     grouping; each aggregate interval is the percentile bootstrap of the mean over matrices): interval inside
     the margin -> "supported", entirely outside -> "not supported", else (or undefined) "inconclusive".
     """
