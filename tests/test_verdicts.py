@@ -44,3 +44,15 @@ def test_a_file_of_another_schema_is_refused(tmp_path):
     path.write_text(json.dumps({**_file().to_dict(), "schema": SCHEMA_VERSION - 1}))
     with pytest.raises(ValueError, match=rf"schema {SCHEMA_VERSION - 1}.*reads {SCHEMA_VERSION}"):
         read_claims(path)
+
+
+def test_seed_unit_round_trips_and_names_the_decided_configurations(tmp_path):
+    from brownformer.verdicts import SeedUnit
+    seeds = SeedUnit({"vit-pre__adamw": 5, "lm-pre__adamw": 1}, 3, "inputs averaged inside each seed", "t over seeds")
+    rec = ClaimRecord("1", "t", "inconclusive", "r", seeds=seeds)
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps(ClaimsFile({"1": rec}).to_dict()))
+    back = read_claims(path).claims["1"].seeds
+    assert back == seeds and back.decided == ["vit-pre__adamw"]
+    assert json.loads(path.read_text())["claims"]["1"]["seeds"]["decided"] == ["vit-pre__adamw"]
+    assert ClaimRecord.from_dict({"verdict": "supported"}).seeds is None  # optional: older writers omit it

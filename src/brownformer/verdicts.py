@@ -18,8 +18,18 @@ Each ClaimRecord::
      "tests": [{"name", "statistic", "pvalue", "rejected"}],
      "per_run": {run_id: ClaimRecord without per_run/per_optimizer},
      "per_optimizer": {optimizer: ClaimRecord without per_run/per_optimizer},
-     "per_model": {model variant: ClaimRecord} (claim 4: one verdict per model variant),
+     "per_model": {model variant: ClaimRecord} (claim 4: one verdict per model variant; claims 1 and 2: one per
+                   training configuration "<model>__<optimizer>", decided on its seeds, beside the pooled verdict),
+     "seeds": SeedUnit | null,                   # how many seeds the headline interval is over, and the nesting
      "details": {...free-form, claim-specific...}}
+
+SeedUnit (issue 32: seeds are the unit of inference)::
+
+    {"unit": "training run (seed)", "n_seeds": {configuration: seeds pooled}, "min_seeds": int,
+     "nesting": "what was averaged inside a seed, and the interval over seeds", "interval": "method",
+     "decided": [configurations with at least min_seeds seeds]}
+
+A configuration with fewer than min_seeds seeds is "inconclusive" with the reason "n seeds < minimum".
 
 A verdict is never anything but the four strings in VERDICTS; `read_claims` rejects anything else
 with a ValueError naming the claim, instead of guessing what "yes" or "pass" meant.
@@ -38,7 +48,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 __all__ = ["VERDICTS", "Verdict", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
-           "Estimate", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
+           "Estimate", "SeedUnit", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 3
 #: schema 2's spellings, refused anywhere in a record
@@ -87,6 +97,32 @@ class Estimate:
 
 
 @dataclass(frozen=True)
+class SeedUnit:
+    """How a claim's headline interval treats seeds: how many per configuration, the minimum, and the nesting."""
+    n_seeds: dict[str, int]
+    min_seeds: int
+    nesting: str
+    interval: str
+    unit: str = "training run (seed)"
+
+    @property
+    def decided(self) -> list[str]:
+        """The configurations with enough seeds to decide."""
+        return sorted(k for k, n in self.n_seeds.items() if n >= self.min_seeds)
+
+    @classmethod
+    def from_dict(cls, d: dict | None) -> SeedUnit | None:
+        if not d:
+            return None
+        return cls({str(k): int(v) for k, v in (d.get("n_seeds") or {}).items()}, int(d.get("min_seeds", 0)),
+                   str(d.get("nesting", "")), str(d.get("interval", "")), str(d.get("unit", "training run (seed)")))
+
+    def to_dict(self) -> dict:
+        return {"unit": self.unit, "n_seeds": dict(self.n_seeds), "min_seeds": self.min_seeds,
+                "nesting": self.nesting, "interval": self.interval, "decided": self.decided}
+
+
+@dataclass(frozen=True)
 class ClaimRecord:
     """One verdict: a headline claim, or the same claim on one run or one optimizer."""
     claim: str
@@ -102,6 +138,7 @@ class ClaimRecord:
     per_optimizer: dict[str, ClaimRecord] = field(default_factory=dict)
     per_model: dict[str, ClaimRecord] = field(default_factory=dict)
     details: dict = field(default_factory=dict)
+    seeds: SeedUnit | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
@@ -128,7 +165,7 @@ class ClaimRecord:
             per_optimizer={k: cls.from_dict(v, claim=cid, title=ttl)
                            for k, v in (d.get("per_optimizer") or {}).items()},
             per_model={k: cls.from_dict(v, claim=cid, title=ttl) for k, v in (d.get("per_model") or {}).items()},
-            details=dict(d.get("details") or {}))
+            details=dict(d.get("details") or {}), seeds=SeedUnit.from_dict(d.get("seeds")))
 
     def to_dict(self) -> dict:
         return {"claim": self.claim, "title": self.title, "verdict": self.verdict, "reason": self.reason,
@@ -138,7 +175,7 @@ class ClaimRecord:
                 "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
                 "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
                 "per_model": {k: v.to_dict() for k, v in self.per_model.items()},
-                "details": self.details}
+                "seeds": self.seeds.to_dict() if self.seeds else None, "details": self.details}
 
 
 @dataclass(frozen=True)

@@ -221,3 +221,70 @@ def test_batched_kappa_equals_scalar_minimisation():
                                        method="bounded", options={"xatol": 1e-9})
         assert fit["kappa"][k] == pytest.approx(ref.x, abs=1e-5)
         assert fit["kl"][k] == pytest.approx(ref.fun, abs=1e-10)
+
+
+# ---------- claim 2 per head: the subspace fit, the gauge, the reversibility margin's consequence ----------
+
+def _head_attention(Wq, Wk, U, H, scale=4.0):
+    """(1, H, B, n, n) attention of heads reading unit tokens U (1, B, n, d) with (W_Q, W_K) row blocks."""
+    dh = Wq.shape[0] // H
+    S = np.stack([np.einsum("lbid,ed,ef,lbjf->lbij", U, Wq[h * dh:(h + 1) * dh], Wk[h * dh:(h + 1) * dh], U)
+                  for h in range(H)], 1) * scale
+    A = np.exp(S - S.max(-1, keepdims=True))
+    return A / A.sum(-1, keepdims=True)
+
+
+def test_heads_isotropic_in_their_subspace_fit_exactly_there_and_not_on_the_whole_sphere():
+    """W_Q = W_K = c x (the head's block of the identity), rotated: each head attends exactly as
+    softmax(kappa <P u_i, P u_j>), so the fit in its subspace has zero output error; one kappa on the whole sphere
+    cannot reproduce it (d_h < d)."""
+    from brownformer.stats.markov_chain import head_subspace_vmf
+    rng = np.random.default_rng(0)
+    d, H = 8, 2
+    Q, _ = np.linalg.qr(rng.standard_normal((d, d)))  # heads in a rotated frame: the subspaces are not coordinates
+    W = 2.0 * Q.T
+    U = rng.standard_normal((1, 8, 10, d))
+    U /= np.linalg.norm(U, axis=-1, keepdims=True)
+    A = _head_attention(W, W, U, H)
+    hk = {"per_layer": [weight_isotropy(W, W, H)]}
+    sub = head_subspace_vmf(A, U, hk, head_axis=1)
+    whole = analyze_attention(A, features=U, head_axis=1)
+    assert sub["aggregate"]["vmf_output_error"]["mean"] < 1e-6
+    assert whole["aggregate"]["vmf_output_error"]["mean"] > 0.3
+    assert np.allclose(hk["per_layer"][0]["identity_fraction_relative"], 1.0)
+    assert head_subspace_vmf(A, U, {"per_layer": []})["why_undefined"]
+
+
+def test_folded_gain_makes_head_isotropy_gauge_invariant():
+    """M on z = diag(gamma) W_Q^T W_K diag(gamma): unchanged by gamma -> s gamma, W -> W diag(1/s); the unfolded
+    form moves."""
+    rng = np.random.default_rng(1)
+    d, H = 8, 2
+    Wq, Wk, gamma = rng.standard_normal((d, d)), rng.standard_normal((d, d)), np.exp(rng.normal(0, 1, d))
+    s = np.exp(rng.normal(0, 1, d)) * rng.choice([-1, 1], d)
+    a = weight_isotropy(Wq, Wk, H, gain=gamma)
+    b = weight_isotropy(Wq / s, Wk / s, H, gain=gamma * s)
+    assert np.allclose(a["identity_fraction_relative"], b["identity_fraction_relative"], rtol=1e-10)
+    assert not np.allclose(weight_isotropy(Wq, Wk, H)["identity_fraction_relative"],
+                           weight_isotropy(Wq / s, Wk / s, H)["identity_fraction_relative"])
+    with pytest.raises(ValueError, match="gain has"):
+        weight_isotropy(Wq, Wk, H, gain=np.ones(d + 1))
+
+
+def test_reversibility_margin_bounds_the_flow_change_to_the_nearest_reversible_chain():
+    """The additive reversibilisation A_rev = (A + Pi^-1 A^T Pi)/2 is reversible with the same pi, and
+    ||Pi (A - A_rev)||_F / ||Pi A||_F = r / 2 for the detailed-balance residual r (claim2_markov's margin)."""
+    rng = np.random.default_rng(2)
+    S = rng.standard_normal((6, 6)) * 2
+    A = np.exp(S) / np.exp(S).sum(-1, keepdims=True)
+    r = chain_statistics(A[None])["reversibility_residual"][0]
+    w, V = np.linalg.eig(A.T)
+    pi = np.abs(V[:, np.argmin(np.abs(w - 1))].real)
+    pi /= pi.sum()
+    A_rev = (A + (A.T * pi[None, :]) / pi[:, None]) / 2
+    assert np.allclose(A_rev.sum(-1), 1) and np.allclose(pi @ A_rev, pi)
+    flow = pi[:, None] * A_rev
+    assert np.allclose(flow, flow.T)  # detailed balance
+    change = np.linalg.norm(pi[:, None] * (A - A_rev)) / np.linalg.norm(pi[:, None] * A)
+    assert change == pytest.approx(r / 2, rel=1e-10)
+    assert chain_statistics(A_rev[None])["reversibility_residual"][0] < 1e-10

@@ -41,11 +41,12 @@ def _num(x) -> float:
 
 
 def criteria_table(ctx: ReportContext, claim_id: str) -> pd.DataFrame:
-    """run | criterion | estimate (CI) | margin | verdict, for every run record of one claim."""
+    """run | criterion | estimate (CI) | margin | verdict, for every configuration record of one claim (decided over
+    its seeds; the per-seed records are description), else every run record."""
     claims = ctx.results.claims
     rec = claims.claims.get(claim_id) if claims else None
     rows = []
-    for run, sub in sorted((rec.per_run if rec else {}).items()):
+    for run, sub in sorted(((rec.per_model or rec.per_run) if rec else {}).items()):
         for name, c in (sub.details.get("criteria") or {}).items():
             ci = c.get("confidence_interval") or [None, None]
             est = _num(c.get("estimate"))
@@ -66,9 +67,10 @@ def sphere_text(ctx: ReportContext) -> str:
     """Claim 1: the definitional check named as such, then the criteria per run."""
     intro = ("Before the affine map every LayerNorm output lies on the sphere of radius √d in the hyperplane "
              "Σz = 0 by definition (whenever a token's variance exceeds ~50 ε): checked, not evidence. The claim is "
-             "decided after the affine map, on what the next layer reads: the spread of token radii about the "
-             "LayerNorm's centre β relative to a Gaussian cloud of the same covariance, and the distance of β from "
-             "the origin; every (capture, layer) of the second half of training must be inside both margins "
+             "decided on what the model computes: in a pre-LN block γ and β fold into the next linear maps (a gauge), "
+             "so on z itself; in a post-LN block after the affine map, on the spread of token radii about the "
+             "centre β relative to a Gaussian cloud of the same covariance, and the distance of β from the origin. "
+             "Each interval is over seeds (training runs); every layer must be inside both margins "
              "(methods: docs/methods/claims12.md).")
     return _claim_text(ctx, "1", intro)
 

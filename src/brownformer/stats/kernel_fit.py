@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import special
 
-__all__ = ["fit_vmf_kernel", "fit_vmf_kernels", "vmf_scores", "MIN_DISPLACEMENT"]
+__all__ = ["fit_vmf_kernel", "fit_vmf_kernels", "vmf_scores", "head_subspace_gram", "MIN_DISPLACEMENT"]
 
 
 def _offdiagonal_rows(A: np.ndarray, causal: bool):
@@ -76,8 +76,14 @@ def _vmf_kappa(B: np.ndarray, G: np.ndarray, mask: np.ndarray, keep: np.ndarray,
     return kappa
 
 
+def _gram(U: np.ndarray, key_order) -> np.ndarray:
+    """<u_i, u_perm(j)> of the unit features, (K, n, n)."""
+    U = U / np.linalg.norm(U, axis=-1, keepdims=True)
+    return U @ np.swapaxes(U if key_order is None else U[:, key_order], -1, -2)
+
+
 def fit_vmf_kernels(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa_max: float = 1e3,
-                    key_order: np.ndarray | None = None) -> dict:
+                    key_order: np.ndarray | None = None, gram: np.ndarray | None = None) -> dict:
     """One-parameter von Mises-Fisher kernel fits A_ij ~ softmax_{j != i}(kappa <u_i, u_j>), per matrix.
 
     kappa_hat = argmin_kappa mean_i KL(A_i. || softmax_j(kappa <u_i,u_j>)) over the off-diagonal rows
@@ -89,12 +95,13 @@ def fit_vmf_kernels(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa
     Args:
         A: (K, n, n) attention; U: (K, n, d) token features.
         key_order: optional permutation of the key tokens (the shuffled-keys null model).
+        gram: (K, n, n) the similarities the kernel is a function of, in place of <u_i, u_j> (a head's subspace:
+            `head_subspace_gram`).
 
     Returns:
         {"kappa", "kl", "kl_uniform", "explained_vs_uniform", "at_bound"}: arrays of shape (K,).
     """
-    U = U / np.linalg.norm(U, axis=-1, keepdims=True)
-    G = U @ np.swapaxes(U if key_order is None else U[:, key_order], -1, -2)  # (K, n, n)
+    G = _gram(U, key_order) if gram is None else np.asarray(gram, float)  # (K, n, n)
     B, mask, keep = _offdiagonal_rows(A, causal)
     kappa = _vmf_kappa(B, G, mask, keep, kappa_max=kappa_max)
     kl = _kernel_kl(kappa[:, None, None] * G, B, mask, keep)
@@ -112,7 +119,7 @@ def fit_vmf_kernel(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa_
     return {k: (bool(v[0]) if k == "at_bound" else float(v[0])) for k, v in fit.items()}
 
 
-def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None) -> dict:
+def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None, gram=None) -> dict:
     """vMF fit of every matrix and the consequence of replacing the attention by it (diagonal excluded).
 
     The consequence is read on the attention output with the token positions as values, the walk's one-step
@@ -127,10 +134,11 @@ def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None)
     Args:
         flat: (K, n, n) validated attention; F: (K, n, d) features (normalised here).
         key_order: permutation of the key tokens in the fit (null model); the values stay in place.
+        gram: (K, n, n) similarities of the kernel in place of <u_i, u_j> (a head's subspace); the values stay U.
     """
-    fits = fit_vmf_kernels(flat, F, causal=causal, key_order=key_order)
+    fits = fit_vmf_kernels(flat, F, causal=causal, key_order=key_order, gram=gram)
     U = F / np.linalg.norm(F, axis=-1, keepdims=True)
-    G = U @ np.swapaxes(U if key_order is None else U[:, key_order], -1, -2)  # (K, n, n)
+    G = _gram(F, key_order) if gram is None else np.asarray(gram, float)  # (K, n, n)
     B, mask, keep = _offdiagonal_rows(flat, causal)
     P = np.where(mask, np.exp(_masked_log_softmax(fits["kappa"][:, None, None] * G, mask)), 0.0)
     unif = np.where(mask, 1.0, 0.0) / np.maximum(mask.sum(-1, keepdims=True), 1)
@@ -142,6 +150,24 @@ def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None)
         output_error = np.where(base > MIN_DISPLACEMENT * scale, err / base, np.nan)
     return {"vmf_kappa": fits["kappa"], "vmf_kl": fits["kl"], "vmf_kl_uniform": fits["kl_uniform"],
             "vmf_explained_vs_uniform": fits["explained_vs_uniform"], "vmf_output_error": output_error}
+
+
+def head_subspace_gram(U: np.ndarray, basis: np.ndarray) -> np.ndarray:
+    """<P u_i, P u_j> for unit features u and P the orthogonal projection onto a head's subspace (rows of `basis`).
+
+    A head whose logit form is M = c P (isotropic within its d_h-dimensional subspace) attends exactly as
+    softmax_j(kappa <P u_i, P u_j>), so this Gram matrix, not <u_i, u_j>, is what an isotropic head's kernel is a
+    function of; projections are not renormalised (the head sees the component in its subspace as it is).
+
+    Args:
+        U: (K, n, d) features (normalised here); basis: (d_h, d) orthonormal rows.
+
+    Returns:
+        (K, n, n).
+    """
+    U = U / np.linalg.norm(U, axis=-1, keepdims=True)
+    Up = U @ np.asarray(basis, float).T  # (K, n, d_h)
+    return Up @ np.swapaxes(Up, -1, -2)
 
 
 #: below this share of ||U|| the attention displaces no token from the mean field (near-uniform attention at

@@ -15,12 +15,13 @@ import numpy as np
 from brownformer.config import DEFAULT_STATS
 
 from .batch_stat import to_jsonable
-from .kernel_fit import fit_vmf_kernel, vmf_scores
+from .kernel_fit import fit_vmf_kernel, head_subspace_gram, vmf_scores
 
 log = logging.getLogger(__name__)
 
 __all__ = ["validate_attention", "row_sum_error", "dobrushin", "chain_statistics", "fit_vmf_kernel",
-           "vmf_scores", "analyze_attention", "weight_isotropy", "attention_null_models", "is_causal", "QUANTITIES"]
+           "vmf_scores", "analyze_attention", "weight_isotropy", "head_subspace_vmf", "attention_null_models",
+           "is_causal", "QUANTITIES"]
 
 QUANTITIES = ("spectral_gap", "stationary_entropy", "entropy_rate", "reversibility_residual", "dobrushin",
               "doubly_stochastic_deviation")
@@ -210,7 +211,7 @@ def analyze_attention(A, *, features=None, causal: bool | None = None,
     return to_jsonable(out)
 
 
-def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
+def weight_isotropy(W_q, W_k, n_heads: int, *, gain=None) -> dict:
     """Per head h, the bilinear form of the logits M_h = W_Q,h^T W_K,h / sqrt(d_h) (q.k / sqrt(d_h) = x^T M y).
 
     identity fraction iota = (tr M)^2 / (d ||M||_F^2) in [0, 1], = 1 iff M ~ I (isotropic kernel exp(kappa x.y));
@@ -222,7 +223,12 @@ def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
         a rank-d_h kernel can do: isotropic within its subspace);
     asymmetry = ||M - M^T||_F / ||M + M^T||_F (0 for symmetric M, which makes the attention exactly reversible
         with pi_i ~ Z_i = sum_j exp(S_ij); biases add per-key terms f_j, which keep it reversible).
+    subspace_basis (per head, d_h x d orthonormal rows): the eigenvectors of the symmetric part (M + M^T)/2 with
+        the d_h largest |eigenvalues|, the subspace an isotropic head M = c P attends in (`head_subspace_vmf`).
     W in torch.nn.Linear layout (d_out, d_in), heads in row blocks; the heads' mean M is reported too.
+    gain: the LayerNorm gamma (d,) feeding W_Q and W_K in a pre-LN block. It folds into the form,
+    M = diag(gain) W_Q^T W_K diag(gain) / sqrt(d_h), the form on the pre-affine z the model computes on: invariant
+    under gamma -> s gamma, W -> W diag(1/s) (claim1_sphere.py); without it the form is gauge-dependent.
 
     Raises:
         ValueError: shapes that do not match or rows not divisible by n_heads.
@@ -232,6 +238,11 @@ def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
         raise ValueError(f"W_q {W_q.shape} and W_k {W_k.shape} must be equal 2-D shapes with rows divisible by "
                          f"n_heads={n_heads}")
     dh, d = W_q.shape[0] // n_heads, W_q.shape[1]
+    if gain is not None:
+        g = np.asarray(gain, float).reshape(-1)
+        if g.size != d:
+            raise ValueError(f"gain has {g.size} entries, W_q has {d} input dimensions")
+        W_q, W_k = W_q * g, W_k * g  # W diag(g): the folded map from z
     Ms = np.stack([W_q[h * dh:(h + 1) * dh].T @ W_k[h * dh:(h + 1) * dh] for h in range(n_heads)]) / np.sqrt(dh)
 
     def iota(M):
@@ -244,8 +255,59 @@ def weight_isotropy(W_q, W_k, n_heads: int) -> dict:
     return to_jsonable({"identity_fraction": io, "rank_bound": bound, "identity_fraction_relative": io / bound,
                         "asymmetry": asym, "n_heads": n_heads, "d": d, "d_head": dh,
                         "identity_fraction_mean": float(np.mean(io)), "asymmetry_mean": float(np.mean(asym)),
-                        "head_mean_identity_fraction": float(iota(Ms.mean(0))),
+                        "head_mean_identity_fraction": float(iota(Ms.mean(0))), "gain_folded": gain is not None,
+                        "subspace_basis": [_head_subspace(M, dh) for M in Ms],
                         "kappa_equivalent": (np.trace(Ms, axis1=-2, axis2=-1) / d).tolist()})
+
+
+def _head_subspace(M: np.ndarray, dh: int) -> np.ndarray:
+    """(d_h, d) orthonormal eigenvectors of (M + M^T)/2 with the d_h largest |eigenvalues|."""
+    w, V = np.linalg.eigh((M + M.T) / 2)
+    return V[:, np.argsort(-np.abs(w))[:dh]].T
+
+
+def head_subspace_vmf(A, features, head_kernels: dict, *, head_axis: int = 1, causal: bool = False,
+                      confidence_level: float = DEFAULT_STATS.confidence_level, rng=DEFAULT_STATS.seed) -> dict:
+    """The isotropic-kernel fit inside each head's subspace: A_h,ij ~ softmax_{j != i}(kappa <P_h u_i, P_h u_j>).
+
+    P_h projects onto head h's d_h-dimensional query/key subspace (weight_isotropy's subspace_basis, from
+    W_Q^T W_K of that head and layer). One kappa per matrix, scored by its consequence as `vmf_scores` does
+    (the attention output's error relative to the mean field, the token positions as values). A head isotropic
+    within its subspace (M = c P) gives 0; with d_h < d the whole-sphere fit cannot reach 0 for any head.
+
+    Args:
+        A: (L, H, B, n, n) attention (validated here); features: (L, B, n, d) the tokens the heads read.
+        head_kernels: {"per_layer": [weight_isotropy output per layer]} of the same capture.
+        head_axis: must be 1 (layers first).
+
+    Returns:
+        {"per_matrix": {"vmf_kappa", "vmf_output_error"}: [L*H*B] in A's order, "aggregate": {q: ...},
+         "gain_folded": bool, "method"}; {"why_undefined"} when the weights or features do not fit.
+    """
+    layers = (head_kernels or {}).get("per_layer") or []
+    A = validate_attention(A)
+    if head_axis != 1 or A.ndim != 5 or features is None or len(layers) != A.shape[0]:
+        return {"why_undefined": "needs (L, H, B, n, n) attention, its features and W_Q, W_K of every layer"}
+    L, H, B, n, _ = A.shape
+    F = np.asarray(features, float)
+    F = F[:, 0] if F.ndim == 5 else F  # (L, B, n, d)
+    out = {"vmf_kappa": np.full((L, H, B), np.nan), "vmf_output_error": np.full((L, H, B), np.nan)}
+    for l, rec in enumerate(layers):
+        bases = rec.get("subspace_basis")
+        if bases is None or len(bases) != H:
+            return {"why_undefined": f"layer {l}: no subspace basis for each of {H} heads"}
+        if np.shape(bases[0])[-1] != F.shape[-1]:
+            return {"why_undefined": f"W_Q, W_K read {np.shape(bases[0])[-1]} dimensions, the features have "
+                                     f"{F.shape[-1]}"}
+        for h in range(H):
+            G = head_subspace_gram(F[l], np.asarray(bases[h], float))  # (B, n, n)
+            sc = vmf_scores(A[l, h], F[l], causal=causal, gram=G)
+            out["vmf_kappa"][l, h], out["vmf_output_error"][l, h] = sc["vmf_kappa"], sc["vmf_output_error"]
+    rng = np.random.default_rng(rng)
+    return to_jsonable({"per_matrix": {k: v.reshape(-1).tolist() for k, v in out.items()},
+                        "aggregate": {k: _aggregate(v.reshape(-1), confidence_level, rng) for k, v in out.items()},
+                        "shape": list(A.shape), "gain_folded": all(r.get("gain_folded") for r in layers),
+                        "method": "per head: softmax_{j != i}(kappa <P_h u_i, P_h u_j>), P_h the head's subspace"})
 
 
 def attention_null_models(A, *, features=None, init_attention=None, rng=DEFAULT_STATS.seed, n_shuffles: int = 1,

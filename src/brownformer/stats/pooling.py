@@ -13,15 +13,22 @@ Brownian". With a calibrated false-rejection rate s_i per unit (the rule's size 
 
 "Supported" stays an intersection-union statement (every unit certified Brownian; Berger 1982): its size is
 the largest of the units' equivalence sizes, bounded by 1 - the power gate, with no multiplicity correction.
+
+Seeds as the unit (`seed_pool`): every claim's headline interval is over independent training runs of one
+configuration, with what is nested in a seed averaged into one estimate per seed; fewer than MIN_SEEDS seeds do
+not decide. Claims 1 and 2 call it per configuration; claim 3's pooling entry point calls the same function.
 """
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
+from scipy import stats as sps
 
 __all__ = ["poisson_binomial_tail", "markov_threshold", "markov_pvalue", "independent_threshold",
-           "smoothed_size"]
+           "smoothed_size", "seed_pool", "seed_interval_power", "SeedPoolResult", "MIN_SEEDS", "NESTING"]
 
 
 def smoothed_size(k_not_brownian: float, n: int) -> float:
@@ -70,3 +77,103 @@ def independent_threshold(sizes, alpha: float) -> tuple[int | None, float]:
         if tail <= alpha:
             return m, tail
     return None, 1.0
+
+
+# ---------- seeds as the unit of inference (issue 32) ----------
+
+#: fewest independent training runs (seeds) of one configuration a claim's headline interval may rest on. With two
+#: seeds the t-interval has one degree of freedom (t_0.975 = 12.7): its width is the margin's, not the data's, and
+#: the seed-to-seed spread it divides by is one difference. With fewer seeds a claim is "inconclusive" with the
+#: reason "n seeds < minimum", whatever one seed's within-run interval says (one seed is not the population).
+MIN_SEEDS = 3
+#: how units nested inside a seed are handled, the same sentence in every claim that pools over seeds
+NESTING = ("inputs, tokens, captures (and replicas) are averaged inside each seed into one estimate per seed; the "
+           "interval is the Student t-interval over the per-seed estimates (df = seeds - 1)")
+
+
+@dataclass(frozen=True)
+class SeedPoolResult:
+    """A mean over independent training runs (seeds) with its t-interval; undecidable below MIN_SEEDS seeds."""
+    estimate: float
+    confidence_interval: tuple[float, float]
+    confidence_level: float
+    n_seeds: int
+    standard_error: float
+    df: int
+    per_seed: dict
+    min_seeds: int
+    method: str = "Student t-interval over per-seed estimates"
+    nesting: str = NESTING
+
+    @property
+    def decidable(self) -> bool:
+        """Enough seeds for the interval to decide (MIN_SEEDS)."""
+        return self.n_seeds >= self.min_seeds
+
+    @property
+    def why_undecidable(self) -> str | None:
+        return None if self.decidable else f"n seeds {self.n_seeds} < minimum {self.min_seeds}"
+
+    def to_dict(self) -> dict:
+        def clean(x):
+            return float(x) if x is not None and math.isfinite(float(x)) else None
+        return {"estimate": clean(self.estimate), "confidence_interval": [clean(c) for c in self.confidence_interval],
+                "confidence_level": self.confidence_level, "n_seeds": self.n_seeds,
+                "standard_error": clean(self.standard_error), "df": self.df,
+                "per_seed": {str(k): clean(v) for k, v in self.per_seed.items()}, "min_seeds": self.min_seeds,
+                "decidable": self.decidable, "why_undecidable": self.why_undecidable, "method": self.method,
+                "nesting": self.nesting}
+
+
+def seed_pool(per_seed: Mapping, *, confidence_level: float, min_seeds: int = MIN_SEEDS,
+              nesting: str = NESTING) -> SeedPoolResult:
+    """Mean of per-seed estimates with the t-interval over seeds: xbar +- t_{(1 + cl)/2, S - 1} s / sqrt(S).
+
+    Seeds are independent training runs (initialisation and data order), so their estimates are i.i.d. draws of
+    the configuration's value; everything inside a seed (inputs, tokens, captures, replicas) is one estimate.
+    Below `min_seeds` seeds the interval is still computed where defined (S >= 2) but `decidable` is False: the
+    claims call it inconclusive. Non-finite seed estimates are dropped (and not counted).
+
+    Args:
+        per_seed: seed label -> that seed's estimate.
+        confidence_level: two-sided level of the interval.
+        min_seeds: the fewest seeds that may decide (MIN_SEEDS).
+        nesting: how units inside a seed were handled (recorded in claims.json).
+
+    Returns:
+        SeedPoolResult; a zero spread gives a point interval, one seed a NaN interval.
+    """
+    vals = {k: float(v) for k, v in per_seed.items() if v is not None and math.isfinite(float(v))}
+    S = len(vals)
+    nan = math.nan
+    if S == 0:
+        return SeedPoolResult(nan, (nan, nan), confidence_level, 0, nan, 0, {}, min_seeds, nesting=nesting)
+    x = np.asarray(list(vals.values()), float)
+    mean = float(x.mean())
+    if S == 1:
+        return SeedPoolResult(mean, (nan, nan), confidence_level, 1, nan, 0, vals, min_seeds, nesting=nesting)
+    se = float(x.std(ddof=1) / math.sqrt(S))
+    half = float(sps.t.ppf(0.5 + confidence_level / 2, S - 1)) * se
+    return SeedPoolResult(mean, (mean - half, mean + half), confidence_level, S, se, S - 1, vals, min_seeds,
+                          nesting=nesting)
+
+
+def seed_interval_power(n_seeds: int, sd: float, true_value: float, margin, *, confidence_level: float,
+                        min_seeds: int = MIN_SEEDS) -> float:
+    """P(the seed-level t-interval lies inside `margin`) when each seed's estimate is N(true_value, sd^2).
+
+    For an upper edge h the interval's top xbar + t s/sqrt(S) <= h iff (h - xbar) sqrt(S)/s >= t, and
+    (h - xbar) sqrt(S)/s is noncentral t with S - 1 df and noncentrality (h - true_value) sqrt(S)/sd; a lower
+    edge is the mirror image. With both edges finite the two events are nearly disjoint failures, so the power is
+    1 - P(fail low) - P(fail high) (a lower bound). 0 below `min_seeds` (the rule does not decide).
+    """
+    if n_seeds < max(min_seeds, 2) or not (sd > 0 and math.isfinite(sd)):
+        return 0.0 if n_seeds < max(min_seeds, 2) else float(margin[0] <= true_value <= margin[1])
+    df, t = n_seeds - 1, float(sps.t.ppf(0.5 + confidence_level / 2, n_seeds - 1))
+    fail = 0.0
+    for edge, sign in ((margin[1], 1.0), (margin[0], -1.0)):
+        if math.isfinite(edge):
+            # noncentralities past +-1e4 are clipped: the cdf there is 0 or 1 to double precision (nct returns NaN)
+            delta = float(np.clip(sign * (edge - true_value) * math.sqrt(n_seeds) / sd, -1e4, 1e4))
+            fail += float(sps.nct.cdf(t, df, delta))
+    return max(0.0, 1.0 - fail)

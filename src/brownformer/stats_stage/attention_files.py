@@ -16,7 +16,8 @@ import numpy as np
 
 from brownformer.io import sha256_file
 from brownformer.stats.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
-from brownformer.stats.markov_chain import analyze_attention, attention_null_models, validate_attention
+from brownformer.stats.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
+                                            validate_attention)
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +39,24 @@ def _head_axis(meta: dict) -> int | None:
     return axes.index("head") if "head" in axes else None
 
 
+def _pre_ln_gains(path: Path, captures: list) -> np.ndarray | None:
+    """(L, d) LN1 gains of a pre-LN capture, recovered from the run's depth/ln_c<k>, lnaff_c<k> pair (claim 2 folds
+    them into W_Q^T W_K: stats/claims/claim1_sphere.py, the gauge); None for other placements or missing files."""
+    from brownformer.stats.sphere_fit import affine_map_fit
+    depth = path.parent.parent / "depth"
+    raw, aff = (depth / f"{stem}_c{captures[0]}.npy" for stem in ("ln", "lnaff")) if len(captures) == 1 else (None,) * 2
+    if raw is None or not (raw.exists() and aff.exists()) or _read_sidecar(raw).get("ln") != "pre":
+        return None
+    return np.asarray(affine_map_fit(np.load(raw), np.load(aff))["gamma"], float)
+
+
 def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
     """Per layer, `weight_isotropy` of W_Q, W_K at this attention file's capture, read from the run's
-    weights/l<l>_<q|k>.npy trajectories (unprojected only); None when they are missing or projected."""
+    weights/l<l>_<q|k>.npy trajectories (unprojected only), with a pre-LN block's gamma folded in; None when they
+    are missing or projected."""
     from brownformer.stats.markov_chain import weight_isotropy
     captures = (meta.get("source") or {}).get("captures") or []
+    gains = _pre_ln_gains(path, captures)
     wdir = path.parent.parent / "weights"
     if len(captures) != 1 or not wdir.is_dir():
         return None
@@ -61,7 +75,7 @@ def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
             return None
         Wq, Wk = np.load(q, mmap_mode="r")[i], np.load(k, mmap_mode="r")[i]
         try:
-            out.append(weight_isotropy(Wq, Wk, n_heads))
+            out.append(weight_isotropy(Wq, Wk, n_heads, gain=None if gains is None else gains[layer]))
         except ValueError as exc:  # weights that do not split into the attention's heads: say so, keep the rest
             return {"why_undefined": str(exc)}
     return {"per_layer": out, "source": "weights/l<l>_<q|k>.npy at capture " + str(captures[0])} if out else None
@@ -85,6 +99,9 @@ def analyze_attention_file(path: Path, stats, init: dict | None) -> dict:
                              rng=stats.seed, head_axis=_head_axis(meta)))
     if not is_init and _head_axis(meta) is not None:
         out["head_kernels"] = head_kernels(path, meta, A.shape[_head_axis(meta)])
+        if feats is not None and (out["head_kernels"] or {}).get("per_layer"):  # claim 2: fit in each head's subspace
+            out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(
+                A, feats, out["head_kernels"], head_axis=_head_axis(meta), causal=bool(out["causal"]), rng=stats.seed)
     if feats is not None:
         out["features_input"] = {"path": str(fpath), "sha256": sha256_file(fpath)}
     out["step"] = meta.get("step")

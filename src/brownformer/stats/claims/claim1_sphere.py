@@ -1,41 +1,62 @@
-"""Claim 1: LayerNorm outputs lie on a hypersphere, judged on what the next layer reads.
+"""Claim 1: LayerNorm outputs lie on a hypersphere, judged on what the model computes, with seeds as the unit.
 
 Definitional check (not evidence). Raw LayerNorm z = (x - mu)/sigma has 1^T z = 0 and |z|^2 = d sigma^2/
 (sigma^2 + eps): the sphere S^(d-2) of radius sqrt(d) in the hyperplane 1^T z = 0 whenever a token's
 variance exceeds ~50 eps. `fraction_on_sphere` of the raw output checks this and is reported as
-details["definitional"]; it never decides the claim.
+details["definitional"]; it is labelled as the definition it is.
 
-The decision (stats/sphere_fit.py). The next layer reads y = gamma * z + beta, an ellipsoid with centre beta.
-For each capture of the trained model (second half of training, step 0 excluded) and each layer, on the LN
-output after the affine map:
-  - radius_spread_ratio = sd|y - beta| / E|y - beta| divided by the Gaussian-cloud null
-    s_0 = sqrt(tr S^2 / 2) / tr S (S the second moment about beta): 0 on a sphere, ~1 for a cloud no rounder
-    than a Gaussian of the same covariance; margin `radius_spread_ratio` (upper 0.5: norms at least twice as
-    concentrated as concentration of measure alone makes them; for evenly spread tokens this is the
-    coefficient of variation of gamma^2 <~ 0.6);
-  - offset = |beta| / sqrt(E|y - beta|^2), the centre's distance from the origin in radii; margin
-    `sphere_offset` (upper 0.25: an offset o adds a common cosine ~ o^2/(1 + o^2) <= 0.06 between tokens seen
-    from the origin, a third of the chance-level cosine 1/sqrt(32) at the default width).
-Each interval (t-interval over probe inputs) inside its margin at every (capture, layer) -> that criterion is
-supported; any interval entirely outside -> not supported; else inconclusive (intersection-union over captures
-and layers). The run is supported when both criteria are, not supported when either is. Runs without LayerNorm
-(ln "none") are not applicable; runs that did not train are left out; runs pool by intersection-union. The
-residual stream (mean-centred spread and its null) and the recovered gain (spread, condition number, Wielandt
-bound) are reported beside the verdict.
+What the model computes (gauge). The next layer reads y = gamma * z + beta. In a pre-LN block that output feeds
+only linear maps (W_Q, W_K, W_V after LN1; fc1 after LN2; the head after the final LN), so gamma and beta fold
+into them: W y + b = (W diag(gamma)) z + (W beta + b). Rescaling gamma by any s (per dimension, signs included)
+with W -> W diag(1/s), or shifting beta by delta with b -> b - W delta, leaves every logit unchanged: gamma and
+beta are a gauge, and every gauge-invariant function of the LayerNorm's data alone is a function of z. So for
+pre-LN the quantity decided on is the geometry of z about the origin: the claim holds there by construction
+(whenever the variance condition holds), and how the next layer *reads* that sphere is claim 2's head isotropy.
+The after-affine geometry of a pre-LN block is reported as gauge-dependent description. In a post-LN block the
+LN output is the residual stream itself (it is added to the next sublayer's output), so a per-dimension gamma is
+no gauge there (only a common scalar is, with fc1 / fc2 rescaled: both criteria are scale-free); it is decided
+after the affine map, about the centre beta (stats/sphere_fit.py):
+  - radius_spread_ratio = sd|y - c| / E|y - c| over the Gaussian-cloud null s_0 = sqrt(tr S^2 / 2) / tr S:
+    0 on a sphere, ~1 for a cloud no rounder than a Gaussian of the same covariance; margin
+    `radius_spread_ratio` (upper 0.5: norms at least twice as concentrated as concentration of measure alone
+    makes them; for evenly spread tokens this is the coefficient of variation of gamma^2 <~ 0.6);
+  - offset = |c| / sqrt(E|y - c|^2), the centre's distance from the origin in radii; margin `sphere_offset`
+    (upper 0.25: an offset o adds a common cosine ~ o^2/(1 + o^2) <= 0.06 between tokens seen from the origin,
+    a third of the chance-level cosine 1/sqrt(32) at the default width).
+
+Seeds as the unit (stats/pooling.py `seed_pool`). Per seed (one training run) and layer, each quantity is the
+mean over the captures of the trained model (second half of training, step 0 excluded) of its value over all
+probe inputs and tokens: one number per (seed, layer). Per configuration (model, optimizer) and layer, the
+t-interval over seeds; a criterion is supported when every layer's interval lies inside its margin, not
+supported when some layer's lies entirely outside, else inconclusive (intersection-union over layers). Fewer
+than MIN_SEEDS seeds: inconclusive, "n seeds < minimum". A configuration is supported when both criteria are;
+the claim pools configurations by intersection-union (claims/common.py), each configuration's record beside the
+pooled verdict (per_model). Runs without LayerNorm (ln "none") are not applicable; runs that did not train are
+left out. Each seed's record (per_run) keeps its within-seed intervals over probe inputs as description: one
+seed is not the population, so it never decides.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
-from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
+import numpy as np
 
-from .common import did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none, pool_runs
+from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
 
-__all__ = ["sphere_claim", "TITLE", "CRITERIA"]
+from ..pooling import NESTING, seed_pool
+from ..rule_history import claim_rule_history
+from .common import (configuration_of, did_not_train_record, equivalence_pvalue, finite_or_none, pool_runs,
+                     seed_unit, seed_verdict)
 
-TITLE = "LayerNorm outputs, after the affine map the next layer reads, lie on a sphere centred at the origin"
-#: criterion -> (quantity of sphere_fit.sphere_about, margin key in StatsConfig.margins)
+__all__ = ["sphere_claim", "TITLE", "CRITERIA", "DECIDING_TENSOR"]
+
+TITLE = "LayerNorm outputs, as the model computes on them, lie on a sphere centred at the origin"
+#: criterion -> margin key in StatsConfig.margins (the quantities of sphere_fit.sphere_about)
 CRITERIA = {"radius_spread_ratio": "radius_spread_ratio", "offset": "sphere_offset"}
+#: LN placement -> the tensor carrying what the model computes (module docstring: pre-LN folds gamma and beta into
+#: the next linear maps, so z; post-LN cannot, so the image after the affine map)
+DECIDING_TENSOR = {"pre": "ln_raw", "post": "ln_affine"}
 _AFFINE_REPORTED = ("gain_cv", "gain_condition", "wielandt_cosine", "offset_ratio", "relative_residual")
 
 
@@ -60,46 +81,34 @@ def _trained(files: list[dict]) -> tuple[list[dict], float]:
     return keep or files, half
 
 
-def _cells(files: list[dict], quantity: str) -> list[tuple]:
-    """(estimate, (lo, hi), capture, layer) of one quantity for every capture and layer."""
-    out = []
+def _per_layer(f: dict, quantity: str) -> dict | None:
+    return ((f["sphere"].get("about") or {}).get("per_layer") or {}).get(quantity)
+
+
+def _layer_means(files: list[dict], quantity: str) -> np.ndarray:
+    """Per layer, the mean over captures of one quantity's point estimate: a seed's nested estimate."""
+    rows = [np.array([np.nan if e is None else float(e) for e in per["estimate"]], float)
+            for f in files if (per := _per_layer(f, quantity))]
+    if not rows or len({r.size for r in rows}) != 1:
+        return np.array([])
+    with warnings.catch_warnings():  # an all-NaN layer stays NaN (undefined, dropped by seed_pool)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return np.nanmean(np.stack(rows), axis=0)
+
+
+def _within_seed(files: list[dict], quantity: str) -> dict:
+    """The worst (capture, layer) of one quantity with its interval over probe inputs (description only)."""
+    cells = []
     for f in files:
-        per = ((f["sphere"].get("about") or {}).get("per_layer") or {}).get(quantity)
-        if not per:
-            continue
-        for layer, (e, lo, hi) in enumerate(zip(per["estimate"], per["ci_low"], per["ci_high"])):
-            out.append((math.nan if e is None else float(e),
-                        (math.nan if lo is None else float(lo), math.nan if hi is None else float(hi)),
-                        f.get("capture"), layer))
-    return out
-
-
-def _criterion(cells: list[tuple], margin, confidence_level: float) -> dict:
-    """Intersection-union over cells: the worst cell (largest estimate) with its verdict and TOST p-value."""
+        per = _per_layer(f, quantity)
+        for layer, (e, lo, hi) in enumerate(zip(per["estimate"], per["ci_low"], per["ci_high"]) if per else ()):
+            if e is not None and math.isfinite(float(e)):
+                cells.append((float(e), [finite_or_none(lo), finite_or_none(hi)], f.get("capture"), layer))
     if not cells:
-        return {"verdict": INCONCLUSIVE, "why": "no values", "margin": list(margin)}
-    one_sided = (-math.inf, margin[1])  # both quantities are >= 0: only the upper edge binds
-    verdicts = [equivalence_verdict(ci, one_sided) for _, ci, _, _ in cells]
-    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in verdicts else SUPPORTED if all(v == SUPPORTED for v in verdicts)
-               else INCONCLUSIVE)
-    from scipy.special import ndtri
-    z = float(ndtri(0.5 + confidence_level / 2))
-    pvals = []
-    for est, ci, _, _ in cells:
-        se = (ci[1] - ci[0]) / (2 * z) if all(map(math.isfinite, ci)) else math.nan
-        pvals.append(equivalence_pvalue(est, se, (-math.inf, margin[1])))
-    worst = max(range(len(cells)), key=lambda i: -math.inf if not math.isfinite(cells[i][0]) else cells[i][0])
-    est, ci, capture, layer = cells[worst]
-    return {"verdict": verdict, "estimate": est, "confidence_interval": list(ci), "capture": capture, "layer": layer,
-            "margin": list(margin), "n_cells": len(cells), "n_supported": verdicts.count(SUPPORTED),
-            "n_not_supported": verdicts.count(NOT_SUPPORTED),
-            "pvalue": None if any(p is None for p in pvals) else max(pvals)}
-
-
-def _baseline(files: list[dict]) -> dict:
-    """The step-0 values of each criterion (gamma = 1, beta = 0 at initialisation: the definition again)."""
-    init = [f for f in files if f["sphere"].get("step") == 0]
-    return {q: max((c[0] for c in _cells(init, q)), default=None) for q in CRITERIA} if init else {}
+        return {}
+    e, ci, capture, layer = max(cells, key=lambda c: c[0])
+    return {"estimate": e, "confidence_interval": ci, "capture": capture, "layer": layer, "n_cells": len(cells),
+            "interval_over": "probe inputs of this one seed"}
 
 
 def _reported(files: list[dict]) -> dict:
@@ -128,31 +137,76 @@ def _definitional(files: list[dict]) -> dict:
                      "a token's variance exceeds ~50 eps", "min_fraction_on_sphere": min(fr) if fr else None}
 
 
-def _run_record(run: str, files: list[dict], stats) -> ClaimRecord:
-    raw = [f for f in files if _tensor(f) == "ln_raw"]
-    aff_all = [f for f in files if _tensor(f) == "ln_affine"]
-    aff, half = _trained(aff_all) if aff_all else ([], 0.0)
-    trained_raw, _ = _trained(raw) if raw else ([], 0.0)
-    details = {"ln": _ln_placement(run, files), "judged_from_step": half, "n_captures": len(aff),
-               "definitional": _definitional(trained_raw), "step0_baseline": _baseline(aff_all), **_reported(files)}
-    if not aff:
-        return ClaimRecord("1", TITLE, INCONCLUSIVE, "no after-affine LayerNorm output captured", details=details)
-    crit = {q: _criterion(_cells(aff, q), tuple(stats.margins[key]), stats.confidence_level)
+def _seed_record(run: str, files: list[dict], ln: str) -> tuple[ClaimRecord, dict]:
+    """One seed's description (never a decision) and its nested per-layer estimates {quantity: [L]}."""
+    deciding = DECIDING_TENSOR[ln]
+    by_tensor = {t: _trained([f for f in files if _tensor(f) == t])[0] for t in ("ln_raw", "ln_affine")}
+    _, half = _trained([f for f in files if _tensor(f) == deciding] or files)
+    values = {q: _layer_means(by_tensor[deciding], q) for q in CRITERIA}
+    within = {q: _within_seed(by_tensor[deciding], q) for q in CRITERIA}
+    details = {"ln": ln, "decided_on": deciding, "judged_from_step": half, "n_captures": len(by_tensor[deciding]),
+               "per_layer": {q: [finite_or_none(v) for v in vals] for q, vals in values.items()},
+               "within_seed": within, "definitional": _definitional(by_tensor["ln_raw"]), **_reported(files)}
+    if ln == "pre":
+        details["gauge_dependent"] = {
+            "label": "gauge-dependent, after the affine map of a pre-LN block: gamma and beta fold into the next "
+                     "linear maps, so these move with an unobservable rescaling (description only)",
+            **{q: _within_seed(by_tensor["ln_affine"], q) for q in CRITERIA}}
+    rs = within.get("radius_spread_ratio") or {}
+    reason = ("one seed does not decide (seeds are the unit of inference); within this seed the worst layer's "
+              f"radius spread / Gaussian null on {deciding} is "
+              + (f"{rs['estimate']:.3g}" if rs else "undefined"))
+    if not by_tensor[deciding]:
+        reason = f"no {deciding} LayerNorm output captured"
+    return ClaimRecord("1", TITLE, INCONCLUSIVE, reason, details=details), values
+
+
+def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> dict:
+    """Seed-level intervals per layer of one quantity and the intersection-union verdict over layers."""
+    one_sided = (-math.inf, margin[1])  # both quantities are >= 0: only the upper edge binds
+    sizes = {v.size for v in per_seed.values() if v.size}
+    if len(sizes) != 1:
+        return {"verdict": INCONCLUSIVE, "why": "no values" if not sizes else "seeds differ in their layers",
+                "margin": list(margin)}
+    L = sizes.pop()
+    pools = [seed_pool({s: v[l] for s, v in per_seed.items() if v.size}, confidence_level=stats.confidence_level)
+             for l in range(L)]
+    verdicts = [seed_verdict(p, one_sided) for p in pools]
+    parts = [v for v, _ in verdicts]
+    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
+               else INCONCLUSIVE)
+    pvals = [equivalence_pvalue(p.estimate, p.standard_error, one_sided, df=p.df or None) if p.decidable else None
+             for p in pools]
+    worst = max(range(L), key=lambda l: pools[l].estimate if math.isfinite(pools[l].estimate) else -math.inf)
+    p = pools[worst]
+    return {"verdict": verdict, "estimate": p.estimate, "confidence_interval": list(p.confidence_interval),
+            "layer": worst, "margin": list(margin), "n_layers": L, "n_seeds": p.n_seeds,
+            "why": next((why for _, why in verdicts if why), None),
+            "per_layer": [q.to_dict() for q in pools],
+            "pvalue": None if any(v is None for v in pvals) else max(pvals)}
+
+
+def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], ln: str, stats) -> ClaimRecord:
+    crit = {q: _criterion({s: vals[q] for s, (_, vals) in seeds.items()}, tuple(stats.margins[key]), stats)
             for q, key in CRITERIA.items()}
     parts = [c["verdict"] for c in crit.values()]
     verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
                else INCONCLUSIVE)
     pv = [c.get("pvalue") for c in crit.values()]
-    details.update({"criteria": crit, "pvalue": None if None in pv else max(pv)})
     r, o = crit["radius_spread_ratio"], crit["offset"]
-    reason = (f"worst (capture, layer) from step {half:g} on: radius spread / Gaussian null {_f(r)} vs <= "
-              f"{r['margin'][1]:g} ({r['verdict']}); centre offset {_f(o)} radii vs <= {o['margin'][1]:g} "
-              f"({o['verdict']})")
-    est = Estimate("radius spread / Gaussian-cloud null after the affine map (worst capture and layer)",
+    reason = (f"{len(seeds)} seed(s), decided on {DECIDING_TENSOR[ln]} ({ln}-LN); worst layer: radius spread / "
+              f"Gaussian null {_f(r)} vs <= {r['margin'][1]:g} ({r['verdict']}); centre offset {_f(o)} radii vs <= "
+              f"{o['margin'][1]:g} ({o['verdict']})")
+    why = r.get("why") or o.get("why")
+    if why:
+        reason += f"; {why}"
+    est = Estimate(f"radius spread / Gaussian-cloud null of {DECIDING_TENSOR[ln]} (worst layer; mean over seeds)",
                    r.get("estimate", math.nan), tuple(r.get("confidence_interval", (math.nan, math.nan))),
                    stats.confidence_level)
-    return ClaimRecord("1", TITLE, verdict, reason, margin=tuple(r["margin"]), details=details, estimate=est,
-                       tests=[{"name": f"{q} equivalence (TOST, intersection-union over captures and layers)",
+    return ClaimRecord("1", TITLE, verdict, reason, margin=tuple(r["margin"]), estimate=est,
+                       details={"ln": ln, "decided_on": DECIDING_TENSOR[ln], "criteria": crit, "seeds": sorted(seeds),
+                                "pvalue": None if None in pv else max(pv)},
+                       tests=[{"name": f"{q} equivalence over seeds (TOST, intersection-union over layers)",
                                "statistic": finite_or_none(c.get("estimate")), "pvalue": c.get("pvalue"),
                                "rejected": None if c.get("pvalue") is None else bool(c["pvalue"] < stats.alpha)}
                               for q, c in crit.items()])
@@ -166,48 +220,59 @@ def _f(c: dict) -> str:
 
 
 def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None) -> ClaimRecord:
-    """Claim 1 over every run (module docstring).
+    """Claim 1 over every configuration, seeds as the unit (module docstring).
 
     Args:
         files: [{"run", "path", "capture", "sphere": stats.sphere_distance.tensor_sphere_summary output (with "ln",
-            "step")}] for each run's depth files ("ln_affine" decides; "ln_raw" the definitional check; "resid" reported).
+            "step")}] for each run's depth files ("ln_raw" decides pre-LN and is the definitional check,
+            "ln_affine" decides post-LN, "resid" reported).
         stats: StatsConfig (confidence_level, alpha, margins["radius_spread_ratio"], margins["sphere_offset"]).
         excluded: run -> reason for runs that did not train.
 
     Returns:
-        The claim's ClaimRecord; per_run holds one record per run with LayerNorm; runs without are in
-        details["not_applicable"].
+        The claim's ClaimRecord: per_model one record per configuration (model__optimizer) decided on its seeds,
+        per_run one descriptive record per seed; runs without LayerNorm in details["not_applicable"].
     """
     excluded = dict(excluded or {})
     by_run: dict[str, list] = {}
     for f in files:
         by_run.setdefault(f["run"], []).append(f)
-    per_run, not_applicable = {}, {}
+    per_run, not_applicable, configs = {}, {}, {}
     for run, fs in sorted(by_run.items()):
+        ln = _ln_placement(run, fs)
         if run in excluded:
             per_run[run] = did_not_train_record("1", TITLE, excluded[run])
-        elif _ln_placement(run, fs) == "none":
-            not_applicable[run] = "ln 'none' (no LayerNorm): the claim does not apply"
+        elif ln == "none" or ln not in DECIDING_TENSOR:
+            not_applicable[run] = f"ln {ln!r} (no LayerNorm): the claim does not apply"
         else:
-            per_run[run] = _run_record(run, fs, stats)
-    verdict, reason, decider = pool_runs(per_run, excluded=excluded)
-    trained = [r for r, rec in per_run.items() if r not in excluded and rec.estimate is not None]
-    worst = decider or (max(trained, key=lambda r: _key(per_run[r].estimate.value)) if trained else None)
-    pvals = [per_run[r].details.get("pvalue") for r in trained]
-    p_iut = max(pvals) if trained and all(p is not None for p in pvals) else None
+            rec, values = _seed_record(run, fs, ln)
+            per_run[run] = rec
+            config, seed = configuration_of(run)
+            configs.setdefault((config, ln), {})[seed] = (rec, values)
+    per_model = {config: _configuration_record(config, seeds, ln, stats) for (config, ln), seeds in configs.items()}
+    verdict, reason, decider = pool_runs(per_model, excluded={}, unit="configurations")
+    short = {c: rec.details["criteria"]["radius_spread_ratio"].get("why") for c, rec in per_model.items()}
+    reason += "".join(f"; {c}: {why}" for c, why in sorted(short.items()) if why)
+    if excluded:
+        reason += f"; {len(excluded)} run(s) that did not train left out"
+    decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.value)]
+    worst = decider or (max(decided, key=lambda c: per_model[c].estimate.value) if decided else None)
+    pvals = [per_model[c].details.get("pvalue") for c in per_model]
+    p_iut = max(pvals) if per_model and all(p is not None for p in pvals) else None
     return ClaimRecord(
-        "1", TITLE, verdict, reason + (f"; deciding run {worst}" if worst else ""),
-        estimate=per_run[worst].estimate if worst else None,
+        "1", TITLE, verdict, reason + (f"; deciding configuration {worst}" if worst else ""),
+        estimate=per_model[worst].estimate if worst else None,
         margin=tuple(stats.margins["radius_spread_ratio"]),
-        tests=[{"name": "radius-spread and offset equivalence (intersection-union over runs)", "statistic": None,
-                "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
-        per_run=per_run,
-        details={"pvalue": p_iut, "not_applicable": not_applicable, "deciding_run": worst,
-                 "decided_on": "LN output after the affine map (what the next layer reads)",
+        tests=[{"name": "radius-spread and offset equivalence over seeds (intersection-union over configurations)",
+                "statistic": None, "pvalue": finite_or_none(p_iut),
+                "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
+        per_run=per_run, per_model=per_model,
+        seeds=seed_unit({c: len(s) for (c, _), s in configs.items()}, nesting=NESTING),
+        details={"pvalue": p_iut, "not_applicable": not_applicable, "deciding_configuration": worst,
+                 "decided_on": {"pre": "LN output before the affine map (gamma, beta fold into the next linear maps)",
+                                "post": "LN output after the affine map (the residual stream the next sublayer reads)"},
                  "margins": {q: list(stats.margins[k]) for q, k in CRITERIA.items()},
-                 "rule": "per run: every (capture, layer) of the second half of training has both intervals inside "
-                         "their margins; pooled: all runs supported"})
-
-
-def _key(x: float) -> float:
-    return x if math.isfinite(x) else -math.inf
+                 "rule": "per configuration and layer, the t-interval over seeds of each quantity inside its margin; "
+                         "every layer, both criteria; pooled: every configuration supported",
+                 "rule_history": claim_rule_history("1"),
+                 "did_not_train": sorted(r for r, rec in per_run.items() if rec.verdict == DID_NOT_TRAIN)})

@@ -35,6 +35,7 @@ from brownformer.verdicts import INCONCLUSIVE, ClaimRecord, Estimate
 
 from ..batch_stat import to_jsonable
 from ..time_to_target import reference_target, time_to_target
+from ..rule_history import claim_rule_history
 from ..time_to_target_size import log_time_law, rule_error_rates
 from .common import did_not_train_record, finite_or_none, pool_runs
 
@@ -150,7 +151,7 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
         per_model=per_model,
         details={"pvalue": p_iut, "proposed": report.proposed, "target_optimizer": report.target_optimizer,
                  "seconds_margin": list(seconds_margin), "did_not_train": sorted(excluded), "scope": scope,
-                 "out_of_scope": out_of_scope})
+                 "out_of_scope": out_of_scope, "rule_history": claim_rule_history("4")})
 
 
 def _upper(est: Estimate) -> float:

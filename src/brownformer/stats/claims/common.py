@@ -17,13 +17,18 @@ from dataclasses import replace
 import numpy as np
 from scipy import stats as sps
 
-from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate)
+from brownformer.config import ConfigError, RunSpec
+from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate,
+                                  SeedUnit)
 
 from ..bootstrap import ClusterBootstrap
 from ..multiple import holm_adjust
+from ..pooling import MIN_SEEDS, NESTING, SeedPoolResult, seed_pool
+from ..replica_sets import base_run
 
 __all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
-           "headline_holm", "did_not_train_record", "finite_or_none"]
+           "headline_holm", "did_not_train_record", "finite_or_none", "configuration_of", "seed_unit",
+           "seed_verdict", "configuration_pools"]
 
 
 def finite_or_none(x) -> float | None:
@@ -162,3 +167,41 @@ def headline_holm(claims: dict[str, ClaimRecord], pvalues: dict[str, float | Non
     for k, a in zip(keys, adjusted):
         out[k] = replace(claims[k], pvalue_holm=float(a))
     return out
+
+
+def configuration_of(run: str) -> tuple[str, str]:
+    """(configuration, seed label) of a run id: "<model>__<optimizer>" and "s<seed>" (issue 32: seeds of one
+    configuration are the unit of inference). A run id of another form (a user's pretrained model) is its own
+    configuration with one seed. A replica set's key ("<run>__replicas") is its base run's seed."""
+    try:
+        spec = RunSpec.parse(base_run(run))
+    except ConfigError:
+        return run, run
+    return f"{spec.model}__{spec.optimizer}", f"s{spec.seed}" + (f"r{spec.replica}" if spec.replica else "")
+
+
+def seed_verdict(pool: SeedPoolResult, margin) -> tuple[str, str | None]:
+    """equivalence_verdict of a seed-level interval, "inconclusive" (with the reason) below the seed minimum."""
+    if not pool.decidable:
+        return INCONCLUSIVE, pool.why_undecidable
+    return equivalence_verdict(pool.confidence_interval, margin), None
+
+
+def seed_unit(n_seeds: dict[str, int], *, nesting: str = NESTING,
+              interval: str = "Student t-interval over per-seed estimates, per configuration") -> SeedUnit:
+    """The claims.json record of how a claim's interval treats seeds (verdicts.SeedUnit)."""
+    return SeedUnit(dict(sorted(n_seeds.items())), MIN_SEEDS, nesting, interval)
+
+
+def configuration_pools(values_by_run: dict[str, float], *, confidence_level: float,
+                        nesting: str = NESTING) -> dict[str, SeedPoolResult]:
+    """Per configuration, the seed-level pool (stats/pooling.py `seed_pool`) of one estimate per run.
+
+    The entry point every claim shares for seeds as the unit: `values_by_run` holds each run's (or replica
+    set's) own estimate with everything inside it already nested; runs group by `configuration_of`.
+    """
+    groups: dict[str, dict[str, float]] = {}
+    for run, value in sorted(values_by_run.items()):
+        config, seed = configuration_of(run)
+        groups.setdefault(config, {})[seed] = value
+    return {c: seed_pool(v, confidence_level=confidence_level, nesting=nesting) for c, v in groups.items()}
