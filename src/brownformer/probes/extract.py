@@ -16,7 +16,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig
-from brownformer.io import staged_folder, write_json
+from brownformer.io import sidecar_path, staged_folder, write_json
 from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.layout import MATRICES
 from brownformer.probes.schedule import depth_subset
@@ -52,7 +52,7 @@ class _Writer:
     def _register(self, rel: str, sidecar: dict, category: str, layer, tensor: str, capture) -> None:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path.with_suffix(".json"), sidecar)
+        write_json(sidecar_path(path), sidecar)
         self.entries.append({"path": rel, "category": category, "kind": sidecar["kind"],
                              "time": sidecar.get("time"), "layer": layer, "tensor": tensor, "capture": capture})
 

@@ -24,8 +24,8 @@ __all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "
 
 
 def _read_sidecar(path: Path) -> dict:
-    side = path.with_suffix(".json")
-    if not side.exists():
+    side = find_sidecar(path)
+    if side is None:
         return {}
     try:
         return json.loads(side.read_text())

@@ -44,7 +44,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import progress, sha256_file, write_json
+from brownformer.io import find_sidecar, progress, sha256_file, write_json
 from brownformer.stats.batch_stat import to_jsonable
 from brownformer.stats.brownian import analyze_trajectory
 from brownformer.stats.trajectory_inputs import battery_inputs
@@ -164,8 +164,8 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
     X = np.load(path, allow_pickle=False)
     if X.ndim != 3:
         raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
-    side = path.with_suffix(".json")
-    meta = json.loads(side.read_text()) if side.exists() else {}
+    side = find_sidecar(path)
+    meta = json.loads(side.read_text()) if side is not None else {}
     tensor = _depth_tensor(entry, path)
     z = X.astype(np.float64)
     if tensor == "ln_raw":  # depth/ln files hold LN output / sqrt(d); claim 1 is about z = LN output itself
