@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import sha256_file
+from brownformer.io import find_sidecar, sha256_file
 from brownformer.stats.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
 from brownformer.stats.markov_chain import analyze_attention, attention_null_models, validate_attention
 
