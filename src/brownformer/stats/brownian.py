@@ -32,7 +32,7 @@ from .trajectory_inputs import validate_trajectory
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_trajectory", "battery_batch", "BatteryResult", "CLASSES"]
+__all__ = ["analyze_trajectory", "battery_batch", "momentum_corrected", "BatteryResult", "CLASSES"]
 
 #: "crossover" (the local slope is not flat across the window) and "mixed" (Brownian and non-Brownian walkers)
 #: come from the window reading (stats/window_reading.py)
@@ -96,9 +96,27 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
                                                          hyperplane=inputs.hyperplane,
                                                          drift=drift if kind == "euclidean" else "none", boot=boot,
                                                          alpha=alpha)
+        effects = momentum_corrected(effects, times, window, labels, d=d, kind=kind, k=inputs.k,
+                                     hyperplane=inputs.hyperplane, drift=drift if kind == "euclidean" else "none",
+                                     margins=margins, alpha=alpha, n_resamples=n_resamples, n_groups=boot.n_groups)
     verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T,
                                     n_groups=boot.n_groups)  # the one rule
     return BatteryResult(st, verdicts, reasons, rho, decay, inputs.k, inputs.hyperplane, inputs.curves)
+
+
+def momentum_corrected(effects: dict, times, window, labels, *, d: int, kind: str, k: int, hyperplane: bool,
+                       drift: str, margins: dict, alpha: float, n_resamples: int, n_groups: int) -> dict:
+    """Key effects (rule.Effect) less what the window's momentum alone gives them (window_reading.momentum_bias);
+    the window exponent, which corrects its own bias, is left as it is. Unchanged without momentum. The data's
+    reading (stats_stage/run_stats.py) and the calibration (battery_batch with a window) both call this."""
+    if window is None or not window.momentum:
+        return effects
+    from .window_reading import momentum_bias
+    bias = momentum_bias(times, window, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift,
+                         margins=margins, alpha=alpha, n_resamples=n_resamples)
+    own = {s.name for s in STATISTICS if s.window_effect}
+    return {name: (rule.shift_effect(e, *bias[name], n_groups=n_groups, alpha=alpha)
+                   if name in bias and name not in own else e) for name, e in effects.items()}
 
 
 def _outside(res, margin, alpha: float) -> str | None:

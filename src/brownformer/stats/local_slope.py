@@ -30,7 +30,7 @@ import numpy as np
 
 from .battery import levels, log_slope
 
-__all__ = ["FittingWindow", "fitting_window", "window_features", "ensemble_curve", "walker_curves",
+__all__ = ["FittingWindow", "fitting_window", "sidecar_window", "window_features", "ensemble_curve", "walker_curves",
            "fit_offset_power", "storage_offset", "local_slopes", "walker_slopes", "MIN_WINDOW_POINTS", "WALKER_COS_FLOOR"]
 
 #: a window needs this many lags (a slope over fewer is not a curve)
@@ -69,6 +69,35 @@ class FittingWindow:
                 s = np.asarray(steps)
                 out["step_range"] = [int(s[self.start]), int(s[self.used[-1]])]
         return out
+
+
+def sidecar_window(meta: dict, *, start_step: int | None, momentum_times: float,
+                   min_lag_steps: int = 0) -> tuple[int | None, int, float]:
+    """(start step, least lag in steps, momentum beta) of a training file's window, from its sidecar.
+
+    A replica file's sidecar "window" (the base run's, chosen when its captures were) comes first; else a sidecar
+    "momentum" beta gives the momentum time 1/(1 - beta), and the window starts at max(`start_step`, its gap) and
+    skips shorter lags, as ExperimentConfig.analysis_window does for the pipeline's runs (config.momentum_gap, the
+    one home of that rule); else `min_lag_steps` (the run's, from the config). The beta is also what the window's
+    null carries (window_reading.WindowSpec.momentum), so window and null come from the same momentum.
+
+    Raises:
+        ValueError: a momentum outside [0, 1).
+    """
+    from brownformer.config import momentum_gap
+    beta = meta.get("momentum")
+    own = meta.get("window") if isinstance(meta.get("window"), dict) else {}
+    if beta is None and own.get("momentum_steps"):
+        beta = 1.0 - 1.0 / float(own["momentum_steps"])
+    beta = 0.0 if beta is None else float(beta)
+    if not 0.0 <= beta < 1.0:
+        raise ValueError(f"sidecar momentum must be in [0, 1) (a heavy-ball beta), got {beta}")
+    if own.get("min_gap_steps") is not None:
+        return start_step, int(own["min_gap_steps"]), beta
+    if beta > 0 and momentum_times > 0:
+        gap = momentum_gap(1.0 / (1.0 - beta), momentum_times)
+        return max(int(start_step or 0), gap), gap, beta
+    return start_step, int(min_lag_steps), beta
 
 
 def fitting_window(times, steps=None, *, start_step: int | None, min_lag_steps: int) -> FittingWindow:

@@ -20,7 +20,7 @@ from scipy import stats
 from .battery import walk_levels
 
 __all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
-           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent"]
+           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian"]
 
 #: process name -> short description; the calibration simulates all of them.
 PROCESSES = {
@@ -229,9 +229,69 @@ def _hyperplane_basis(d: int) -> np.ndarray:
     return q[:, 1:]
 
 
+#: a heavy-ball null's buffer is warmed up over at most this many momentum times before the first capture
+WARMUP_MOMENTUM_TIMES = 20
+
+
+def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: int, rng, momentum: float,
+                        rho: float = 0.0, hyperplane: bool = False, decay: float = 1.0) -> np.ndarray:
+    """Brownian motion passed through heavy-ball momentum, seen at the captures: (R, T, N, d).
+
+    At every training step s the noise e_s (variance the clock's increment per step, the clock taken linear in
+    steps between two captures; within-group correlation rho) is filtered as the optimizer filters gradients,
+    v_s = beta v_{s-1} + (1 - beta) e_s, x_s = x_{s-1} + v_s, from v = 0 at step 0 (an optimizer's buffer starts
+    empty; a file whose captures start later, e.g. thinned to the analysis window, sees it already running). Past the momentum time 1/(1 - beta) steps this is Brownian motion on the clock; at shorter
+    lags it is ballistic (Polyak 1964; the heavy-ball walk of issue 30). On the sphere the velocity lives in the
+    ambient space and is projected onto the tangent plane at every step, u <- (u + P_u v)/|.|, scaled so that the
+    first harmonic decays by `decay` over the captures as spherical Brownian motion would (simulate_batch).
+
+    Args:
+        times: (T,) the captures' clock; steps: (T,) their training steps (increasing integers); momentum: beta.
+        labels, d, kind, replicates, rng, rho, hyperplane, decay: as simulate_batch.
+    """
+    t, st = np.asarray(times, float), np.asarray(steps, np.int64)
+    if st.shape != t.shape or np.any(np.diff(st) <= 0):
+        raise ValueError("heavy-ball null: steps must be strictly increasing, one per capture")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    labels = np.asarray(labels)
+    R, T, N = int(replicates), t.size, labels.size
+    k = d - 1 if (kind == "sphere" and hyperplane) else d
+    s = (t - t[0]) / (t[-1] - t[0])  # elapsed share of the clock, 0..1
+    D = decay / max(k - 1, 1) if kind == "sphere" else 0.5  # euclidean: unit variance per unit of s
+    out = np.empty((R, T, N, k), dtype=np.float32)
+    x = (_normalize(rng.standard_normal((R, N, k), dtype=np.float32)) if kind == "sphere"
+         else np.zeros((R, N, k), np.float32))
+    v = np.zeros((R, N, k), np.float32)
+    beta = np.float32(momentum)
+    # the buffer starts empty at step 0 (at most WARMUP_MOMENTUM_TIMES momentum times before the first capture: by
+    # then beta^steps is below 1e-9 and v is stationary); the clock runs at the first interval's rate meanwhile
+    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - momentum)))) if momentum else 0
+    sd0 = np.float32((1 - momentum) * np.sqrt(2 * D * (s[1] - s[0]) / max(int(st[1] - st[0]), 1)))
+    for _ in range(warm):
+        v *= beta
+        v += sd0 * _shared_noise(rng, R, 1, labels, k, rho)[:, 0]
+        if kind == "sphere":
+            v -= np.sum(x * v, -1, keepdims=True) * x
+    out[:, 0] = x
+    for i in range(1, T):
+        n_steps = int(st[i] - st[i - 1])
+        sd = np.float32((1 - momentum) * np.sqrt(2 * D * (s[i] - s[i - 1]) / n_steps))
+        for _ in range(n_steps):
+            v *= beta
+            v += sd * _shared_noise(rng, R, 1, labels, k, rho)[:, 0]
+            if kind == "sphere":
+                v -= np.sum(x * v, -1, keepdims=True) * x  # the velocity stays tangent (transport by projection)
+                x = _normalize(x + v)
+            else:
+                x += v
+        out[:, i] = x
+    return out @ _hyperplane_basis(d).T.astype(np.float32) if k < d else out
+
+
 def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates: int, rng, rho: float = 0.0,
                    hyperplane: bool = False, decay: float = 1.0, drift: str = "common",
-                   margins: dict | None = None) -> np.ndarray:
+                   margins: dict | None = None, momentum: float = 0.0, steps=None) -> np.ndarray:
     """R replicates of a CALIBRATION_PROCESSES process at a real file's shape: (R, T, N, d).
 
     Args:
@@ -243,8 +303,16 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
         decay: sphere only: (k-1) D (t_T - t_0), i.e. E<u_0, u_T> = exp(-decay) under the null.
         drift: the battery's drift handling; "ou_edge" is placed at the margin edge as the battery sees it.
         margins: StatsConfig.margins, for the margin-edge processes of edges.py (default config.DEFAULT_MARGINS).
+        momentum, steps: the optimizer's heavy-ball beta and the captures' training steps: "brownian" is then
+            Brownian motion passed through that momentum (`heavy_ball_brownian`), the null of a training file.
     """
     from . import edges
+    if momentum and process == "brownian":
+        if steps is None:
+            raise ValueError("a momentum null needs the captures' training steps")
+        return heavy_ball_brownian(times=times, steps=steps, labels=labels, d=d, kind=kind, replicates=replicates,
+                                   rng=np.random.default_rng(rng), momentum=momentum, rho=rho, hyperplane=hyperplane,
+                                   decay=decay)
     if process not in CALIBRATION_PROCESSES and process not in edges.EDGE_PROCESSES:
         raise ValueError(f"unknown process {process!r}; known: {sorted(CALIBRATION_PROCESSES) + sorted(edges.EDGE_PROCESSES)}")
     if margins is None:
