@@ -153,7 +153,8 @@ def extract_replicas(cfg: ExperimentConfig, base_run: str, run_dirs: list[str | 
                    "captures": ks, "n_captures_run": len(steps)}
     common = {"kind": "euclidean", "time": PRIMARY_CLOCK, "times": clocks[PRIMARY_CLOCK], "clocks": clocks,
               "clock_reason": _CLOCK_REASON, "drift": "none", "drift_reason": _DRIFT_REASON, "unit": "replica",
-              "n_replicas": R, "contrast": "helmert", "window": window_info, "replica_runs": [m["run"] for m in metas]}
+              "n_replicas": R, "contrast": "helmert", "window": window_info, "replica_runs": [m["run"] for m in metas],
+              "momentum": 1.0 - 1.0 / window.momentum_steps}  # the base run's beta: claim 3's null carries it
 
     def source(layer, tensor):
         return {"run": base_run, "layer": layer, "head": None, "tensor": tensor, "captures": ks, "steps": clocks["step"]}
