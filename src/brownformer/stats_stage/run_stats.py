@@ -152,6 +152,13 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
                                                alpha=stats.alpha, n_times=int(out["n_times"]),
                                                n_groups=out.get("n_groups"))
     out["brownian"] = out["verdict"] == "brownian"
+    null = ((block.get("effect") or {}).get("null") or {})
+    if out["verdict"] == "inconclusive" and null.get("equivalence_power") is not None:
+        # how often the window exponent alone certifies Brownian motion simulated at this file's shape: a low
+        # value says the data are too few to decide, not that the walk is not Brownian (the full rule's power
+        # needs the calibration: `stats trajectory --calibrate` or the pipeline's calibrate stage)
+        out["reason"] += (f" (power at this shape: the window exponent certifies {null['equivalence_power']:.0%} of "
+                          f"{null.get('n_replicates')} Brownian motions simulated at it)")
     out["classification_full_range"] = out["classification"]
     out["classification"] = window_classification(out)
 
