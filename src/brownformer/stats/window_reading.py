@@ -33,7 +33,7 @@ from .simulate import simulate_batch
 from .walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
 
 __all__ = ["window_reading", "window_effects", "window_classification", "window_exponent", "window_spec",
-           "momentum_bias", "WindowSpec", "WINDOW_CLASSES"]
+           "null_walks", "WindowSpec", "WINDOW_CLASSES"]
 
 WINDOW_CLASSES = ("brownian", "subdiffusive", "superdiffusive", "crossover", "mixed", "inconclusive")
 #: bootstrap resamples of the (descriptive) ensemble exponent's interval
@@ -125,6 +125,12 @@ _NULL_CACHE: dict = {}
 _NULL_CACHE_SIZE = 16
 
 
+def null_walks(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str) -> dict:
+    """The Brownian motions simulated at a file's window shape (cached): "full" holds the whole paths of a momentum
+    null (R, T, N, d), None otherwise; the other keys are `_batch`'s on the window."""
+    return _null_batch(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
+
+
 def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str) -> dict:
     """`_batch` on Brownian motion simulated at the window's shape, cached within the process: the 16 weight
     matrices of a run share one shape, so they share one simulation (seeded by the shape, hence reproducible)."""
@@ -154,31 +160,6 @@ def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, h
                                   stored=False)
         _NULL_CACHE[key]["full"] = full
     return _NULL_CACHE[key]
-
-
-def momentum_bias(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str,
-                  margins: dict, alpha: float, n_resamples: int) -> dict[str, tuple[float, float]]:
-    """Key effect -> (bias, null value) of the full-range key effects on Brownian motion through the file's momentum
-    (the window exponent corrects its own bias): each effect's median on the simulated walks minus its value for
-    Brownian motion. {} without momentum. Heavy-ball momentum correlates increments a few momentum times apart
-    (lag-1 correlation 0.52 at 10-step increments for beta = 0.9), which is the optimizer, not the walk; so the rule
-    reads these effects as departures from what momentum alone gives (parametric-bootstrap bias correction, Efron &
-    Tibshirani 1993, ch. 10), the same correction and the same simulations as the window exponent's."""
-    if not spec.momentum:
-        return {}
-    null = _null_batch(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
-    if "bias" not in null:
-        from .brownian import battery_batch  # brownian imports this module
-        bat = battery_batch(null["full"], kind=kind, times=np.asarray(times, float), labels=labels, margins=margins,
-                            alpha=alpha, n_resamples=n_resamples, rng=np.random.default_rng([spec.seed, 11]),
-                            drift=drift, hyperplane=hyperplane)
-        out = {}
-        for name, st in bat.stats.items():
-            est = st.estimate
-            if np.isfinite(est).any():
-                out[name] = (float(np.nanmedian(est)) - float(st.null_value), float(st.null_value))
-        null["bias"] = out
-    return null["bias"]
 
 
 def _mean_over_walkers(boot: ClusterBootstrap, values: np.ndarray):
@@ -306,10 +287,6 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     conf, alpha, pts = stats.confidence_level, stats.alpha, float(w["local_decades"])
     rng = np.random.default_rng(rng)
     boot = ClusterBootstrap(labels, n_resamples=stats.n_resamples, rng=rng)
-    if spec.momentum:
-        block["momentum_bias"] = {name: {"bias": b, "null_value": nv} for name, (b, nv) in momentum_bias(
-            times, spec, labels, d=X.shape[-1], kind=kind, k=k, hyperplane=hyperplane, drift=drift,
-            margins=dict(stats.margins), alpha=stats.alpha, n_resamples=stats.n_resamples).items()}
     key, ex = window_exponent(X, times, spec, labels, kind=kind, k=k, hyperplane=hyperplane, drift=drift, boot=boot,
                               alpha=alpha)
     data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts,

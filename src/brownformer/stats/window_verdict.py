@@ -4,7 +4,7 @@ reading on the window fixed before the data (window_reading.window_reading) on w
 `trajectory_verdict` is a pure function of the array and its sidecar dict: stats_stage/run_stats.py calls it on every
 trajectory file, and stats/positive_controls.py on the processes built to say yes (or no). A training file whose
 sidecar declares its optimizer's "momentum" is kept to the captures of its momentum window, and its full-range key
-effects lose what momentum alone gives them (window_reading.momentum_bias), as the calibration does (brownian.
+effects lose what momentum alone gives them (brownian.momentum_bias), as the calibration does (brownian.
 battery_batch with the file's window).
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _momentum_captures(X: np.ndarray, meta: dict, stats) -> tuple[np.ndarray, di
 
 
 def _momentum_shifted(effects: dict, bias: dict, *, n_groups: int, alpha: float) -> dict:
-    """Stored key effects less what momentum alone gives them (window_reading.momentum_bias, the block's
+    """Stored key effects less what momentum alone gives them (brownian.momentum_bias, the block's
     "momentum_bias"), through the rule's rule.shift_effect (the raw values are the shifted ones plus that bias)."""
     from .rule import Effect, shift_effect
     out = dict(effects)
@@ -97,7 +97,8 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
     from .local_slope import sidecar_window
     from .rule import decide_one
     from .shapes import CalibrationShape, select_walkers
-    from .window_reading import window_effects, window_classification, window_reading
+    from .brownian import momentum_bias
+    from .window_reading import WindowSpec, window_effects, window_classification, window_reading
     inputs = battery_inputs(meta, out["kind"])
     labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
     idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
@@ -119,6 +120,12 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
         block = {"classification": "inconclusive", "description": why,
                  "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
                             "why_undefined": why}}
+    spec = WindowSpec.from_dict(block.get("spec"))
+    if spec is not None and spec.momentum and block.get("effect", {}).get("estimate") is not None:
+        block["momentum_bias"] = {name: {"bias": b, "null_value": nv} for name, (b, nv) in momentum_bias(
+            out["times"], spec, sub_labels, d=X.shape[-1], kind=out["kind"], k=out["span_dimension"],
+            hyperplane=out["hyperplane"], drift=inputs["drift"] if out["kind"] == "euclidean" else "none",
+            margins=dict(stats.margins), alpha=stats.alpha, n_resamples=stats.n_resamples).items()}
     out["walkers"] = block.pop("walkers", None)
     out["local_slopes"] = block
     if block.get("spec") and out.get("calibration_shape"):
