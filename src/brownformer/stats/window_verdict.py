@@ -18,7 +18,7 @@ from .trajectory_inputs import battery_inputs
 
 log = logging.getLogger(__name__)
 
-__all__ = ["trajectory_verdict"]
+__all__ = ["trajectory_verdict", "momentum_captures"]
 
 
 def trajectory_verdict(X: np.ndarray, meta: dict, *, stats, calibration=None, min_lag_steps: int = 0) -> dict:
@@ -30,7 +30,7 @@ def trajectory_verdict(X: np.ndarray, meta: dict, *, stats, calibration=None, mi
         min_lag_steps: the run's momentum time in steps (config.ExperimentConfig.analysis_window(run).min_gap), for a
             file whose sidecar gives no momentum of its own.
     """
-    X, meta = _momentum_captures(X, meta, stats)
+    X, meta = momentum_captures(X, meta, stats)
     out = analyze_trajectory(X, kind=meta["kind"], times=meta["times"], confidence_level=stats.confidence_level,
                              n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
                              max_walkers=stats.max_walkers, rng=stats.seed, calibration=calibration,
@@ -48,7 +48,7 @@ def _check_clocks(meta: dict, T: int) -> dict:
     return clocks
 
 
-def _momentum_captures(X: np.ndarray, meta: dict, stats) -> tuple[np.ndarray, dict]:
+def momentum_captures(X: np.ndarray, meta: dict, stats) -> tuple[np.ndarray, dict]:
     """A training file with a sidecar "momentum" and a step clock, kept to the captures of its analysis window:
     from max(warm-up, the momentum time) on, spaced at least one momentum time apart (local_slope.sidecar_window, the
     rule config.AnalysisWindow applies to the pipeline's replica files, which come thinned: their sidecar "window").

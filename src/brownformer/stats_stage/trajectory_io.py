@@ -75,7 +75,8 @@ def load_calibration(calibration):
 def fit_file_null(path, *, stats, kind: str | None = None):
     """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
     from brownformer.stats.fitted_null import fit_null, fitted_id
-    X, meta = load_trajectory(path, kind=kind)
+    from brownformer.stats.window_verdict import momentum_captures
+    X, meta = momentum_captures(*load_trajectory(path, kind=kind), stats)  # the captures the verdict reads
     Xs, labels, times, inputs = analysis_inputs(X, meta, stats)
     null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
                     drift=inputs["drift"] if meta["kind"] == "euclidean" else "none")
