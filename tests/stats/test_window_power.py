@@ -52,3 +52,19 @@ def test_an_inconclusive_verdict_reports_the_power_at_its_shape(tmp_path):
     np.save(tmp_path / "short.npy", X)
     out = trajectory_file_stats(tmp_path / "short.npy", stats=DEFAULT_STATS)
     assert out["verdict"] == "inconclusive" and "power at this shape" in out["reason"], out["reason"]
+
+
+def test_saturating_spherical_brownian_motion_is_brownian_as_kind_sphere(tmp_path):
+    """Issue 30, item 2: spherical BM whose mean cosine falls to exp(-1.5) over the file (the chord MSD saturates)
+    is "brownian" with `--kind sphere`: the sphere's exponent is read on psi = -ln(mean cos)/(k - 1), which is
+    linear in t for spherical BM, not on the saturating chord; the calibration shape records kind, decay and
+    hyperplane."""
+    from brownformer.stats.simulate import simulate_batch
+    from brownformer.stats_stage.stages import stats_trajectory
+    X = simulate_batch("brownian", times=np.arange(60.0), labels=np.arange(256), d=16, kind="sphere", replicates=1,
+                       rng=1, decay=1.5)[0]
+    np.save(tmp_path / "sph.npy", X)
+    out = stats_trajectory(tmp_path / "sph.npy", None, stats=DEFAULT_STATS, kind="sphere")
+    assert out["verdict"] == "brownian", out["reason"]
+    shape = out["calibration_shape"]
+    assert shape["kind"] == "sphere" and shape["hyperplane"] is False and shape["decay"] == pytest.approx(1.5, abs=0.15)
