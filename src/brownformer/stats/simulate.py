@@ -233,6 +233,25 @@ def _hyperplane_basis(d: int) -> np.ndarray:
 WARMUP_MOMENTUM_TIMES = 20
 
 
+def _heavy_ball_chunk(x, v, m: int, beta: float, var: float, rng, labels, rho: float):
+    """(x, v) after m heavy-ball steps v <- beta v + e, x <- x + v (e: variance `var`, within-group correlation rho),
+    drawn exactly: the steps act linearly on the state, (x, v) -> A^m (x, v) + w with A = [[1, beta], [0, beta]]
+    and w Gaussian with covariance Q_m = var sum_{j<m} A^j b b^T A^jT, b = (1, 1) (per coordinate and walker), so a
+    chunk costs two normals per coordinate whatever its length (the shared part of the noise is aggregated alike)."""
+    A = np.array([[1.0, beta], [0.0, beta]])
+    Am, Q, b = np.eye(2), np.zeros((2, 2)), np.ones(2)
+    for _ in range(m):
+        Q += np.outer(Am @ b, Am @ b)
+        Am = A @ Am
+    lam, V = np.linalg.eigh(var * Q)  # Q has rank 1 for m = 1 (x and v move by the same e): no Cholesky
+    L = V * np.sqrt(np.maximum(lam, 0.0))  # L L^T = var Q
+    z = _shared_noise(rng, x.shape[0], 2, labels, x.shape[-1], rho)  # (R, 2, N, k)
+    wx = np.float32(L[0, 0]) * z[:, 0] + np.float32(L[0, 1]) * z[:, 1]
+    wv = np.float32(L[1, 0]) * z[:, 0] + np.float32(L[1, 1]) * z[:, 1]
+    return (np.float32(Am[0, 0]) * x + np.float32(Am[0, 1]) * v + wx,
+            np.float32(Am[1, 0]) * x + np.float32(Am[1, 1]) * v + wv)
+
+
 def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: int, rng, momentum: float,
                         rho: float = 0.0, hyperplane: bool = False, decay: float = 1.0) -> np.ndarray:
     """Brownian motion passed through heavy-ball momentum, seen at the captures: (R, T, N, d).
@@ -240,10 +259,12 @@ def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: 
     At every training step s the noise e_s (variance the clock's increment per step, the clock taken linear in
     steps between two captures; within-group correlation rho) is filtered as the optimizer filters gradients,
     v_s = beta v_{s-1} + (1 - beta) e_s, x_s = x_{s-1} + v_s, from v = 0 at step 0 (an optimizer's buffer starts
-    empty; a file whose captures start later, e.g. thinned to the analysis window, sees it already running). Past the momentum time 1/(1 - beta) steps this is Brownian motion on the clock; at shorter
-    lags it is ballistic (Polyak 1964; the heavy-ball walk of issue 30). On the sphere the velocity lives in the
-    ambient space and is projected onto the tangent plane at every step, u <- (u + P_u v)/|.|, scaled so that the
-    first harmonic decays by `decay` over the captures as spherical Brownian motion would (simulate_batch).
+    empty; a file whose captures start later, e.g. thinned to the analysis window, sees it already running). Past
+    the momentum time 1/(1 - beta) steps this is Brownian motion on the clock; at shorter lags it is ballistic
+    (Polyak 1964; the heavy-ball walk of issue 30). The steps between two captures are drawn at once, exactly
+    (`_heavy_ball_chunk`). On the sphere the velocity lives in the ambient space and the walk turns by the tangent
+    part of each chunk's displacement, u <- (u + P_u dx)/|.|, chunks of at most _SUBSTEP_DECAY of decay, scaled so
+    that the first harmonic decays by about `decay` over the captures as spherical Brownian motion would.
 
     Args:
         times: (T,) the captures' clock; steps: (T,) their training steps (increasing integers); momentum: beta.
@@ -263,28 +284,26 @@ def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: 
     x = (_normalize(rng.standard_normal((R, N, k), dtype=np.float32)) if kind == "sphere"
          else np.zeros((R, N, k), np.float32))
     v = np.zeros((R, N, k), np.float32)
-    beta = np.float32(momentum)
     # the buffer starts empty at step 0 (at most WARMUP_MOMENTUM_TIMES momentum times before the first capture: by
     # then beta^steps is below 1e-9 and v is stationary); the clock runs at the first interval's rate meanwhile
-    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - momentum)))) if momentum else 0
-    sd0 = np.float32((1 - momentum) * np.sqrt(2 * D * (s[1] - s[0]) / max(int(st[1] - st[0]), 1)))
-    for _ in range(warm):
-        v *= beta
-        v += sd0 * _shared_noise(rng, R, 1, labels, k, rho)[:, 0]
-        if kind == "sphere":
-            v -= np.sum(x * v, -1, keepdims=True) * x
+    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - momentum))))
+    if warm:
+        var0 = (1 - momentum) ** 2 * 2 * D * (s[1] - s[0]) / int(st[1] - st[0])
+        _, v = _heavy_ball_chunk(np.zeros_like(v), v, warm, momentum, var0, rng, labels, rho)
     out[:, 0] = x
     for i in range(1, T):
         n_steps = int(st[i] - st[i - 1])
-        sd = np.float32((1 - momentum) * np.sqrt(2 * D * (s[i] - s[i - 1]) / n_steps))
-        for _ in range(n_steps):
-            v *= beta
-            v += sd * _shared_noise(rng, R, 1, labels, k, rho)[:, 0]
-            if kind == "sphere":
-                v -= np.sum(x * v, -1, keepdims=True) * x  # the velocity stays tangent (transport by projection)
-                x = _normalize(x + v)
-            else:
-                x += v
+        var = (1 - momentum) ** 2 * 2 * D * (s[i] - s[i - 1]) / n_steps  # noise variance per step
+        # on the sphere the walk turns between chunks of at most _SUBSTEP_DECAY of decay (the ambient displacement of
+        # a chunk projected onto the tangent plane); in R^d one chunk per capture interval is exact
+        per_step = (k - 1) * D * (s[i] - s[i - 1]) / n_steps if kind == "sphere" else 0.0
+        chunk = n_steps if per_step == 0 else max(1, min(n_steps, int(_SUBSTEP_DECAY / per_step)))
+        done = 0
+        while done < n_steps:
+            m = min(chunk, n_steps - done)
+            dx, v = _heavy_ball_chunk(np.zeros_like(v), v, m, momentum, var, rng, labels, rho)
+            x = _normalize(x + _project_tangent(x, dx)) if kind == "sphere" else x + dx
+            done += m
         out[:, i] = x
     return out @ _hyperplane_basis(d).T.astype(np.float32) if k < d else out
 
