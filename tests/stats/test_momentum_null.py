@@ -111,3 +111,18 @@ def test_heavy_ball_null_matches_the_filter_it_claims():
         expected = sd ** 2 * (after + before)
         got = np.var(X[list(steps - steps[0]).index(L)] - X[0])
         assert got == pytest.approx(expected, rel=0.08), (L, got, expected)
+
+
+def test_calibration_at_a_momentum_shape_simulates_the_momentum_null(tmp_path):
+    """The calibration simulates the file's rule at its shape with its momentum: heavy-ball Brownian motion is not
+    rejected (size), and the exponent edge t^1.1 through the same momentum is rarely certified (power)."""
+    from brownformer.stats.calibration import run_calibration
+    from brownformer.stats.shapes import CalibrationShape
+    out = trajectory_file_stats(_file(tmp_path, "heavy_ball"), stats=DEFAULT_STATS)
+    shape = CalibrationShape.from_dict(out["calibration_shape"])
+    assert shape.window.momentum == BETA
+    tab = run_calibration([shape], n_replicates=40, processes=["brownian", "clock_1.1"],
+                          n_resamples=DEFAULT_STATS.n_resamples).query("test == 'verdict'").set_index("process")
+    assert tab.loc["brownian", "rate_not_brownian"] <= 0.1  # 0/40 when measured
+    assert tab.loc["brownian", "rate_brownian"] >= 0.4  # 0.625
+    assert tab.loc["clock_1.1", "rate_brownian"] <= 0.2  # 0.025

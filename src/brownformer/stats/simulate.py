@@ -326,10 +326,15 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
             Brownian motion passed through that momentum (`heavy_ball_brownian`), the null of a training file.
     """
     from . import edges
-    if momentum and process == "brownian":
+    if momentum and (process == "brownian" or process.startswith("clock_")):
         if steps is None:
             raise ValueError("a momentum null needs the captures' training steps")
-        return heavy_ball_brownian(times=times, steps=steps, labels=labels, d=d, kind=kind, replicates=replicates,
+        # the exponent edges too: Brownian motion on the clock t^0.9 / t^1.1 through the same momentum (the other
+        # alternatives are simulated without it: their power at a momentum shape is optimistic)
+        t = np.asarray(times, float)
+        clock = t if process == "brownian" else t[0] + (t[-1] - t[0]) * (
+            (t - t[0]) / (t[-1] - t[0])) ** float(process.split("_")[1])
+        return heavy_ball_brownian(times=clock, steps=steps, labels=labels, d=d, kind=kind, replicates=replicates,
                                    rng=np.random.default_rng(rng), momentum=momentum, rho=rho, hyperplane=hyperplane,
                                    decay=decay)
     if process not in CALIBRATION_PROCESSES and process not in edges.EDGE_PROCESSES:
