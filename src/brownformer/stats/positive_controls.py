@@ -142,12 +142,13 @@ def _build(claim: str, name: str, rng) -> tuple[np.ndarray, dict]:
     return (_tokens(W, rng) if claim == "3b" else W), _training_meta()
 
 
-def claim3_controls(*, stats=DEFAULT_STATS, seed: int = 0, names: list[str] | None = None) -> list[ControlResult]:
+def claim3_controls(*, stats=DEFAULT_STATS, seed: int = DEFAULT_STATS.seed,
+                    names: list[str] | None = None) -> list[ControlResult]:
     """Build and decide every control of CONTROLS (or those whose "claim/name" is in `names`).
 
     Args:
         stats: StatsConfig whose rule decides (margins, alpha, window, resamples).
-        seed: the controls' seed (each control draws from its own stream of it).
+        seed: the controls' seed (each control draws from its own stream of it; default the schema's stats.seed).
     """
     out = []
     for i, (claim, name, role, what, expected) in enumerate(CONTROLS):
