@@ -134,13 +134,14 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("trajectory", help="Brownian-motion battery on any (T, N, d) array",
                        description="Verdict 'brownian' | 'not brownian' | 'inconclusive' (equivalence: every key "
                        "effect's (1 - 2 alpha) interval inside its margin) with a description. The optional sidecar "
-                       "FILE.json may give: kind, time and times (real clock values, irregular spacing honoured), "
+                       "FILE.sidecar.json (old name FILE.json still read) may give: kind, time and times (real clock values, irregular spacing honoured), "
                        "groups (N ints) or n_inputs + n_tokens (walker i*n_tokens + t is token t of input i; walkers "
                        "of one group are dependent and every interval resamples groups), sum_zero (vectors in the "
-                       "hyperplane sum(z) = 0, e.g. LayerNorm outputs), drift ('common' | 'per_walker' | 'none'). "
+                       "hyperplane sum(z) = 0, e.g. LayerNorm outputs), drift ('common' | 'per_walker' | 'none'), momentum "
+                       "(heavy-ball beta of the optimizer: the window and the null carry it; needs clocks.step). "
                        "Without a sidecar: euclidean, times 0..T-1, independent walkers, common drift removed.")
     _common(p, config_required=False)
-    p.add_argument("file", type=Path, help="FILE.npy of shape (time, walkers, dims); sidecar FILE.json optional")
+    p.add_argument("file", type=Path, help="FILE.npy of shape (time, walkers, dims); sidecar FILE.sidecar.json optional")
     p.add_argument("--kind", choices=["sphere", "euclidean"], default=None, help="overrides the sidecar")
     p.add_argument("--calibrate", action="store_true",
                    help="simulate the rule at this array's own shape (idealised and fitted nulls, every margin edge; "

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -19,12 +18,12 @@ import yaml
 
 from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
                                       apply_overrides, validate_dict)
-from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_steps, replica_seed
+from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_gap, momentum_steps, replica_seed
 from brownformer.config_tuned import TunedConfig, read_tuned
 
 __all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
            "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict", "config_hash",
-           "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "DEFAULT_MARGINS",
+           "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "DEFAULT_MARGINS",
            "DEFAULT_STATS"]
 
 
@@ -237,7 +236,7 @@ class ExperimentConfig:
         spec = RunSpec.parse(run_id)
         opt = self.optimizer_for(spec.model, spec.optimizer)
         tau = momentum_steps(opt.type, opt.params)
-        gap = max(1, math.ceil(self.stats.momentum_times * tau - 1e-9))
+        gap = momentum_gap(tau, self.stats.momentum_times)
         return AnalysisWindow(start_step=max(self.train.warmup_steps, gap if self.stats.momentum_times else 0),
                               min_gap=gap, momentum_steps=tau)
 

@@ -11,11 +11,12 @@ from __future__ import annotations
 import ast
 import functools
 import importlib.util
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["ReplicaBlock", "AnalysisWindow", "momentum_steps", "replica_seed"]
+__all__ = ["ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "replica_seed"]
 
 _REPLICA_SALT = 0x5EED  # keeps replica seeds apart from any other use of (seed, replica)
 _STREAMS = {"data": 0, "noise": 1}
@@ -73,6 +74,13 @@ def _kfac_default_momentum() -> float:
         if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DEFAULT_MOMENTUM" for t in node.targets):
             return float(ast.literal_eval(node.value))
     raise RuntimeError("brownformer.optim.kfac defines no DEFAULT_MOMENTUM")
+
+
+def momentum_gap(momentum_steps: float, momentum_times: float) -> int:
+    """The training-time window's least lag in steps: momentum_times x the momentum time 1/(1 - beta), at least 1.
+    The one home of this rule: ExperimentConfig.analysis_window (the pipeline's replica captures) and a trajectory
+    sidecar's "momentum" (stats/local_slope.sidecar_window) both read it."""
+    return max(1, math.ceil(momentum_times * momentum_steps - 1e-9))
 
 
 def momentum_steps(opt_type: str, params: Mapping[str, Any]) -> float:

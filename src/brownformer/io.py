@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import os
 import shutil
@@ -14,7 +15,42 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator
 
-__all__ = ["atomic_path", "write_json", "write_bytes", "sha256_file", "to_jsonable", "progress"]
+__all__ = ["atomic_path", "write_json", "write_bytes", "sha256_file", "to_jsonable", "progress", "SIDECAR_SUFFIX",
+           "sidecar_path", "find_sidecar"]
+
+log = logging.getLogger(__name__)
+
+#: a trajectory FILE.npy's sidecar is FILE.sidecar.json: never the FILE.json a user (or `stats trajectory --out`)
+#: writes beside it, which the next run would read as the sidecar (docs/ARTIFACTS.md)
+SIDECAR_SUFFIX = ".sidecar.json"
+
+
+def sidecar_path(array: str | Path) -> Path:
+    """Where the sidecar of the array FILE.npy is written: FILE.sidecar.json."""
+    return Path(array).with_suffix(SIDECAR_SUFFIX)
+
+
+def find_sidecar(array: str | Path) -> Path | None:
+    """The sidecar of FILE.npy that exists: FILE.sidecar.json, else the old FILE.json (with a warning), else None.
+
+    An old-name FILE.json that is a statistics output (it has "schema_version", which no sidecar has: what
+    `brownformer stats trajectory FILE.npy --out FILE.json` wrote before) is not a sidecar.
+    """
+    new, old = sidecar_path(array), Path(array).with_suffix(".json")
+    if new.exists():
+        return new
+    if old.exists():
+        try:
+            stats_output = "schema_version" in (json.loads(old.read_text()) or {})
+        except (OSError, ValueError, TypeError):
+            stats_output = False  # the reader reports what is wrong with it
+        if stats_output:
+            log.info("%s is a statistics output, not the sidecar of %s", old, Path(array).name)
+            return None
+        log.warning("%s: read as the sidecar of %s (old name; sidecars are now %s)", old,
+                                            Path(array).name, new.name)
+        return old
+    return None
 
 
 @contextmanager

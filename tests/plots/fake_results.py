@@ -85,7 +85,7 @@ def _traj(root: Path, rel: str, X: np.ndarray, kind: str, time: str, times) -> d
     path = root / "trajectories" / rel
     path.parent.mkdir(parents=True, exist_ok=True)
     np.save(path, X.astype(np.float32))
-    _write_json(path.with_suffix(".json"), {"kind": kind, "time": time, "times": list(times),
+    _write_json(path.with_suffix(".sidecar.json"), {"kind": kind, "time": time, "times": list(times),
                                             "walkers": "probe token", "source": {}})
     return {"path": rel, "category": rel.split("/")[0], "kind": kind, "time": time}
 

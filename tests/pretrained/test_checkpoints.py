@@ -62,7 +62,7 @@ def test_gaussian_weight_steps_are_brownian(tmp_path):
     assert set(verdicts.values()) == {"brownian"}, verdicts
     steps = [50 * t for t in range(N_CHECKPOINTS)]
     assert [c["step"] for c in res["checkpoints"]] == steps  # numeric, not lexicographic, order
-    side = json.loads((out / "trajectories" / "weights" / "l0_q.json").read_text())
+    side = json.loads((out / "trajectories" / "weights" / "l0_q.sidecar.json").read_text())
     assert side["times"] == steps and side["drift"] == "per_walker"
     assert np.load(out / "trajectories" / "training" / "ln_l0.npy").shape == (N_CHECKPOINTS, 4 * 16, WIDTH)
     # calibrated at the files' shapes: the claim may be decided and cites the calibration

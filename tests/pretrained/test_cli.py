@@ -59,7 +59,7 @@ def test_gpt2_writes_pretrained_json(tmp_path, capsys):
     paths = {e["path"] for e in index["files"]}
     assert {"depth/ln_c1.npy", "depth/lnaff_c1.npy", "depth/resid_c1.npy", "attention/c0.npy",
             "attention/c1.npy"} <= paths
-    side = json.loads((out / "trajectories" / "depth" / "ln_c1.json").read_text())
+    side = json.loads((out / "trajectories" / "depth" / "ln_c1.sidecar.json").read_text())
     assert side["kind"] == "sphere" and side["n_inputs"] == 4 and side["n_tokens"] == 16 and side["sum_zero"]
     # the random-init null is claim 2's step-0 baseline
     att = json.loads((out / "stats" / "attention" / "c1.json").read_text())

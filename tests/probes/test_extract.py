@@ -8,6 +8,7 @@ import torch
 
 from brownformer.config import RunSpec
 from brownformer.data import load_prepared
+from brownformer.io import sidecar_path
 from brownformer.probes import ProbeRecorder, describe_layout, extract_trajectories
 from brownformer.probes.capture import MATRICES
 from brownformer.probes.capture_store import CaptureStore
@@ -35,7 +36,7 @@ def extracted(request, config_of, image_dir, text_dir, tmp_path_factory):
 
 
 def _load(out, rel):
-    return np.load(out / rel), json.loads((out / rel).with_suffix(".json").read_text())
+    return np.load(out / rel), json.loads(sidecar_path(out / rel).read_text())
 
 
 def test_index_lists_every_file_with_a_sidecar(extracted):

@@ -59,7 +59,7 @@ def test_contrast_files_follow_the_trajectory_contract(replica_set):
     ks = [int(stores[0].index["capture"].iloc[i]) for i in window.select(steps)]
     X = np.stack([np.stack([s.load(k)["weights"][1, MATRICES.index("v")] for k in ks]) for s in stores])
     arr = np.load(out / "weights/l1_v.npy")
-    side = json.loads((out / "weights/l1_v.json").read_text())
+    side = json.loads((out / "weights/l1_v.sidecar.json").read_text())
     T, rows, cols = X.shape[1:]
     assert arr.shape == (T, (R - 1) * rows, cols) and side["kind"] == "euclidean" and side["drift"] == "none"
     assert side["groups"] == np.repeat(np.arange(R - 1), rows).tolist()  # groups are replica contrasts

@@ -44,13 +44,20 @@ def test_pooled_acf_equals_statsmodels_adjusted_acf():
 def test_kurtosis_moments_are_scipys_and_normaltest_is_scipys():
     z = stats.t.rvs(6, size=400, random_state=4)
     z -= z.mean()
-    # walker i at step t holds z[(t + i) % n]: every walker, every step has the same values, so the three scales are
-    # one and the pooled m4/m2^2 - 3 is scipy's kurtosis of z (bias=True); the estimate adds back the Gaussian
-    # shrinkage of the three scale estimates, 6 (1/n + 1/n + 1/n^2) with one coordinate
+    # walker i at step t holds z[(t + i) % n]: every walker and every step holds the same values, so each
+    # leave-one-out scale maps a value x to x / sqrt((sum of the set's squares - x^2)/(M - 1)) whatever its set, and
+    # the pooled m4/m2^2 - 3 is that of scipy's raw moments of z passed through the three maps (M = n, n, n^2, the
+    # last set holding every value n times); the estimate is the root of c k^2 + (1 + 5c) k + (6c - g) = 0
     n = z.size
     e = z[(np.arange(n)[:, None] + np.arange(n)[None, :]) % n][None, :, :, None]
     res = kurtosis(e, ClusterBootstrap(np.arange(n) % 10, n_resamples=5, rng=0))
-    assert res.estimate[0] - 6 * (2 / n + 1 / n**2) == pytest.approx(stats.kurtosis(z, fisher=True, bias=True), rel=1e-6)
+    w = z.copy()
+    for M, copies in ((n, 1), (n, 1), (n * n, n)):
+        w = w / np.sqrt((copies * np.sum(w**2) - w**2) / (M - 1))
+    g = stats.moment(w, order=4, center=0) / stats.moment(w, order=2, center=0) ** 2 - 3  # raw moments: z has mean 0
+    c = 2 / (n - 1) + 1 / (n * n - 1)
+    ref = (-(1 + 5 * c) + np.sqrt((1 + 5 * c) ** 2 - 4 * c * (6 * c - g))) / (2 * c)
+    assert res.estimate[0] == pytest.approx(ref, rel=1e-6)
     z = stats.t.rvs(6, size=2000, random_state=4)
     ref = stats.normaltest(z)
     nt = normality_test(z)

@@ -18,7 +18,7 @@ def test_without_sidecar_defaults(tmp_path):
 def test_sidecar_and_kind_override(tmp_path):
     X = np.random.default_rng(0).standard_normal((4, 4, 3))
     np.save(tmp_path / "b.npy", X)
-    (tmp_path / "b.json").write_text(json.dumps({"kind": "sphere", "time": "lr_sum", "times": [0, 0.1, 0.3, 0.7]}))
+    (tmp_path / "b.sidecar.json").write_text(json.dumps({"kind": "sphere", "time": "lr_sum", "times": [0, 0.1, 0.3, 0.7]}))
     _, meta = load_trajectory(tmp_path / "b.npy")
     assert meta["kind"] == "sphere" and meta["times"][-1] == 0.7 and meta["time"] == "lr_sum"
     _, meta = load_trajectory(tmp_path / "b.npy", kind="euclidean")
@@ -48,3 +48,29 @@ def test_bad_times_refused(tmp_path):
     (tmp_path / "d.json").write_text(json.dumps({"times": [0, 1]}))
     with pytest.raises(ValueError, match="times"):
         load_trajectory(tmp_path / "d.npy")
+
+
+def test_old_sidecar_name_is_read_with_a_warning_and_the_new_one_wins(tmp_path, caplog):
+    """FILE.json (the old sidecar name) is still read, with a warning; FILE.sidecar.json takes precedence."""
+    np.save(tmp_path / "c.npy", np.random.default_rng(1).standard_normal((4, 4, 3)))
+    (tmp_path / "c.json").write_text(json.dumps({"kind": "sphere", "times": [0, 1, 2, 5]}))
+    with caplog.at_level("WARNING"):
+        _, meta = load_trajectory(tmp_path / "c.npy")
+    assert meta["has_sidecar"] and meta["times"][-1] == 5 and "old name" in caplog.text
+    (tmp_path / "c.sidecar.json").write_text(json.dumps({"kind": "euclidean", "times": [0, 1, 2, 7]}))
+    _, meta = load_trajectory(tmp_path / "c.npy")
+    assert meta["kind"] == "euclidean" and meta["times"][-1] == 7
+
+
+def test_stats_trajectory_output_is_never_read_as_the_next_runs_sidecar(tmp_path):
+    """`stats trajectory rw.npy --out rw.json` twice: the second run sees no sidecar and gives the first's result."""
+    from brownformer.config import DEFAULT_STATS
+    from brownformer.io import sidecar_path
+    from brownformer.stats_stage.stages import stats_trajectory
+    rw = tmp_path / "rw.npy"
+    np.save(rw, np.cumsum(np.random.default_rng(2).standard_normal((20, 16, 2)), 0))
+    first = stats_trajectory(rw, tmp_path / "rw.json", stats=DEFAULT_STATS)
+    second = stats_trajectory(rw, tmp_path / "rw.json", stats=DEFAULT_STATS)
+    assert sidecar_path(rw).name == "rw.sidecar.json" and not sidecar_path(rw).exists()
+    assert not second["input"]["sidecar"] and second["verdict"] == first["verdict"]
+    assert second["msd_exponent"] == first["msd_exponent"]

@@ -101,7 +101,7 @@ def test_deep_model_depth_trajectories_have_n_layers_plus_one_points(tmp_path):
     assert resid
     for path in resid:
         X = np.load(path)
-        times = json.loads(path.with_suffix(".json").read_text())["times"]
+        times = json.loads(path.with_suffix(".sidecar.json").read_text())["times"]
         assert X.shape[0] == len(times) == 17
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from brownformer.io import write_json
+from brownformer.io import sidecar_path, write_json
 from brownformer.probes.capture import sphere_normalize
 
 __all__ = ["TrajectoryWriter", "PRETRAINED_CAPTURE", "NULL_CAPTURE"]
@@ -48,7 +48,7 @@ class TrajectoryWriter:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, np.ascontiguousarray(array, dtype=np.float32))
-        write_json(path.with_suffix(".json"), sidecar)
+        write_json(sidecar_path(path), sidecar)
         self.entries.append({"path": rel, "category": category, "kind": sidecar["kind"], "time": sidecar.get("time"),
                              "layer": layer, "tensor": tensor, "capture": capture})
 
@@ -95,7 +95,7 @@ class TrajectoryWriter:
     def _register(self, rel: str, sidecar: dict, *, category: str, tensor: str, layer=None) -> Path:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path.with_suffix(".json"), sidecar)
+        write_json(sidecar_path(path), sidecar)
         self.entries.append({"path": rel, "category": category, "kind": sidecar["kind"], "time": sidecar.get("time"),
                              "layer": layer, "tensor": tensor, "capture": None})
         return path

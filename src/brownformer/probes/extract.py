@@ -16,7 +16,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig
-from brownformer.io import staged_folder, write_json
+from brownformer.io import sidecar_path, staged_folder, write_json
 from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.layout import MATRICES
 from brownformer.probes.schedule import depth_subset
@@ -52,7 +52,7 @@ class _Writer:
     def _register(self, rel: str, sidecar: dict, category: str, layer, tensor: str, capture) -> None:
         path = self.root / rel
         path.parent.mkdir(parents=True, exist_ok=True)
-        write_json(path.with_suffix(".json"), sidecar)
+        write_json(sidecar_path(path), sidecar)
         self.entries.append({"path": rel, "category": category, "kind": sidecar["kind"],
                              "time": sidecar.get("time"), "layer": layer, "tensor": tensor, "capture": capture})
 
@@ -100,7 +100,7 @@ def extract_trajectories(cfg: ExperimentConfig, run_dir: str | Path, out_dir: st
                     run_dir / "probes", meta["config_hash"][:12], cfg.hash[:12])
     with staged_folder(out_dir) as tmp:
         writer = _Writer(tmp, meta["run"])
-        depth_ks = _write_all(store, meta, writer)
+        depth_ks = _write_all(store, meta, writer, _momentum(cfg, meta["run"]))
         write_json(tmp / "index.json", {"run": meta["run"], "files": writer.entries})
         summary = _summary(store, meta, run_dir, writer.entries, depth_ks)
         write_json(tmp / "summary.json", summary)
@@ -109,7 +109,18 @@ def extract_trajectories(cfg: ExperimentConfig, run_dir: str | Path, out_dir: st
     return summary
 
 
-def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
+def _momentum(cfg: ExperimentConfig, run: str) -> float | None:
+    """The heavy-ball beta (AdamW's beta1) of the run's optimizer, for the training sidecars' "momentum" (claim 3's
+    window and null carry it): 1 - 1/(its momentum time, ExperimentConfig.analysis_window); None for a run the
+    config cannot resolve."""
+    try:
+        return 1.0 - 1.0 / cfg.analysis_window(run).momentum_steps
+    except (KeyError, ValueError) as exc:
+        log.warning("%s: no momentum for the training sidecars (%s)", run, exc)
+        return None
+
+
+def _write_all(store: CaptureStore, meta: dict, w: _Writer, momentum: float | None = None) -> list[int]:
     index = store.index
     L, d, B, n = meta["n_layers"], meta["d_model"], meta["n_inputs"], meta["n_tokens"]
     N, C, run = B * n, len(index), meta["run"]
@@ -128,7 +139,7 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
                         src(layer=layer, tensor="ln_hat/sqrt(d)", captures=ks, steps=steps), ln=meta["ln"],
                         ln_none_flag=meta["ln_none_flag"], radius=_RADIUS_NOTE, n_inputs=B, n_tokens=n,
                         sum_zero=centered, clocks=clocks, clock_reason=_CLOCK_REASON, warmup=_WARMUP,
-                        cls_index=meta.get("cls_index"))
+                        cls_index=meta.get("cls_index"), momentum=momentum)
 
     training = {l: w.memmap(f"training/ln_l{l}.npy", (C, N, d), ln_sidecar(l),
                             category="training", layer=l, tensor="ln") for l in range(L)}
@@ -139,7 +150,7 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
         for l in range(L):
             training[l][i] = ln[l].reshape(N, d)
         if not weights:
-            weights = _open_weights(w, meta, cap["weights"].shape, ks, clocks)
+            weights = _open_weights(w, meta, cap["weights"].shape, ks, clocks, momentum)
         for (l, m), arr in weights.items():
             arr[i] = cap["weights"][l, MATRICES.index(m)]
         if "noise" in cap:
@@ -157,7 +168,7 @@ def _write_all(store: CaptureStore, meta: dict, w: _Writer) -> list[int]:
     return [ks[i] for i in sorted(per_capture)]
 
 
-def _open_weights(w: _Writer, meta: dict, shape: tuple, ks: list, clocks: dict) -> dict:
+def _open_weights(w: _Writer, meta: dict, shape: tuple, ks: list, clocks: dict, momentum: float | None) -> dict:
     L, _, rows, cols = shape
     C, steps = len(ks), clocks["step"]
     proj = meta["projection"]
@@ -169,7 +180,8 @@ def _open_weights(w: _Writer, meta: dict, shape: tuple, ks: list, clocks: dict) 
         "euclidean", PRIMARY_CLOCK, clocks[PRIMARY_CLOCK], walkers.replace("<m>", m.upper()),
         {"run": meta["run"], "layer": l, "head": None, "tensor": f"W_{m.upper()}", "captures": ks, "steps": steps},
         projection=proj, clocks=clocks, clock_reason=_CLOCK_REASON, warmup=_WARMUP, drift="per_walker",
-        drift_clock=PRIMARY_CLOCK, drift_reason=_DRIFT_WEIGHTS, groups=[0] * rows, groups_reason=_GROUPS_WEIGHTS),
+        drift_clock=PRIMARY_CLOCK, drift_reason=_DRIFT_WEIGHTS, groups=[0] * rows, groups_reason=_GROUPS_WEIGHTS,
+        momentum=momentum),
         category="weights", layer=l, tensor=m)
         for l in range(L) for m in MATRICES}
 

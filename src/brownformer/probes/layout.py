@@ -30,7 +30,7 @@ OUT/ (replaced as a whole; built beside it, then swapped in):
 N = probe inputs x tokens (walker i*n + t is token t of input i; token 0 is the ViT's CLS token);
 C = number of captures, Cn = captures with gradient noise (every probes.noise_every-th).
 depth/ and attention/ files are written for the first, the last and ~6 evenly spaced captures.
-Every .npy has a sidecar <name>.json: {"kind", "time", "times", "walkers", "source": {"run",
+Every .npy has a sidecar <name>.sidecar.json: {"kind", "time", "times", "walkers", "source": {"run",
 "layer", "head", "tensor", "captures", "steps"}, ...}; values are float32.
 """
 

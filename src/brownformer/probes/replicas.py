@@ -28,7 +28,7 @@ import numpy as np
 from scipy.linalg import helmert
 
 from brownformer.config import ExperimentConfig
-from brownformer.io import staged_folder, write_json
+from brownformer.io import sidecar_path, staged_folder, write_json
 from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.extract import PRIMARY_CLOCK
 from brownformer.probes.layout import MATRICES
@@ -103,7 +103,7 @@ def _write_contrast(tmp: Path, rel: str, X: np.ndarray, sidecar: dict) -> dict:
         path.parent.mkdir(parents=True, exist_ok=True)
         np.save(path, array)
     spread = float(np.mean(np.sum(C[:, -1] ** 2, -1)))  # mean squared contrast norm at the last capture
-    write_json((tmp / rel).with_suffix(".json"), {**sidecar, "groups": groups, "n_groups": C.shape[0],
+    write_json(sidecar_path(tmp / rel), {**sidecar, "groups": groups, "n_groups": C.shape[0],
                                                   "final_spread": spread})
     src = sidecar["source"]
     return {"path": rel, "category": rel.split("/")[0], "kind": "euclidean", "time": PRIMARY_CLOCK,
@@ -153,7 +153,8 @@ def extract_replicas(cfg: ExperimentConfig, base_run: str, run_dirs: list[str | 
                    "captures": ks, "n_captures_run": len(steps)}
     common = {"kind": "euclidean", "time": PRIMARY_CLOCK, "times": clocks[PRIMARY_CLOCK], "clocks": clocks,
               "clock_reason": _CLOCK_REASON, "drift": "none", "drift_reason": _DRIFT_REASON, "unit": "replica",
-              "n_replicas": R, "contrast": "helmert", "window": window_info, "replica_runs": [m["run"] for m in metas]}
+              "n_replicas": R, "contrast": "helmert", "window": window_info, "replica_runs": [m["run"] for m in metas],
+              "momentum": 1.0 - 1.0 / window.momentum_steps}  # the base run's beta: claim 3's null carries it
 
     def source(layer, tensor):
         return {"run": base_run, "layer": layer, "head": None, "tensor": tensor, "captures": ks, "steps": clocks["step"]}

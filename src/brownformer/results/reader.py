@@ -19,6 +19,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.config import ExperimentConfig, RunSpec
+from brownformer.io import find_sidecar
 from brownformer.statsfile import RunStatsFile, RunStatsSummary, parse_stats_file
 from brownformer.verdicts import ClaimsFile, read_claims
 
@@ -214,7 +215,8 @@ class Results:
         except (OSError, ValueError) as exc:
             log.warning("cannot read %s: %s", path, exc)
             return None, {}
-        side = read_json(path.with_suffix(".json")) or {}
+        side = find_sidecar(path)
+        side = (read_json(side) or {}) if side is not None else {}
         return X, side
 
     # ---- cross-run statistics -------------------------------------------------------------------

@@ -32,7 +32,7 @@ from .trajectory_inputs import validate_trajectory
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_trajectory", "battery_batch", "BatteryResult", "CLASSES"]
+__all__ = ["analyze_trajectory", "battery_batch", "momentum_bias", "momentum_corrected", "BatteryResult", "CLASSES"]
 
 #: "crossover" (the local slope is not flat across the window) and "mixed" (Brownian and non-Brownian walkers)
 #: come from the window reading (stats/window_reading.py)
@@ -96,9 +96,51 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
                                                          hyperplane=inputs.hyperplane,
                                                          drift=drift if kind == "euclidean" else "none", boot=boot,
                                                          alpha=alpha)
+        effects = momentum_corrected(effects, times, window, labels, d=d, kind=kind, k=inputs.k,
+                                     hyperplane=inputs.hyperplane, drift=drift if kind == "euclidean" else "none",
+                                     margins=margins, alpha=alpha, n_resamples=n_resamples, n_groups=boot.n_groups)
     verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T,
                                     n_groups=boot.n_groups)  # the one rule
     return BatteryResult(st, verdicts, reasons, rho, decay, inputs.k, inputs.hyperplane, inputs.curves)
+
+
+def momentum_bias(times, spec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str,
+                  margins: dict, alpha: float, n_resamples: int) -> dict[str, tuple[float, float]]:
+    """Key effect -> (bias, null value) of the full-range key effects on Brownian motion through the file's momentum
+    (the window exponent corrects its own bias): each effect's median on the simulated walks minus its value for
+    Brownian motion. {} without momentum. Heavy-ball momentum correlates increments a few momentum times apart
+    (lag-1 correlation 0.52 at 10-step increments for beta = 0.9), which is the optimizer, not the walk; so the rule
+    reads these effects as departures from what momentum alone gives (parametric-bootstrap bias correction, Efron &
+    Tibshirani 1993, ch. 10), the same correction and the same simulations as the window exponent's."""
+    if not spec.momentum:
+        return {}
+    from .window_reading import null_walks  # window_reading imports this module's users; keep it lazy
+    null = null_walks(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
+    if "bias" not in null:
+        bat = battery_batch(null["full"], kind=kind, times=np.asarray(times, float), labels=labels, margins=margins,
+                            alpha=alpha, n_resamples=n_resamples, rng=np.random.default_rng([spec.seed, 11]),
+                            drift=drift, hyperplane=hyperplane)
+        out = {}
+        for name, st in bat.stats.items():
+            est = st.estimate
+            if np.isfinite(est).any():
+                out[name] = (float(np.nanmedian(est)) - float(st.null_value), float(st.null_value))
+        null["bias"] = out
+    return null["bias"]
+
+
+def momentum_corrected(effects: dict, times, window, labels, *, d: int, kind: str, k: int, hyperplane: bool,
+                       drift: str, margins: dict, alpha: float, n_resamples: int, n_groups: int) -> dict:
+    """Key effects (rule.Effect) less what the window's momentum alone gives them (brownian.momentum_bias);
+    the window exponent, which corrects its own bias, is left as it is. Unchanged without momentum. The data's
+    reading (stats_stage/run_stats.py) and the calibration (battery_batch with a window) both call this."""
+    if window is None or not window.momentum:
+        return effects
+    bias = momentum_bias(times, window, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift,
+                         margins=margins, alpha=alpha, n_resamples=n_resamples)
+    own = {s.name for s in STATISTICS if s.window_effect}
+    return {name: (rule.shift_effect(e, *bias[name], n_groups=n_groups, alpha=alpha)
+                   if name in bias and name not in own else e) for name, e in effects.items()}
 
 
 def _outside(res, margin, alpha: float) -> str | None:

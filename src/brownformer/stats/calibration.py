@@ -173,9 +173,11 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = DEFAU
             role = "size" if process == "brownian" else "power"
 
             def sim(R, g, process=process):
+                w = shape.window  # a training file's momentum: its null is Brownian motion through it
                 return simulate_batch(process, times=times, labels=labels, d=shape.d, kind=shape.kind, replicates=R,
                                       rng=g, rho=shape.rho, hyperplane=shape.hyperplane, decay=shape.decay,
-                                      drift=shape.drift, margins=margins)
+                                      drift=shape.drift, margins=margins, momentum=w.momentum if w else 0.0,
+                                      steps=w.steps if w else None)
 
             cell = _one_cell(sim, kind=shape.kind, times=times, labels=labels, drift=shape.drift,
                              hyperplane=shape.hyperplane, seed=[base_seed, int(shape.id, 16) % 2**32, p_i],

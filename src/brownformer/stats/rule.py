@@ -23,7 +23,7 @@ from .battery import MIN_TIME_POINTS
 from .battery_registry import key_effects, margin_keys
 
 __all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDICTS", "Effect", "decide", "decide_one",
-           "margins_for"]
+           "margins_for", "shift_effect"]
 
 BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = "brownian", "not brownian", "inconclusive"
 VERDICTS = (BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE)
@@ -48,6 +48,19 @@ class Effect:
     tost_high: np.ndarray
     pvalue: np.ndarray
     why_undefined: str = ""
+
+
+def shift_effect(e: Effect, bias: float, null_value: float, *, n_groups: int, alpha: float) -> Effect:
+    """The effect less a known bias (the null's own value of it, e.g. what momentum alone gives): estimate and
+    (1 - 2 alpha) interval shifted, p-value against `null_value` recomputed from the interval's standard error
+    (the t-interval with G - 1 df of bootstrap.BootstrapEstimate: half-width t_{G-1}(1 - alpha) SE')."""
+    from scipy.special import stdtr, stdtrit
+    df = max(int(n_groups) - 1, 1)
+    est, lo, hi = (np.asarray(a, float) - bias for a in (e.estimate, e.tost_low, e.tost_high))
+    with np.errstate(all="ignore"):
+        se = (hi - lo) / (2 * stdtrit(df, 1 - alpha))
+        p = np.where(se > 0, 2 * stdtr(df, -np.abs(est - null_value) / se), np.asarray(e.pvalue, float))
+    return Effect(est, lo, hi, p, e.why_undefined)
 
 
 def margins_for(margins: Mapping[str, tuple[float, float]], kind: str) -> dict[str, tuple[float, float]]:

@@ -43,6 +43,13 @@ RULE_HISTORY = (
      "similar walker rate; a file's size in the Markov count capped at the gate's ceiling", "after data", "issue 19",
      "the cited size was another rule's; Brownian walkers of different rates were rejected (vit-deep's fitted nulls "
      "read sizes up to 1.0); the kurtosis edges read -0.41/0.34 for -0.5/0.5"),
+    ("issue 30 (fixed after data seen): a sidecar 'momentum' sets the window (from max(warm-up, the momentum time), "
+     "captures a momentum time apart) and the null (Brownian motion through heavy-ball momentum; the full-range key "
+     "effects less what momentum alone gives them); on an even clock the window exponent averages displacements "
+     "over origins in the first 10% of the window; kurtosis scaled by leave-one-out scales; margins unchanged",
+     "after data", "issue 30",
+     "momentum alone made 3c's AdamW weights 'not brownian'; plain Brownian motion (200 x 200) was inconclusive "
+     "under the one-origin window exponent; the kurtosis edges still read 0.42/-0.47 at that shape"),
 )
 
 

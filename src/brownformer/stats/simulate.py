@@ -20,7 +20,7 @@ from scipy import stats
 from .battery import walk_levels
 
 __all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
-           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent"]
+           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian"]
 
 #: process name -> short description; the calibration simulates all of them.
 PROCESSES = {
@@ -229,9 +229,88 @@ def _hyperplane_basis(d: int) -> np.ndarray:
     return q[:, 1:]
 
 
+#: a heavy-ball null's buffer is warmed up over at most this many momentum times before the first capture
+WARMUP_MOMENTUM_TIMES = 20
+
+
+def _heavy_ball_chunk(x, v, m: int, beta: float, var: float, rng, labels, rho: float):
+    """(x, v) after m heavy-ball steps v <- beta v + e, x <- x + v (e: variance `var`, within-group correlation rho),
+    drawn exactly: the steps act linearly on the state, (x, v) -> A^m (x, v) + w with A = [[1, beta], [0, beta]]
+    and w Gaussian with covariance Q_m = var sum_{j<m} A^j b b^T A^jT, b = (1, 1) (per coordinate and walker), so a
+    chunk costs two normals per coordinate whatever its length (the shared part of the noise is aggregated alike)."""
+    A = np.array([[1.0, beta], [0.0, beta]])
+    Am, Q, b = np.eye(2), np.zeros((2, 2)), np.ones(2)
+    for _ in range(m):
+        Q += np.outer(Am @ b, Am @ b)
+        Am = A @ Am
+    lam, V = np.linalg.eigh(var * Q)  # Q has rank 1 for m = 1 (x and v move by the same e): no Cholesky
+    L = V * np.sqrt(np.maximum(lam, 0.0))  # L L^T = var Q
+    z = _shared_noise(rng, x.shape[0], 2, labels, x.shape[-1], rho)  # (R, 2, N, k)
+    wx = np.float32(L[0, 0]) * z[:, 0] + np.float32(L[0, 1]) * z[:, 1]
+    wv = np.float32(L[1, 0]) * z[:, 0] + np.float32(L[1, 1]) * z[:, 1]
+    return (np.float32(Am[0, 0]) * x + np.float32(Am[0, 1]) * v + wx,
+            np.float32(Am[1, 0]) * x + np.float32(Am[1, 1]) * v + wv)
+
+
+def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: int, rng, momentum: float,
+                        rho: float = 0.0, hyperplane: bool = False, decay: float = 1.0) -> np.ndarray:
+    """Brownian motion passed through heavy-ball momentum, seen at the captures: (R, T, N, d).
+
+    At every training step s the noise e_s (variance the clock's increment per step, the clock taken linear in
+    steps between two captures; within-group correlation rho) is filtered as the optimizer filters gradients,
+    v_s = beta v_{s-1} + (1 - beta) e_s, x_s = x_{s-1} + v_s, from v = 0 at step 0 (an optimizer's buffer starts
+    empty; a file whose captures start later, e.g. thinned to the analysis window, sees it already running). Past
+    the momentum time 1/(1 - beta) steps this is Brownian motion on the clock; at shorter lags it is ballistic
+    (Polyak 1964; the heavy-ball walk of issue 30). The steps between two captures are drawn at once, exactly
+    (`_heavy_ball_chunk`). On the sphere the velocity lives in the ambient space and the walk turns by the tangent
+    part of each chunk's displacement, u <- (u + P_u dx)/|.|, chunks of at most _SUBSTEP_DECAY of decay, scaled so
+    that the first harmonic decays by about `decay` over the captures as spherical Brownian motion would.
+
+    Args:
+        times: (T,) the captures' clock; steps: (T,) their training steps (increasing integers); momentum: beta.
+        labels, d, kind, replicates, rng, rho, hyperplane, decay: as simulate_batch.
+    """
+    t, st = np.asarray(times, float), np.asarray(steps, np.int64)
+    if st.shape != t.shape or np.any(np.diff(st) <= 0):
+        raise ValueError("heavy-ball null: steps must be strictly increasing, one per capture")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    labels = np.asarray(labels)
+    R, T, N = int(replicates), t.size, labels.size
+    k = d - 1 if (kind == "sphere" and hyperplane) else d
+    s = (t - t[0]) / (t[-1] - t[0])  # elapsed share of the clock, 0..1
+    D = decay / max(k - 1, 1) if kind == "sphere" else 0.5  # euclidean: unit variance per unit of s
+    out = np.empty((R, T, N, k), dtype=np.float32)
+    x = (_normalize(rng.standard_normal((R, N, k), dtype=np.float32)) if kind == "sphere"
+         else np.zeros((R, N, k), np.float32))
+    v = np.zeros((R, N, k), np.float32)
+    # the buffer starts empty at step 0 (at most WARMUP_MOMENTUM_TIMES momentum times before the first capture: by
+    # then beta^steps is below 1e-9 and v is stationary); the clock runs at the first interval's rate meanwhile
+    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - momentum))))
+    if warm:
+        var0 = (1 - momentum) ** 2 * 2 * D * (s[1] - s[0]) / int(st[1] - st[0])
+        _, v = _heavy_ball_chunk(np.zeros_like(v), v, warm, momentum, var0, rng, labels, rho)
+    out[:, 0] = x
+    for i in range(1, T):
+        n_steps = int(st[i] - st[i - 1])
+        var = (1 - momentum) ** 2 * 2 * D * (s[i] - s[i - 1]) / n_steps  # noise variance per step
+        # on the sphere the walk turns between chunks of at most _SUBSTEP_DECAY of decay (the ambient displacement of
+        # a chunk projected onto the tangent plane); in R^d one chunk per capture interval is exact
+        per_step = (k - 1) * D * (s[i] - s[i - 1]) / n_steps if kind == "sphere" else 0.0
+        chunk = n_steps if per_step == 0 else max(1, min(n_steps, int(_SUBSTEP_DECAY / per_step)))
+        done = 0
+        while done < n_steps:
+            m = min(chunk, n_steps - done)
+            dx, v = _heavy_ball_chunk(np.zeros_like(v), v, m, momentum, var, rng, labels, rho)
+            x = _normalize(x + _project_tangent(x, dx)) if kind == "sphere" else x + dx
+            done += m
+        out[:, i] = x
+    return out @ _hyperplane_basis(d).T.astype(np.float32) if k < d else out
+
+
 def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates: int, rng, rho: float = 0.0,
                    hyperplane: bool = False, decay: float = 1.0, drift: str = "common",
-                   margins: dict | None = None) -> np.ndarray:
+                   margins: dict | None = None, momentum: float = 0.0, steps=None) -> np.ndarray:
     """R replicates of a CALIBRATION_PROCESSES process at a real file's shape: (R, T, N, d).
 
     Args:
@@ -243,8 +322,21 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
         decay: sphere only: (k-1) D (t_T - t_0), i.e. E<u_0, u_T> = exp(-decay) under the null.
         drift: the battery's drift handling; "ou_edge" is placed at the margin edge as the battery sees it.
         margins: StatsConfig.margins, for the margin-edge processes of edges.py (default config.DEFAULT_MARGINS).
+        momentum, steps: the optimizer's heavy-ball beta and the captures' training steps: "brownian" is then
+            Brownian motion passed through that momentum (`heavy_ball_brownian`), the null of a training file.
     """
     from . import edges
+    if momentum and (process == "brownian" or process.startswith("clock_")):
+        if steps is None:
+            raise ValueError("a momentum null needs the captures' training steps")
+        # the exponent edges too: Brownian motion on the clock t^0.9 / t^1.1 through the same momentum (the other
+        # alternatives are simulated without it: their power at a momentum shape is optimistic)
+        t = np.asarray(times, float)
+        clock = t if process == "brownian" else t[0] + (t[-1] - t[0]) * (
+            (t - t[0]) / (t[-1] - t[0])) ** float(process.split("_")[1])
+        return heavy_ball_brownian(times=clock, steps=steps, labels=labels, d=d, kind=kind, replicates=replicates,
+                                   rng=np.random.default_rng(rng), momentum=momentum, rho=rho, hyperplane=hyperplane,
+                                   decay=decay)
     if process not in CALIBRATION_PROCESSES and process not in edges.EDGE_PROCESSES:
         raise ValueError(f"unknown process {process!r}; known: {sorted(CALIBRATION_PROCESSES) + sorted(edges.EDGE_PROCESSES)}")
     if margins is None:

@@ -33,7 +33,7 @@ from .simulate import simulate_batch
 from .walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
 
 __all__ = ["window_reading", "window_effects", "window_classification", "window_exponent", "window_spec",
-           "WindowSpec", "WINDOW_CLASSES"]
+           "null_walks", "WindowSpec", "WINDOW_CLASSES"]
 
 WINDOW_CLASSES = ("brownian", "subdiffusive", "superdiffusive", "crossover", "mixed", "inconclusive")
 #: bootstrap resamples of the (descriptive) ensemble exponent's interval
@@ -55,19 +55,25 @@ class WindowSpec:
     envelope_replicates: int
     local_decades: float
     seed: int
+    #: the heavy-ball beta of the optimizer that produced the file (sidecar "momentum"; 0: none) and the training
+    #: steps of all its captures: the null is then Brownian motion through that momentum (simulate.heavy_ball_brownian)
+    momentum: float = 0.0
+    steps: tuple[int, ...] | None = None
 
     def window(self) -> FittingWindow:
         return FittingWindow(self.start, np.asarray(self.used, np.int64), None, 0, "calibration shape")
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "used": list(self.used)}
+        return {**asdict(self), "used": list(self.used), "steps": None if self.steps is None else list(self.steps)}
 
     @classmethod
     def from_dict(cls, d: dict | None) -> "WindowSpec | None":
         if not d:
             return None
+        steps = d.get("steps")
         return cls(int(d["start"]), tuple(int(i) for i in d["used"]), float(d["null_rho"]), float(d["null_decay"]),
-                   int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]))
+                   int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]),
+                   float(d.get("momentum") or 0.0), None if steps is None else tuple(int(i) for i in steps))
 
 
 def _null_rho(rho: float) -> float:
@@ -83,12 +89,16 @@ def _null_decay(X: np.ndarray, win: FittingWindow) -> float:
     return float(2.0 ** (np.round(4 * np.log2(decay)) / 4))
 
 
-def window_spec(X: np.ndarray, win: FittingWindow, *, kind: str, rho: float, stats) -> WindowSpec:
-    """The WindowSpec of one trajectory X (T, N, d) on its window `win`."""
+def window_spec(X: np.ndarray, win: FittingWindow, *, kind: str, rho: float, stats, momentum: float = 0.0,
+                steps=None) -> WindowSpec:
+    """The WindowSpec of one trajectory X (T, N, d) on its window `win`; `momentum` (with the captures' `steps`):
+    the optimizer's beta, which the null then carries (without steps there is no step clock to filter on)."""
     w = stats.window
+    carry = bool(momentum) and steps is not None
     return WindowSpec(int(win.start), tuple(int(i) for i in win.used), _null_rho(rho),
                       _null_decay(np.asarray(X), win) if kind == "sphere" else 1.0, int(w["envelope_replicates"]),
-                      float(w["local_decades"]), int(stats.seed))
+                      float(w["local_decades"]), int(stats.seed), float(momentum) if carry else 0.0,
+                      tuple(int(i) for i in steps) if carry else None)
 
 
 def _walkers(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, stored: bool = True):
@@ -115,23 +125,40 @@ _NULL_CACHE: dict = {}
 _NULL_CACHE_SIZE = 16
 
 
+def null_walks(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str) -> dict:
+    """The Brownian motions simulated at a file's window shape (cached): "full" holds the whole paths of a momentum
+    null (R, T, N, d), None otherwise; the other keys are `_batch`'s on the window."""
+    return _null_batch(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
+
+
 def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str) -> dict:
     """`_batch` on Brownian motion simulated at the window's shape, cached within the process: the 16 weight
     matrices of a run share one shape, so they share one simulation (seeded by the shape, hence reproducible)."""
     win = spec.window()
-    tw = np.asarray(times, float)[win.start:]
+    t_all = np.asarray(times, float)
+    tw = t_all[win.start:]
     rel = (tw - tw[0]) / (tw[-1] - tw[0])
     key = (tuple(np.round(rel, 6)), tuple(win.used - win.start), np.asarray(labels).tobytes(), d, kind, k,
-           hyperplane, drift, spec.null_decay, spec.null_rho, spec.envelope_replicates, spec.local_decades, spec.seed)
+           hyperplane, drift, spec.null_decay, spec.null_rho, spec.envelope_replicates, spec.local_decades, spec.seed,
+           spec.momentum, spec.steps, tuple(np.round((t_all - t_all[0]) / (t_all[-1] - t_all[0]), 6)))
     if key not in _NULL_CACHE:
-        Xs = simulate_batch("brownian", times=tw, labels=labels, d=d, kind=kind, replicates=spec.envelope_replicates,
-                            rng=np.random.default_rng([spec.seed, 7]), rho=spec.null_rho, hyperplane=hyperplane,
-                            decay=spec.null_decay)
+        g = np.random.default_rng([spec.seed, 7])
+        if spec.momentum:  # the optimizer's buffer starts at the first capture: simulate it all, read the window
+            full = simulate_batch("brownian", times=t_all, labels=labels, d=d, kind=kind,
+                                  replicates=spec.envelope_replicates, rng=g, rho=spec.null_rho,
+                                  hyperplane=hyperplane, decay=spec.null_decay, momentum=spec.momentum,
+                                  steps=spec.steps)
+            Xs = full[:, win.start:]
+        else:
+            full, Xs = None, simulate_batch("brownian", times=tw, labels=labels, d=d, kind=kind,
+                                            replicates=spec.envelope_replicates, rng=g, rho=spec.null_rho,
+                                            hyperplane=hyperplane, decay=spec.null_decay)
         null_win = FittingWindow(0, win.used - win.start, None, 0, win.why)
         if len(_NULL_CACHE) >= _NULL_CACHE_SIZE:
             _NULL_CACHE.pop(next(iter(_NULL_CACHE)))
         _NULL_CACHE[key] = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=spec.local_decades,
                                   stored=False)
+        _NULL_CACHE[key]["full"] = full
     return _NULL_CACHE[key]
 
 
@@ -227,7 +254,8 @@ def window_exponent(X: np.ndarray, times, spec: WindowSpec, labels, *, kind: str
 
 
 def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: int, hyperplane: bool, drift: str,
-                   steps, meta: dict, stats, rho: float = 0.0, rng=DEFAULT_STATS.seed, min_lag_steps: int = 0) -> dict:
+                   steps, meta: dict, stats, rho: float = 0.0, rng=DEFAULT_STATS.seed, min_lag_steps: int = 0,
+                   start_step: int | None = None, momentum: float = 0.0) -> dict:
     """The window block of one trajectory (module docstring).
 
     Args:
@@ -239,12 +267,15 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
         rho: within-group correlation of the increments (the null reproduces it).
         min_lag_steps: lags shorter than this many training steps are left out (the run's momentum time,
             config.ExperimentConfig.analysis_window; 0 without a momentum or a step clock).
+        start_step: the window's first step (None: stats.window's); momentum: the optimizer's beta, which the null
+            carries (local_slope.sidecar_window gives all three from a sidecar).
     """
     w = dict(stats.window)
     times = np.asarray(times, float)
-    win = fitting_window(times, steps, start_step=w["start_step"], min_lag_steps=min_lag_steps)
+    win = fitting_window(times, steps, start_step=w["start_step"] if start_step is None else start_step,
+                         min_lag_steps=min_lag_steps)
     block = {"window": win.to_dict(times, steps)}
-    spec = window_spec(X, win, kind=kind, rho=rho, stats=stats)
+    spec = window_spec(X, win, kind=kind, rho=rho, stats=stats, momentum=momentum, steps=steps)
     block["spec"] = spec.to_dict()
     if win.n_points < MIN_WINDOW_POINTS:
         why = f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import sha256_file
+from brownformer.io import find_sidecar, sha256_file
 from brownformer.stats.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
 from brownformer.stats.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
                                             validate_attention)
@@ -25,8 +25,8 @@ __all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "
 
 
 def _read_sidecar(path: Path) -> dict:
-    side = path.with_suffix(".json")
-    if not side.exists():
+    side = find_sidecar(path)
+    if side is None:
         return {}
     try:
         return json.loads(side.read_text())

@@ -44,10 +44,9 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import progress, sha256_file, write_json
+from brownformer.io import find_sidecar, progress, sha256_file, write_json
 from brownformer.stats.batch_stat import to_jsonable
-from brownformer.stats.brownian import analyze_trajectory
-from brownformer.stats.trajectory_inputs import battery_inputs
+from brownformer.stats.window_verdict import trajectory_verdict
 from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, parse_stats_file
 
 from .trajectory_io import load_calibration, load_trajectory
@@ -57,64 +56,6 @@ log = logging.getLogger(__name__)
 __all__ = ["stats_for_run", "trajectory_file_stats", "BATTERY_CATEGORIES"]
 
 BATTERY_CATEGORIES = ("depth", "training", "weights")
-
-
-def _check_clocks(meta: dict, T: int) -> dict:
-    clocks = {}
-    for name, values in (meta.get("clocks") or {}).items():
-        t = np.asarray(values, float)
-        if name != meta.get("time") and t.shape == (T,) and np.all(np.diff(t) > 0):
-            clocks[name] = t
-    return clocks
-
-
-def _min_lag_steps(meta: dict, min_lag_steps: int) -> int:
-    """The window's shortest lag in steps: the replica files' own (their sidecar's "window", the base run's momentum
-    time), else the run's (`min_lag_steps`, from config.ExperimentConfig.analysis_window)."""
-    own = (meta.get("window") or {}).get("min_gap_steps") if isinstance(meta.get("window"), dict) else None
-    return int(own) if own is not None else int(min_lag_steps)
-
-
-def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int = 0) -> None:
-    """Claim 3's reading on the pre-fixed window (stats/window_reading.py): "local_slopes", "walkers", and the
-    verdict and classification re-decided on the window exponent (the full-range ones are kept as
-    "verdict_full_range", "classification_full_range"); the calibration shape gets the window (WindowSpec), so
-    that the calibration simulates this verdict's rule."""
-    from brownformer.stats.bootstrap import group_labels
-    from brownformer.stats.rule import decide_one
-    from brownformer.stats.shapes import CalibrationShape, select_walkers
-    from brownformer.stats.window_reading import window_effects, window_classification, window_reading
-    inputs = battery_inputs(meta, out["kind"])
-    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
-    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
-    steps = (meta.get("clocks") or {}).get("step")
-    steps = steps if steps is not None and len(steps) == X.shape[0] else None
-    side = {**meta, "n_tokens": meta.get("n_tokens") if idx.size == X.shape[1] else None}  # positions need all walkers
-    sub_labels = np.unique(labels[idx], return_inverse=True)[1]
-    try:
-        block = window_reading(X[:, idx], out["times"], kind=out["kind"], labels=sub_labels,
-                               k=out["span_dimension"], hyperplane=out["hyperplane"],
-                               drift=inputs["drift"] if out["kind"] == "euclidean" else "none", steps=steps,
-                               meta=side, stats=stats, rho=out.get("within_group_correlation") or 0.0, rng=stats.seed,
-                               min_lag_steps=_min_lag_steps(meta, min_lag_steps) if steps is not None else 0)
-    except (ValueError, ArithmeticError, IndexError, np.linalg.LinAlgError) as exc:  # keep the battery's result
-        log.warning("window reading failed: %s", exc)
-        why = f"window reading failed: {exc}"
-        block = {"classification": "inconclusive", "description": why,
-                 "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
-                            "why_undefined": why}}
-    out["walkers"] = block.pop("walkers", None)
-    out["local_slopes"] = block
-    if block.get("spec") and out.get("calibration_shape"):
-        out["calibration_shape"] = {**out["calibration_shape"], "window": block["spec"]}
-        out["calibration_shape"]["id"] = CalibrationShape.from_dict(out["calibration_shape"]).id
-    out["verdict_full_range"], out["reason_full_range"] = out["verdict"], out["reason"]
-    out["verdict"], out["reason"] = decide_one(window_effects(out), kind=out["kind"], margins=dict(stats.margins),
-                                               alpha=stats.alpha, n_times=int(out["n_times"]),
-                                               n_groups=out.get("n_groups"))
-    out["brownian"] = out["verdict"] == "brownian"
-    out["classification_full_range"] = out["classification"]
-    out["classification"] = window_classification(out)
 
 
 def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None, min_lag_steps: int = 0) -> dict:
@@ -132,11 +73,8 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
         ValueError: unreadable file, invalid trajectory or sidecar (a one-line message).
     """
     X, meta = load_trajectory(path, kind=kind)
-    out = analyze_trajectory(X, kind=meta["kind"], times=meta["times"], confidence_level=stats.confidence_level,
-                             n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
-                             max_walkers=stats.max_walkers, rng=stats.seed, calibration=load_calibration(calibration),
-                             check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
-    _add_window(out, X, meta, stats, min_lag_steps)
+    out = trajectory_verdict(X, meta, stats=stats, calibration=load_calibration(calibration),
+                             min_lag_steps=min_lag_steps)
     from brownformer.stats.fitted_null import fitted_id
     from brownformer.stats.shapes import fitted_calibration_for
     out["time"] = meta.get("time")
@@ -164,8 +102,8 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
     X = np.load(path, allow_pickle=False)
     if X.ndim != 3:
         raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
-    side = path.with_suffix(".json")
-    meta = json.loads(side.read_text()) if side.exists() else {}
+    side = find_sidecar(path)
+    meta = json.loads(side.read_text()) if side is not None else {}
     tensor = _depth_tensor(entry, path)
     z = X.astype(np.float64)
     if tensor == "ln_raw":  # depth/ln files hold LN output / sqrt(d); claim 1 is about z = LN output itself

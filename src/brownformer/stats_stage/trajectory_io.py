@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import sha256_file
+from brownformer.io import find_sidecar, sha256_file
 from brownformer.stats.trajectory_inputs import analysis_inputs, validate_trajectory
 
 log = logging.getLogger(__name__)
@@ -36,9 +36,9 @@ def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.nd
         X = np.load(path, allow_pickle=False)
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read as .npy ({exc})") from None
-    sidecar = path.with_suffix(".json")
+    sidecar = find_sidecar(path)
     meta: dict = {}
-    if sidecar.exists():
+    if sidecar is not None:
         try:
             meta = json.loads(sidecar.read_text())
         except json.JSONDecodeError as exc:
@@ -56,7 +56,7 @@ def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.nd
     meta["times"] = tv.tolist()
     meta["path"] = str(path)
     meta["sha256"] = sha256_file(path)
-    meta["has_sidecar"] = sidecar.exists()
+    meta["has_sidecar"] = sidecar is not None
     log.debug("loaded %s shape=%s kind=%s", path, Xv.shape, meta["kind"])
     return Xv, meta
 
@@ -75,7 +75,8 @@ def load_calibration(calibration):
 def fit_file_null(path, *, stats, kind: str | None = None):
     """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
     from brownformer.stats.fitted_null import fit_null, fitted_id
-    X, meta = load_trajectory(path, kind=kind)
+    from brownformer.stats.window_verdict import momentum_captures
+    X, meta = momentum_captures(*load_trajectory(path, kind=kind), stats)  # the captures the verdict reads
     Xs, labels, times, inputs = analysis_inputs(X, meta, stats)
     null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
                     drift=inputs["drift"] if meta["kind"] == "euclidean" else "none")

@@ -27,6 +27,7 @@ class LocalSlopes(_Record):
     envelope: dict | None = None
     null_decay: float | None = None
     spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
+    momentum_bias: dict | None = None  # key effect -> {bias, null_value}: what the file's momentum alone gives it
 
     _nested = {"effect": EffectEstimate.from_dict}
 
