@@ -38,17 +38,21 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 
 from ..gates import POWER_GOAL, SIZE_GOAL, cp_bounds
 from ..multiple import bh_adjust
-from ..pooling import independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail, smoothed_size
+from ..pooling import (MIN_SEEDS, independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail,
+                       smoothed_size)
 from ..replica_sets import is_replica_file, split_by_unit
 from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
 from ..rule_history import rule_history
 from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
 from ..window_reading import window_effects
-from .common import did_not_train_record, independent_mean_interval, unit_mean_interval
+from .common import configuration_pools, did_not_train_record, independent_mean_interval, seed_unit, unit_mean_interval
 
 __all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
 
 BROWNIAN_FAMILIES = {"depth": "3a", "training": "3b", "weights": "3c"}
+# What a seed holds for claim 3: its files' groups (probe inputs, or the replicas of one initialisation).
+SEED_NESTING = ("per seed, the mean window exponent over its files, whose interval is over the files' groups (probe "
+                "inputs, or the replica contrasts of one initialisation); then seeds")
 TITLES = {"3a": "Token states move as Brownian motion over depth",
           "3b": "Token states move as Brownian motion over training",
           "3c": "Weights move as Brownian motion over training"}
@@ -354,6 +358,16 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
                                          details={"pooling": det, "pvalue": det.get("pvalue")})
     est, se, df = _runs_estimate(trained, stats, "window MSD exponent (mean over runs of the mean over files; "
                                                  "SE from the runs' own)")
+    # Seeds are the unit of inference (claims/common.py): per configuration, the t-interval over its seeds' run
+    # estimates sits beside the pooled one, and a decisive verdict needs one configuration with MIN_SEEDS seeds
+    # (a count over the runs of one seed per configuration would treat one training as the population).
+    pools = configuration_pools({r: rec.estimate.value for r, rec in trained.items() if rec.estimate},
+                                confidence_level=stats.confidence_level, nesting=SEED_NESTING)
+    if verdict != INCONCLUSIVE and not any(p.decidable for p in pools.values()):
+        most = max((p.n_seeds for p in pools.values()), default=0)
+        reason = (f"{verdict} on the runs' count rule, but no configuration has {MIN_SEEDS} seeds (most: {most}): "
+                  f"not decided on one training per configuration; {reason}")
+        verdict = INCONCLUSIVE
     kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
     return ClaimRecord(
         claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
@@ -362,7 +376,11 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
         tests=[{"name": t, "margin": list(stats.margins[MARGIN_KEYS[t]])}
                for k in kinds for t in KEY_EFFECTS[k]],
         per_run=per_run, per_optimizer=per_optimizer,
+        seeds=seed_unit({c: p.n_seeds for c, p in pools.items()}, nesting=SEED_NESTING,
+                        interval="count rule over runs (calibrated); per configuration a Student t-interval over its "
+                                 "seeds' window exponents in details.per_configuration"),
         details={"pvalue": pooling.get("pvalue"),
+                 "per_configuration": {c: p.to_dict() for c, p in pools.items()},
                  "pvalue_note": "tail of the count of runs not supported under the runs' size bounds "
                                  "(Poisson-binomial); joins the Holm adjustment of the headline claims",
                  "pooling": pooling, "run_q_values_bh": q, "rule": __doc__.split("\n\n")[1].strip(),
