@@ -212,7 +212,7 @@ def _cmd_pretrained(args) -> None:
     from brownformer.io import write_json
     from brownformer.pretrained import (InputSpec, ModelUnavailable, PretrainedRequest, analyze_pretrained,
                                         unavailable_result)
-    from brownformer.results.pretrained_outputs import DEPTH_CLAIMS, claim_cells, is_unavailable
+    from brownformer.results.pretrained_outputs import terminal_rows
     from brownformer.terminal import VerdictRow, VerdictTable, emit
     if args.name and len(args.model_dir) > 1:
         raise UsageError("--name names one model; with several, each is named from its config or package")
@@ -239,19 +239,10 @@ def _cmd_pretrained(args) -> None:
             result = unavailable_result(req, str(exc))
             write_json(req.output_dir(result["name"]) / "pretrained.json", result)
             results.append(result)
-    rows, notes = [], []
-    for res in results:  # one block of rows per model: the models side by side
-        if is_unavailable(res):
-            rows.append(VerdictRow(res["name"], "unavailable", reason=res["reason"]))
-            continue
-        claims = [c for c in res["claims"] if c in DEPTH_CLAIMS or res.get("checkpoints")]
-        rows += [VerdictRow(f"{res['name']} claim {c}", **claim_cells(res["claims"][c])) for c in claims]
-        if not res["calibration"]["replicates"]:
-            notes.append(f"{res['name']}: claim 3 not calibrated (--no-calibration): its verdicts cannot be "
-                         "'supported'")
+    rows, notes = terminal_rows(results)
     title = f"brownformer pretrained: {', '.join(r['name'] for r in results)} (details: pretrained.json)"
-    emit(VerdictTable(title, rows, notes), results if len(results) > 1 else results[0], as_json=args.json,
-         quiet=args.quiet)
+    emit(VerdictTable(title, [VerdictRow(**r) for r in rows], notes), results if len(results) > 1 else results[0],
+         as_json=args.json, quiet=args.quiet)
 
 
 def _add_pretrained_parser(sub) -> None:

@@ -7,7 +7,7 @@ import math
 
 from brownformer.results.reader import Results
 
-__all__ = ["pretrained_models", "claim_cells", "is_unavailable", "DEPTH_CLAIMS"]
+__all__ = ["pretrained_models", "claim_cells", "is_unavailable", "terminal_rows", "DEPTH_CLAIMS"]
 
 #: the claims a single checkpoint decides (3b and 3c need a checkpoint series)
 DEPTH_CLAIMS = ("1", "2", "3a")
@@ -61,3 +61,19 @@ def claim_cells(claim: dict) -> dict[str, str]:
             "estimate": f"{_num(est.get('value'))} [{_num(ci[0])}, {_num(ci[1])}]" if est else "",
             "margin": f"[{_num(margin[0])}, {_num(margin[1])}]" if margin else "",
             "size_power": _size_power(claim.get("calibration")), "reason": reason}
+
+
+def terminal_rows(results: list[dict]) -> tuple[list[dict], list[str]]:
+    """The verdict table's rows (brownformer.terminal.VerdictRow fields) and notes of one or more pretrained.json:
+    one block of rows per model, so that several models sit side by side; claims 3b and 3c only with a series."""
+    rows, notes = [], []
+    for res in results:
+        if is_unavailable(res):
+            rows.append({"item": res["name"], "verdict": "unavailable", "reason": res["reason"]})
+            continue
+        claims = [c for c in res["claims"] if c in DEPTH_CLAIMS or res.get("checkpoints")]
+        rows += [{"item": f"{res['name']} claim {c}", **claim_cells({"claim": c, **res["claims"][c]})} for c in claims]
+        if not res["calibration"]["replicates"]:
+            notes.append(f"{res['name']}: claim 3 not calibrated (--no-calibration): its verdicts cannot be "
+                         "'supported'")
+    return rows, notes
