@@ -229,7 +229,7 @@ def _cmd_pretrained(args) -> None:
         req = PretrainedRequest(model, args.out, spec, name=args.name, checkpoints=args.checkpoints,
                                 module_map=args.module_map, calibrate=not args.no_calibration,
                                 calibration_replicates=args.calibration_replicates, depth_steps=args.depth_steps,
-                                sha256=sha256, nested=len(args.model_dir) > 1)
+                                sha256=sha256, nested=len(args.model_dir) > 1, jobs=args.jobs)
         try:
             results.append(analyze_pretrained(req, stats=cfg.stats if cfg else None,
                                               probes=cfg.probes if cfg else None, echo=echo))
@@ -246,6 +246,7 @@ def _cmd_pretrained(args) -> None:
 
 
 def _add_pretrained_parser(sub) -> None:
+    import os
     from brownformer.pretrained.settings import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS, DEPTH_STEPS
     p = sub.add_parser("pretrained", help="the paper's statistics on a local Hugging Face checkpoint (offline)",
                        description="Captures each MODEL (a local transformers folder: config.json + weights, or "
@@ -274,6 +275,8 @@ def _add_pretrained_parser(sub) -> None:
                    help="skip the calibration of claim 3's rule (its verdicts then cannot be 'supported')")
     p.add_argument("--calibration-replicates", type=int, default=None,
                    help="null replicates per file shape (default: the config's stats.calibration_replicates)")
+    p.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+                   help="calibration worker processes (default: the cores, at most 4; same numbers)")
     p.add_argument("--depth-steps", choices=DEPTH_STEPS, default=DEPTH_STEPS[0],
                    help="sublayer: the attention and MLP updates are one step each; block: one step per block")
     p.add_argument("--sha256", action="append", metavar="FILE=HEX", default=None,

@@ -27,4 +27,4 @@ if PRETRAINED:
             ENV
         shell:
             "HF_HUB_OFFLINE=1 brownformer pretrained {params.model_dir} --config {params.config} "
-            "--name {wildcards.name} --out {params.out} {params.options} --record-unavailable >> {log} 2>&1"
+            "--name {wildcards.name} --out {params.out} {params.options} --jobs {threads} --record-unavailable >> {log} 2>&1"

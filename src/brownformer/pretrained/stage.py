@@ -56,6 +56,7 @@ class PretrainedRequest:
     depth_steps: str = "sublayer"
     sha256: Mapping[str, str] | None = None
     nested: bool = False  # one of several models: the outputs go to out/<name>/
+    jobs: int = 1  # calibration worker processes (results do not depend on it)
 
     def output_dir(self, name: str) -> Path:
         return Path(self.out) / name if self.nested else Path(self.out)
@@ -108,25 +109,35 @@ def unavailable_result(req: PretrainedRequest, reason: str) -> dict:
             "model_dir": str(req.model_dir), "claims": {}}
 
 
-def _calibrate(tmp: Path, stats, replicates: int, echo: Callable[[str], None]) -> tuple[Path | None, dict]:
-    """calibration.parquet at the shapes of the decided files (none decided: None), with the cost estimate first."""
+def _calibrate(tmp: Path, stats, replicates: int, jobs: int, echo: Callable[[str], None]) -> tuple[Path | None, dict]:
+    """calibration.parquet at the shapes of the decided files (none decided: None), with the cost estimate first:
+    the worst case (every process to its cap) and the usual one (every gate decided after its first chunk)."""
+    from brownformer.stats.calibration import CHUNK, processes_for
     from brownformer.stats_stage.stages import decided_files, stats_calibrate
     from brownformer.stats_stage.user_calibration import cost_estimate
     summary = tmp / "stats" / "summary.json"
-    shapes = {s.id: s for s, *_ in decided_files([summary])}
-    if not shapes:
+    files = decided_files([summary])
+    if not files:
         return None, {"shapes": 0, "note": "no decided battery file: nothing to calibrate"}
+    shapes = {s.id: s for s, *_ in files}
+    brownian = {s.id for s, _, verdict, *_ in files if verdict == "brownian"}
     cal_stats = replace(stats, calibration_replicates=replicates)
-    costs = [cost_estimate(s, stats=cal_stats) for s in shapes.values()]
-    worst = sum(c["worst_case_seconds"] for c in costs)
+    worst, usual = 0.0, 0.0
+    for sid, shape in shapes.items():
+        cost = cost_estimate(shape, stats=cal_stats)
+        # the idealised and the fitted null; the alternatives only where a file says "brownian"
+        cells = 2 + (len(processes_for(shape.kind)) - 1 if sid in brownian else 0)
+        worst += cost["worst_case_seconds"]
+        usual += cost["seconds_per_replicate"] * min(CHUNK, replicates) * cells
     echo(f"calibration of claim 3's rule at {len(shapes)} file shape(s) "
-         f"({', '.join(f'T={s.times.__len__()} N={s.n_walkers} d={s.d}' for s in shapes.values())}): "
-         f"{replicates} null replicates each, at most {worst:.0f} s (sequential gates usually stop earlier); "
-         "--no-calibration skips it")
+         f"({', '.join(f'T={len(s.times)} N={s.n_walkers} d={s.d}' for s in shapes.values())}), {jobs} worker(s): "
+         f"usually about {usual / jobs:.0f} s (every gate decided after {min(CHUNK, replicates)} replicates), at "
+         f"most {worst / jobs:.0f} s ({replicates} replicates per null); --no-calibration skips it")
     t0 = time.perf_counter()
     out = tmp / "stats" / "calibration.parquet"
-    stats_calibrate([summary], out, stats=stats, replicates=replicates)
-    return out, {"shapes": len(shapes), "worst_case_seconds": worst, "seconds": time.perf_counter() - t0}
+    stats_calibrate([summary], out, stats=stats, replicates=replicates, jobs=jobs)
+    return out, {"shapes": len(shapes), "usual_seconds": usual / jobs, "worst_case_seconds": worst / jobs,
+                 "jobs": jobs, "seconds": time.perf_counter() - t0}
 
 
 def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = None,
@@ -165,7 +176,9 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
     H, H_kv = head_counts(config, adapter)
     name = req.name or resolved.name
     stats = stats_for_norm(stats, adapter.norm_kind, d)
-    replicates = int(req.calibration_replicates or stats.calibration_replicates) if req.calibrate else 0
+    # 0 replicates, like calibrate=False, means no calibration (the config's calibration_replicates: 0)
+    n = stats.calibration_replicates if req.calibration_replicates is None else req.calibration_replicates
+    replicates = int(n) if req.calibrate else 0
     with staged_folder(req.output_dir(name), merge=True, last="pretrained.json") as tmp:
         writer = TrajectoryWriter(tmp / "trajectories", name, placement=adapter.placement, norm_kind=adapter.norm_kind,
                                   causal=adapter.causal, n_inputs=B, n_tokens=n, cls_token=adapter.modality == "image")
@@ -178,7 +191,7 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
         t_stats = time.perf_counter()
         stats_for_run(tmp / "trajectories", tmp / "stats", stats=stats, run_id=name)
         stats_s = time.perf_counter() - t_stats
-        calibration, cal_cost = (_calibrate(tmp, stats, replicates, echo) if replicates
+        calibration, cal_cost = (_calibrate(tmp, stats, replicates, req.jobs, echo) if replicates
                                  else (None, {"note": "--no-calibration"}))
         claims = pretrained_claims(name, tmp / "stats", stats, calibration=calibration,
                                    replicates=replicates, calibrated=bool(replicates))
