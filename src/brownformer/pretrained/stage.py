@@ -177,8 +177,8 @@ def analyze_pretrained(req: PretrainedRequest, *, stats: StatsConfig | None = No
     name = req.name or resolved.name
     stats = stats_for_norm(stats, adapter.norm_kind, d)
     # 0 replicates, like calibrate=False, means no calibration (the config's calibration_replicates: 0)
-    n = stats.calibration_replicates if req.calibration_replicates is None else req.calibration_replicates
-    replicates = int(n) if req.calibrate else 0
+    asked = stats.calibration_replicates if req.calibration_replicates is None else req.calibration_replicates
+    replicates = int(asked) if req.calibrate else 0
     with staged_folder(req.output_dir(name), merge=True, last="pretrained.json") as tmp:
         writer = TrajectoryWriter(tmp / "trajectories", name, placement=adapter.placement, norm_kind=adapter.norm_kind,
                                   causal=adapter.causal, n_inputs=B, n_tokens=n, cls_token=adapter.modality == "image")
