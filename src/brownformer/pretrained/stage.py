@@ -114,7 +114,7 @@ def _calibrate(tmp: Path, stats, replicates: int, jobs: int, echo: Callable[[str
     the worst case (every process to its cap) and the usual one (every gate decided after its first chunk)."""
     from brownformer.stats.calibration import CHUNK, processes_for
     from brownformer.stats_stage.stages import decided_files, stats_calibrate
-    from brownformer.stats_stage.user_calibration import cost_estimate
+    from brownformer.stats_stage.user_calibration import PROBE_REPLICATES, cost_estimate
     summary = tmp / "stats" / "summary.json"
     files = decided_files([summary])
     if not files:
@@ -128,7 +128,11 @@ def _calibrate(tmp: Path, stats, replicates: int, jobs: int, echo: Callable[[str
         # the idealised and the fitted null; the alternatives only where a file says "brownian"
         cells = 2 + (len(processes_for(shape.kind)) - 1 if sid in brownian else 0)
         worst += cost["worst_case_seconds"]
-        usual += cost["seconds_per_replicate"] * min(CHUNK, replicates) * cells
+        # the probe's time is PROBE_REPLICATES replicates plus the window's envelope null, which every chunk pays once
+        envelope = int((shape.window.to_dict() if shape.window is not None else {}).get("envelope_replicates") or 0)
+        chunk = cost["seconds_per_replicate"] * PROBE_REPLICATES * (min(CHUNK, replicates) + envelope) / (
+            PROBE_REPLICATES + envelope)
+        usual += chunk * cells
     echo(f"calibration of claim 3's rule at {len(shapes)} file shape(s) "
          f"({', '.join(f'T={len(s.times)} N={s.n_walkers} d={s.d}' for s in shapes.values())}), {jobs} worker(s): "
          f"usually about {usual / jobs:.0f} s (every gate decided after {min(CHUNK, replicates)} replicates), at "

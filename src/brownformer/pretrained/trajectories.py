@@ -97,7 +97,8 @@ class TrajectoryWriter:
         self.save(f"depth/resid_c{k}.npy", resid.reshape(len(resid_times), B * n, d), {
             "kind": "euclidean", "time": "layer", "times": resid_times, "walkers": self.walkers, "step": None,
             "source": self._source("residual stream", k),
-            "note": f"time l < {L}: input of block l; time {L}: output of the last block (before any final norm)",
+            "note": f"time l < {L}: input of block l; time {L}: output of the last block (before any final norm)"
+                    + ("; time l + 0.5: the state between block l's attention and MLP sub-layers" if sub else ""),
             **extra, **self._common()}, category="depth", tensor="resid", capture=k)
         return extra["depth_steps"]
 

@@ -54,7 +54,10 @@ def claim_cells(claim: dict) -> dict[str, str]:
     est = claim.get("estimate") or {}
     ci = est.get("confidence_interval") or [None, None]
     margin = claim.get("margin")
-    reason, status = str(claim.get("reason") or ""), str(claim.get("calibration_status") or "")
+    runs = list((claim.get("per_run") or {}).values())
+    # one model is one "run": its own reason names the files and numbers; the pooled one only counts that one run
+    reason = str((runs[0] if len(runs) == 1 else claim).get("reason") or claim.get("reason") or "")
+    status = str(claim.get("calibration_status") or "")
     if status and status not in reason and str(claim.get("claim", "")).startswith("3"):
         reason = f"{reason}; {status}" if reason else status
     return {"verdict": str(claim.get("verdict", "n/a")),
