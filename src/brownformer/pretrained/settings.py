@@ -21,8 +21,8 @@ __all__ = ["pretrained_entries", "cli_arguments", "model_spec", "model_files", "
 # Input defaults of `brownformer pretrained` (inputs.py); here, without torch, so that building the CLI's parser
 # does not import torch (~2.7 CPU-s of every pipeline job that needs no torch)
 DEFAULT_N_INPUTS = 8
-# 8 x 32 = 256 walkers: claim 3's calibration (now the default) costs about linearly in the walkers; 8 x 64 took
-# about 4x the 79 CPU-s of 8 x 16 on all-MiniLM-L6-v2 (d 384), past 5 minutes on 2 cores
+# 8 x 32 = 256 walkers: claim 3's calibration (now the default) costs about linearly in the walkers; on
+# all-MiniLM-L6-v2 (d 384) 8 x 32 took 148 CPU-s, 8 x 16 82 (docs/methods/pretrained.md, Cost)
 DEFAULT_N_TOKENS = 32
 DATASETS = ("pydoc", "digits")
 #: depth resolution of the depth files (trajectories.py): every sub-layer (the default), or one step per block
