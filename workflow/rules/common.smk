@@ -121,7 +121,7 @@ def run_dir(wildcards):
 
 # Local pretrained checkpoints (config `pretrained:`; rules/pretrained.smk). Absent or empty: no job, and
 # PRETRAINED_OUTPUTS (in `rule all` and the report's inputs) is empty.
-from brownformer.pretrained.settings import cli_arguments, pretrained_entries
+from brownformer.pretrained.settings import cli_arguments, model_files, model_spec, pretrained_entries
 
 try:
     PRETRAINED = pretrained_entries(config)
@@ -132,12 +132,11 @@ PRETRAINED_OUTPUTS = expand(in_results("pretrained/{name}/pretrained.json"), nam
 
 def pretrained_model_files(wildcards):
     """config.json and the weights: a changed checkpoint is analysed again."""
-    d = Path(PRETRAINED[wildcards.name]["path"])
-    return [str(d / "config.json"), *(str(p) for p in sorted(d.glob("*.safetensors")))]
+    return model_files(PRETRAINED[wildcards.name])
 
 
 def pretrained_model_dir(wildcards):
-    return PRETRAINED[wildcards.name]["path"]
+    return model_spec(PRETRAINED[wildcards.name])
 
 
 def pretrained_options(wildcards):

@@ -1,5 +1,7 @@
-# Local pretrained checkpoints (config `pretrained:`), analysed beside the trained runs; descriptive.
-# The rule exists only when the block lists a model (PRETRAINED, common.smk).
+# Real pretrained checkpoints (config `pretrained:`: a folder or a package that ships one), analysed beside the
+# trained runs; descriptive. The rule exists only when the block lists a model (PRETRAINED, common.smk). A model
+# that cannot be had (package not installed, sha256 mismatch) gets a pretrained.json saying "unavailable" and why
+# (--record-unavailable), so the report says so and the rest of the run goes on.
 if PRETRAINED:
 
     wildcard_constraints:
@@ -25,4 +27,4 @@ if PRETRAINED:
             ENV
         shell:
             "HF_HUB_OFFLINE=1 brownformer pretrained {params.model_dir} --config {params.config} "
-            "--name {wildcards.name} --out {params.out} {params.options} 2>> {log}"
+            "--name {wildcards.name} --out {params.out} {params.options} --jobs {threads} --record-unavailable >> {log} 2>&1"

@@ -8,11 +8,13 @@ below are imported on first use, so that `settings` (read by the Snakefile) load
 from importlib import import_module
 
 __all__ = ["analyze_pretrained", "PretrainedRequest", "InputSpec", "ADAPTERS", "Adapter", "ModuleMap",
-           "adapter_for", "capture_model", "UnknownModelType", "AttentionUnavailable"]
+           "adapter_for", "capture_model", "UnknownModelType", "AttentionUnavailable", "ModelUnavailable",
+           "resolve_model", "unavailable_result"]
 
 _HOME = {"analyze_pretrained": "stage", "PretrainedRequest": "stage", "InputSpec": "inputs", "ADAPTERS": "adapters",
          "Adapter": "adapters", "ModuleMap": "adapters", "adapter_for": "adapters", "UnknownModelType": "adapters",
-         "capture_model": "capture", "AttentionUnavailable": "capture"}
+         "capture_model": "hooked_forward", "AttentionUnavailable": "hooked_forward", "ModelUnavailable": "packaged",
+         "resolve_model": "packaged", "unavailable_result": "stage"}
 
 
 def __getattr__(name: str):

@@ -128,6 +128,8 @@ class Adapter:
         modality: "text" (input_ids) or "image" (pixel_values).
         rotary: Q and K are rotated by the position embeddings after the projection (RoPE).
         weights: (attention module, H, H_kv[, block]) -> HeadWeights.
+        sublayer_norm: paths from a block to its second norm (before the MLP in pre-LN, after it in post-LN):
+            with both norms the residual stream is read after every sub-layer (depth at sub-layer resolution).
     """
     model_type: str
     layers: tuple[str, ...]
@@ -144,12 +146,18 @@ class Adapter:
     probs: str | None = None  # path from a block to a module whose output is the attention probabilities
     n_heads: int | None = None  # None: from the model's config
     n_kv_heads: int | None = None
+    # paths from a block to its other norm (the one between the attention and the MLP sub-layers, or after the MLP in
+    # post-LN); () where there is no residual state between the sub-layers (parallel residual) or it is unknown
+    sublayer_norm: tuple[str, ...] = ()
 
     def blocks(self, model: nn.Module) -> list[nn.Module]:
         return list(_first_path(getattr(model, "base_model", model), self.layers))
 
     def norm_of(self, block: nn.Module) -> nn.Module:
         return _first_path(block, self.norm)
+
+    def sublayer_norm_of(self, block: nn.Module) -> nn.Module | None:
+        return _first_path(block, self.sublayer_norm) if self.sublayer_norm else None
 
     def attention_of(self, block: nn.Module) -> nn.Module:
         return _first_path(block, self.attention)
@@ -161,19 +169,21 @@ class Adapter:
 
 ADAPTERS: dict[str, Adapter] = {
     "gpt2": Adapter("gpt2", ("h",), ("ln_1",), ("attn",), "pre", "layernorm", True, "text", _gpt2_weights,
-                    notes="fused Conv1D c_attn (x @ W), Q | K | V blocks of d columns"),
+                    notes="fused Conv1D c_attn (x @ W), Q | K | V blocks of d columns", sublayer_norm=("ln_2",)),
     "gpt_neox": Adapter("gpt_neox", ("layers",), ("input_layernorm",), ("attention",), "pre", "layernorm", True,
                         "text", _neox_weights, rotary=True,
                         notes="interleaved per-head [q | k | v] rows; parallel residual when "
                               "use_parallel_residual (attention and MLP read the same block input)"),
     "bert": Adapter("bert", ("encoder.layer",), ("attention.output.LayerNorm",), ("attention.self",), "post",
                     "layernorm", False, "text", _bert_weights, needs_block=True,
-                    notes="post-LN: the norm read is the LayerNorm after the attention's residual add"),
+                    notes="post-LN: the norm read is the LayerNorm after the attention's residual add",
+                    sublayer_norm=("output.LayerNorm",)),
     "llama": Adapter("llama", ("layers",), ("input_layernorm",), ("self_attn",), "pre", "rmsnorm", True, "text",
-                     _llama_weights, rotary=True, notes="RMSNorm (no centring); grouped KV heads"),
+                     _llama_weights, rotary=True, notes="RMSNorm (no centring); grouped KV heads",
+                     sublayer_norm=("post_attention_layernorm",)),
     "vit": Adapter("vit", ("layers", "encoder.layer"), ("layernorm_before",), ("attention", "attention.attention"),
                    "pre", "layernorm", False, "image", _vit_weights, needs_block=True,
-                   notes="token 0 is the CLS token"),
+                   notes="token 0 is the CLS token", sublayer_norm=("layernorm_after",)),
 }
 
 

@@ -23,22 +23,17 @@ from brownformer.probes.capture import MATRICES, projection_matrix
 
 from .adapters import Adapter
 from .hooked_forward import capture_model, head_counts
+from .packaged import weight_files
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Checkpoint", "find_checkpoints", "capture_series", "weight_files"]
+__all__ = ["Checkpoint", "find_checkpoints", "capture_series"]
 
 
 @dataclass(frozen=True)
 class Checkpoint:
     path: Path
     step: int
-
-
-def weight_files(model_dir: Path) -> list[Path]:
-    """The checkpoint's weight files: *.safetensors, else pytorch_model*.bin (sorted)."""
-    files = sorted(model_dir.glob("*.safetensors")) or sorted(model_dir.glob("pytorch_model*.bin"))
-    return files
 
 
 def find_checkpoints(pattern: str) -> list[Checkpoint]:

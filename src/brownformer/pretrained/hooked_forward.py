@@ -6,6 +6,11 @@ Per block l (adapters.py says which modules):
                 LayerNorm (x - mean) / sqrt(var + eps); RMSNorm x / sqrt(mean(x^2) + eps); |ln_hat| ~ sqrt(d)
     ln_out[l]   the norm's output (after its affine map)
     attn[l]     the attention probabilities per head, as the model returns them (eager attention)
+With a second norm per block (`Adapter.sublayer_norm`), the same at sub-layer resolution, in forward order
+(two points per block: the states around the attention and the MLP sub-layers):
+    sub_hat, sub_out (2L, B, n, d)  both norms' pre-affine inputs and outputs
+    sub_resid (2L+1, B, n, d)       the residual stream after every sub-layer: pre-LN, the norms' inputs and the
+                                    last block's output; post-LN, the first block's input and the norms' outputs
 Per-head Q and K are computed from the attention module's input and the weights the adapter extracts
 (rotated by the model's own RoPE function where the model uses one); softmax(Q K^T * scaling + mask)
 must reproduce attn: the largest deviation is returned as a check on the adapter's weight layout.
@@ -45,6 +50,9 @@ class ModelCapture:
     ln_out: np.ndarray
     attn: np.ndarray
     qk_max_deviation: float | None
+    sub_hat: np.ndarray | None = None
+    sub_out: np.ndarray | None = None
+    sub_resid: np.ndarray | None = None
 
 
 def head_counts(config, adapter: Adapter | None = None) -> tuple[int, int]:
@@ -130,6 +138,7 @@ def capture_model(model: nn.Module, adapter: Adapter, inputs: torch.Tensor) -> M
         raise AttentionUnavailable(f"{type(model).__name__} returned no attention weights (not a transformers model, "
                                    "and the module map names no 'probs' module)")
     resid, ln_hat, ln_out, attn_in, pos_emb, probs = [], [], [], [], [], []
+    sub_in, sub_hat, sub_out = [], [], []
     handles = []
 
     def on_block(module, args, kwargs):
@@ -139,6 +148,11 @@ def capture_model(model: nn.Module, adapter: Adapter, inputs: torch.Tensor) -> M
         ln_hat.append(pre_affine(module, args[0].detach(), adapter.norm_kind))
         ln_out.append(_first_tensor(out).detach().float())
 
+    def on_any_norm(module, args, out):  # both norms of a block, in the order the forward pass runs them
+        sub_in.append(args[0].detach().float())
+        sub_hat.append(pre_affine(module, args[0].detach(), adapter.norm_kind))
+        sub_out.append(_first_tensor(out).detach().float())
+
     def on_attention(module, args, kwargs):
         attn_in.append((args[0] if args else kwargs["hidden_states"]).detach())
         pos_emb.append(kwargs.get("position_embeddings"))
@@ -147,6 +161,10 @@ def capture_model(model: nn.Module, adapter: Adapter, inputs: torch.Tensor) -> M
         handles.append(block.register_forward_pre_hook(on_block, with_kwargs=True))
         handles.append(adapter.norm_of(block).register_forward_hook(on_norm))
         handles.append(adapter.attention_of(block).register_forward_pre_hook(on_attention, with_kwargs=True))
+        second = adapter.sublayer_norm_of(block)
+        if second is not None:
+            handles += [adapter.norm_of(block).register_forward_hook(on_any_norm),
+                        second.register_forward_hook(on_any_norm)]
         if probs_path:
             handles.append(get_path(block, probs_path).register_forward_hook(
                 lambda m, a, out: probs.append(_first_tensor(out).detach())))
@@ -169,9 +187,22 @@ def capture_model(model: nn.Module, adapter: Adapter, inputs: torch.Tensor) -> M
                                    "(needs eager attention with output_attentions; fused kernels give none)")
     attn = torch.stack([a.float() for a in attentions])  # (L, B, H, n, n)
     dev = _qk_check(model, adapter, blocks, attn_in, pos_emb, attn)
+    sub = _sublayer_arrays(adapter.placement, resid, sub_in, sub_hat, sub_out, len(blocks))
     return ModelCapture(resid=torch.stack(resid).float().numpy(), ln_hat=torch.stack(ln_hat).numpy(),
                         ln_out=torch.stack(ln_out).numpy(), attn=attn.transpose(1, 2).contiguous().numpy(),
-                        qk_max_deviation=dev)
+                        qk_max_deviation=dev, **sub)
+
+
+def _sublayer_arrays(placement: str, resid, sub_in, sub_hat, sub_out, L: int) -> dict:
+    """sub_hat, sub_out, sub_resid (module docstring); {} when the adapter names no second norm."""
+    if not sub_hat:
+        return {}
+    if len(sub_hat) != 2 * L:
+        raise ValueError(f"expected 2 norm calls per block ({2 * L}), saw {len(sub_hat)}: the adapter's sublayer_norm "
+                         "is not called once per block")
+    states = sub_in + [resid[-1].float()] if placement == "pre" else [resid[0].float()] + sub_out
+    return {"sub_hat": torch.stack(sub_hat).numpy(), "sub_out": torch.stack(sub_out).numpy(),
+            "sub_resid": torch.stack(states).numpy()}
 
 
 def _qk_check(model, adapter: Adapter, blocks, attn_in, pos_emb, attn: torch.Tensor) -> float | None:

@@ -21,6 +21,10 @@ from .settings import DATASETS, DEFAULT_N_INPUTS, DEFAULT_N_TOKENS
 
 log = logging.getLogger(__name__)
 
+#: the files a Hugging Face tokenizer is loaded from (any one of them may be enough)
+_TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.txt", "vocab.json", "tokenizer.model",
+                    "spiece.model")
+
 __all__ = ["InputSpec", "build_inputs", "DEFAULT_N_INPUTS", "DEFAULT_N_TOKENS", "DATASETS"]
 
 
@@ -63,6 +67,10 @@ def _token_windows(ids: np.ndarray, n_inputs: int, n_tokens: int, source: str) -
 
 def _tokenize(model_dir: Path, text: str, spec: InputSpec, source: str) -> np.ndarray:
     from transformers import AutoTokenizer
+    if not any((Path(model_dir) / f).is_file() for f in _TOKENIZER_FILES):
+        # checked first: without these files transformers may hand back a tokenizer that encodes nothing
+        raise ValueError(f"{model_dir}: no tokenizer files (none of {list(_TOKENIZER_FILES)}); {source} needs the "
+                         "checkpoint's own tokenizer: give --input-ids X.npy instead")
     try:
         tok = AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
     except (OSError, ValueError, TypeError) as exc:

@@ -3,8 +3,8 @@
 The model is one "run": claim 1 (stats/claims/claim1_sphere.py) on the pretrained depth files; claim 2
 (stats/claims/claim2_markov.py) on the pretrained attention, with the random-init model of the same config as
 its step-0 null; claim 3a (depth) always; 3b and 3c only with a checkpoint series. The Brownian claims
-are "supported" only where a calibration table simulated each file's shape (`--calibration-replicates`);
-without one they stay "inconclusive" and say so. RMSNorm models: the output is on the sphere of radius
+are "supported" only where a calibration table simulated each file's shape (the default; `--no-calibration`
+skips it); without one they stay "inconclusive" and say so. RMSNorm models: the output is on the sphere of radius
 sqrt(d) but not in the hyperplane 1^T z = 0, so claim 1 reads the radius only (the sum margin is widened
 to |1^T z| / sqrt(d) <= r_max sqrt(d), which every vector with radius r <= r_max meets).
 """
@@ -37,17 +37,18 @@ def stats_for_norm(stats, norm_kind: str, d: int):
     return dataclasses.replace(stats, margins=margins)
 
 
-def _brownian_status(records: list[dict] | None, calibration) -> str:
+def _brownian_status(records: list[dict] | None, calibration, calibrated: bool) -> str:
     if not records:
         return "not measured"
-    if calibration is None:
-        return ("not calibrated: no verdict can be 'supported' (rerun with --calibration-replicates N to simulate "
-                "the rule at each file's shape)")
-    return f"calibrated at each file's exact shape ({calibration})"
+    if calibration is not None:
+        return f"calibrated at each file's exact shape ({calibration})"
+    if calibrated:
+        return "nothing to calibrate: no file's rule decided (too few time points or an undefined key test)"
+    return "not calibrated (--no-calibration): no verdict can be 'supported'"
 
 
 def pretrained_claims(name: str, stats_dir: Path, stats, *, calibration: Path | None,
-                      replicates: int) -> dict[str, dict]:
+                      replicates: int, calibrated: bool = True) -> dict[str, dict]:
     """claim id -> {ClaimRecord fields, "calibration_status"} for one model's per-run statistics."""
     out = collect_run_outputs({name: stats_dir})
     records: dict[str, ClaimRecord] = {"1": sphere_claim(out.sphere, stats), "2": markov_claim(out.attention, stats)}
@@ -61,7 +62,8 @@ def pretrained_claims(name: str, stats_dir: Path, stats, *, calibration: Path | 
             why = ("no checkpoint series given (--checkpoints GLOB)" if cat != "depth"
                    else "fewer layers than the battery needs")
             records[key] = ClaimRecord(key, f"claim {key}", INCONCLUSIVE, f"not measured: {why}")
-        status[key] = _brownian_status(files, f"{replicates} replicates per shape and process" if table else None)
+        status[key] = _brownian_status(files, f"{replicates} replicates per shape and process" if table else None,
+                                       calibrated)
     result = {}
     for key, rec in records.items():
         d = rec.to_dict()

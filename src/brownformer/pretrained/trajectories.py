@@ -5,6 +5,12 @@ capture 1 is the pretrained model (depth files and attention). With a checkpoint
 and weights/ hold one time point per checkpoint, on the clock of the checkpoints' step numbers.
 Every array has its sidecar: {"kind", "time", "times", "walkers", "source", ...} plus "n_inputs" /
 "n_tokens" (tokens of one input are dependent walkers), "sum_zero", "ln", "norm_kind".
+
+Depth steps (`DEPTH_STEPS`): "sublayer" (the default where the adapter knows both norms of a block) reads the
+residual stream after every sub-layer, attention and MLP each one step of half a layer: a 6-layer model gives
+12 norm points and 13 residual states instead of 6 and 7, above the battery's minimum of 8 time points. It
+assumes that the two kinds of update share one clock; a walk whose attention and MLP steps differ in size
+reads as non-Brownian there, which is the claim's question. "block" reads one point per block.
 """
 from __future__ import annotations
 
@@ -17,7 +23,12 @@ import torch
 from brownformer.io import sidecar_path, write_json
 from brownformer.probes.capture import sphere_normalize
 
-__all__ = ["TrajectoryWriter", "PRETRAINED_CAPTURE", "NULL_CAPTURE"]
+from .settings import DEPTH_STEPS
+
+__all__ = ["TrajectoryWriter", "PRETRAINED_CAPTURE", "NULL_CAPTURE", "DEPTH_STEPS", "SUBLAYER_NOTE"]
+
+SUBLAYER_NOTE = ("depth at sub-layer resolution: the attention and the MLP update are one step each (half a layer "
+                 "of time); the clock assumes they are steps of one walk")
 
 NULL_CAPTURE = 0
 PRETRAINED_CAPTURE = 1
@@ -55,24 +66,41 @@ class TrajectoryWriter:
     def _source(self, tensor: str, capture: int, **kw) -> dict:
         return {"run": self.name, "head": None, "layer": None, "tensor": tensor, "captures": [capture], **kw}
 
-    def depth(self, cap, k: int) -> None:
-        """depth/ln_c<k>, lnaff_c<k>, resid_c<k> of one capture (ModelCapture)."""
+    def depth(self, cap, k: int, *, steps: str = "sublayer") -> str:
+        """depth/ln_c<k>, lnaff_c<k>, resid_c<k> of one capture (ModelCapture), at `steps` resolution (module
+        docstring; "block" where the capture has no sub-layer arrays). Returns the resolution used."""
+        if steps not in DEPTH_STEPS:
+            raise ValueError(f"depth steps must be one of {DEPTH_STEPS}, got {steps!r}")
         L, B, n, d = cap.ln_hat.shape
-        layers = list(range(L))
-        self.save(f"depth/ln_c{k}.npy", (cap.ln_hat / math.sqrt(d)).reshape(L, B * n, d), {
-            "kind": "sphere", "time": "layer", "times": layers, "walkers": self.walkers, "step": None,
+        sub = steps == "sublayer" and cap.sub_hat is not None
+        if sub:
+            ln_hat, ln_out, resid = cap.sub_hat, cap.sub_out, cap.sub_resid
+            # pre-LN norms read the state before each sub-layer, post-LN norms the state after it
+            first = 0.0 if self.placement == "pre" else 0.5
+            ln_times = [first + 0.5 * i for i in range(2 * L)]
+            resid_times = [0.5 * i for i in range(2 * L + 1)]
+            extra = {"depth_steps": "sublayer", "depth_steps_note": SUBLAYER_NOTE}
+        else:
+            ln_hat, ln_out, resid = cap.ln_hat, cap.ln_out, cap.resid
+            ln_times, resid_times = list(range(L)), list(range(L + 1))
+            extra = {"depth_steps": "block"}
+        T = len(ln_times)
+        self.save(f"depth/ln_c{k}.npy", (ln_hat / math.sqrt(d)).reshape(T, B * n, d), {
+            "kind": "sphere", "time": "layer", "times": ln_times, "walkers": self.walkers, "step": None,
             "source": self._source("norm output before its affine map / sqrt(d)", k), "sum_zero": self.centered,
             "radius": "not renormalised: the norm's eps makes |z| <= 1 where a token's variance is small",
-            **self._common()}, category="depth", tensor="ln", capture=k)
-        self.save(f"depth/lnaff_c{k}.npy", cap.ln_out.reshape(L, B * n, d), {
-            "kind": "euclidean", "time": "layer", "times": layers, "walkers": self.walkers, "step": None,
-            "source": self._source("norm output after its affine map (raw)", k), **self._common()},
+            **extra, **self._common()}, category="depth", tensor="ln", capture=k)
+        self.save(f"depth/lnaff_c{k}.npy", ln_out.reshape(T, B * n, d), {
+            "kind": "euclidean", "time": "layer", "times": ln_times, "walkers": self.walkers, "step": None,
+            "source": self._source("norm output after its affine map (raw)", k), **extra, **self._common()},
             category="depth", tensor="ln_affine", capture=k)
-        self.save(f"depth/resid_c{k}.npy", cap.resid.reshape(L + 1, B * n, d), {
-            "kind": "euclidean", "time": "layer", "times": list(range(L + 1)), "walkers": self.walkers, "step": None,
+        self.save(f"depth/resid_c{k}.npy", resid.reshape(len(resid_times), B * n, d), {
+            "kind": "euclidean", "time": "layer", "times": resid_times, "walkers": self.walkers, "step": None,
             "source": self._source("residual stream", k),
-            "note": f"time l < {L}: input of block l; time {L}: output of the last block (before any final norm)",
-            **self._common()}, category="depth", tensor="resid", capture=k)
+            "note": f"time l < {L}: input of block l; time {L}: output of the last block (before any final norm)"
+                    + ("; time l + 0.5: the state between block l's attention and MLP sub-layers" if sub else ""),
+            **extra, **self._common()}, category="depth", tensor="resid", capture=k)
+        return extra["depth_steps"]
 
     def attention(self, cap, k: int, *, step: int | None, label: str) -> None:
         """attention/c<k>.npy (L, H, B, n, n) and its features (L, B, n, d): the block inputs, normalised as the
