@@ -135,13 +135,13 @@ def test_depth_is_read_after_every_sublayer_unless_told_per_block(tmp_path, caps
         rc, _ = _run(["pretrained", str(model_dir), "--out", str(out), "--input-ids", str(ids), "--no-calibration",
                       "--depth-steps", steps], capsys)
         assert rc == 0
-        ln = json.loads((out / "trajectories" / "depth" / "ln_c1.json").read_text())
-        resid = json.loads((out / "trajectories" / "depth" / "resid_c1.json").read_text())
+        ln = json.loads((out / "trajectories" / "depth" / "ln_c1.sidecar.json").read_text())
+        resid = json.loads((out / "trajectories" / "depth" / "resid_c1.sidecar.json").read_text())
         assert ln["depth_steps"] == steps and len(ln["times"]) == n_ln and len(resid["times"]) == n_ln + 1
         assert json.loads((out / "pretrained.json").read_text())["depth_steps"] == steps
     # post-LN: the norms read the states after the attention (l + 0.5) and after the MLP (l + 1)
     assert ln["times"] == [0, 1, 2] and json.loads(
-        (tmp_path / "sublayer" / "trajectories" / "depth" / "ln_c1.json").read_text())["times"] == [
+        (tmp_path / "sublayer" / "trajectories" / "depth" / "ln_c1.sidecar.json").read_text())["times"] == [
         0.5, 1.0, 1.5, 2.0, 2.5, 3.0]
 
 
@@ -161,7 +161,7 @@ def test_calibrated_by_default_with_the_cost_printed_first_and_a_table_on_stdout
     else:
         assert res["claims"]["3a"]["calibration_status"].startswith("nothing to calibrate")
     lines = stdout.splitlines()
-    assert lines[0].startswith("brownformer pretrained: gpt2") and "estimate [95% CI]" in lines[1]
+    assert lines[0].startswith("brownformer pretrained: gpt2") and "estimate [CI]" in lines[1]
     rows = {line.split("  ")[0].strip(): line for line in lines[3:]}
     assert set(rows) == {"gpt2 claim 1", "gpt2 claim 2", "gpt2 claim 3a"}  # no checkpoint series: no 3b, 3c
     assert all(res["claims"][c]["verdict"] in rows[f"gpt2 claim {c}"] for c in ("1", "2", "3a"))

@@ -32,7 +32,7 @@ def test_all_minilm_l6_v2_end_to_end(tmp_path, capsys):
         assert res["weights_sha256"]["files"]["model.safetensors"] == hashlib.sha256(f.read()).hexdigest()
     assert res["weights_sha256"]["verified"] == ["model.safetensors"]
     assert res["shape"]["n_layers"] == 6 and res["shape"]["d_model"] == 384 and res["depth_steps"] == "sublayer"
-    ln = json.loads((out / "trajectories" / "depth" / "ln_c1.json").read_text())
+    ln = json.loads((out / "trajectories" / "depth" / "ln_c1.sidecar.json").read_text())
     assert len(ln["times"]) == 12  # 6 blocks x (attention, MLP): above the battery's 8 time points
     assert res["qk_max_deviation"] < 1e-4  # the BERT adapter's per-head Q/K reproduce the model's attention
     for c in ("1", "2", "3a"):
