@@ -117,18 +117,28 @@ def bounded_ratio(num: CensoredMedian, den: CensoredMedian) -> tuple[float, str 
     return value, ("<" if den.bound else ">" if num.bound else None)
 
 
-def scaled_logrank(proposed: tuple, baseline: tuple, ratio: float) -> float:
+def _midpoints(t: np.ndarray, r: np.ndarray, grid: float) -> np.ndarray:
+    """Event times moved to the middle of their evaluation interval ``(t - grid, t]``; censoring times kept."""
+    return np.where(r, t - grid / 2, t)
+
+
+def scaled_logrank(proposed: tuple, baseline: tuple, ratio: float, *, grid: float = 0.0) -> float:
     """Log-rank statistic of the proposed times divided by ``ratio`` against the baseline's (0 without events).
 
     Under the accelerated-failure-time model ``T_proposed = ratio * T_baseline`` the scaled proposed times
     (censoring times scaled alike) have the baseline's law, so the statistic is about N(0, 1) (Louis 1981;
     Tsiatis 1990: linear rank tests for the AFT model). Positive: the scaled proposed runs reach the target
     sooner, i.e. the true ratio is below ``ratio``.
+
+    ``grid``: the evaluation spacing. A run is seen at the target at the first evaluation at or after its
+    crossing, so an event time is read as the middle of its interval; without it the rounding up, scaled by
+    ``1 / ratio`` for one group only, makes the faster group look slower (measured: at a baseline median of 60
+    steps on a 5-step grid the "not supported" rate on the margin was 18%).
     """
     (tp, rp), (tb, rb) = _clean(*proposed), _clean(*baseline)
     if not (rp.any() or rb.any()) or tp.size == 0 or tb.size == 0:
         return 0.0
-    tp = tp / ratio
+    tp, tb = _midpoints(tp, rp, grid) / ratio, _midpoints(tb, rb, grid)
     x = sps.CensoredData(uncensored=tp[rp], right=tp[~rp])
     y = sps.CensoredData(uncensored=tb[rb], right=tb[~rb])
     with np.errstate(invalid="ignore", divide="ignore"):
@@ -140,7 +150,8 @@ def scaled_logrank(proposed: tuple, baseline: tuple, ratio: float) -> float:
 class MedianRatioResult:
     """Proposed / baseline time to the target: ratio of KM medians (or its bound) and a rank-test interval.
 
-    ``estimate``/``bound``: the ratio of Kaplan-Meier medians (:func:`bounded_ratio`). ``confidence_interval``:
+    ``estimate``/``bound``: the ratio of Kaplan-Meier medians (:func:`bounded_ratio`) of the times read at the
+    middle of their evaluation interval (``grid``). ``confidence_interval``:
     the ratios ``rho`` that the AFT log-rank test (:func:`scaled_logrank`) does not reject at the two-sided
     level, ``0`` or ``inf`` where unbounded. ``statistic``: that test at ``margin``; ``pvalue``: one-sided
     p of "ratio >= margin" (small: faster than the margin allows), ``pvalue_slower`` of "ratio <= margin".
@@ -181,18 +192,19 @@ def _breakpoints(tp: np.ndarray, tb: np.ndarray) -> np.ndarray:
     return np.concatenate([[cuts[0] / 2], cuts, mids, [cuts[-1] * 2]])
 
 
-def ratio_interval(proposed: tuple, baseline: tuple, *, confidence_level: float) -> tuple[float, float]:
+def ratio_interval(proposed: tuple, baseline: tuple, *, confidence_level: float,
+                   grid: float = 0.0) -> tuple[float, float]:
     """The ratios not rejected by the two-sided AFT log-rank test (:class:`MedianRatioResult`).
 
     The statistic is a step function of the ratio; it is evaluated at every breakpoint and between them,
     and the interval is the hull of the ratios with ``|Z| <= z_(1 - a/2)``; an end the data cannot bound is
     ``0`` or ``inf``."""
-    (tp, _), (tb, _) = _clean(*proposed), _clean(*baseline)
+    (tp, rp), (tb, rb) = _clean(*proposed), _clean(*baseline)
     if tp.size == 0 or tb.size == 0:
         return math.nan, math.nan
     z = sps.norm.ppf(0.5 + confidence_level / 2)
-    rhos = np.sort(_breakpoints(tp, tb))
-    stat = np.array([scaled_logrank(proposed, baseline, rho) for rho in rhos])
+    rhos = np.sort(_breakpoints(_midpoints(tp, rp, grid), _midpoints(tb, rb, grid)))
+    stat = np.array([scaled_logrank(proposed, baseline, rho, grid=grid) for rho in rhos])
     kept = rhos[np.abs(stat) <= z]
     if kept.size == 0:  # every ratio rejected one way or the other: the crossing lies between two breakpoints
         crossing = int(np.argmax(stat > z)) if (stat > z).any() else rhos.size
@@ -202,7 +214,8 @@ def ratio_interval(proposed: tuple, baseline: tuple, *, confidence_level: float)
     return lo, hi
 
 
-def median_ratio(proposed: tuple, baseline: tuple, *, margin: float, confidence_level: float) -> MedianRatioResult:
+def median_ratio(proposed: tuple, baseline: tuple, *, margin: float, confidence_level: float,
+                 grid: float = 0.0) -> MedianRatioResult:
     """Proposed over baseline time to the target (:class:`MedianRatioResult`), each a ``(times, reached)`` pair.
 
     Args:
@@ -211,15 +224,18 @@ def median_ratio(proposed: tuple, baseline: tuple, *, margin: float, confidence_
         baseline: ``(times, reached)`` of the baseline's runs.
         margin: The ratio the one-sided tests are at (the rule's margin).
         confidence_level: Two-sided level of the interval; each one-sided test runs at half its complement.
+        grid: Evaluation spacing of the times (:func:`scaled_logrank`); 0 for times read exactly.
     """
     (tp, rp), (tb, rb) = _clean(*proposed), _clean(*baseline)
-    mp, mb = km_median_bounded(tp, rp), km_median_bounded(tb, rb)
+    # the ratio is read on the same midpoint times as the test, so the estimate lies inside its interval
+    mp, mb = km_median_bounded(_midpoints(tp, rp, grid), rp), km_median_bounded(_midpoints(tb, rb, grid), rb)
     if tp.size == 0 or tb.size == 0:
         return MedianRatioResult(math.nan, None, (math.nan, math.nan), confidence_level, (mp, mb),
                                  (int(tp.size), int(tb.size)), margin, math.nan, math.nan, math.nan)
     value, side = bounded_ratio(mp, mb)
-    z = scaled_logrank((tp, rp), (tb, rb), margin)
-    return MedianRatioResult(value, side, ratio_interval((tp, rp), (tb, rb), confidence_level=confidence_level),
+    z = scaled_logrank((tp, rp), (tb, rb), margin, grid=grid)
+    interval = ratio_interval((tp, rp), (tb, rb), confidence_level=confidence_level, grid=grid)
+    return MedianRatioResult(value, side, interval,
                              confidence_level, (mp, mb), (int(tp.size), int(tb.size)), float(margin), z,
                              float(sps.norm.sf(z)), float(sps.norm.cdf(z)))
 

@@ -274,8 +274,11 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
         table = _run_rows(runs, specs, target, m.column, m.higher_is_better, excluded)
         by_opt = {o: g for o, g in table.groupby("optimizer", sort=True)}
         medians = {o: km_median_bounded(*_censored(g, "steps")) for o, g in by_opt.items()}
+        # steps are read on the evaluation grid (module docstring of stats/survival.scaled_logrank); seconds as read
+        grid = {"steps": float(table["eval_spacing"].replace(np.inf, np.nan).max()), "seconds": 0.0}
+        grid["steps"] = grid["steps"] if np.isfinite(grid["steps"]) else 0.0
         ratios = {other: {u: median_ratio(_censored(by_opt[proposed], u), _censored(g, u), margin=margins[u],
-                                          confidence_level=stats.confidence_level) for u in UNITS}
+                                          confidence_level=stats.confidence_level, grid=grid[u]) for u in UNITS}
                   for other, g in by_opt.items() if other != proposed and proposed in by_opt}
         baselines = tuple(report.baselines)
         present = [b for b in baselines if b in medians]

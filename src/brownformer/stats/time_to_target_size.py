@@ -86,9 +86,10 @@ def _simulate(rng, n: int, mu: float, sigma: float, budget: float, every: float)
     return np.where(reached, t, budget), reached
 
 
-def step_verdict(proposed: tuple, baseline: tuple, *, margin: float, confidence_level: float) -> str:
+def step_verdict(proposed: tuple, baseline: tuple, *, margin: float, confidence_level: float,
+                 grid: float) -> str:
     """The steps rule's verdict from the AFT log-rank statistic at the margin (module docstring)."""
-    z = scaled_logrank(proposed, baseline, margin)
+    z = scaled_logrank(proposed, baseline, margin, grid=grid)
     crit = sps.norm.ppf(0.5 + confidence_level / 2)
     return "supported" if z > crit else "not supported" if z < -crit else "inconclusive"
 
@@ -118,7 +119,7 @@ def rule_error_rates(n_proposed: int, n_baseline: int, *, mu: float, sigma: floa
         for _ in range(replicates):
             prop = _simulate(rng, n_proposed, mu + math.log(ratio), sigma, budget, eval_every)
             base = _simulate(rng, n_baseline, mu, sigma, budget, eval_every)
-            counts[step_verdict(prop, base, margin=margin, confidence_level=confidence_level)] += 1
+            counts[step_verdict(prop, base, margin=margin, confidence_level=confidence_level, grid=eval_every)] += 1
         rates[float(ratio)] = {k: v / replicates for k, v in counts.items()}
     return RuleErrorRates((n_proposed, n_baseline), float(budget), float(eval_every), mu, sigma, float(margin),
                           replicates, rates)
