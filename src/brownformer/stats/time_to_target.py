@@ -141,10 +141,10 @@ class TimeToTargetResult:
     ratios: Mapping[str, Mapping[str, MedianRatioResult]]  # other optimizer -> {"steps", "seconds"}
     verdict: str
     reason: str
-    protocol_met: bool = False  # target, every baseline, min_seeds each, evaluations close enough
-    baselines: tuple[str, ...] = ()
-    verdicts: Mapping[str, tuple[str, str]] = field(default_factory=dict)  # baseline -> (verdict, reason)
-    final: Mapping[str, Mapping] = field(default_factory=dict)  # optimizer -> final metric at the budget
+    protocol_met: bool  # target, every baseline, min_seeds each, evaluations close enough
+    baselines: tuple[str, ...]  # report.baselines
+    verdicts: Mapping[str, tuple[str, str]]  # baseline -> (verdict, reason)
+    final: Mapping[str, Mapping]  # optimizer -> final metric at the budget
 
     def to_dict(self) -> dict:
         runs = self.runs.replace([np.inf], None).to_dict("records")
