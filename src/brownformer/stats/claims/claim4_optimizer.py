@@ -148,13 +148,18 @@ def _model_record(res, levels: dict, source: str, stats, margin: tuple[float, fl
     rates = ({b: _rule_rates(res, b, stats, margin[1]) for b in res.verdicts}
              if res.protocol_met and res.verdict in DECISIVE else None)
     verdict, reason = _gated(res, rates) if rates else (res.verdict, res.reason)
+    # the largest rates over the baselines on top (what one number can say), each baseline's beside them
+    summary = None if rates is None else {
+        "size": max(r["size"] for r in rates.values()),
+        "size_not_supported": max(r["size_not_supported"] for r in rates.values()), "max_size": MAX_SIZE,
+        "per_baseline": rates}
     est, typed = _estimate(res)
     reason = (f"{reason}; target {res.metric} {res.target:.4g} from the {source}; best first-order baseline "
               f"{res.baseline or 'none'}" + ("" if in_scope else "; not in report.scope: reported, not deciding"))
     pvals = [(res.ratios.get(b) or {}).get("steps") for b in res.baselines]
     p = max(r.pvalue for r in pvals) if pvals and all(r is not None for r in pvals) else None
     return ClaimRecord("4", TITLE, verdict, reason, estimate=est, margin=margin,
-                       details={"pvalue": p, "rule_error_rates": rates, **typed, "levels": _levels_summary(levels),
+                       details={"pvalue": p, "rule_error_rates": summary, **typed, "levels": _levels_summary(levels),
                                 **to_jsonable(res.to_dict())})
 
 
