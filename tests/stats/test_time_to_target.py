@@ -82,8 +82,9 @@ def test_half_the_steps_at_the_same_step_cost_is_supported():
     ratio = result.ratios["adamw"]["steps"]
     # Kaplan-Meier median of 8 uncensored times: the 4th smallest (S drops to 1/2 there)
     lower_median = lambda x: np.sort(x)[3]
-    expected = (lower_median([_crossing(100 + 5 * s) for s in SEEDS])
-                / lower_median([_crossing(200 + 10 * s) for s in SEEDS]))
+    # each time read at the middle of its 5-step evaluation interval (stats/survival.py: scaled_logrank)
+    expected = ((lower_median([_crossing(100 + 5 * s) for s in SEEDS]) - 2.5)
+                / (lower_median([_crossing(200 + 10 * s) for s in SEEDS]) - 2.5))
     assert ratio.estimate == pytest.approx(expected) and ratio.bound is None
     assert ratio.confidence_interval[0] <= ratio.estimate <= ratio.confidence_interval[1] < 0.75
     assert result.verdict == "supported", result.reason
@@ -99,7 +100,7 @@ def test_never_reaching_the_target_is_not_supported_and_a_lower_bound():
     result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
     steps = result.to_dict()["ratios"]["adamw"]["steps"]
     assert result.verdict == "not supported"
-    assert steps["bound"] == ">" and steps["estimate"] == pytest.approx(400 / _crossing(200))
+    assert steps["bound"] == ">" and steps["estimate"] == pytest.approx(400 / (_crossing(200) - 2.5))
     assert result.to_dict()["km_median_steps"]["kfac-iterative"]["text"] == ">400"
 
 
