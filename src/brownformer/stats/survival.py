@@ -1,25 +1,22 @@
-"""Censored times to a target: Kaplan-Meier medians, their ratio with a bootstrap interval, the log-rank test.
+"""Censored times to a target: Kaplan-Meier medians (bounded when censored), their ratio, rank tests.
 
 A run's time to the target is the step of its first evaluation at the target ("event"); a run that
 never gets there is right-censored at its last evaluation (the budget). Every function takes
 ``times`` (event or censoring step per run) and ``reached`` (True for an event).
 
 - Kaplan-Meier median (Kaplan & Meier 1958): ``min {t : S(t) <= 1/2}`` of the product-limit
-  survival function (``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``); ``inf`` ("not reached")
-  when ``S`` stays above 1/2 within the budget. With one common censoring time at or after every
-  event (administrative censoring: every run has the same budget) the estimator is the empirical
-  distribution with censored times set to ``inf``, so the median is the ``ceil(n/2)``-th order
-  statistic; the bootstrap uses that identity (vectorised), checked against scipy in the tests.
-- Ratio of medians (proposed / baseline) with a two-sample percentile bootstrap (Efron & Tibshirani
-  1993, ch. 16): seeds resampled independently within each optimizer. A median that is not reached
-  makes the ratio ``inf`` (proposed) or ``0`` (baseline); both not reached leaves it undefined
-  (``nan``). Undefined resamples count against both verdicts: ``inf`` for the upper bound, ``0``
-  for the lower one.
-- Log-rank test (Mantel 1966; ``scipy.stats.logrank``): equality of the two time-to-target laws,
-  one-sided towards the proposed optimizer reaching the target sooner.
+  survival function (``scipy.stats.ecdf`` on ``scipy.stats.CensoredData``). Not reached within the
+  budget, it is a bound, "> last time observed" (:class:`CensoredMedian`), never 0 or infinity.
+- Ratio of medians (proposed / baseline, :func:`bounded_ratio`): a number, or "< x" / "> x" when one
+  median is a bound, undefined when both are.
+- Accelerated-failure-time log-rank test (Louis 1981; Tsiatis 1990; :func:`scaled_logrank`): the
+  proposed times divided by a candidate ratio against the baseline's, ``scipy.stats.logrank``; the
+  one-sided tests at a margin decide, the interval inverts the test over the ratio (:func:`ratio_interval`).
+- Log-rank test of equal laws (Mantel 1966; :func:`logrank_test`), one-sided towards the proposed
+  optimizer reaching the target sooner.
 
-JSON: a finite number, the string ``"inf"`` for an infinite value (a median not reached within the
-budget, or a ratio bounded by one) and ``null`` for an undefined one (:func:`json_number`).
+JSON: a finite number, the string ``"inf"`` for an infinite value (an interval end the data cannot
+bound) and ``null`` for an undefined one (:func:`json_number`).
 """
 from __future__ import annotations
 
