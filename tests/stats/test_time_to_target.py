@@ -183,3 +183,15 @@ def test_one_lucky_evaluation_does_not_cross_the_smoothed_target():
     df.loc[df["step"] == 50, "val_accuracy"] = 0.95  # one evaluation far above the curve
     steps, _ = times_to_target(df, 0.8, metric="val_accuracy", higher_is_better=True)
     assert steps == _crossing(400)
+
+
+def test_seconds_are_steps_times_the_measured_step_cost():
+    """Half the steps at three times the cost per step: 1.5x the seconds of AdamW, above the seconds margin."""
+    runs = {f"m__kfac-iterative__s{s}": _curve(100 + 5 * s, seconds_per_step=0.03) for s in SEEDS}
+    runs.update({f"m__adamw__s{s}": _curve(200 + 10 * s, seconds_per_step=0.01) for s in SEEDS})
+    result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
+    steps, seconds = result.ratios["adamw"]["steps"], result.ratios["adamw"]["seconds"]
+    assert seconds.estimate == pytest.approx(3 * steps.estimate)
+    assert seconds.confidence_interval == pytest.approx(tuple(3 * c for c in steps.confidence_interval))
+    assert steps.pvalue < 0.025 and seconds.pvalue_slower < 0.025
+    assert result.verdict == "not supported" and "seconds" in result.reason

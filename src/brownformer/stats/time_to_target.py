@@ -26,11 +26,13 @@ sparse, no target) makes the model ``inconclusive`` with a reason. The rule's si
 is simulated by :func:`brownformer.stats.time_to_target_size.rule_error_rates` (claims/claim4_optimizer.py
 gates the verdict on it).
 
-Training seconds are ``wall_time`` minus evaluation and probe time at the crossing; a censored run is
-censored at its own last training time.
+Seconds are reported as steps x measured step cost (:func:`_ratios`): the seconds ratio is the steps
+ratio times the ratio of the optimizers' median training seconds per step (``wall_time`` minus
+evaluation and probe time, over the steps), so the runs need not have run side by side.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -52,7 +54,6 @@ NOT_TRAINING_TIME = ("eval_wall_time", "probe_wall_time")
 MIN_SEEDS = 8
 #: widest spacing of evaluations (steps) for a verdict: the protocol evaluates the compared runs every 5 steps
 MAX_EVAL_EVERY = 5
-UNITS = ("steps", "seconds")
 
 
 def _metric(df: pd.DataFrame, metric: str | None):
@@ -195,6 +196,7 @@ def _run_rows(runs: Mapping[str, pd.DataFrame], specs, target: float, col: str, 
         steps, seconds = (times_to_target(df, target, metric=col, higher_is_better=higher)
                           if np.isfinite(target) else (np.inf, np.inf))
         last_step, last_seconds = censoring_times(df, metric=col)
+        step_cost = last_seconds / last_step if last_step and np.isfinite(last_seconds) else np.nan
         final = df[col].dropna()
         evals = df.dropna(subset=[col])["step"].sort_values().to_numpy()
         stopped = stopped_at_target(df)
@@ -205,6 +207,7 @@ def _run_rows(runs: Mapping[str, pd.DataFrame], specs, target: float, col: str, 
         rows.append({"optimizer": specs[r].optimizer, "seed": specs[r].seed, "run": r, "steps": steps,
                      "seconds": seconds, "reached": bool(np.isfinite(steps)), "censored_at": last_step,
                      "censored_seconds": last_seconds, "final": float(final.iat[-1]) if len(final) else np.nan,
+                     "step_cost": step_cost,
                      "eval_spacing": float(np.diff(evals).max()) if evals.size > 1 else np.inf, "stopped": stopped,
                      "did_not_train": excluded.get(r)})
     return pd.DataFrame(rows)
@@ -220,6 +223,34 @@ def _censored(g: pd.DataFrame, unit: str) -> tuple[np.ndarray, np.ndarray]:
     # metrics without a wall clock: censored after every time seen (no run of the group is known to be faster)
     last = np.where(np.isfinite(last), last, seen.max() if seen.size else 0.0)
     return np.where(reached, times, last), reached
+
+
+def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float], confidence_level: float,
+            grid: float) -> dict[str, MedianRatioResult]:
+    """Steps ratio, and seconds as steps x measured step cost (module docstring).
+
+    Seconds ratio = steps ratio x ``c``, ``c`` the ratio of the optimizers' median training seconds per step
+    (each run's training seconds at its last evaluation over its steps): "seconds ratio <= m" is "steps ratio
+    <= m / c", so the seconds test is the steps test at that margin, its interval the steps interval times ``c``.
+    Per-run wall-clocks of runs that did not run side by side carry the machine's load of the moment; the
+    median cost per step over 8 runs does much less."""
+    steps = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["steps"],
+                         confidence_level=confidence_level, grid=grid)
+    c = float(np.nanmedian(mine["step_cost"]) / np.nanmedian(other["step_cost"])) if (
+        mine["step_cost"].notna().any() and other["step_cost"].notna().any()) else np.nan
+    if not (np.isfinite(c) and c > 0):
+        nan = float("nan")
+        return {"steps": steps, "seconds": dataclasses.replace(
+            steps, estimate=nan, bound=None, confidence_interval=(nan, nan), margin=margins["seconds"],
+            statistic=nan, pvalue=nan, pvalue_slower=nan, method="no wall clock: undefined")}
+    at = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["seconds"] / c,
+                      confidence_level=confidence_level, grid=grid)
+    lo, hi = steps.confidence_interval
+    seconds = dataclasses.replace(at, estimate=steps.estimate * c, confidence_interval=(lo * c, hi * c),
+                                  margin=margins["seconds"],
+                                  method=f"steps ratio x step-cost ratio {c:.3g} (median training seconds per step); "
+                                         f"test: the steps test at margin {margins['seconds']:g} / {c:.3g}")
+    return {"steps": steps, "seconds": seconds}
 
 
 def _final(g: pd.DataFrame) -> dict:
@@ -279,11 +310,10 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
         table = _run_rows(runs, specs, target, m.column, m.higher_is_better, excluded)
         by_opt = {o: g for o, g in table.groupby("optimizer", sort=True)}
         medians = {o: km_median_bounded(*_censored(g, "steps")) for o, g in by_opt.items()}
-        # steps are read on the evaluation grid (module docstring of stats/survival.scaled_logrank); seconds as read
-        grid = {"steps": float(table["eval_spacing"].replace(np.inf, np.nan).max()), "seconds": 0.0}
+        # steps are read on the evaluation grid (module docstring of stats/survival.scaled_logrank)
+        grid = {"steps": float(table["eval_spacing"].replace(np.inf, np.nan).max())}
         grid["steps"] = grid["steps"] if np.isfinite(grid["steps"]) else 0.0
-        ratios = {other: {u: median_ratio(_censored(by_opt[proposed], u), _censored(g, u), margin=margins[u],
-                                          confidence_level=stats.confidence_level, grid=grid[u]) for u in UNITS}
+        ratios = {other: _ratios(by_opt[proposed], g, margins, stats.confidence_level, grid["steps"])
                   for other, g in by_opt.items() if other != proposed and proposed in by_opt}
         baselines = tuple(report.baselines)
         present = [b for b in baselines if b in medians]
