@@ -127,6 +127,9 @@ class ReportConfig:
     target_optimizer: str = "adamw"  # claim 4's baseline
     proposed: str = "kfac-iterative"  # the optimizer claim 4 tests
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
+    baselines: tuple[str, ...] = ("adamw", "muon", "sgd")  # claim 4: the first-order optimizers K-FAC must beat
+    scope: tuple[str, ...] = ()  # claim 4: the model variants that decide it, fixed before evaluation
+    target_levels: tuple[float, ...] = (0.5, 0.75, 0.9)  # claim 4: shares of the improvement; the largest is `targets`
     title: str = "Brownian motion in the transformer: a replication"
 
 
@@ -369,7 +372,7 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         probes=ProbeConfig(**d.get("probes", {})),
         stats=StatsConfig(margins=margins, window=window, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in stats.items()}),
         resources=d.get("resources", {}),
-        report=ReportConfig(**d.get("report", {})),
+        report=ReportConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.get("report", {}).items()}),
         raw=d,
         paths=d["paths"], scaling=d.get("scaling"),
         tuned=read_tuned(d.get("tuned")),

@@ -38,7 +38,7 @@ from brownformer.models import build_model, loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.probes import ProbeRecorder
 from brownformer.probes.capture_store import INDEX_FILE, META_FILE, CaptureStore
-from brownformer.target_stop import BUDGET, STOPPED, on_target
+from brownformer.target_stop import BUDGET, STOPPED, on_smoothed_target
 from brownformer.train_step import LossTracker, TrainStep
 
 log = logging.getLogger(__name__)
@@ -270,7 +270,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             if stop_when is not None and stop_when(row):
                 return pd.DataFrame(rows)
             # on target before the budget's end (at the last step the run is a full one)
-            stopped = target is not None and done < tcfg.steps and on_target(row, target, target_metric)
+            stopped = target is not None and done < tcfg.steps and on_smoothed_target(rows, target, target_metric)
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after or stopped:
             _save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),

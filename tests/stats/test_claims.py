@@ -1,19 +1,17 @@
 """Claims 1, 2 and 4 on inputs whose answer is known by construction; the shared rule against references."""
 import numpy as np
-import pandas as pd
 import pytest
 from statsmodels.stats.weightstats import DescrStatsW
 
-from brownformer.config import ReportConfig, StatsConfig
+from brownformer.config import StatsConfig
 from brownformer.stats.attention_capture import _exact_vmf_alternative
-from brownformer.stats.claims import markov_claim, optimizer_claim, sphere_claim
+from brownformer.stats.claims import markov_claim, sphere_claim
 from brownformer.stats.claims.common import equivalence_pvalue, equivalence_verdict, unit_mean_interval
 from brownformer.stats.markov_chain import analyze_attention, attention_null_models, weight_isotropy
 from brownformer.stats.pooling import MIN_SEEDS
 from brownformer.stats.sphere_distance import tensor_sphere_summary
 
 STATS = StatsConfig(n_resamples=199)
-REPORT = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative")
 B_INPUTS, N_TOKENS, D = 8, 6, 12
 
 
@@ -306,66 +304,7 @@ def test_markov_claim_without_weights_is_inconclusive_not_supported():
     assert "head's subspace" in conf.details["criteria"]["vmf_output_error"]["why"]
 
 
-# ---------- claim 4 ----------
-
-STATS4 = StatsConfig(n_resamples=199, calibration_replicates=40)  # the rule's size simulation kept small
-
-def _curve(speed, seed, steps=200, every=5):
-    s = np.arange(every, steps + 1, every)
-    acc = 0.1 + 0.85 * (1 - np.exp(-speed * s / 60))
-    acc = acc + np.random.default_rng(seed).normal(0, 0.003, s.size)
-    return pd.DataFrame({"step": s, "wall_time": s * 0.05, "train_loss": np.linspace(2.3, 0.3, s.size),
-                         "val_accuracy": acc})
-
-
-def _grid(kfac_speed, seeds=range(8)):
-    runs = {}
-    for s in seeds:
-        runs[f"vit-pre__adamw__s{s}"] = _curve(1.0, 100 + s)
-        runs[f"vit-pre__kfac-iterative__s{s}"] = _curve(kfac_speed, 200 + s)
-    return runs
-
-
-def test_optimizer_claim_uses_the_time_to_target_rule():
-    report = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative", targets={"vit-pre": 0.8})
-    fast = optimizer_claim(_grid(2.5), STATS4, report)
-    assert fast.per_model["vit-pre"].verdict == "supported", fast.per_model["vit-pre"].reason
-    assert fast.per_model["vit-pre"].estimate.confidence_interval[1] < STATS4.margins["time_to_target_steps_ratio"][1]
-    assert fast.verdict == "supported"
-    slow = optimizer_claim(_grid(0.8), STATS4, report)
-    assert slow.verdict == "not supported"
-    few = optimizer_claim(_grid(2.5, seeds=range(2)), STATS4, report)
-    assert few.verdict == "inconclusive"  # fewer seeds than the protocol asks
-    assert few.details["scope"] == [] and few.details["out_of_scope"] == ["vit-pre"]
-
-
-def test_optimizer_claim_decides_on_the_models_in_scope_and_states_the_size():
-    runs = _grid(2.5)
-    runs.update({k.replace("vit-pre", "lm-pre"): v for k, v in _grid(2.5, seeds=range(2)).items()})
-    report = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative", targets={"vit-pre": 0.8, "lm-pre": 0.8})
-    rec = optimizer_claim(runs, STATS4, report)
-    assert rec.verdict == "supported" and rec.details["scope"] == ["vit-pre"]
-    assert rec.per_model["lm-pre"].verdict == "inconclusive" and "out of scope" in rec.reason
-    rates = rec.per_model["vit-pre"].details["rule_error_rates"]
-    assert 0 <= rates["size"] <= 0.1 and rates["n"] == [8, 8]
-    assert rec.per_model["lm-pre"].details["rule_error_rates"] is None
-
-
-def test_optimizer_claim_leaves_out_runs_that_did_not_train():
-    runs = _grid(2.5)
-    runs["vit-pre__kfac-iterative__s8"] = _curve(0.0, 9)  # stays at chance
-    rec = optimizer_claim(runs, STATS4, ReportConfig(target_optimizer="adamw", proposed="kfac-iterative",
-                                                    targets={"vit-pre": 0.8}),
-                          excluded={"vit-pre__kfac-iterative__s8": "at chance"})
-    assert rec.per_run["vit-pre__kfac-iterative__s8"].verdict == "did not train"
-    assert rec.verdict == "supported" and "vit-pre__kfac-iterative__s8" in rec.reason
-    ran = {r["run"] for r in rec.per_model["vit-pre"].details["runs"]}
-    assert "vit-pre__kfac-iterative__s8" not in ran
-
-
-def test_optimizer_claim_target_from_the_baseline_runs_when_not_configured():
-    rec = optimizer_claim(_grid(2.5), STATS4, REPORT)
-    assert "no fixed target in the config" in rec.per_model["vit-pre"].reason
+# claim 4: tests/stats/test_time_to_target_claim.py
 
 
 def test_markov_margins_are_fixed_before_the_data():

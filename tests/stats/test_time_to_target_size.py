@@ -4,16 +4,37 @@ from __future__ import annotations
 import math
 
 from brownformer.config import DEFAULT_STATS
-from brownformer.stats.time_to_target_size import MIN_LOG_SD, log_time_law, rule_error_rates
+import pytest
+
+from brownformer.stats.time_to_target_size import MAX_SIZE, MIN_LOG_SD, log_time_law, rule_error_rates
 
 
 def test_size_on_the_margin_is_at_most_five_percent_and_power_is_high_far_from_it():
     margin = DEFAULT_STATS.margins["time_to_target_steps_ratio"][1]
     rates = rule_error_rates(8, 8, mu=math.log(300), sigma=0.15, budget=400, eval_every=5, margin=margin,
-                             confidence_level=0.95, n_resamples=199, replicates=150, rng=3)
-    assert rates.size <= 0.05
+                             confidence_level=0.95, replicates=300, rng=3)
+    assert rates.size <= MAX_SIZE and rates.size_not_supported <= MAX_SIZE
     assert rates.rates[0.5]["supported"] >= 0.8
     assert rates.rates[1.0]["not supported"] >= 0.5 and rates.rates[1.0]["supported"] == 0
+
+
+@pytest.mark.parametrize("median", [300, 380, 450], ids=["few-censored", "a-third-censored", "baseline-median-unreached"])
+def test_equal_speed_with_censoring_is_never_called_faster_and_the_margin_keeps_its_size(median):
+    """The steps rule on simulated runs whose times share one law (equal speed) or sit on the margin, with the
+    budget censoring up to most of the baseline's runs: P(supported) <= 5% (the old bootstrap of medians read
+    a censored baseline median as a ratio of 0 and reached 15%)."""
+    margin = DEFAULT_STATS.margins["time_to_target_steps_ratio"][1]
+    rates = rule_error_rates(8, 8, mu=math.log(median), sigma=0.3, budget=400, eval_every=5, margin=margin,
+                             confidence_level=0.95, replicates=400, rng=11, ratios=(1.0,))
+    assert rates.size <= MAX_SIZE and rates.rates[1.0]["supported"] <= MAX_SIZE / 5
+
+
+def test_a_truly_twice_as_fast_optimizer_is_supported():
+    """Positive control: ratio 0.5 against a margin of 0.75, 8 seeds each, AdamW-like spread."""
+    margin = DEFAULT_STATS.margins["time_to_target_steps_ratio"][1]
+    rates = rule_error_rates(8, 8, mu=math.log(250), sigma=0.15, budget=400, eval_every=5, margin=margin,
+                             confidence_level=0.95, replicates=200, rng=5, ratios=(0.5,))
+    assert rates.rates[0.5]["supported"] >= 0.95
 
 
 def test_log_time_law_reads_the_median_and_floors_the_spread():

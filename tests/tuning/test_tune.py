@@ -13,7 +13,7 @@ from brownformer.tuning.space import Knob, grid_value, tuning_config
 from brownformer.tuning.write import replace_tuned_block
 
 ROOT = Path(__file__).resolve().parents[2]
-TUNING = {"seeds": [100, 101], "models": ["vit-pre"], "optimizers": ["adamw"], "trials": 3,
+TUNING = {"seeds": [100, 101, 102], "models": ["vit-pre"], "optimizers": ["adamw"], "trials": 3,
           "knobs": {"adamw": [{"key": "lr", "step": 3}],
                     "kfac-iterative": [{"key": "lr", "step": 3}, {"key": "damping", "step": 10},
                                        {"key": "momentum", "step": 2, "scale": "complement"}]}}
@@ -29,8 +29,8 @@ def _raw(**tuning) -> dict:
 
 def test_tuning_seeds_must_be_disjoint_from_the_evaluation_seeds():
     with pytest.raises(ConfigError, match=r"tuning.seeds.*\[0\].*disjoint"):
-        tuning_config(from_dict(_raw(seeds=[0, 100])))
-    assert tuning_config(from_dict(_raw())).seeds == (100, 101)
+        tuning_config(from_dict(_raw(seeds=[0, 100, 101])))
+    assert tuning_config(from_dict(_raw())).seeds == (100, 101, 102)
 
 
 def test_tuning_needs_a_target_and_known_knobs():
@@ -79,7 +79,7 @@ def test_tiny_tuning_writes_the_tuned_block_and_every_trial(tmp_path):
 
 def test_cli_names_a_bad_tuning_block_in_one_line(tmp_path, capsys):
     config = tmp_path / "config.yaml"
-    config.write_text(yaml.safe_dump(_raw(seeds=[0, 1])))
+    config.write_text(yaml.safe_dump(_raw(seeds=[0, 1, 2])))
     rc = main(["tune", "--config", str(config), "--out", str(tmp_path / "t.yaml"), "--table", str(tmp_path / "t.md")])
     assert rc == 2 and "disjoint" in capsys.readouterr().err
 

@@ -101,6 +101,17 @@ CLAIM_RULE_HISTORY = {
         ("targets from report.targets (a long tuned run), else the target optimizer's mean curve", "after data",
          "cfaa345", "2026-11-30", "the target is fixed per model before the compared runs (marked after data: "
          "benchmark runs had been seen)"),
+        ("a censored median is a bound; the interval from an accelerated-failure-time log-rank test at the margin "
+         "(scipy.stats.logrank on the proposed optimizer's times divided by the ratio), inverted over the ratio, "
+         "instead of a bootstrap of medians", "after data", "c15494d", "2026-12-01",
+         "a censored baseline median turned resampled ratios into 0 (simulated size 15%)"),
+        ("the comparator is the best first-order optimizer: intersection-union over report.baselines (adamw, muon) "
+         "and report.scope (vit-pre, vit-post), fixed in the config", "after data", "807e12d", "2026-12-01",
+         "Muon was faster than K-FAC but outside the verdict; vit-post had been left out after its data were seen"),
+        ("every decisive verdict gated on its simulated size at the comparison's own shape (<= 5%); targets at 0.5, "
+         "0.75 and 0.9 of the improvement reported, 0.9 decides; the crossing read on the target's running median "
+         "of 3; runs that did not train censored at the budget; seconds = steps x measured step cost",
+         "after data", "807e12d", "2026-12-01", "the referee's review of the 'supported' of 2026-12-01"),
     ),
 }
 

@@ -1,17 +1,19 @@
 """Error rates of claim 4's verdict rule, simulated at the shape of the real comparison.
 
-The rule (stats/time_to_target.py) calls the proposed optimizer faster ("supported") when the upper
-bound of the bootstrap interval of the ratio of Kaplan-Meier median steps (proposed / baseline) is
-``<= margin``, and not faster ("not supported") when its lower bound is ``> margin``. Its size is
-the probability of "supported" when the true ratio sits on the margin, the least favourable point
-of the null "ratio >= margin".
+The rule (stats/time_to_target.py) calls the proposed optimizer faster ("supported") when the AFT
+log-rank test at the margin (stats/survival.py: the proposed steps scaled by ``1 / margin`` against the
+baseline's) rejects "ratio >= margin" one-sidedly at level ``(1 - confidence_level) / 2``, and not
+faster ("not supported") when it rejects "ratio <= margin". Its size is the probability of
+"supported" when the true ratio sits on the margin, the least favourable point of the null
+"ratio >= margin"; the rate of "not supported" there is the other error rate. Both gate the verdict
+(:data:`MAX_SIZE`).
 
 Model of the times (log-normal scale family): the baseline's log steps are normal with the mean
 and spread of the observed runs (log of the KM median; spread from the reached runs' interquartile
 range, ``IQR / 1.349``, floored at :data:`MIN_LOG_SD`); the proposed optimizer's times are
 ``ratio`` times the baseline's. Each simulated run is then put through the same measurement as a
 real one: rounded up to the next evaluation (``eval_every``), censored at the budget; the same
-seeds per optimizer, the same bootstrap (stats/survival.py). Only the steps part of the rule is
+seeds per optimizer, the same test (stats/survival.py). Only the steps part of the rule is
 simulated: the seconds condition of "supported" is a second condition (intersection-union), so it
 can only lower the size.
 """
@@ -22,9 +24,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .survival import km_median, median_ratio
+from scipy import stats as sps
 
-__all__ = ["MIN_LOG_SD", "RuleErrorRates", "rule_error_rates", "log_time_law"]
+from .survival import km_median, scaled_logrank
+
+__all__ = ["MIN_LOG_SD", "MAX_SIZE", "RuleErrorRates", "rule_error_rates", "log_time_law", "step_verdict"]
+
+#: largest simulated error rate at the margin a decisive verdict may carry (claims 1-3 gate alike)
+MAX_SIZE = 0.05
 
 #: smallest log-scale spread simulated: seeds never agree to better than ~5% (one evaluation in 100 steps)
 MIN_LOG_SD = 0.05
@@ -61,9 +68,15 @@ class RuleErrorRates:
         """P(supported) with the true ratio on the margin."""
         return self.rates[self.margin]["supported"]
 
+    @property
+    def size_not_supported(self) -> float:
+        """P(not supported) with the true ratio on the margin (the error of the other decisive verdict)."""
+        return self.rates[self.margin]["not supported"]
+
     def to_dict(self) -> dict:
         return {"n": list(self.n), "budget": self.budget, "eval_every": self.eval_every, "log_mu": self.mu,
                 "log_sigma": self.sigma, "margin": self.margin, "replicates": self.replicates, "size": self.size,
+                "size_not_supported": self.size_not_supported, "max_size": MAX_SIZE,
                 "rates": {f"{k:g}": v for k, v in self.rates.items()}}
 
 
@@ -73,8 +86,16 @@ def _simulate(rng, n: int, mu: float, sigma: float, budget: float, every: float)
     return np.where(reached, t, budget), reached
 
 
+def step_verdict(proposed: tuple, baseline: tuple, *, margin: float, confidence_level: float,
+                 grid: float) -> str:
+    """The steps rule's verdict from the AFT log-rank statistic at the margin (module docstring)."""
+    z = scaled_logrank(proposed, baseline, margin, grid=grid)
+    crit = sps.norm.ppf(0.5 + confidence_level / 2)
+    return "supported" if z > crit else "not supported" if z < -crit else "inconclusive"
+
+
 def rule_error_rates(n_proposed: int, n_baseline: int, *, mu: float, sigma: float, budget: float,
-                     eval_every: float, margin: float, confidence_level: float, n_resamples: int, replicates: int,
+                     eval_every: float, margin: float, confidence_level: float, replicates: int,
                      rng, ratios=(0.5, 1.0)) -> RuleErrorRates:
     """Verdict rates of the steps rule at true ratios ``margin`` and ``ratios`` (module docstring).
 
@@ -87,8 +108,7 @@ def rule_error_rates(n_proposed: int, n_baseline: int, *, mu: float, sigma: floa
         eval_every: Evaluation spacing in steps (times are rounded up to it).
         margin: The rule's margin (the upper end of stats.margins.time_to_target_steps_ratio).
         ratios: Further true ratios to simulate (e.g. power at 0.5, "not supported" rate at 1.0).
-        confidence_level: Level of the bootstrap interval, as in the rule.
-        n_resamples: Bootstrap resamples, as in the rule.
+        confidence_level: Two-sided level, as in the rule (each one-sided test at half its complement).
         replicates: Simulated comparisons per true ratio (claim 4 uses stats.calibration_replicates).
         rng: Seed or ``numpy.random.Generator``.
     """
@@ -99,11 +119,7 @@ def rule_error_rates(n_proposed: int, n_baseline: int, *, mu: float, sigma: floa
         for _ in range(replicates):
             prop = _simulate(rng, n_proposed, mu + math.log(ratio), sigma, budget, eval_every)
             base = _simulate(rng, n_baseline, mu, sigma, budget, eval_every)
-            r = median_ratio(prop, base, confidence_level=confidence_level, n_resamples=n_resamples, rng=rng)
-            lo, hi = r.confidence_interval
-            verdict = ("inconclusive" if np.isnan(r.estimate) else "supported" if hi <= margin
-                       else "not supported" if lo > margin else "inconclusive")
-            counts[verdict] += 1
+            counts[step_verdict(prop, base, margin=margin, confidence_level=confidence_level, grid=eval_every)] += 1
         rates[float(ratio)] = {k: v / replicates for k, v in counts.items()}
     return RuleErrorRates((n_proposed, n_baseline), float(budget), float(eval_every), mu, sigma, float(margin),
                           replicates, rates)

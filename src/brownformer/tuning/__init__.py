@@ -1,7 +1,8 @@
 """Equal-budget tuning of every optimizer on the claim's own metric (steps to the fixed target).
 
-- space.py: the config's tuning block, the knobs' log grids, the fairness checks (seeds disjoint);
+- space.py: the config's tuning block, the knobs' log grids or ranges, the fairness checks (seeds disjoint);
 - search.py: the coordinate search with a fixed trial budget and the censored score;
+- quasi_random.py: the quasi-random (Halton) search in knob ranges and the neighbourhood-smoothed selection;
 - trial.py: one trial (a setting on every tuning seed, each run stopped at the target);
 - run.py: `tune_optimizers`, the stage function of `brownformer tune`;
 - write.py: the `tuned:` block and the tuning table.

@@ -18,7 +18,8 @@ from pathlib import Path
 from brownformer.config import ConfigError, ExperimentConfig
 
 from .search import Outcome, bracket_status, coordinate_search
-from .space import Knob, TuningConfig, grid_value, start_settings, tuning_config
+from .quasi_random import edge_status, quasi_random_search
+from .space import Knob, TuningConfig, grid_value, optimizer_settings, start_settings, tuning_config
 from .trial import run_trial
 from .write import write_tables, write_tuned
 
@@ -37,8 +38,9 @@ class PairResult:
     start: dict
     trials: list = field(repr=False)  # [(grid index, settings, Outcome)], in the order they ran
     best: int  # position of the winner in `trials`
-    status: list  # per knob: "bracketed" | "edge" | "not searched"
+    status: list  # per knob: "bracketed" | "edge" | "not searched" (coordinate); "inside" | "edge" (quasi-random)
     seconds: float
+    smoothed: list | None = None  # quasi-random: each trial's neighbourhood-smoothed score (the selection's)
 
     @property
     def best_settings(self) -> dict:
@@ -55,9 +57,21 @@ def _settings(knobs, start: dict, index) -> dict:
 
 def tune_pair(raw: dict, model: str, optimizer: str, tc: TuningConfig, start: dict, data_dir: str,
               target: float) -> PairResult:
-    """The search of one (model, optimizer) (module docstring of :mod:`brownformer.tuning.search`)."""
+    """The search of one (model, optimizer): tuning/search.py's coordinate search or tuning/quasi_random.py's."""
     knobs = tc.knobs[optimizer]
     t0 = time.perf_counter()
+    if tc.method == "quasi-random":
+        base = raw.get("optimizers", {}).get(optimizer, {})
+
+        def evaluate_at(values: dict) -> Outcome:
+            settings = optimizer_settings(values, base)
+            return run_trial(raw, model, optimizer, settings, tc.seeds, data_dir, target=target,
+                             eval_every=tc.eval_every, incumbent=None)
+
+        done, best, smooth = quasi_random_search(knobs, tc.trials, tc.search_seed, evaluate_at)
+        trials = [(u, optimizer_settings(values, base), outcome) for u, values, outcome in done]
+        return PairResult(model, optimizer, knobs, start, trials, best, edge_status(done[best][0]),
+                          time.perf_counter() - t0, smoothed=[float(x) for x in smooth])
 
     def evaluate(index, incumbent):
         return run_trial(raw, model, optimizer, _settings(knobs, start, index), tc.seeds, data_dir, target=target,
@@ -114,8 +128,8 @@ def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *
     for model in tc.models:
         data_dir = dataset_dir(cfg, model, Path(data_root))
         for optimizer in tc.optimizers:
-            jobs.append((raw, model, optimizer, tc, start_settings(cfg, tc, model, optimizer), data_dir,
-                         float(cfg.report.targets[model])))
+            start = start_settings(cfg, tc, model, optimizer) if tc.method == "coordinate" else {}
+            jobs.append((raw, model, optimizer, tc, start, data_dir, float(cfg.report.targets[model])))
     # model by model (a tuning stopped early has every optimizer of the first models), K-FAC first within a model:
     # the longest searches start first, so the workers finish together
     order = sorted(range(len(jobs)), key=lambda j: (tc.models.index(jobs[j][1]), not jobs[j][2].startswith("kfac")))

@@ -9,6 +9,10 @@ around its start value ``c`` (the setting the config trains the model with, or t
 - ``scale: complement``: ``value(i) = 1 - (1 - c) * step^-i``  (momentum: log grid on ``1 - momentum``).
 
 ``i`` is a grid index; refinement halves its spacing (``i = 1/2`` lies between 0 and 1 on the log scale).
+
+With ``method: quasi-random`` (tuning/quasi_random.py) every knob is a range ``[low, high]`` instead, searched
+by the same number of quasi-random points per optimizer. AdamW's two betas are the knobs ``beta1`` and
+``beta2`` (the optimizer's ``betas`` pair; :func:`optimizer_settings`).
 """
 from __future__ import annotations
 
@@ -18,7 +22,12 @@ from typing import Mapping
 
 from brownformer.config import ConfigError, ExperimentConfig
 
-__all__ = ["Knob", "TuningConfig", "tuning_config", "start_settings", "grid_value"]
+__all__ = ["Knob", "TuningConfig", "METHODS", "tuning_config", "start_settings", "grid_value", "optimizer_settings"]
+
+#: the searches `tuning.method` names
+METHODS = ("coordinate", "quasi-random")
+#: knobs that are one element of a pair setting: knob -> (setting, position)
+PAIR_KNOBS = {"beta1": ("betas", 0), "beta2": ("betas", 1)}
 
 _SIGNIFICANT = 4  # digits kept in a tuned value: the grid steps are >= 1.19x apart even after 3 halvings
 
@@ -28,9 +37,11 @@ class Knob:
     """One searched setting: config key, grid step (factor > 1), scale, optional start value."""
 
     key: str
-    step: float
+    step: float | None = None  # coordinate search: grid ratio
     scale: str = "log"
     center: float | None = None
+    low: float | None = None  # quasi-random search: the range
+    high: float | None = None
 
 
 @dataclass(frozen=True)
@@ -43,6 +54,8 @@ class TuningConfig:
     trials: int
     eval_every: int
     knobs: Mapping[str, tuple[Knob, ...]]
+    method: str = "coordinate"  # METHODS
+    search_seed: int = 0  # quasi-random: the scrambling seed of the points (the same points for every optimizer)
 
 
 def grid_value(knob: Knob, start: float, index: float) -> float:
@@ -76,6 +89,9 @@ def tuning_config(cfg: ExperimentConfig, *, models=None, optimizers=None) -> Tun
     block = cfg.raw.get("tuning")
     if not block:
         raise ConfigError("the config has no 'tuning' block (seeds, models, optimizers, knobs)")
+    method = block.get("method", "coordinate")
+    if method not in METHODS:
+        raise ConfigError(f"key 'tuning.method': {method!r}; known: {', '.join(METHODS)}")
     models = tuple(models or block["models"])
     optimizers = tuple(optimizers or block["optimizers"])
     for m in models:
@@ -89,9 +105,9 @@ def tuning_config(cfg: ExperimentConfig, *, models=None, optimizers=None) -> Tun
             raise ConfigError(f"key 'tuning.optimizers': unknown optimizer {o!r}; known: {sorted(cfg.optimizers)}")
         if o not in block["knobs"]:
             raise ConfigError(f"key 'tuning.knobs.{o}': missing (every tuned optimizer names its knobs)")
-        allowed = {"lr", *REGISTRY[cfg.optimizers[o].type].keys}
-        knobs[o] = tuple(Knob(k["key"], float(k["step"]), k.get("scale", "log"), k.get("center"))
-                         for k in block["knobs"][o])
+        keys = {"lr", *REGISTRY[cfg.optimizers[o].type].keys}
+        allowed = keys | {k for k, (pair, _) in PAIR_KNOBS.items() if pair in keys}
+        knobs[o] = tuple(_knob(k, method, o) for k in block["knobs"][o])
         for k in knobs[o]:
             if k.key not in allowed:
                 raise ConfigError(f"key 'tuning.knobs.{o}': {k.key!r} is not a setting of optimizer type "
@@ -103,11 +119,41 @@ def tuning_config(cfg: ExperimentConfig, *, models=None, optimizers=None) -> Tun
         raise ConfigError(f"key 'tuning.seeds': seed(s) {overlap} are also evaluation seeds of the grid (e.g. run "
                           f"{runs[0]}); tuning seeds must be disjoint from the seeds claim 4 is evaluated on")
     tc = TuningConfig(seeds=seeds, models=models, optimizers=optimizers, trials=int(block.get("trials", 9)),
-                      eval_every=int(block.get("eval_every", 5)), knobs=knobs)
-    for m in models:
-        for o in optimizers:
-            start_settings(cfg, tc, m, o)  # every knob has a start value
+                      eval_every=int(block.get("eval_every", 5)), knobs=knobs, method=method,
+                      search_seed=int(block.get("search_seed", 0)))
+    if method == "coordinate":
+        for m in models:
+            for o in optimizers:
+                start_settings(cfg, tc, m, o)  # every knob has a start value
     return tc
+
+
+def _knob(k: Mapping, method: str, optimizer: str) -> Knob:
+    """One knob of the config, checked for what its search needs (a grid step, or a range inside its scale)."""
+    knob = Knob(k["key"], None if k.get("step") is None else float(k["step"]), k.get("scale", "log"),
+                k.get("center"), k.get("low"), k.get("high"))
+    where = f"key 'tuning.knobs.{optimizer}': knob {knob.key!r}"
+    if method == "coordinate":
+        if knob.step is None or knob.scale == "linear":
+            raise ConfigError(f"{where} needs a 'step' and scale log or complement for the coordinate search")
+        return knob
+    if knob.low is None or knob.high is None or not knob.low < knob.high:
+        raise ConfigError(f"{where} needs a range low < high for the quasi-random search (got {knob.low}, {knob.high})")
+    if (knob.scale == "log" and knob.low <= 0) or (knob.scale == "complement" and not 0 <= knob.low < knob.high < 1):
+        raise ConfigError(f"{where}: range [{knob.low}, {knob.high}] is outside scale {knob.scale!r}")
+    return knob
+
+
+def optimizer_settings(values: Mapping[str, float], base: Mapping) -> dict:
+    """Knob values as optimizer settings: ``beta1``/``beta2`` into the ``betas`` pair (the rest of it from
+    ``base``, the optimizer's configured settings; AdamW's own (0.9, 0.999) when it has none)."""
+    out = {k: v for k, v in values.items() if k not in PAIR_KNOBS}
+    for knob, (pair, i) in PAIR_KNOBS.items():
+        if knob in values:
+            current = list(out.get(pair) or base.get(pair) or (0.9, 0.999))
+            current[i] = values[knob]
+            out[pair] = current
+    return out
 
 
 def start_settings(cfg: ExperimentConfig, tc: TuningConfig, model: str, optimizer: str) -> dict[str, float]:

@@ -2,8 +2,8 @@
 
 A seed run trains the model exactly as a metrics-only run of the grid does (the config's steps,
 batch, schedule, clipping, evaluation on the validation batches every ``eval_every`` steps) with
-the trial's setting written to ``tuned.<model>.<optimizer>``, and stops at its first evaluation on
-the target (its time), at a non-finite training loss (it diverged: censored), or, when an incumbent
+the trial's setting written to ``tuned.<model>.<optimizer>``, and stops at its first evaluation whose
+running median (brownformer.target_stop.smoothed, as claim 4 reads it) is on the target (its time), at a non-finite training loss (it diverged: censored), or, when an incumbent
 exists, once the trial's mean time can no longer match the incumbent's even if every remaining seed
 reached the target at its first evaluation (it cannot win: the remaining seeds are skipped). Deterministic given the config: the incumbent a trial
 sees depends only on the trials of its own (model, optimizer) before it.
@@ -20,6 +20,7 @@ from pathlib import Path
 
 from brownformer.config import from_dict
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
+from brownformer.target_stop import on_smoothed_target, smoothed
 
 from .search import Outcome, capped_time, outcome_of
 
@@ -50,14 +51,16 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
     cfg = trial_config(raw, model, optimizer, settings, seed, eval_every)
     run_id = f"{model}__{optimizer}__s{seed}"
 
+    seen: list[dict] = []
+
     def stop_when(row: dict) -> bool:
+        seen.append(row)
         if not math.isfinite(row["train_loss"]):
             return True  # diverged: censored
         m = next((m for m in METRIC_PREFERENCE if not math.isnan(row.get(m.column, math.nan))), None)
         if m is None:
             return False  # a log row without evaluation
-        value = row[m.column]
-        if value >= target if m.higher_is_better else value <= target:
+        if on_smoothed_target(seen, target, m):  # the crossing claim 4 reads: the running median on the target
             return True
         return stop_at is not None and row["step"] >= stop_at
 
@@ -66,7 +69,8 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
         metrics = train_run(cfg, run_id, data_dir, Path(tmp) / run_id, stop_when=stop_when, progress=False)
     m = val_metric(metrics)
     evals = metrics.dropna(subset=[m.column])
-    hit = evals[evals[m.column] >= target] if m.higher_is_better else evals[evals[m.column] <= target]
+    value = smoothed(evals[m.column].to_numpy(float)).to_numpy()
+    hit = evals[value >= target] if m.higher_is_better else evals[value <= target]
     last = evals.iloc[-1] if len(evals) else None
     steps_run = int(metrics["step"].iat[-1]) if len(metrics) else 0
     budget = cfg.for_run(run_id).train.steps

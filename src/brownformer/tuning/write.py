@@ -109,6 +109,7 @@ def _trial_rows(results) -> list[dict]:
                          "complete": outcome.complete, "per seed (steps to target)": seeds,
                          "metric at stop (mean)": (abs(outcome.tiebreak) if math.isfinite(outcome.tiebreak)
                                                    else math.nan),
+                         **({"smoothed score": r.smoothed[n - 1]} if r.smoothed is not None else {}),
                          "chosen": n - 1 == r.best, "seconds": sum(s["seconds"] for s in outcome.seeds),
                          "cpu seconds": sum(s.get("cpu_seconds", math.nan) for s in outcome.seeds),
                          "grid index": list(index)})
@@ -129,6 +130,24 @@ def _previous(path: Path, tc) -> dict:
     return old if same else {}
 
 
+def _method_text(tc) -> str:
+    if tc.method == "quasi-random":
+        return (f"{tc.trials} scrambled-Halton settings per (model, optimizer) in each optimizer's ranges, every "
+                "optimizer alike, none stopped early; the winner has the best score smoothed over its 2 nearest "
+                "trials (tuning/quasi_random.py), each knob 'inside' its range or on its 'edge'.")
+    return (f"up to {tc.trials} trials per (model, optimizer), every optimizer alike (a search ends earlier once its "
+            "finest grid adds nothing: the table's 'trials' column); ties: the smaller lr if every seed reached the "
+            "target, else the better metric at the end of the budget. A trial stops once it cannot beat the best so "
+            "far (incomplete: worse than the winner).")
+
+
+def _knob_text(k) -> str:
+    """A knob as the table states it: its grid step (coordinate search) or its range (quasi-random)."""
+    if k.step is None:
+        return f"{k.key} [{k.low:g}, {k.high:g}] {k.scale}"
+    return f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
+
+
 def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, workers: int) -> None:
     """The tuning table: protocol, the chosen setting per pair with its bracket status, every trial.
 
@@ -146,22 +165,18 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
          "steps (mean)": _spelled(r.best_outcome.score), "trials": len(r.trials),
          "knobs": ", ".join(f"{k.key}: {s}" for k, s in zip(r.knobs, r.status)), "search seconds": r.seconds}
         for r in results]
-    knobs = {**old.get("knobs", {}), **{o: [f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
-                                            for k in ks] for o, ks in tc.knobs.items()}}
+    knobs = {**old.get("knobs", {}), **{o: [_knob_text(k) for k in ks] for o, ks in tc.knobs.items()}}
     targets = {**old.get("targets", {}), **{m: cfg.report.targets[m] for m in tc.models}}
     cpu = sum(_finite(row.get("cpu seconds"), row["seconds"]) for row in rows)
     wall = max(old.get("wall_seconds", 0.0), wall_seconds)
     text = "\n".join([
         f"# Equal-budget tuning ({source})", "",
         f"Command: `brownformer tune --config {source} ...` (rule tune_optimizers); protocol: docs/methods/claim4.md.",
-        f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); up to {tc.trials} trials per (model, "
-        f"optimizer), every optimizer alike (a search ends earlier once its finest grid adds nothing: the table's "
-        f"'trials' column); evaluation every {tc.eval_every} steps; target = report.targets "
+        f"Tuning seeds {list(tc.seeds)} (disjoint from the grid's evaluation seeds); method {tc.method}; "
+        + _method_text(tc) + f" Evaluation every {tc.eval_every} steps; target = report.targets "
         f"{targets}; score = restricted mean over the seeds of the steps to the target (a seed that never reaches it "
-        "within the budget counts as one evaluation past it); ties: the smaller lr if every seed reached the target, "
-        "else the better metric at the end of the budget. A trial stops once it "
-        "cannot beat the best so far (incomplete: worse than the winner).",
-        "Knobs (search order, grid step): " + "; ".join(f"{o}: {', '.join(k)}" for o, k in knobs.items()) + ".",
+        "within the budget counts as one evaluation past it).",
+        "Knobs: " + "; ".join(f"{o}: {', '.join(k)}" for o, k in knobs.items()) + ".",
         f"Training: {cpu:.0f} CPU-seconds over {len(rows)} trials ({wall:.0f} s wall, {workers} worker(s)).", "",
         "## Chosen settings", "", pd.DataFrame(chosen).to_markdown(index=False, floatfmt=".4g"), "",
         "## Every trial", "",

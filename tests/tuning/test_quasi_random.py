@@ -1,0 +1,116 @@
+"""The quasi-random search (brownformer.tuning.quasi_random): ranges, equal trials, selection that seed noise does
+not steer, the config checks, and a tiny real tuning on config/ci.yaml shapes."""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from brownformer.cli import main
+from brownformer.config import ConfigError, from_dict
+from brownformer.tuning.quasi_random import (edge_status, halton_points, quasi_random_search, smoothed_scores,
+                                             unit_to_value)
+from brownformer.tuning.search import Outcome
+from brownformer.tuning.space import Knob, optimizer_settings, tuning_config
+
+ROOT = Path(__file__).resolve().parents[2]
+LR = Knob("lr", scale="log", low=1e-4, high=1e-1)
+MOMENTUM = Knob("momentum", scale="complement", low=0.5, high=0.99)
+
+
+def test_values_span_the_range_on_their_scale():
+    assert unit_to_value(LR, 0.0) == 1e-4 and unit_to_value(LR, 1.0) == 0.1
+    assert unit_to_value(LR, 0.5) == pytest.approx(math.sqrt(1e-4 * 1e-1), rel=1e-3)  # log-uniform: geometric middle
+    assert unit_to_value(MOMENTUM, 0.0) == 0.5 and unit_to_value(MOMENTUM, 1.0) == 0.99
+    assert unit_to_value(MOMENTUM, 0.5) == pytest.approx(1 - math.sqrt(0.5 * 0.01), rel=1e-3)
+    assert unit_to_value(Knob("warmup", scale="linear", low=0, high=40), 0.25) == 10
+
+
+def test_points_are_deterministic_and_fill_the_cube_evenly():
+    a, b = halton_points(3, 64, seed=0), halton_points(3, 64, seed=0)
+    np.testing.assert_array_equal(a, b)
+    # every 1-D projection puts 64 points 8 to each eighth of the range (a random draw rarely does)
+    for d in range(3):
+        counts = np.bincount((a[:, d] * 8).astype(int), minlength=8)
+        assert counts.min() >= 7 and counts.max() <= 9
+
+
+def _outcome(score: float) -> Outcome:
+    return Outcome(score, 0.0, True, ({"reached": True},))
+
+
+def test_every_optimizer_gets_the_same_number_of_trials():
+    for knobs in ([LR], [LR, MOMENTUM], [LR, MOMENTUM, Knob("weight_decay", low=1e-4, high=0.1)]):
+        trials, _, _ = quasi_random_search(knobs, 12, 0, lambda s: _outcome(1.0))
+        assert len(trials) == 12 and all(set(t[1]) == {k.key for k in knobs} for t in trials)
+
+
+def test_a_lucky_isolated_trial_does_not_win_over_a_good_neighbourhood():
+    """Smoothed over its 2 nearest trials, a single lucky score among bad neighbours loses to a setting whose
+    neighbourhood is good, though its own raw score is the best."""
+    points = np.array([[0.1], [0.12], [0.14], [0.5], [0.52], [0.9]])
+    scores = [100.0, 105.0, 103.0, 60.0, 300.0, 300.0]
+    smooth = smoothed_scores(points, scores)
+    assert smooth[np.argmin(scores)] > smooth[:3].min()
+    assert int(np.argmin(smooth)) in (0, 1, 2)
+
+
+def test_selection_recovers_the_optimum_of_a_noisy_bowl():
+    """Steps to target = a bowl in log lr with its bottom at lr 3e-3, plus seed noise: the chosen lr lies near it."""
+    rng = np.random.default_rng(0)
+    f = lambda s: 100 + 80 * (math.log10(s["lr"]) - math.log10(3e-3)) ** 2 + rng.normal(0, 15)
+    trials, best, _ = quasi_random_search([LR], 24, 0, lambda s: _outcome(f(s)))
+    assert abs(math.log10(trials[best][1]["lr"]) - math.log10(3e-3)) < 0.5
+    assert edge_status(trials[best][0]) == ["inside"]
+
+
+def test_betas_are_two_knobs_of_one_pair():
+    assert optimizer_settings({"lr": 0.01, "beta1": 0.8}, {}) == {"lr": 0.01, "betas": [0.8, 0.999]}
+    assert optimizer_settings({"beta2": 0.95}, {"betas": [0.85, 0.99]}) == {"betas": [0.85, 0.95]}
+
+
+def _raw(**tuning) -> dict:
+    raw = yaml.safe_load((ROOT / "config" / "ci.yaml").read_text())
+    raw["tuning"] = {"seeds": [100, 101, 102], "models": ["vit-pre"], "optimizers": ["adamw"], "trials": 3,
+                     "method": "quasi-random",
+                     "knobs": {"adamw": [{"key": "lr", "low": 1e-3, "high": 1e-2},
+                                         {"key": "beta2", "scale": "complement", "low": 0.9, "high": 0.999}]},
+                     **tuning}
+    raw.setdefault("report", {})["targets"] = {"vit-pre": 0.14}
+    raw["train"]["steps"] = 20
+    return raw
+
+
+@pytest.mark.parametrize("knob, message", [
+    ({"key": "lr"}, "range"), ({"key": "lr", "low": 0.1, "high": 0.01}, "range"),
+    ({"key": "beta2", "scale": "complement", "low": 0.9, "high": 1.0}, "outside scale")])
+def test_a_knob_without_a_usable_range_is_named(knob, message):
+    with pytest.raises(ConfigError, match=message):
+        tuning_config(from_dict(_raw(knobs={"adamw": [knob]})))
+
+
+def test_pair_knobs_only_for_optimizers_that_have_the_pair():
+    raw = _raw(optimizers=["sgd"], knobs={"sgd": [{"key": "beta1", "low": 0.8, "high": 0.95, "scale": "complement"}]})
+    raw["optimizers"]["sgd"] = {"type": "sgd", "lr": 0.1, "momentum": 0.9}
+    with pytest.raises(ConfigError, match="not a setting"):
+        tuning_config(from_dict(raw))
+
+
+def test_tiny_quasi_random_tuning_writes_the_winner_of_the_smoothed_score(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(_raw(), sort_keys=False))
+    out, table = tmp_path / "tuned.yaml", tmp_path / "tuning.md"
+    assert main(["tune", "--config", str(config), "--out", str(out), "--table", str(table),
+                 "--data-root", str(tmp_path / "data")]) == 0
+    payload = json.loads(table.with_suffix(".json").read_text())
+    trials = payload["trials"]
+    assert len(trials) == 3 and all(len(t["seeds"]) == 3 for t in trials)  # no trial stopped early
+    chosen = next(t for t in trials if t["chosen"])
+    assert chosen["smoothed score"] == min(t["smoothed score"] for t in trials)
+    tuned = yaml.safe_load(out.read_text())["tuned"]["vit-pre"]["adamw"]
+    assert tuned["lr"] == chosen["lr"] and tuned["betas"] == chosen["betas"]
+    assert 1e-3 <= tuned["lr"] <= 1e-2 and 0.9 <= tuned["betas"][1] <= 0.999
