@@ -19,6 +19,7 @@ from brownformer.stats.positive_controls_claims12 import ControlResult
 
 def _ctx(tmp_path, raw_config, **stats_changes) -> ReportContext:
     cfg = from_dict(raw_config)
+    (tmp_path / "results").mkdir(exist_ok=True)
     if stats_changes:
         cfg = dataclasses.replace(cfg, stats=dataclasses.replace(cfg.stats, **stats_changes))
     return ReportContext(cfg, tmp_path / "config.yaml", Results(cfg, tmp_path / "results"), tmp_path / "figures")
@@ -87,3 +88,11 @@ def test_claim3_controls_join_the_table_when_their_module_exists(tmp_path, raw_c
     assert _rows(text) == [["3a", "independent Gaussian residual updates", "positive", "supported", "supported", "yes"],
                            ["3c", "fBm H = 0.75", "negative", "not supported", "inconclusive", "yes"]]
     assert "not available" not in text
+
+
+def test_no_results_folder_is_created_for_the_cache(tmp_path, raw_config, monkeypatch):
+    monkeypatch.setattr(controls12, "positive_controls_claims12", lambda stats, **kw: [])
+    cfg = from_dict(raw_config)
+    ctx = ReportContext(cfg, tmp_path / "config.yaml", Results(cfg, tmp_path / "none"), tmp_path / "figures")
+    assert "controls not cached (no results folder)" in section_controls.controls_appendix(ctx)
+    assert not (tmp_path / "none").exists()

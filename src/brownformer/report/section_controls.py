@@ -86,10 +86,13 @@ def control_rows(ctx: ReportContext) -> tuple[list[dict], list[str]]:
     notes = []
     if rows is None:
         rows = [_as_row(c) for c in controls12.positive_controls_claims12(stats, rng=stats.seed)]
-        try:
-            write_json(path, {"key": key, "rows": rows})
-        except OSError as exc:  # a read-only results folder: the appendix still renders
-            notes.append(f"controls not cached ({exc})")
+        if not Path(ctx.results.root).is_dir():  # no results folder: create none just for a cache
+            notes.append("controls not cached (no results folder)")
+        else:
+            try:
+                write_json(path, {"key": key, "rows": rows})
+            except OSError as exc:  # a read-only results folder: the appendix still renders
+                notes.append(f"controls not cached ({exc})")
     else:
         notes.append(f"claims 1-2: read from the cache {CACHE_FILE} (same statistics code and settings)")
     more, why = _claim3_rows()
