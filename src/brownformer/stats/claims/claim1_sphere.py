@@ -34,6 +34,11 @@ the claim pools configurations by intersection-union (claims/common.py), each co
 pooled verdict (per_model). Runs without LayerNorm (ln "none") are not applicable; runs that did not train are
 left out. Each seed's record (per_run) keeps its within-seed intervals over probe inputs as description: one
 seed is not the population, so it never decides.
+
+One fixed model (unit "inputs", common.UNITS; `brownformer pretrained` only). A pretrained checkpoint is one model,
+not a sample of seeds: each criterion is decided on its interval over that model's probe inputs, the record says
+"probe inputs of one fixed model; says nothing about other trainings" (common.FIXED_MODEL_UNIT) and gives each
+criterion's power halfway between its ideal and its margin edge (common.interval_power).
 """
 from __future__ import annotations
 

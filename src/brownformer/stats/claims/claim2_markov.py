@@ -35,6 +35,11 @@ is not; configurations pool by intersection-union, each beside the pooled verdic
 (per_run) keeps its within-seed intervals over probe inputs and its nulls as description; it never decides.
 The step-0 attention and weights are a baseline, never pooled into the estimate.
 
+One fixed model (unit "inputs", common.UNITS; `brownformer pretrained` only). A pretrained checkpoint is one model,
+not a sample of seeds: each criterion is decided on its interval over that model's probe inputs, the record says
+"probe inputs of one fixed model; says nothing about other trainings" (common.FIXED_MODEL_UNIT) and gives each
+criterion's power halfway between its ideal and its margin edge (common.interval_power).
+
 Calibration. Size: the attention-level rule on the row-shuffled, shuffled-key and step-0 nulls of every seed
 (a null that passes counts against the rule). Power at a point where the claim is true but not trivially true:
 each criterion's true value halfway between its ideal (0, or 1 for isotropy) and its margin edge, the seeds'
