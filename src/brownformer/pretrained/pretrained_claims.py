@@ -51,7 +51,8 @@ def pretrained_claims(name: str, stats_dir: Path, stats, *, calibration: Path | 
                       replicates: int, calibrated: bool = True) -> dict[str, dict]:
     """claim id -> {ClaimRecord fields, "calibration_status"} for one model's per-run statistics."""
     out = collect_run_outputs({name: stats_dir})
-    records: dict[str, ClaimRecord] = {"1": sphere_claim(out.sphere, stats), "2": markov_claim(out.attention, stats)}
+    records: dict[str, ClaimRecord] = {"1": sphere_claim(out.sphere, stats, unit="inputs"),  # one fixed model
+                                       "2": markov_claim(out.attention, stats, unit="inputs")}
     status = dict(CALIBRATION_STATUS)
     table = str(calibration) if calibration is not None and calibration.exists() else None
     for cat, key in BROWNIAN_FAMILIES.items():

@@ -28,12 +28,13 @@ from brownformer.verdicts import NOT_SUPPORTED, SUPPORTED
 
 from .attention_capture import _exact_vmf_alternative
 from .claims import markov_claim, sphere_claim
+from .gates import POWER_GOAL
 from .markov_chain import analyze_attention, attention_null_models, head_subspace_vmf, weight_isotropy
 from .pooling import MIN_SEEDS
 from .sphere_distance import tensor_sphere_summary
 
 __all__ = ["ControlResult", "positive_controls_claims12", "claim1_controls", "claim2_controls", "claim2_power",
-           "POWER_POINT_EPS"]
+           "POWER_POINT_EPS", "CONTROL_RESAMPLES", "N_POWER_STUDIES"]
 
 #: inputs x tokens x width of every control (the pipeline's probe shape, scaled down to keep the tests fast)
 N_INPUTS, N_TOKENS, D_MODEL, N_HEADS, N_LAYERS = 8, 10, 8, 2, 2
@@ -43,6 +44,10 @@ HEAD_SCALE = 2.0
 #: iota_relative 0.96, output error 0.17, reversibility residual 0.04, each inside its margin and none at its ideal
 #: value; at 0.12 the heads are no longer isotropic enough (iota 0.80, error 0.41: "not supported")
 POWER_POINT_EPS = 0.05
+#: bootstrap resamples of the controls' within-seed intervals (description only: the seed-level t-interval decides)
+CONTROL_RESAMPLES = 199
+#: simulated studies behind claim 2's power at POWER_POINT_EPS
+N_POWER_STUDIES = 8
 #: training steps of the controls' three captures (step 0 is the baseline, never pooled)
 STEPS = (0, 50, 100)
 
@@ -161,8 +166,8 @@ def claim2_controls(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, rng=DEFAULT
     return out
 
 
-def claim2_power(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, n_studies: int = 8, rng=DEFAULT_STATS.seed,
-                 goal: float = 0.8) -> ControlResult:
+def claim2_power(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, n_studies: int = N_POWER_STUDIES,
+                 rng=DEFAULT_STATS.seed, goal: float = POWER_GOAL) -> ControlResult:
     """Fraction of `n_studies` simulated studies at the power point (POWER_POINT_EPS) that claim 2 calls supported."""
     rng = np.random.default_rng(rng)
     recs = [_claim2_study(rng, stats, n_seeds, tied=False, eps=POWER_POINT_EPS) for _ in range(n_studies)]
@@ -174,11 +179,11 @@ def claim2_power(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, n_studies: int
                          f"{int(round(power * n_studies))} of {n_studies} studies supported", n_seeds, power)
 
 
-def positive_controls_claims12(stats: StatsConfig | None = None, *, n_seeds: int = MIN_SEEDS, n_studies: int = 8,
-                               rng=DEFAULT_STATS.seed) -> list[ControlResult]:
+def positive_controls_claims12(stats: StatsConfig | None = None, *, n_seeds: int = MIN_SEEDS,
+                               n_studies: int = N_POWER_STUDIES, rng=DEFAULT_STATS.seed) -> list[ControlResult]:
     """Every claim-1 and claim-2 control and claim 2's power (over `n_studies` simulated studies), for the report's
-    appendix ("can the rules say yes?")."""
-    stats = stats or StatsConfig(n_resamples=199)
+    appendix ("can the rules say yes?"). `stats` carries the margins judged (the config's, with CONTROL_RESAMPLES)."""
+    stats = stats or StatsConfig(n_resamples=CONTROL_RESAMPLES)
     return (claim1_controls(stats=stats, n_seeds=n_seeds, rng=rng) + claim2_controls(stats=stats, n_seeds=n_seeds,
                                                                                      rng=rng)
             + [claim2_power(stats=stats, n_seeds=n_seeds, n_studies=n_studies, rng=rng)])

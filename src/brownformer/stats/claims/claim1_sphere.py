@@ -34,11 +34,17 @@ the claim pools configurations by intersection-union (claims/common.py), each co
 pooled verdict (per_model). Runs without LayerNorm (ln "none") are not applicable; runs that did not train are
 left out. Each seed's record (per_run) keeps its within-seed intervals over probe inputs as description: one
 seed is not the population, so it never decides.
+
+One fixed model (unit "inputs", common.UNITS; `brownformer pretrained` only). A pretrained checkpoint is one model,
+not a sample of seeds: each criterion is decided on its interval over that model's probe inputs, the record says
+"probe inputs of one fixed model; says nothing about other trainings" (common.FIXED_MODEL_UNIT) and gives each
+criterion's power halfway between its ideal and its margin edge (common.interval_power).
 """
 from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import replace
 
 import numpy as np
 
@@ -46,7 +52,8 @@ from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUP
 
 from ..pooling import NESTING, seed_pool
 from ..rule_history import claim_rule_history
-from .common import (configuration_of, did_not_train_record, equivalence_pvalue, finite_or_none, pool_runs,
+from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
+                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, pool_runs, se_from_interval,
                      seed_unit, seed_verdict)
 
 __all__ = ["sphere_claim", "TITLE", "CRITERIA", "DECIDING_TENSOR"]
@@ -57,6 +64,11 @@ CRITERIA = {"radius_spread_ratio": "radius_spread_ratio", "offset": "sphere_offs
 #: LN placement -> the tensor carrying what the model computes (module docstring: pre-LN folds gamma and beta into
 #: the next linear maps, so z; post-LN cannot, so the image after the affine map)
 DECIDING_TENSOR = {"pre": "ln_raw", "post": "ln_affine"}
+#: the decision rule of each unit (common.UNITS), as claims.json states it
+_RULE = {"seeds": "per configuration and layer, the t-interval over seeds of each quantity inside its margin; every "
+                  "layer, both criteria; pooled: every configuration supported",
+         "inputs": "per fixed model, every (capture, layer) interval over its probe inputs inside its margin; both "
+                   "criteria; pooled: every model supported (" + FIXED_MODEL_UNIT + ")"}
 _AFFINE_REPORTED = ("gain_cv", "gain_condition", "wielandt_cosine", "offset_ratio", "relative_residual")
 
 
@@ -189,24 +201,73 @@ def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> dict:
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], ln: str, stats) -> ClaimRecord:
     crit = {q: _criterion({s: vals[q] for s, (_, vals) in seeds.items()}, tuple(stats.margins[key]), stats)
             for q, key in CRITERIA.items()}
+    return _decided_record(crit, ln, stats, f"{len(seeds)} seed(s)", "mean over seeds",
+                           {"seeds": sorted(seeds)}, "over seeds")
+
+
+def _input_criterion(files: list[dict], quantity: str, margin, stats) -> dict:
+    """A fixed model's criterion: every (capture, layer) interval over its probe inputs inside the margin
+    (intersection-union); the power at the cell nearest the edge, where the claim is true but not trivially
+    (the true value halfway between 0 and the margin edge, with that cell's standard error)."""
+    one_sided = (-math.inf, margin[1])
+    cells = []
+    for f in files:
+        per = _per_layer(f, quantity)
+        for layer, (e, lo, hi) in enumerate(zip(per["estimate"], per["ci_low"], per["ci_high"]) if per else ()):
+            e, lo, hi = (math.nan if x is None else float(x) for x in (e, lo, hi))
+            cells.append((e, (lo, hi), f.get("capture"), layer))
+    if not cells:
+        return {"verdict": INCONCLUSIVE, "why": "no values", "margin": list(margin)}
+    parts = [equivalence_verdict(ci, one_sided) for _, ci, _, _ in cells]
+    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
+               else INCONCLUSIVE)
+    e, ci, capture, layer = max(cells, key=lambda c: c[1][1] if math.isfinite(c[1][1]) else math.inf)
+    ses = [se_from_interval(c[1], stats.confidence_level) for c in cells]
+    pvals = [equivalence_pvalue(c[0], se, one_sided) for c, se in zip(cells, ses)]
+    se = se_from_interval(ci, stats.confidence_level)
+    true = 0.5 * margin[1]
+    return {"verdict": verdict, "estimate": e, "confidence_interval": list(ci), "layer": layer, "capture": capture,
+            "margin": list(margin), "n_cells": len(cells), "interval_over": FIXED_MODEL_UNIT,
+            "why": None if all(math.isfinite(c[1][1]) for c in cells) else "an interval over inputs is undefined",
+            "pvalue": None if any(p is None for p in pvals) else max(pvals),
+            "power": {"true_value": true, "standard_error": finite_or_none(se),
+                      "power": interval_power(se, true, one_sided, confidence_level=stats.confidence_level),
+                      "method": "normal: the deciding cell's estimate N(true value, its standard error^2)"}}
+
+
+def _fixed_model_record(run: str, files: list[dict], ln: str, stats) -> ClaimRecord:
+    """Claim 1 on one fixed model (unit "inputs"): decided on its probe inputs, its seed record as description."""
+    description, _ = _seed_record(run, files, ln)
+    deciding = _trained([f for f in files if _tensor(f) == DECIDING_TENSOR[ln]])[0]
+    crit = {q: _input_criterion(deciding, q, tuple(stats.margins[key]), stats) for q, key in CRITERIA.items()}
+    power = {q: c.get("power") for q, c in crit.items()}
+    rec = _decided_record(crit, ln, stats, f"one fixed model ({FIXED_MODEL_UNIT})", "over its probe inputs",
+                          {"description": description.details, "unit": FIXED_MODEL_UNIT}, "over probe inputs")
+    return replace(rec, calibration={"shape": {"n_cells": {q: c.get("n_cells") for q, c in crit.items()}},
+                                     "size": None, "size_se": None, "power": power, "n_replicates": 0,
+                                     "method": "power of the interval over inputs at the deciding cell (normal)"})
+
+
+def _decided_record(crit: dict, ln: str, stats, who: str, over: str, extra: dict, test_over: str) -> ClaimRecord:
+    """The decided claim-1 record of one configuration (over seeds) or one fixed model (over its inputs)."""
     parts = [c["verdict"] for c in crit.values()]
     verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
                else INCONCLUSIVE)
     pv = [c.get("pvalue") for c in crit.values()]
     r, o = crit["radius_spread_ratio"], crit["offset"]
-    reason = (f"{len(seeds)} seed(s), decided on {DECIDING_TENSOR[ln]} ({ln}-LN); worst layer: radius spread / "
+    reason = (f"{who}, decided on {DECIDING_TENSOR[ln]} ({ln}-LN); worst layer: radius spread / "
               f"Gaussian null {_f(r)} vs <= {r['margin'][1]:g} ({r['verdict']}); centre offset {_f(o)} radii vs <= "
               f"{o['margin'][1]:g} ({o['verdict']})")
     why = r.get("why") or o.get("why")
     if why:
         reason += f"; {why}"
-    est = Estimate(f"radius spread / Gaussian-cloud null of {DECIDING_TENSOR[ln]} (worst layer; mean over seeds)",
+    est = Estimate(f"radius spread / Gaussian-cloud null of {DECIDING_TENSOR[ln]} (worst layer; {over})",
                    r.get("estimate", math.nan), tuple(r.get("confidence_interval", (math.nan, math.nan))),
                    stats.confidence_level)
     return ClaimRecord("1", TITLE, verdict, reason, margin=tuple(r["margin"]), estimate=est,
-                       details={"ln": ln, "decided_on": DECIDING_TENSOR[ln], "criteria": crit, "seeds": sorted(seeds),
+                       details={"ln": ln, "decided_on": DECIDING_TENSOR[ln], "criteria": crit, **extra,
                                 "pvalue": None if None in pv else max(pv)},
-                       tests=[{"name": f"{q} equivalence over seeds (TOST, intersection-union over layers)",
+                       tests=[{"name": f"{q} equivalence {test_over} (TOST, intersection-union over layers)",
                                "statistic": finite_or_none(c.get("estimate")), "pvalue": c.get("pvalue"),
                                "rejected": None if c.get("pvalue") is None else bool(c["pvalue"] < stats.alpha)}
                               for q, c in crit.items()])
@@ -219,8 +280,9 @@ def _f(c: dict) -> str:
     return f"{c['estimate']:.3g} CI [{lo:.3g}, {hi:.3g}]"
 
 
-def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None) -> ClaimRecord:
-    """Claim 1 over every configuration, seeds as the unit (module docstring).
+def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None,
+                 unit: str = "seeds") -> ClaimRecord:
+    """Claim 1 over every configuration, seeds as the unit (module docstring), or over fixed models (unit "inputs").
 
     Args:
         files: [{"run", "path", "capture", "sphere": stats.sphere_distance.tensor_sphere_summary output (with "ln",
@@ -228,11 +290,16 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
             "ln_affine" decides post-LN, "resid" reported).
         stats: StatsConfig (confidence_level, alpha, margins["radius_spread_ratio"], margins["sphere_offset"]).
         excluded: run -> reason for runs that did not train.
+        unit: "seeds" (training runs of a configuration: toy runs) or "inputs" (each run is one fixed model, e.g. a
+            pretrained checkpoint, decided on its probe inputs; the record says it says nothing about other
+            trainings, common.FIXED_MODEL_UNIT).
 
     Returns:
         The claim's ClaimRecord: per_model one record per configuration (model__optimizer) decided on its seeds,
-        per_run one descriptive record per seed; runs without LayerNorm in details["not_applicable"].
+        per_run one descriptive record per seed (unit "inputs": per_model and per_run the fixed model's decided
+        record); runs without LayerNorm in details["not_applicable"].
     """
+    check_unit(unit)
     excluded = dict(excluded or {})
     by_run: dict[str, list] = {}
     for f in files:
@@ -244,13 +311,17 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
             per_run[run] = did_not_train_record("1", TITLE, excluded[run])
         elif ln == "none" or ln not in DECIDING_TENSOR:
             not_applicable[run] = f"ln {ln!r} (no LayerNorm): the claim does not apply"
+        elif unit == "inputs":
+            per_run[run] = _fixed_model_record(run, fs, ln, stats)
         else:
             rec, values = _seed_record(run, fs, ln)
             per_run[run] = rec
             config, seed = configuration_of(run)
             configs.setdefault((config, ln), {})[seed] = (rec, values)
-    per_model = {config: _configuration_record(config, seeds, ln, stats) for (config, ln), seeds in configs.items()}
-    verdict, reason, decider = pool_runs(per_model, excluded={}, unit="configurations")
+    per_model = ({run: rec for run, rec in per_run.items() if rec.verdict != DID_NOT_TRAIN} if unit == "inputs" else
+                 {config: _configuration_record(config, seeds, ln, stats) for (config, ln), seeds in configs.items()})
+    verdict, reason, decider = pool_runs(per_model, excluded={},
+                                         unit="fixed models" if unit == "inputs" else "configurations")
     short = {c: rec.details["criteria"]["radius_spread_ratio"].get("why") for c, rec in per_model.items()}
     reason += "".join(f"; {c}: {why}" for c, why in sorted(short.items()) if why)
     if excluded:
@@ -260,19 +331,20 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     pvals = [per_model[c].details.get("pvalue") for c in per_model]
     p_iut = max(pvals) if per_model and all(p is not None for p in pvals) else None
     return ClaimRecord(
-        "1", TITLE, verdict, reason + (f"; deciding configuration {worst}" if worst else ""),
+        "1", TITLE, verdict, reason + (f" ({FIXED_MODEL_UNIT})" if unit == "inputs" else "")
+        + (f"; deciding {'model' if unit == 'inputs' else 'configuration'} {worst}" if worst else ""),
         estimate=per_model[worst].estimate if worst else None,
         margin=tuple(stats.margins["radius_spread_ratio"]),
         tests=[{"name": "radius-spread and offset equivalence over seeds (intersection-union over configurations)",
                 "statistic": None, "pvalue": finite_or_none(p_iut),
                 "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
         per_run=per_run, per_model=per_model,
-        seeds=seed_unit({c: len(s) for (c, _), s in configs.items()}, nesting=NESTING),
+        seeds=(fixed_model_unit(per_model) if unit == "inputs"
+               else seed_unit({c: len(s) for (c, _), s in configs.items()}, nesting=NESTING)),
         details={"pvalue": p_iut, "not_applicable": not_applicable, "deciding_configuration": worst,
                  "decided_on": {"pre": "LN output before the affine map (gamma, beta fold into the next linear maps)",
                                 "post": "LN output after the affine map (the residual stream the next sublayer reads)"},
                  "margins": {q: list(stats.margins[k]) for q, k in CRITERIA.items()},
-                 "rule": "per configuration and layer, the t-interval over seeds of each quantity inside its margin; "
-                         "every layer, both criteria; pooled: every configuration supported",
+                 "rule": _RULE[unit],
                  "rule_history": claim_rule_history("1"),
                  "did_not_train": sorted(r for r, rec in per_run.items() if rec.verdict == DID_NOT_TRAIN)})

@@ -35,6 +35,11 @@ is not; configurations pool by intersection-union, each beside the pooled verdic
 (per_run) keeps its within-seed intervals over probe inputs and its nulls as description; it never decides.
 The step-0 attention and weights are a baseline, never pooled into the estimate.
 
+One fixed model (unit "inputs", common.UNITS; `brownformer pretrained` only). A pretrained checkpoint is one model,
+not a sample of seeds: each criterion is decided on its interval over that model's probe inputs, the record says
+"probe inputs of one fixed model; says nothing about other trainings" (common.FIXED_MODEL_UNIT) and gives each
+criterion's power halfway between its ideal and its margin edge (common.interval_power).
+
 Calibration. Size: the attention-level rule on the row-shuffled, shuffled-key and step-0 nulls of every seed
 (a null that passes counts against the rule). Power at a point where the claim is true but not trivially true:
 each criterion's true value halfway between its ideal (0, or 1 for isotropy) and its margin edge, the seeds'
@@ -44,14 +49,16 @@ observed spread, at this configuration's number of seeds and at POWER_DESIGN_SEE
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
 
 from ..pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from ..rule_history import claim_rule_history
 from .claim2_seed import TITLE, combine, fmt_value, per_input_values, seed_record, upper_margin
-from .common import (configuration_of, did_not_train_record, equivalence_pvalue, equivalence_verdict, finite_or_none,
-                     pool_runs, seed_unit, seed_verdict)
+from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
+                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, pool_runs, seed_unit,
+                     seed_verdict)
 
 __all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "OUTPUT_ERROR_NULL_FRACTION",
            "POWER_DESIGN_SEEDS", "CRITERIA"]
@@ -62,6 +69,11 @@ OUTPUT_ERROR_NULL_FRACTION = 0.5
 
 #: the seed count issue 32 asks of every deciding configuration: the power is also stated there
 POWER_DESIGN_SEEDS = 5
+#: the decision rule of each unit (common.UNITS), as claims.json states it
+_RULE = {"seeds": "per configuration, the t-interval over seeds of each criterion inside its margin; pooled: every "
+                  "configuration supported",
+         "inputs": "per fixed model, each criterion's interval over its probe inputs inside its margin (head isotropy "
+                   "exact, from the weights); pooled: every model supported (" + FIXED_MODEL_UNIT + ")"}
 #: criterion -> (margin key, which edge binds, the ideal value)
 CRITERIA = {"head_isotropy": ("head_isotropy", "lower", 1.0), "vmf_output_error": ("vmf_output_error", "upper", 0.0),
             "reversibility": ("reversibility_residual", "upper", 0.0)}
@@ -81,7 +93,6 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
 
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], stats) -> ClaimRecord:
     causal = any(info["causal"] for _, info in seeds.values())
-    fits = sorted({info["fit"] for _, info in seeds.values() if info["fit"]})
     crit, powers = {}, {}
     for name, (key, edge, ideal) in CRITERIA.items():
         margin = tuple(stats.margins[key])
@@ -101,10 +112,44 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]
                       list(pool.confidence_interval), "margin": list(margin), "why": why, "pool": pool.to_dict(),
                       "pvalue": p}
         powers[name] = _power(pool, margin, edge, ideal, stats)
+    return _decided_record(crit, powers, seeds, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
+
+
+def _fixed_model_record(run: str, rec: ClaimRecord, info: dict, stats) -> ClaimRecord:
+    """Claim 2 on one fixed model (unit "inputs"): each criterion's interval over its probe inputs (head isotropy
+    exact: the weights are known), its power halfway between the ideal and the margin edge at the observed standard
+    error; the seed record's details kept as description."""
+    crit, powers = {}, {}
+    for name, (key, edge, ideal) in CRITERIA.items():
+        margin = tuple(stats.margins[key])
+        one = (margin[0], math.inf) if edge == "lower" else (-math.inf, margin[1])
+        value, ci, se = info["within"].get(name, (math.nan, (math.nan, math.nan), math.nan))
+        why = info["why"].get(name) if not math.isfinite(value) else None
+        verdict = equivalence_verdict(ci, one)
+        true = 0.5 * (ideal + (margin[0] if edge == "lower" else margin[1]))
+        crit[name] = {"verdict": verdict, "estimate": value, "confidence_interval": list(ci), "margin": list(margin),
+                      "why": why, "interval_over": FIXED_MODEL_UNIT if name != "head_isotropy" else
+                      "exact: the worst head of the fixed model's weights (no sampling error)",
+                      "pvalue": equivalence_pvalue(value, se, one) if math.isfinite(value) else None}
+        powers[name] = {"true_value": true, "standard_error": finite_or_none(se),
+                        "power": interval_power(se, true, one, confidence_level=stats.confidence_level),
+                        "n_inputs": info.get("n_inputs"),
+                        "method": "normal: the estimate over inputs N(true value, its standard error^2); exact "
+                                  "quantities (se 0) have power 1 at any true value inside the margin"}
+    out = _decided_record(crit, powers, {run: (rec, info)}, stats, f"one fixed model ({FIXED_MODEL_UNIT})",
+                          "over its probe inputs", "over probe inputs")
+    return replace(out, details={**out.details, "unit": FIXED_MODEL_UNIT, "description": rec.details})
+
+
+def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord, dict]], stats, who: str,
+                    over: str, test_over: str) -> ClaimRecord:
+    """The decided claim-2 record of one configuration (over seeds) or one fixed model (over its inputs)."""
+    causal = any(info["causal"] for _, info in seeds.values())
+    fits = sorted({info["fit"] for _, info in seeds.values() if info["fit"]})
     verdict = combine([c["verdict"] for c in crit.values()])
     pv = [c["pvalue"] for c in crit.values()]
     e = crit["vmf_output_error"]
-    reason = f"{len(seeds)} seed(s); " + "; ".join(
+    reason = f"{who}; " + "; ".join(
         f"{n.replace('_', ' ')} {fmt_value(c['estimate'])} CI [{fmt_value(c['confidence_interval'][0])}, "
         f"{fmt_value(c['confidence_interval'][1])}] vs {'>=' if CRITERIA[n][1] == 'lower' else '<='} "
         f"{c['margin'][0 if CRITERIA[n][1] == 'lower' else 1]:.3g} ({c['verdict']}"
@@ -112,7 +157,7 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]
     sizes = [r.calibration["size"] for r, _ in seeds.values() if (r.calibration or {}).get("size") is not None]
     est = Estimate("attention-output error of the isotropic (vMF) kernel "
                    + (f"({', '.join(fits)})" if fits else "(undefined: no fit in each head's subspace)")
-                   + ", relative to the mean field (mean over seeds)", e["estimate"], tuple(e["confidence_interval"]),
+                   + f", relative to the mean field ({over})", e["estimate"], tuple(e["confidence_interval"]),
                    stats.confidence_level)
     return ClaimRecord(
         "2", TITLE, verdict, reason, estimate=est, margin=tuple(e["margin"]),
@@ -120,12 +165,13 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]
                      "power": powers, "n_replicates": sum(r.calibration["n_replicates"] for r, _ in seeds.values()
                                                           if r.calibration),
                      "method": "size: largest per-seed pass rate of the rule on its nulls; power: module docstring"},
-        tests=[{"name": f"{n} equivalence over seeds (TOST)", "statistic": finite_or_none(c["estimate"]),
+        tests=[{"name": f"{n} equivalence {test_over} (TOST)", "statistic": finite_or_none(c["estimate"]),
                 "pvalue": c["pvalue"], "rejected": None if c["pvalue"] is None else bool(c["pvalue"] < stats.alpha)}
                for n, c in crit.items()],
         details={"pvalue": None if None in pv else max(pv), "causal": causal, "criteria": crit,
                  "vmf_fit": fits,
-                 "seeds": sorted(seeds), **{f"verdict_{n}": c["verdict"] for n, c in crit.items()}})
+                 "seeds": sorted(seeds) if test_over == "over seeds" else [],
+                 **{f"verdict_{n}": c["verdict"] for n, c in crit.items()}})
 
 
 def file_verdicts(result: dict, stats) -> dict:
@@ -165,8 +211,9 @@ def file_verdicts(result: dict, stats) -> dict:
     return out
 
 
-def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None) -> ClaimRecord:
-    """Claim 2 over every configuration, seeds as the unit (module docstring).
+def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None,
+                 unit: str = "seeds") -> ClaimRecord:
+    """Claim 2 over every configuration, seeds as the unit (module docstring), or over fixed models (unit "inputs").
 
     Args:
         files: [{"run", "attention": stats_stage.attention_files.analyze_attention_file output}] (with "step",
@@ -175,11 +222,14 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         stats: StatsConfig (confidence_level, n_resamples, seed, alpha, margins["head_isotropy"],
             margins["vmf_output_error"], margins["reversibility_residual"]).
         excluded: run -> reason for runs that did not train.
+        unit: "seeds" (training runs of a configuration: toy runs) or "inputs" (each run is one fixed model, e.g. a
+            pretrained checkpoint, decided on its probe inputs; common.FIXED_MODEL_UNIT).
 
     Returns:
         The claim's ClaimRecord: per_model one record per configuration decided on its seeds, per_run one
-        descriptive record per seed.
+        descriptive record per seed (unit "inputs": per_model and per_run the fixed model's decided record).
     """
+    check_unit(unit)
     excluded = dict(excluded or {})
     by_run: dict[str, list] = {}
     for f in files:
@@ -190,11 +240,17 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
             per_run[run] = did_not_train_record("2", TITLE, excluded[run])
             continue
         rec, info = seed_record(run, fs, stats)
+        if unit == "inputs":
+            per_run[run] = _fixed_model_record(run, rec, info, stats)
+            continue
         per_run[run] = rec
         config, seed = configuration_of(run)
         configs.setdefault(config, {})[seed] = (rec, info)
-    per_model = {c: _configuration_record(c, seeds, stats) for c, seeds in sorted(configs.items())}
-    verdict, reason, decider = pool_runs(per_model, excluded={}, unit="configurations")
+    per_model = ({run: rec for run, rec in per_run.items() if run not in excluded} if unit == "inputs" else
+                 {c: _configuration_record(c, seeds, stats) for c, seeds in sorted(configs.items())})
+    fixed = unit == "inputs"
+    verdict, reason, decider = pool_runs(per_model, excluded={}, unit="fixed models" if fixed else "configurations")
+    reason += f" ({FIXED_MODEL_UNIT})" if fixed else ""
     whys = {c: next((k["why"] for k in rec.details["criteria"].values() if k["why"]), None)
             for c, rec in per_model.items()}
     reason += "".join(f"; {c}: {why}" for c, why in sorted(whys.items()) if why)
@@ -206,7 +262,7 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     p_iut = max(pvals) if per_model and all(p is not None for p in pvals) else None
     sizes = [rec.calibration["size"] for rec in per_model.values() if (rec.calibration or {}).get("size") is not None]
     return ClaimRecord(
-        "2", TITLE, verdict, reason + (f"; deciding configuration {pick}" if pick else ""),
+        "2", TITLE, verdict, reason + (f"; deciding {'model' if fixed else 'configuration'} {pick}" if pick else ""),
         estimate=per_model[pick].estimate if pick else None, margin=per_model[pick].margin if pick else None,
         calibration={"shape": "per configuration (see per_model)", "size": max(sizes) if sizes else None,
                      "size_se": None, "power": {c: rec.calibration["power"] for c, rec in per_model.items()},
@@ -216,7 +272,7 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         tests=[{"name": "head isotropy, vMF output error and reversibility over seeds (intersection-union over "
                         "configurations)", "statistic": None,
                 "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
-        per_run=per_run, per_model=per_model, seeds=seed_unit({c: len(s) for c, s in configs.items()}),
+        per_run=per_run, per_model=per_model,
+        seeds=fixed_model_unit(per_model) if fixed else seed_unit({c: len(s) for c, s in configs.items()}),
         details={"pvalue": p_iut, "deciding_configuration": pick, "rule_history": claim_rule_history("2"),
-                 "rule": "per configuration, the t-interval over seeds of each criterion inside its margin; "
-                         "pooled: every configuration supported"})
+                 "rule": _RULE[unit]})

@@ -211,13 +211,13 @@ def seed_record(run: str, files: list[dict], stats) -> tuple[ClaimRecord, dict]:
     fit = _fit_kind(trained)
     if not trained:
         return (ClaimRecord("2", TITLE, INCONCLUSIVE, "only the step-0 attention (a baseline) was captured"),
-                {"causal": causal, "fit": None, "values": {}, "why": {}})
+                {"causal": causal, "fit": None, "values": {}, "why": {}, "within": {}, "n_inputs": 0})
     m = _margins(trained, stats)
     err_units = _pooled_units(trained, "vmf_output_error", subspace=fit == "per head, in its subspace")
-    err, _ = unit_mean_interval(err_units, stats=stats, name="vMF output error, this seed (over probe inputs)")
+    err, err_se = unit_mean_interval(err_units, stats=stats, name="vMF output error, this seed (over probe inputs)")
     whole, _ = unit_mean_interval(_pooled_units(trained, "vmf_output_error"), stats=stats,
                                   name="vMF output error of one kappa on the whole sphere (description)")
-    rev, _ = unit_mean_interval(_pooled_units(trained, "reversibility_residual"), stats=stats,
+    rev, rev_se = unit_mean_interval(_pooled_units(trained, "reversibility_residual"), stats=stats,
                                 name="detailed-balance residual, this seed (over probe inputs)")
     iso, where = _worst_head(trained)
     values = {"head_isotropy": iso, "vmf_output_error": err.value if fit else math.nan,
@@ -241,7 +241,13 @@ def seed_record(run: str, files: list[dict], stats) -> tuple[ClaimRecord, dict]:
               + ("undefined (causal)" if causal else fmt_value(rev.value)))
     rec = ClaimRecord("2", TITLE, INCONCLUSIVE, reason, details=details,
                       calibration=_calibration(trained, baseline, m, causal, trained[0].get("shape")))
-    return rec, {"causal": causal, "fit": fit, "values": values, "why": why}
+    # over this seed's probe inputs: what a fixed model (unit "inputs") is decided on; the worst head is exact
+    undefined = (math.nan, (math.nan, math.nan), math.nan)
+    within = {"head_isotropy": (iso, (iso, iso), 0.0 if math.isfinite(iso) else math.nan),
+              "vmf_output_error": (err.value, err.confidence_interval, err_se) if fit else undefined,
+              "reversibility": undefined if causal else (rev.value, rev.confidence_interval, rev_se)}
+    return rec, {"causal": causal, "fit": fit, "values": values, "why": why, "within": within,
+                 "n_inputs": int(err_units.size)}
 
 
 def fmt_value(x: float) -> str:

@@ -28,7 +28,18 @@ from ..replica_sets import base_run
 
 __all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
            "headline_holm", "did_not_train_record", "finite_or_none", "configuration_of", "seed_unit",
-           "seed_verdict", "configuration_pools"]
+           "seed_verdict", "configuration_pools", "UNITS", "check_unit", "FIXED_MODEL_UNIT", "fixed_model_unit",
+           "se_from_interval", "interval_power"]
+
+#: the unit of inference of claims 1 and 2. "seeds" (the default): training runs of one configuration, the
+#: population a trained model is one draw of. "inputs": the probe inputs of ONE fixed model (a pretrained checkpoint:
+#: one model, not a sample of seeds), answering "does this model have the property" and nothing about other trainings.
+UNITS = ("seeds", "inputs")
+#: what the "inputs" unit is, in claims.json (SeedUnit.unit) and in every fixed-model reason
+FIXED_MODEL_UNIT = "probe inputs of one fixed model; says nothing about other trainings"
+_FIXED_MODEL_NESTING = ("tokens (and layers, heads) are averaged inside each probe input into one value per input; the "
+                        "interval is the cluster-bootstrap t-interval over the probe inputs of the one model; weights "
+                        "(head isotropy) are known exactly, with no sampling error")
 
 
 def finite_or_none(x) -> float | None:
@@ -205,3 +216,36 @@ def configuration_pools(values_by_run: dict[str, float], *, confidence_level: fl
         config, seed = configuration_of(run)
         groups.setdefault(config, {})[seed] = value
     return {c: seed_pool(v, confidence_level=confidence_level, nesting=nesting) for c, v in groups.items()}
+
+
+def check_unit(unit: str) -> str:
+    """`unit` when it is one of UNITS, else ValueError naming the allowed ones."""
+    if unit not in UNITS:
+        raise ValueError(f"unit must be one of {UNITS}, got {unit!r}")
+    return unit
+
+
+def fixed_model_unit(models) -> SeedUnit:
+    """The claims.json record of the "inputs" unit: each model is one fixed model (n_seeds 1, which decides)."""
+    return SeedUnit({str(m): 1 for m in sorted(models)}, 1, _FIXED_MODEL_NESTING,
+                    "cluster-bootstrap t-interval over the probe inputs of one fixed model", unit=FIXED_MODEL_UNIT)
+
+
+def se_from_interval(ci, confidence_level: float) -> float:
+    """The standard error a two-sided normal interval of this width implies: (hi - lo) / (2 z_{(1 + cl)/2})."""
+    lo, hi = (_num(c) for c in ci)
+    return (hi - lo) / (2 * float(sps.norm.ppf(0.5 + confidence_level / 2))) if math.isfinite(hi - lo) else math.nan
+
+
+def interval_power(se: float, true_value: float, margin, *, confidence_level: float) -> float | None:
+    """P(a normal interval estimate +- z se lies inside `margin`) when the estimate is N(true_value, se^2): the power
+    of a fixed model's interval over its inputs at that true value (1 - the two edges' failure probabilities, a lower
+    bound). With se 0 (an exact quantity) it is 1 inside the margin, 0 outside; None when se is undefined."""
+    if not math.isfinite(_num(se)):
+        return None
+    if se == 0:
+        return float(margin[0] <= true_value <= margin[1])
+    z = float(sps.norm.ppf(0.5 + confidence_level / 2))
+    fail = sum(float(sps.norm.cdf(z - sign * (edge - true_value) / se))
+               for edge, sign in ((margin[1], 1.0), (margin[0], -1.0)) if math.isfinite(edge))
+    return max(0.0, 1.0 - fail)
