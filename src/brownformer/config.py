@@ -216,6 +216,8 @@ class ExperimentConfig:
     scaling: Mapping[str, int] | None = None  # {"width", "depth"} when the config is a depth x width study
     tuned: Mapping[str, Mapping[str, TunedConfig]] = field(default_factory=dict)  # model -> optimizer -> settings
     replicas: tuple[ReplicaBlock, ...] = ()  # replicas of the training noise (claims 3b, 3c)
+    #: added to every seed above and to probes.seed (`shifted_seeds`); `raw` keeps the seeds as written
+    seed_offset: int = 0
 
     def replica_sets(self) -> dict[str, tuple[RunSpec, ...]]:
         """Base run id -> its replicas (replica 0, the grid's run, first), for every run the `replicas` blocks name."""
@@ -327,7 +329,8 @@ class ExperimentConfig:
         slices = {"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
                   "optimizer": {**self.raw["optimizers"][spec.optimizer], **(tuned.settings() if tuned else {})},
                   "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
-                  "probes": self.raw["probes"], "device": self.raw["device"]}
+                  # the probe seed as the run uses it (seed_offset added; as written when the offset is 0)
+                  "probes": {**self.raw["probes"], "seed": self.probes.seed}, "device": self.raw["device"]}
         if self.probed(run_id):
             return slices
         target = self.stop_target(run_id)  # added only when set: the slices of other runs stay as they were
@@ -343,9 +346,17 @@ def config_hash(raw: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def shifted_seeds(seeds, offset: int) -> tuple[int, ...]:
+    """`seeds` + `offset`: the one place `seed_offset` enters (grid, replica blocks; the probe seed in from_dict)."""
+    return tuple(int(s) + offset for s in seeds)
+
+
 def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentConfig:
-    """Build the dataclasses from a raw mapping (validated here)."""
+    """Build the dataclasses from a raw mapping (validated here); `seed_offset` shifts every seed the runs use."""
     d = validate_dict(data, source=source)
+    offset = int(d["seed_offset"])
+    probes = dict(d.get("probes", {}))
+    probes["seed"] = probes.get("seed", ProbeConfig.seed) + offset
     opts = {}
     for name, o in d["optimizers"].items():
         params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in o.items() if k not in ("type", "lr")}
@@ -357,17 +368,17 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
     if window["start_step"] is None:  # the warm-up's one home is train.warmup_steps
         window["start_step"] = int(d["train"].get("warmup_steps", 0))
     cfg = ExperimentConfig(
-        seeds=tuple(d["seeds"]),
+        seeds=shifted_seeds(d["seeds"], offset),
         device=d["device"],
         datasets={n: DatasetConfig(name=n, **v) for n, v in d["datasets"].items()},
         models={n: ModelConfig(name=n, **v) for n, v in d["models"].items()},
         optimizers=opts,
         grid=tuple(GridBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
-                             seeds=tuple(b.get("seeds", d["seeds"])), probes=b["probes"],
+                             seeds=shifted_seeds(b.get("seeds", d["seeds"]), offset), probes=b["probes"],
                              eval_every=b.get("eval_every"), stop_at_target=b["stop_at_target"])
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
-        probes=ProbeConfig(**d.get("probes", {})),
+        probes=ProbeConfig(**probes),
         stats=StatsConfig(margins=margins, window=window, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in stats.items()}),
         resources=d.get("resources", {}),
         report=ReportConfig(**d.get("report", {})),
@@ -375,8 +386,9 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         paths=d["paths"], scaling=d.get("scaling"),
         tuned=read_tuned(d.get("tuned")),
         replicas=tuple(ReplicaBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
-                                    seeds=tuple(b.get("seeds", d["seeds"])), count=int(b["count"]))
+                                    seeds=shifted_seeds(b.get("seeds", d["seeds"]), offset), count=int(b["count"]))
                        for b in d.get("replicas") or ()),
+        seed_offset=offset,
     )
     return cfg
 

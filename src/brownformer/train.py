@@ -298,7 +298,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         run_id=run_id, run={"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed, "replica": spec.replica},
         config_hash=cfg.hash, run_hash=cfg.run_hash(run_id), config={"model": asdict(mcfg), "optimizer": asdict(ocfg), "train": asdict(tcfg)},
         seeds={"torch": spec.seed, "data": spec.data_seed, "noise": spec.noise_seed,
-               "split": cfg.dataset_of(spec.model).split_seed, "probes": cfg.probes.seed},
+               "split": cfg.dataset_of(spec.model).split_seed, "probes": cfg.probes.seed, "offset": cfg.seed_offset},
         determinism=flags, device=device_description(device), wall_time_s=wall,
         steps=tcfg.steps, steps_trained=end_step,
         stopped_at_target=({"step": end_step, "target": target, "metric": target_metric.column} if stopped else None),
