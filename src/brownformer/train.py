@@ -158,10 +158,29 @@ def _restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
         shutil.rmtree(out_dir / "probes", ignore_errors=True)
 
 
+def _restart_if_rerun(out_dir: Path, run_id: str, steps: int) -> None:
+    """Delete a finished run's checkpoint when its metrics.parquet is gone, so that training starts over.
+
+    A killed run never wrote metrics.parquet and its checkpoint is short of the end: it resumes. A finished
+    checkpoint (last step reached, or stopped at the target) beside no metrics.parquet means the outputs were
+    removed to train the run again (Snakemake deletes a job's outputs before it reruns the job: --forcerun, an
+    input that changed); resuming would train nothing. Its captures go too: the rerun records them afresh.
+    """
+    ckpt = out_dir / "checkpoints" / "last.pt"
+    if not ckpt.exists() or (out_dir / "metrics.parquet").exists():
+        return
+    state = torch.load(ckpt, map_location="cpu", weights_only=False)
+    if state["step"] >= steps or state.get(STOPPED, False):
+        log.warning("%s: finished checkpoint without metrics.parquet (a rerun); training from step 0", run_id)
+        ckpt.unlink()
+        shutil.rmtree(out_dir / "probes", ignore_errors=True)
+
+
 def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir: str | Path, *,
               probes: bool = False, callbacks: list[StepCallback] | None = None,
               stop_after: int | None = None, stop_when=None, progress: bool = True) -> pd.DataFrame:
-    """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists.
+    """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists (a finished one
+    without metrics.parquet is a rerun: it trains again from step 0, `_restart_if_rerun`).
 
     Args:
         cfg: the validated experiment config.
@@ -193,6 +212,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     seq_len = mcfg.seq_len if data.kind == "text" else None
     callbacks = list(callbacks or [])
     probing = probes and cfg.probed(run_id)  # probes.enabled and some grid block probes the run
+    _restart_if_rerun(out_dir, run_id, tcfg.steps)
     if probing:
         _restart_if_probe_store_incomplete(out_dir, run_id)
         callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
