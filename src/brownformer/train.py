@@ -133,7 +133,7 @@ def _optimizer_row(optimizer) -> dict:
     return row
 
 
-def _save_checkpoint(path: Path, state: dict) -> None:
+def save_checkpoint(path: Path, state: dict) -> None:
     with atomic_path(path) as tmp:
         torch.save(state, tmp)
 
@@ -292,7 +292,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             # on target before the budget's end (at the last step the run is a full one)
             stopped = target is not None and done < tcfg.steps and on_target(row, target, target_metric)
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after or stopped:
-            _save_checkpoint(ckpt_path, {
+            save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
                 "step": done, "lr_sum": lr_sum, "lr_sq_sum": lr_sq_sum, "wall_time": time.perf_counter() - t0,
                 "eval_wall_time": eval_wall, "probe_wall_time": probe_wall, "metrics_rows": rows,
@@ -308,6 +308,22 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     for cb in callbacks:
         cb(end_step, model, lr_sum, lr_sq_sum)
     wall = time.perf_counter() - t0
+    return write_run_outputs(cfg, run_id, out_dir, rows, kind=data.kind, probing=probing, stopped=stopped, end_step=end_step,
+                             wall=wall, flags=flags, device=device, n_parameters=sum(p.numel() for p in model.parameters()))
+
+
+def write_run_outputs(cfg: ExperimentConfig, run_id: str, out_dir: Path, rows: list[dict], *, kind: str, probing: bool,
+                      stopped: bool, end_step: int, wall: float, flags: dict, device: torch.device,
+                      n_parameters: int, ensemble: list[str] | None = None) -> pd.DataFrame:
+    """A finished run's outputs: metrics.parquet, the (empty, when not probing) probe index and manifest.json.
+
+    `cfg` is the config as the run sees it (`ExperimentConfig.for_run`), `kind` its data's ("image", "text");
+    `ensemble` names the runs it trained
+    with in one batched model (brownformer.ensemble), None when it trained alone.
+    """
+    spec = cfg.run(run_id)
+    tcfg, ocfg, mcfg = cfg.train, cfg.optimizer_for(spec.model, spec.optimizer), cfg.models[spec.model]
+    target, target_metric = cfg.stop_target(run_id), val_metric_for_kind(kind)
     if target is not None:  # brownformer.target_stop: every row of such a run says whether it stopped early
         rows = [{**row, STOPPED: stopped, BUDGET: tcfg.steps} for row in rows]
     metrics = pd.DataFrame(rows)
@@ -322,7 +338,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
         determinism=flags, device=device_description(device), wall_time_s=wall,
         steps=tcfg.steps, steps_trained=end_step,
         stopped_at_target=({"step": end_step, "target": target, "metric": target_metric.column} if stopped else None),
-        n_parameters=sum(p.numel() for p in model.parameters()),
+        n_parameters=n_parameters, **({"ensemble": ensemble} if ensemble else {}),
         final={k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rows[-1].items()} if rows else {}))
     log.info("%s: done in %.1fs, final %s", run_id, wall, rows[-1] if rows else {})
     return metrics
