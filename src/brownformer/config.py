@@ -84,6 +84,7 @@ class TrainConfig:
     compile: bool = False
     cuda_graphs: bool = False  # CUDA only; a no-op on the CPU (brownformer.train_step)
     num_workers: int = 0
+    ensemble: int = 1  # runs per batched model (brownformer.config_ensembles); 1: each run alone
 
 
 @dataclass(frozen=True)
@@ -328,7 +329,9 @@ class ExperimentConfig:
         tuned = self.tuned_for(spec.model, spec.optimizer)
         slices = {"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
                   "optimizer": {**self.raw["optimizers"][spec.optimizer], **(tuned.settings() if tuned else {})},
-                  "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
+                  # train.ensemble only groups runs into processes: a member trains as its run alone would
+                  "train": {**{k: v for k, v in self.raw["train"].items() if k not in SCHEDULING_TRAIN_KEYS},
+                            "eval_every": self.eval_every(run_id)},
                   # the probe seed as the run uses it (seed_offset added; as written when the offset is 0)
                   "probes": {**self.raw["probes"], "seed": self.probes.seed}, "device": self.raw["device"]}
         if self.probed(run_id):
@@ -339,6 +342,10 @@ class ExperimentConfig:
     def run_hash(self, run_id: str) -> str:
         """Hash of `run_slice`: a checkpoint or manifest of another hash was trained under other settings."""
         return config_hash(self.run_slice(run_id))
+
+
+#: `train` keys that decide how runs are scheduled, not what a run computes: left out of `run_slice`
+SCHEDULING_TRAIN_KEYS = ("ensemble",)
 
 
 def config_hash(raw: Mapping[str, Any]) -> str:

@@ -75,7 +75,7 @@ def model_for_data(cfg: ExperimentConfig, model_name: str, data: PreparedData) -
     return build_model(mcfg, vocab_size=int(data.meta["vocab_size"]))
 
 
-def _set_determinism(train: TrainConfig, device: torch.device) -> dict:
+def set_determinism(train: TrainConfig, device: torch.device) -> dict:
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = not train.deterministic
@@ -109,14 +109,20 @@ def _evaluate(model, batches, kind: str, autocast) -> dict:
             corrects.append((logits.argmax(-1) == y).sum())
         counts.append(y.numel())
     model.train()
-    losses = torch.stack(losses).tolist()
+    return val_summary(torch.stack(losses).tolist(), counts, kind,
+                       correct=int(torch.stack(corrects).sum()) if kind == "image" else None)
+
+
+def val_summary(losses: list[float], counts: list[int], kind: str, *, correct: int | None = None) -> dict:
+    """The validation row from per-batch mean losses and sizes, summed on the host in float64 batch by batch
+    (as `loss.item() * n` always was), and the number of correct predictions (images)."""
     total, count = 0.0, 0
     for loss, n in zip(losses, counts):
         total += loss * n
         count += n
     val_loss = total / count
     if kind == "image":
-        return {"val_loss": val_loss, "val_accuracy": int(torch.stack(corrects).sum()) / count}
+        return {"val_loss": val_loss, "val_accuracy": correct / count}
     return {"val_loss": val_loss, "val_bpc": val_loss / math.log(2)}
 
 
@@ -143,7 +149,7 @@ def _write_metrics(path: Path, rows: list[dict]) -> None:
         pd.DataFrame(rows).to_parquet(tmp, index=False)
 
 
-def _restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
+def restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
     """Delete a checkpoint whose capture store cannot come out complete, so that training restarts.
 
     Snakemake deletes a job's outputs (probes/index.parquet among them) before rerunning it, but the
@@ -158,7 +164,22 @@ def _restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
         shutil.rmtree(out_dir / "probes", ignore_errors=True)
 
 
-def _restart_if_rerun(out_dir: Path, run_id: str, steps: int) -> None:
+def resume_state(ckpt_path: Path, cfg: ExperimentConfig, run_id: str, device: torch.device) -> dict | None:
+    """The run's checkpoint to resume from, or None when there is none.
+
+    Raises:
+        RuntimeError: the checkpoint was written under another run slice (`ExperimentConfig.run_hash`).
+    """
+    if not ckpt_path.exists():
+        return None
+    state = torch.load(ckpt_path, map_location=device, weights_only=False)
+    if state["config_hash"] != cfg.run_hash(run_id):
+        raise RuntimeError(f"{ckpt_path} was written with another config (hash {state['config_hash'][:12]}); "
+                           "delete the run folder to start over")
+    return state
+
+
+def restart_if_rerun(out_dir: Path, run_id: str, steps: int) -> None:
     """Delete a finished run's checkpoint when its metrics.parquet is gone, so that training starts over.
 
     A killed run never wrote metrics.parquet and its checkpoint is short of the end: it resumes. A finished
@@ -180,7 +201,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
               probes: bool = False, callbacks: list[StepCallback] | None = None,
               stop_after: int | None = None, stop_when=None, progress: bool = True) -> pd.DataFrame:
     """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists (a finished one
-    without metrics.parquet is a rerun: it trains again from step 0, `_restart_if_rerun`).
+    without metrics.parquet is a rerun: it trains again from step 0, `restart_if_rerun`).
 
     Args:
         cfg: the validated experiment config.
@@ -207,14 +228,14 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoints" / "last.pt"
     device = resolve_device(cfg.device)
-    flags = _set_determinism(tcfg, device)
+    flags = set_determinism(tcfg, device)
     data = load_prepared(data_dir)
     seq_len = mcfg.seq_len if data.kind == "text" else None
     callbacks = list(callbacks or [])
     probing = probes and cfg.probed(run_id)  # probes.enabled and some grid block probes the run
-    _restart_if_rerun(out_dir, run_id, tcfg.steps)
+    restart_if_rerun(out_dir, run_id, tcfg.steps)
     if probing:
-        _restart_if_probe_store_incomplete(out_dir, run_id)
+        restart_if_probe_store_incomplete(out_dir, run_id)
         callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
                                        model_factory=lambda: model_for_data(cfg, spec.model, data).to(device)))
 
@@ -236,11 +257,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     start_step, lr_sum, lr_sq_sum, wall_offset = 0, 0.0, 0.0, 0.0
     eval_wall = 0.0  # cumulative seconds in _evaluate: training wall-clock is wall_time - eval_wall_time
     probe_wall = 0.0  # cumulative seconds in the callbacks (probe captures): not training time either
-    if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location=device, weights_only=False)
-        if state["config_hash"] != cfg.run_hash(run_id):
-            raise RuntimeError(f"{ckpt_path} was written with another config (hash {state['config_hash'][:12]}); "
-                               "delete the run folder to start over")
+    state = resume_state(ckpt_path, cfg, run_id, device)
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
@@ -265,7 +283,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     end_step = start_step if stopped else tcfg.steps
     bar = tqdm(range(start_step, end_step), desc=run_id, disable=not progress, mininterval=5)
     for step in bar:
-        probe_wall += _timed_callbacks(callbacks, step, model, lr_sum, lr_sq_sum, device, synced_steps)
+        probe_wall += timed_callbacks(callbacks, step, model, lr_sum, lr_sq_sum, device, synced_steps)
         lr = step_fn.set_lr(lr_factor(step, tcfg))
         tracker.add(step_fn(*sampler.batch(step)))  # no host sync in here: the loss stays on the device
         lr_sum += lr
@@ -344,7 +362,7 @@ def write_run_outputs(cfg: ExperimentConfig, run_id: str, out_dir: Path, rows: l
     return metrics
 
 
-def _timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Module, lr_sum: float,
+def timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Module, lr_sum: float,
                      lr_sq_sum: float, device: torch.device, synced_steps: set[int]) -> float:
     """Call every callback; return the seconds they took (the increments of probe_wall_time).
 

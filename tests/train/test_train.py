@@ -222,10 +222,10 @@ def test_probe_wall_time_holds_every_capture_and_is_carried_through_resume(raw_c
 def test_determinism_switch_is_set_without_compile(deterministic):
     """The start-up shortcut (no torch._inductor import) sets the same global switch the public API does."""
     from brownformer.config import TrainConfig
-    from brownformer.train import _set_determinism
+    from brownformer.train import set_determinism
     before = torch.are_deterministic_algorithms_enabled()
     try:
-        _set_determinism(TrainConfig(steps=1, batch_size=1, deterministic=deterministic), torch.device("cpu"))
+        set_determinism(TrainConfig(steps=1, batch_size=1, deterministic=deterministic), torch.device("cpu"))
         assert torch.are_deterministic_algorithms_enabled() is deterministic
     finally:
         torch.use_deterministic_algorithms(before)
