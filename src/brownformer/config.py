@@ -19,7 +19,7 @@ import yaml
 
 from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
                                       apply_overrides, validate_dict)
-from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_steps, replica_seed
+from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, RunSpec, momentum_steps
 from brownformer.config_tuned import TunedConfig, read_tuned
 
 __all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
@@ -130,52 +130,6 @@ class ReportConfig:
     proposed: str = "kfac-iterative"  # the optimizer claim 4 tests
     targets: Mapping[str, float] = field(default_factory=dict)  # model -> fixed claim-4 target (val metric)
     title: str = "Brownian motion in the transformer: a replication"
-
-
-@dataclass(frozen=True)
-class RunSpec:
-    """One training run: (model variant, optimizer, seed), or replica `replica` >= 1 of it.
-
-    A replica shares the initialisation (torch seed `seed`) and draws its own data order (`data_seed`)
-    and dropout noise (`noise_seed`); replica 0 is the run itself (data seed = seed, no reseeding).
-    """
-    model: str
-    optimizer: str
-    seed: int
-    replica: int = 0
-
-    @property
-    def run_id(self) -> str:
-        base = f"{self.model}__{self.optimizer}__s{self.seed}"
-        return f"{base}__r{self.replica}" if self.replica else base
-
-    @property
-    def base(self) -> "RunSpec":
-        """The grid run this replica belongs to (itself for replica 0)."""
-        return RunSpec(self.model, self.optimizer, self.seed)
-
-    @property
-    def data_seed(self) -> int:
-        """Seed of the batch order (and augmentation draws): the run's seed for replica 0."""
-        return self.seed if self.replica == 0 else replica_seed(self.seed, self.replica, "data")
-
-    @property
-    def noise_seed(self) -> int | None:
-        """torch seed set after initialisation (dropout, sampled Fisher labels); None for replica 0 (no reseed)."""
-        return None if self.replica == 0 else replica_seed(self.seed, self.replica, "noise")
-
-    @classmethod
-    def parse(cls, run_id: str) -> "RunSpec":
-        try:
-            model, optimizer, seed, *rest = run_id.split("__")
-            if not seed.startswith("s") or len(rest) > 1 or (rest and not rest[0].startswith("r")):
-                raise ValueError
-            replica = int(rest[0][1:]) if rest else 0
-            if replica < 0 or (rest and replica == 0):
-                raise ValueError
-            return cls(model, optimizer, int(seed[1:]), replica)
-        except ValueError:
-            raise ConfigError(f"run id {run_id!r} is not of the form <model>__<optimizer>__s<seed>[__r<replica>]") from None
 
 
 @dataclass(frozen=True)

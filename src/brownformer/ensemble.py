@@ -41,9 +41,10 @@ from brownformer.models import loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.probes import ProbeRecorder
 from brownformer.target_stop import STOPPED, on_target
-from brownformer.train import (StepCallback, lr_factor, model_for_data, resolve_device, restart_if_probe_store_incomplete,
-                               restart_if_rerun, resume_state, save_checkpoint, set_determinism, timed_callbacks,
-                               val_summary, write_run_outputs)
+from brownformer.run_folder import (restart_if_probe_store_incomplete, restart_if_rerun, resume_state, save_checkpoint,
+                                    write_run_outputs)
+from brownformer.train import (StepCallback, lr_factor, model_for_data, resolve_device, set_determinism, timed_callbacks,
+                               val_summary)
 from brownformer.train_step import LossTracker
 
 log = logging.getLogger(__name__)
