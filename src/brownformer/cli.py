@@ -49,11 +49,8 @@ def _cmd_train(args) -> None:
     if args.runs_dir is None or args.out is not None:
         raise UsageError("train: one --run takes --out RUN_DIR; several (an ensemble) take --runs-dir DIR instead")
     from brownformer.ensemble import train_ensemble
-    try:
-        train_ensemble(cfg, args.run, args.data, args.runs_dir, probes=not args.no_probes,
-                       stop_after=args.stop_after, progress=not args.quiet)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
+    train_ensemble(cfg, args.run, args.data, args.runs_dir, probes=not args.no_probes, stop_after=args.stop_after,
+                   progress=not args.quiet)
 
 
 def _cmd_extract(args) -> None:

@@ -103,3 +103,22 @@ def test_runs_that_cannot_train_together_are_refused_naming_them(raw_config, dig
         train_ensemble(cfg, _runs("kfac-iterative"), digits_dir, tmp_path, progress=False)
     with pytest.raises(ValueError, match="distinct"):
         train_ensemble(_cfg(raw_config), [_runs()[0]] * 2, digits_dir, tmp_path, progress=False)
+
+
+def test_the_cli_trains_an_ensemble_into_each_members_folder(raw_config, digits_dir, tmp_path):
+    import yaml
+
+    from brownformer.cli import main
+    raw = copy.deepcopy(raw_config)
+    raw["seeds"] = [0, 1]
+    raw.pop("replicas", None)
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    runs = ["vit-pre__adamw__s0", "vit-pre__adamw__s1"]
+    common = ["train", "--config", str(config), "--data", str(digits_dir), "--quiet", "--set", "train.steps=8"]
+    members = [a for r in runs for a in ("--run", r)]
+    assert main([*common, *members, "--runs-dir", str(tmp_path / "runs")]) == 0
+    assert all((tmp_path / "runs" / r / "metrics.parquet").exists() for r in runs)
+    assert main([*common, *members, "--out", str(tmp_path / "one")]) == 2  # several runs need --runs-dir
+    assert main([*common, "--run", "vit-pre__kfac-iterative__s0", "--run", runs[0],
+                 "--runs-dir", str(tmp_path / "mixed")]) == 2  # K-FAC cannot join an ensemble
