@@ -28,13 +28,13 @@ from _runs import load_raw, prepare_data  # noqa: E402
 
 
 def _job_config(raw: dict, model: str, optimizer: str, seeds: list[int], steps: int, eval_every: int,
-                size: int) -> dict:
-    """The config of one job: one metrics-only block of the seeds, ensembles of `size`."""
+                size: int, probes: bool = False) -> dict:
+    """The config of one job: one block of the seeds (metrics only unless `probes`), ensembles of `size`."""
     raw = copy.deepcopy(raw)
     raw.pop("tuning", None)
     raw.pop("replicas", None)
     raw["seeds"] = seeds
-    raw["grid"] = [{"models": [model], "optimizers": [optimizer], "seeds": seeds, "probes": False,
+    raw["grid"] = [{"models": [model], "optimizers": [optimizer], "seeds": seeds, "probes": probes,
                     "eval_every": eval_every}]
     raw["models"][model]["steps"] = steps
     raw["train"]["ensemble"] = size
@@ -53,9 +53,10 @@ def _job(raw: dict, args, size: int, work: Path, data_dir: str, rep: int) -> flo
     seeds = list(range(size))
     config = work / f"config_{size}_{rep}.yaml"
     config.write_text(yaml.safe_dump(_job_config(raw, args.model, args.optimizer, seeds, args.steps,
-                                                 args.eval_every, max(size, 1))))
+                                                 args.eval_every, max(size, 1), args.probes)))
     runs = [f"{args.model}__{args.optimizer}__s{s}" for s in seeds]
-    cmd = ["brownformer", "train", "--config", str(config), "--data", data_dir, "--quiet", "--set", "train.threads=1"]
+    cmd = ["brownformer", "train", "--config", str(config), "--data", data_dir, "--quiet", "--set", "train.threads=1",
+           *([] if args.probes else ["--no-probes"])]
     cmd += [a for r in runs for a in ("--run", r)]
     out = work / f"runs_{size}_{rep}"
     cmd += ["--out", str(out / runs[0])] if size == 1 else ["--runs-dir", str(out)]
@@ -72,6 +73,7 @@ def main(argv=None) -> int:
     p.add_argument("--eval-every", type=int, default=5, help="claim 4's runs evaluate every 5 steps")
     p.add_argument("--sizes", type=int, nargs="+", default=[1, 2, 4, 8])
     p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--probes", action="store_true", help="probed runs (captures per member, as claims 1-3 need)")
     p.add_argument("--out", default="benchmarks/results/ensemble.md")
     args = p.parse_args(argv)
     raw = load_raw(args.config)
@@ -97,8 +99,9 @@ def main(argv=None) -> int:
         "# Ensembles: seeds per CPU-second (benchmarks/ensemble.py)", "",
         f"`python benchmarks/ensemble.py --config {args.config} --model {args.model} --optimizer {args.optimizer} "
         f"--steps {args.steps} --eval-every {args.eval_every} --sizes {' '.join(map(str, args.sizes))} "
-        f"--repeats {args.repeats}`", "",
-        f"Each job is one `brownformer train` process (start-up included), metrics only, {args.steps} steps, "
+        f"--repeats {args.repeats}{' --probes' if args.probes else ''}`", "",
+        f"Each job is one `brownformer train` process (start-up included), "
+        f"{'with probe captures' if args.probes else 'metrics only'}, {args.steps} steps, "
         f"evaluation every {args.eval_every} steps, 1 thread; CPU seconds are the child's user + sys, medians over "
         f"{args.repeats} interleaved repeats on a shared 2-core machine.", "",
         table.to_markdown(index=False, floatfmt=".3g"), "",
