@@ -8,7 +8,7 @@ import pandas as pd
 import pytest
 import torch
 
-from brownformer.config import ConfigError, apply_overrides, from_dict
+from brownformer.config import ConfigError, RunSpec, apply_overrides, from_dict
 from brownformer.data import load_prepared, probe_inputs, sample_batch
 from brownformer.train import model_for_data, train_run
 
@@ -82,3 +82,20 @@ def test_offset_zero_trains_bit_identically(raw_config, digits_dir, tmp_path):
     cols = ["step", "train_loss", "val_loss", "val_accuracy"]
     pd.testing.assert_frame_equal(plain[cols], zero[cols], check_exact=True)
     assert json.loads((tmp_path / "b" / "manifest.json").read_text())["seeds"]["offset"] == 0  # the manifest says it
+
+
+def test_the_default_config_probes_five_seeds_of_every_model_and_batches_them():
+    """Issue 32: claims 1-3 over >= 5 seeds of each model variant; AdamW's replicas of 3b/3c over >= 5 seeds."""
+    from pathlib import Path
+
+    from brownformer.config import load_config
+    from brownformer.config_ensembles import ensembles
+    cfg = load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
+    probed = {}
+    for r in cfg.probed_runs():
+        probed.setdefault(r.model, set()).add(r.seed)
+    assert set(probed) == set(cfg.models) and all(len(seeds) >= 5 for seeds in probed.values()), probed
+    replica_seeds = {RunSpec.parse(base).seed for base in cfg.replica_sets() if "__adamw__" in base}
+    assert len(replica_seeds) >= 5
+    batched = {run for e in ensembles(cfg) for run in e.runs}
+    assert all(r.run_id in batched for r in cfg.probed_runs() if r.optimizer == "adamw")
