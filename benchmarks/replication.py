@@ -35,15 +35,16 @@ def offset_config(raw: dict, offset: int, root: Path) -> dict:
     return raw
 
 
-def run_offset(raw: dict, offset: int, root: Path, cores: str) -> Path:
-    """Run the workflow up to claims.json at `offset`; returns the claims file."""
+def run_offset(raw: dict, offset: int, root: Path, cores: str, *, dry_run: bool = False) -> Path:
+    """Run the workflow up to claims.json at `offset` (only plan it: `dry_run`); returns the claims file."""
     cfg = offset_config(raw, offset, root)
     config = root / f"offset_{offset}" / "config.yaml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(yaml.safe_dump(cfg, sort_keys=False))
     claims = Path(cfg["paths"]["results"]) / "stats" / "claims.json"
     cmd = [sys.executable, "-m", "snakemake", "--snakefile", str(ROOT / "workflow" / "Snakefile"),
-           "--directory", str(ROOT), "--cores", cores, str(claims), "--configfile", str(config)]
+           "--directory", str(ROOT), "--cores", cores, *(["-n"] if dry_run else []), str(claims),
+           "--configfile", str(config)]
     subprocess.run(cmd, check=True, cwd=ROOT)
     return claims
 
@@ -100,6 +101,7 @@ def main(argv=None) -> int:
     p.add_argument("--root", type=Path, default=ROOT / "results" / "replication", help="output roots per offset")
     p.add_argument("--cores", default="all")
     p.add_argument("--compare-only", action="store_true", help="compare the claims files of an earlier run")
+    p.add_argument("--dry-run", action="store_true", help="plan both runs (snakemake -n), compare nothing")
     p.add_argument("--out", default="benchmarks/results/replication.md")
     args = p.parse_args(argv)
     raw = yaml.safe_load(Path(args.config).read_text())
@@ -107,7 +109,10 @@ def main(argv=None) -> int:
     files = []
     for offset in offsets:
         claims = Path(offset_config(raw, offset, args.root)["paths"]["results"]) / "stats" / "claims.json"
-        files.append(claims if args.compare_only else run_offset(raw, offset, args.root, args.cores))
+        files.append(claims if args.compare_only else run_offset(raw, offset, args.root, args.cores,
+                                                                 dry_run=args.dry_run))
+    if args.dry_run:
+        return 0
     text = report(compare(read_claims(files[0]), read_claims(files[1]), offsets), args.config, offsets)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(text)

@@ -48,3 +48,11 @@ def test_the_table_says_where_verdicts_agree_and_intervals_overlap(replication):
     text = replication.report(table.reset_index(), "config/ci.yaml", (0, 1000))
     assert "Every verdict agrees: NO" in text and "Every pair of intervals overlaps: NO" in text
     assert "slope 0.15 [0.05, 0.25]" in text
+
+
+def test_a_dry_run_plans_both_offsets_with_shifted_run_ids(replication, tmp_path, capfd):
+    assert replication.main(["--config", str(ROOT / "config" / "ci.yaml"), "--root", str(tmp_path), "--cores", "1",
+                             "--dry-run"]) == 0
+    planned = capfd.readouterr().out
+    assert "vit-pre__adamw__s0" in planned and "vit-pre__adamw__s1000" in planned
+    assert (tmp_path / "offset_1000" / "config.yaml").is_file()
