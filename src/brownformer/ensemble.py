@@ -43,8 +43,8 @@ from brownformer.probes import ProbeRecorder
 from brownformer.target_stop import STOPPED, on_target
 from brownformer.run_folder import (restart_if_probe_store_incomplete, restart_if_rerun, resume_state, save_checkpoint,
                                     write_run_outputs)
-from brownformer.train import (StepCallback, lr_factor, model_for_data, resolve_device, set_determinism, timed_callbacks,
-                               val_summary)
+from brownformer.train import (StepCallback, lr_factor, model_for_data, resolve_device, set_determinism,
+                               timed_callbacks, val_summary)
 from brownformer.train_step import LossTracker
 
 log = logging.getLogger(__name__)
@@ -312,7 +312,7 @@ def _train_together(members: list[_Member], data: PreparedData, device: torch.de
 
 def _member_row(m: _Member, done: int, lr: float, val: dict | None, n_train: int, batch_size: int,
                 elapsed: float, start_step: int, tokens_per_example: int) -> dict:
-    """A metrics row of member m, with the columns `train_run` writes (no optimizer diagnostics: AdamW/SGD have none)."""
+    """A metrics row of member m, with the columns `train_run` writes (AdamW and SGD have no optimizer diagnostics)."""
     train_loss, train_loss_mean = m.tracker.read()
     row = {"step": done, "epoch": done * batch_size / n_train, "lr": lr, "lr_sum": m.lr_sum,
            "train_loss": train_loss, "train_loss_mean": train_loss_mean,

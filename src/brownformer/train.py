@@ -265,8 +265,9 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     for cb in callbacks:
         cb(end_step, model, lr_sum, lr_sq_sum)
     wall = time.perf_counter() - t0
-    return write_run_outputs(cfg, run_id, out_dir, rows, kind=data.kind, probing=probing, stopped=stopped, end_step=end_step,
-                             wall=wall, flags=flags, device=device, n_parameters=sum(p.numel() for p in model.parameters()))
+    return write_run_outputs(cfg, run_id, out_dir, rows, kind=data.kind, probing=probing, stopped=stopped,
+                             end_step=end_step, wall=wall, flags=flags, device=device,
+                             n_parameters=sum(p.numel() for p in model.parameters()))
 
 
 def timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Module, lr_sum: float,
