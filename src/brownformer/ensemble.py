@@ -205,15 +205,25 @@ class _Stack:
     def member_optimizer_state(self, i: int) -> dict:
         """Member i's optimizer state_dict, as its run alone would save it (per-parameter tensors sliced)."""
         full = self.optimizer.state_dict()
-        state = {k: {key: (v if key == "step" else v[i]).clone() for key, v in s.items()}
-                 for k, s in full["state"].items()}
+        state = {k: {key: _member_entry(key, v, i) for key, v in s.items()} for k, s in full["state"].items()}
         return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+
+
+def _member_entry(key: str, value, i: int):
+    """Member i's value of one optimizer state entry: the shared step counter, or its slice of a stacked tensor
+    (SGD without momentum keeps None)."""
+    if key == "step" or value is None:
+        return value.clone() if isinstance(value, torch.Tensor) else value
+    return value[i].clone()
 
 
 def _stacked_optimizer_state(saved: list[dict]) -> dict:
     """The stacked optimizer's state_dict from the members' (their step counters agree: they stand at one step)."""
-    state = {k: {key: (v if key == "step" else torch.stack([s["state"][k][key] for s in saved]))
-                 for key, v in per_param.items()} for k, per_param in saved[0]["state"].items()}
+    def stacked(k, key, value):
+        if key == "step" or value is None:
+            return value
+        return torch.stack([s["state"][k][key] for s in saved])
+    state = {k: {key: stacked(k, key, v) for key, v in per_param.items()} for k, per_param in saved[0]["state"].items()}
     return {"state": state, "param_groups": copy.deepcopy(saved[0]["param_groups"])}
 
 

@@ -68,17 +68,20 @@ def test_gradient_clipping_is_per_member(raw_config, digits_dir, tmp_path):
     pd.testing.assert_frame_equal(together[run][COMPARED], alone[COMPARED], check_exact=False, rtol=RTOL, atol=ATOL)
 
 
-def test_a_killed_ensemble_resumes_and_its_members_resume_alone(raw_config, digits_dir, tmp_path):
-    cfg = _cfg(raw_config)
-    full = train_ensemble(cfg, _runs(), digits_dir, tmp_path / "full", progress=False)
-    train_ensemble(cfg, _runs(), digits_dir, tmp_path / "killed", stop_after=12, progress=False)
-    assert not any((tmp_path / "killed" / r / "metrics.parquet").exists() for r in _runs())
-    resumed = train_ensemble(cfg, _runs()[:2], digits_dir, tmp_path / "killed", progress=False)
-    alone = train_run(cfg, _runs()[2], digits_dir, tmp_path / "killed" / _runs()[2], progress=False)
-    for run in _runs()[:2]:  # the ensemble's own checkpoints: the same stacked state, the same numbers
+@pytest.mark.parametrize("optimizer, extra", [("adamw", ()), ("sgd", ("optimizers.sgd.momentum=0.0",))],
+                         ids=["adamw", "sgd-without-momentum"])
+def test_a_killed_ensemble_resumes_and_its_members_resume_alone(raw_config, digits_dir, tmp_path, optimizer, extra):
+    cfg = _cfg(raw_config, optimizer, *extra)
+    runs = _runs(optimizer)
+    full = train_ensemble(cfg, runs, digits_dir, tmp_path / "full", progress=False)
+    train_ensemble(cfg, runs, digits_dir, tmp_path / "killed", stop_after=12, progress=False)
+    assert not any((tmp_path / "killed" / r / "metrics.parquet").exists() for r in runs)
+    resumed = train_ensemble(cfg, runs[:2], digits_dir, tmp_path / "killed", progress=False)
+    alone = train_run(cfg, runs[2], digits_dir, tmp_path / "killed" / runs[2], progress=False)
+    for run in runs[:2]:  # the ensemble's own checkpoints: the same stacked state, the same numbers
         pd.testing.assert_frame_equal(full[run][["step", *COMPARED]], resumed[run][["step", *COMPARED]],
                                       check_exact=True)
-    pd.testing.assert_frame_equal(full[_runs()[2]][COMPARED], alone[COMPARED], check_exact=False, rtol=RTOL,
+    pd.testing.assert_frame_equal(full[runs[2]][COMPARED], alone[COMPARED], check_exact=False, rtol=RTOL,
                                   atol=ATOL)
 
 
