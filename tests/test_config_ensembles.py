@@ -48,6 +48,18 @@ def test_a_lone_run_is_no_ensemble_and_other_schedules_do_not_mix(raw_config):
     assert len(ensembles(cfg)) == 2
 
 
+def test_the_runs_claim_4_times_train_alone_and_their_replicas_batch(raw_config):
+    raw = copy.deepcopy(raw_config)
+    raw["report"] = {"targets": {"vit-pre": 0.5}, "target_optimizer": "adamw", "proposed": "kfac-iterative"}
+    raw["replicas"] = [{"models": ["vit-pre"], "optimizers": ["adamw"], "seeds": [0], "count": 4}]
+    raw["seeds"] = [0, 1, 2]
+    raw["grid"] = [{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]},
+                   {"models": ["lm-pre"], "optimizers": ["adamw"]}]
+    groups = [g.runs for g in ensembles(from_dict(apply_overrides(raw, ["train.ensemble=8"])))]
+    assert groups == [tuple(f"lm-pre__adamw__s{s}" for s in (0, 1, 2)),
+                      tuple(f"vit-pre__adamw__s0__r{k}" for k in (1, 2, 3))]
+
+
 def test_dropout_keeps_a_model_out_of_ensembles(raw_config):
     raw = copy.deepcopy(raw_config)
     raw["models"]["vit-pre"]["dropout"] = 0.1

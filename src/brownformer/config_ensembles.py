@@ -4,7 +4,9 @@ Several seeds (or replicas) of one (model, optimizer) with the same schedule tra
 weights carry a leading member axis (brownformer.ensemble). That is exact only for an optimizer whose update
 is elementwise in the parameters (`ENSEMBLE_OPTIMIZERS`): stacking members then changes no member's update.
 K-FAC's factors and Muon's orthogonalisation mix a matrix's entries, so their runs train alone; so does a
-model with dropout (a batched model draws other dropout masks than the run alone would).
+model with dropout (a batched model draws other dropout masks than the run alone would), and so do the runs
+whose training wall-clock claim 4 compares with the proposed optimizer's (a member's wall-clock is its share of
+the ensemble's, cheaper than the run alone: it would tilt the seconds ratio).
 
 Each member keeps its own run folder and outputs, so the grouping is scheduling only: a member trains as
 its run trained alone would, to float rounding (the batched matmuls sum in another order).
@@ -36,9 +38,16 @@ def ensemble_key(cfg: ExperimentConfig, spec: RunSpec) -> tuple | None:
     """What the members of one ensemble share (model, optimizer, the run's training settings, its claim-4 stop
     target), or None when the run trains alone (an optimizer or model that stacking would change)."""
     opt = cfg.optimizer_for(spec.model, spec.optimizer)
-    if opt.type not in ENSEMBLE_OPTIMIZERS or cfg.models[spec.model].dropout:
+    if opt.type not in ENSEMBLE_OPTIMIZERS or cfg.models[spec.model].dropout or _timed_by_claim4(cfg, spec):
         return None
     return spec.model, spec.optimizer, cfg.for_run(spec.run_id).train, cfg.stop_target(spec.run_id)
+
+
+def _timed_by_claim4(cfg: ExperimentConfig, spec: RunSpec) -> bool:
+    """A grid run of a model with a claim-4 target on which the grid also trains the proposed optimizer: claim 4
+    reads its seconds to the target against the proposed optimizer's (replicas it does not read)."""
+    return (spec.replica == 0 and spec.model in cfg.report.targets
+            and (spec.model, cfg.report.proposed) in cfg.pair_seeds())
 
 
 def ensembles(cfg: ExperimentConfig) -> list[Ensemble]:
