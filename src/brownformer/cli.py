@@ -40,10 +40,17 @@ def _cmd_data(args) -> None:
 
 
 def _cmd_train(args) -> None:
-    from brownformer.train import train_run
     cfg = _load(args)
-    train_run(cfg, args.run, args.data, args.out, probes=not args.no_probes,
-              stop_after=args.stop_after, progress=not args.quiet)
+    if len(args.run) == 1 and args.out is not None:
+        from brownformer.train import train_run
+        train_run(cfg, args.run[0], args.data, args.out, probes=not args.no_probes,
+                  stop_after=args.stop_after, progress=not args.quiet)
+        return
+    if args.runs_dir is None or args.out is not None:
+        raise UsageError("train: one --run takes --out RUN_DIR; several (an ensemble) take --runs-dir DIR instead")
+    from brownformer.ensemble import train_ensemble
+    train_ensemble(cfg, args.run, args.data, args.runs_dir, probes=not args.no_probes, stop_after=args.stop_after,
+                   progress=not args.quiet)
 
 
 def _cmd_extract(args) -> None:
@@ -295,11 +302,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, required=True)
     p.set_defaults(func=_cmd_data)
 
-    p = sub.add_parser("train", help="train one run (<model>__<optimizer>__s<seed>), with probes")
+    p = sub.add_parser("train", help="train one run (<model>__<optimizer>__s<seed>), with probes, or several as one "
+                                      "batched ensemble (--run repeated, --runs-dir)")
     _common(p)
-    p.add_argument("--run", required=True, help="run id, e.g. vit-pre__adamw__s0")
+    p.add_argument("--run", required=True, action="append", help="run id, e.g. vit-pre__adamw__s0; repeated: an "
+                   "ensemble (AdamW/SGD runs of one model), each member in RUNS_DIR/<run>")
     p.add_argument("--data", type=Path, required=True, help="prepared dataset folder")
-    p.add_argument("--out", type=Path, required=True, help="run folder")
+    p.add_argument("--out", type=Path, default=None, help="run folder (one --run)")
+    p.add_argument("--runs-dir", type=Path, default=None, help="folder of the members' run folders (an ensemble)")
     p.add_argument("--no-probes", action="store_true", help="train without trajectory capture")
     p.add_argument("--stop-after", type=int, default=None, help="stop (checkpointed) after N steps")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

@@ -18,7 +18,7 @@ import yaml
 
 from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
                                       apply_overrides, validate_dict)
-from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, momentum_gap, momentum_steps, replica_seed
+from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, RunSpec, momentum_gap, momentum_steps
 from brownformer.config_tuned import TunedConfig, read_tuned
 
 __all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
@@ -83,6 +83,7 @@ class TrainConfig:
     compile: bool = False
     cuda_graphs: bool = False  # CUDA only; a no-op on the CPU (brownformer.train_step)
     num_workers: int = 0
+    ensemble: int = 1  # runs per batched model (brownformer.config_ensembles); 1: each run alone
 
 
 @dataclass(frozen=True)
@@ -134,52 +135,6 @@ class ReportConfig:
 
 
 @dataclass(frozen=True)
-class RunSpec:
-    """One training run: (model variant, optimizer, seed), or replica `replica` >= 1 of it.
-
-    A replica shares the initialisation (torch seed `seed`) and draws its own data order (`data_seed`)
-    and dropout noise (`noise_seed`); replica 0 is the run itself (data seed = seed, no reseeding).
-    """
-    model: str
-    optimizer: str
-    seed: int
-    replica: int = 0
-
-    @property
-    def run_id(self) -> str:
-        base = f"{self.model}__{self.optimizer}__s{self.seed}"
-        return f"{base}__r{self.replica}" if self.replica else base
-
-    @property
-    def base(self) -> "RunSpec":
-        """The grid run this replica belongs to (itself for replica 0)."""
-        return RunSpec(self.model, self.optimizer, self.seed)
-
-    @property
-    def data_seed(self) -> int:
-        """Seed of the batch order (and augmentation draws): the run's seed for replica 0."""
-        return self.seed if self.replica == 0 else replica_seed(self.seed, self.replica, "data")
-
-    @property
-    def noise_seed(self) -> int | None:
-        """torch seed set after initialisation (dropout, sampled Fisher labels); None for replica 0 (no reseed)."""
-        return None if self.replica == 0 else replica_seed(self.seed, self.replica, "noise")
-
-    @classmethod
-    def parse(cls, run_id: str) -> "RunSpec":
-        try:
-            model, optimizer, seed, *rest = run_id.split("__")
-            if not seed.startswith("s") or len(rest) > 1 or (rest and not rest[0].startswith("r")):
-                raise ValueError
-            replica = int(rest[0][1:]) if rest else 0
-            if replica < 0 or (rest and replica == 0):
-                raise ValueError
-            return cls(model, optimizer, int(seed[1:]), replica)
-        except ValueError:
-            raise ConfigError(f"run id {run_id!r} is not of the form <model>__<optimizer>__s<seed>[__r<replica>]") from None
-
-
-@dataclass(frozen=True)
 class GridBlock:
     """One block of the grid: every model crossed with every optimizer and every seed.
 
@@ -218,6 +173,8 @@ class ExperimentConfig:
     scaling: Mapping[str, int] | None = None  # {"width", "depth"} when the config is a depth x width study
     tuned: Mapping[str, Mapping[str, TunedConfig]] = field(default_factory=dict)  # model -> optimizer -> settings
     replicas: tuple[ReplicaBlock, ...] = ()  # replicas of the training noise (claims 3b, 3c)
+    #: added to every seed above and to probes.seed (`shifted_seeds`); `raw` keeps the seeds as written
+    seed_offset: int = 0
 
     def replica_sets(self) -> dict[str, tuple[RunSpec, ...]]:
         """Base run id -> its replicas (replica 0, the grid's run, first), for every run the `replicas` blocks name."""
@@ -328,8 +285,11 @@ class ExperimentConfig:
         tuned = self.tuned_for(spec.model, spec.optimizer)
         slices = {"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
                   "optimizer": {**self.raw["optimizers"][spec.optimizer], **(tuned.settings() if tuned else {})},
-                  "train": {**self.raw["train"], "eval_every": self.eval_every(run_id)},
-                  "probes": self.raw["probes"], "device": self.raw["device"]}
+                  # train.ensemble only groups runs into processes: a member trains as its run alone would
+                  "train": {**{k: v for k, v in self.raw["train"].items() if k not in SCHEDULING_TRAIN_KEYS},
+                            "eval_every": self.eval_every(run_id)},
+                  # the probe seed as the run uses it (seed_offset added; as written when the offset is 0)
+                  "probes": {**self.raw["probes"], "seed": self.probes.seed}, "device": self.raw["device"]}
         if self.probed(run_id):
             return slices
         target = self.stop_target(run_id)  # added only when set: the slices of other runs stay as they were
@@ -340,14 +300,26 @@ class ExperimentConfig:
         return config_hash(self.run_slice(run_id))
 
 
+#: `train` keys that decide how runs are scheduled, not what a run computes: left out of `run_slice`
+SCHEDULING_TRAIN_KEYS = ("ensemble",)
+
+
 def config_hash(raw: Mapping[str, Any]) -> str:
     """sha256 of the canonical JSON of the validated config (defaults filled in)."""
     return hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode()).hexdigest()
 
 
+def shifted_seeds(seeds, offset: int) -> tuple[int, ...]:
+    """`seeds` + `offset`: the one place `seed_offset` enters (grid, replica blocks; the probe seed in from_dict)."""
+    return tuple(int(s) + offset for s in seeds)
+
+
 def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentConfig:
-    """Build the dataclasses from a raw mapping (validated here)."""
+    """Build the dataclasses from a raw mapping (validated here); `seed_offset` shifts every seed the runs use."""
     d = validate_dict(data, source=source)
+    offset = int(d["seed_offset"])
+    probes = dict(d.get("probes", {}))
+    probes["seed"] = probes.get("seed", ProbeConfig.seed) + offset
     opts = {}
     for name, o in d["optimizers"].items():
         params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in o.items() if k not in ("type", "lr")}
@@ -359,17 +331,17 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
     if window["start_step"] is None:  # the warm-up's one home is train.warmup_steps
         window["start_step"] = int(d["train"].get("warmup_steps", 0))
     cfg = ExperimentConfig(
-        seeds=tuple(d["seeds"]),
+        seeds=shifted_seeds(d["seeds"], offset),
         device=d["device"],
         datasets={n: DatasetConfig(name=n, **v) for n, v in d["datasets"].items()},
         models={n: ModelConfig(name=n, **v) for n, v in d["models"].items()},
         optimizers=opts,
         grid=tuple(GridBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
-                             seeds=tuple(b.get("seeds", d["seeds"])), probes=b["probes"],
+                             seeds=shifted_seeds(b.get("seeds", d["seeds"]), offset), probes=b["probes"],
                              eval_every=b.get("eval_every"), stop_at_target=b["stop_at_target"])
                    for b in d["grid"]),
         train=TrainConfig(**d["train"]),
-        probes=ProbeConfig(**d.get("probes", {})),
+        probes=ProbeConfig(**probes),
         stats=StatsConfig(margins=margins, window=window, **{k: (tuple(v) if isinstance(v, list) else v) for k, v in stats.items()}),
         resources=d.get("resources", {}),
         report=ReportConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in d.get("report", {}).items()}),
@@ -377,8 +349,9 @@ def from_dict(data: Mapping[str, Any], *, source: str = "config") -> ExperimentC
         paths=d["paths"], scaling=d.get("scaling"),
         tuned=read_tuned(d.get("tuned")),
         replicas=tuple(ReplicaBlock(models=tuple(b["models"]), optimizers=tuple(b["optimizers"]),
-                                    seeds=tuple(b.get("seeds", d["seeds"])), count=int(b["count"]))
+                                    seeds=shifted_seeds(b.get("seeds", d["seeds"]), offset), count=int(b["count"]))
                        for b in d.get("replicas") or ()),
+        seed_offset=offset,
     )
     return cfg
 

@@ -1,4 +1,6 @@
-"""Replicas of the training noise and the training-time analysis window (claims 3b, 3c).
+"""Runs and their seeds, replicas of the training noise and the training-time analysis window (claims 3b, 3c).
+
+`RunSpec` names one run (model, optimizer, seed, replica) and derives its seeds.
 
 A replica shares a run's initialisation and draws its own data order and dropout noise
 (`replica_seed`); `ReplicaBlock` is one `replicas:` block of the config. Momentum (AdamW's beta1,
@@ -16,7 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-__all__ = ["ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "replica_seed"]
+from brownformer.config_checks import ConfigError
+
+__all__ = ["RunSpec", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "replica_seed"]
 
 _REPLICA_SALT = 0x5EED  # keeps replica seeds apart from any other use of (seed, replica)
 _STREAMS = {"data": 0, "noise": 1}
@@ -29,6 +33,52 @@ def replica_seed(seed: int, replica: int, stream: str) -> int:
     """
     import numpy as np
     return int(np.random.SeedSequence([seed, replica, _REPLICA_SALT, _STREAMS[stream]]).generate_state(1)[0])
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One training run: (model variant, optimizer, seed), or replica `replica` >= 1 of it.
+
+    A replica shares the initialisation (torch seed `seed`) and draws its own data order (`data_seed`)
+    and dropout noise (`noise_seed`); replica 0 is the run itself (data seed = seed, no reseeding).
+    """
+    model: str
+    optimizer: str
+    seed: int
+    replica: int = 0
+
+    @property
+    def run_id(self) -> str:
+        base = f"{self.model}__{self.optimizer}__s{self.seed}"
+        return f"{base}__r{self.replica}" if self.replica else base
+
+    @property
+    def base(self) -> "RunSpec":
+        """The grid run this replica belongs to (itself for replica 0)."""
+        return RunSpec(self.model, self.optimizer, self.seed)
+
+    @property
+    def data_seed(self) -> int:
+        """Seed of the batch order (and augmentation draws): the run's seed for replica 0."""
+        return self.seed if self.replica == 0 else replica_seed(self.seed, self.replica, "data")
+
+    @property
+    def noise_seed(self) -> int | None:
+        """torch seed set after initialisation (dropout, sampled Fisher labels); None for replica 0 (no reseed)."""
+        return None if self.replica == 0 else replica_seed(self.seed, self.replica, "noise")
+
+    @classmethod
+    def parse(cls, run_id: str) -> "RunSpec":
+        try:
+            model, optimizer, seed, *rest = run_id.split("__")
+            if not seed.startswith("s") or len(rest) > 1 or (rest and not rest[0].startswith("r")):
+                raise ValueError
+            replica = int(rest[0][1:]) if rest else 0
+            if replica < 0 or (rest and replica == 0):
+                raise ValueError
+            return cls(model, optimizer, int(seed[1:]), replica)
+        except ValueError:
+            raise ConfigError(f"run id {run_id!r} is not of the form <model>__<optimizer>__s<seed>[__r<replica>]") from None
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,7 @@ import functools
 import logging
 import math
 import os
-import shutil
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Protocol
 
@@ -31,14 +29,13 @@ from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig, RunSpec, TrainConfig
 from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
-from brownformer.io import atomic_path, write_json
-from brownformer.manifest import build_manifest, device_description
 from brownformer.metrics import val_metric_for_kind
 from brownformer.models import build_model, loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.probes import ProbeRecorder
-from brownformer.probes.capture_store import INDEX_FILE, META_FILE, CaptureStore
-from brownformer.target_stop import BUDGET, STOPPED, on_smoothed_target
+from brownformer.run_folder import (restart_if_probe_store_incomplete, restart_if_rerun, resume_state, save_checkpoint,
+                                    write_run_outputs)
+from brownformer.target_stop import STOPPED, on_smoothed_target
 from brownformer.train_step import LossTracker, TrainStep
 
 log = logging.getLogger(__name__)
@@ -75,7 +72,7 @@ def model_for_data(cfg: ExperimentConfig, model_name: str, data: PreparedData) -
     return build_model(mcfg, vocab_size=int(data.meta["vocab_size"]))
 
 
-def _set_determinism(train: TrainConfig, device: torch.device) -> dict:
+def set_determinism(train: TrainConfig, device: torch.device) -> dict:
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.backends.cudnn.benchmark = not train.deterministic
@@ -109,14 +106,20 @@ def _evaluate(model, batches, kind: str, autocast) -> dict:
             corrects.append((logits.argmax(-1) == y).sum())
         counts.append(y.numel())
     model.train()
-    losses = torch.stack(losses).tolist()
+    return val_summary(torch.stack(losses).tolist(), counts, kind,
+                       correct=int(torch.stack(corrects).sum()) if kind == "image" else None)
+
+
+def val_summary(losses: list[float], counts: list[int], kind: str, *, correct: int | None = None) -> dict:
+    """The validation row from per-batch mean losses and sizes, summed on the host in float64 batch by batch
+    (as `loss.item() * n` always was), and the number of correct predictions (images)."""
     total, count = 0.0, 0
     for loss, n in zip(losses, counts):
         total += loss * n
         count += n
     val_loss = total / count
     if kind == "image":
-        return {"val_loss": val_loss, "val_accuracy": int(torch.stack(corrects).sum()) / count}
+        return {"val_loss": val_loss, "val_accuracy": correct / count}
     return {"val_loss": val_loss, "val_bpc": val_loss / math.log(2)}
 
 
@@ -133,35 +136,11 @@ def _optimizer_row(optimizer) -> dict:
     return row
 
 
-def _save_checkpoint(path: Path, state: dict) -> None:
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
-
-
-def _write_metrics(path: Path, rows: list[dict]) -> None:
-    with atomic_path(path) as tmp:
-        pd.DataFrame(rows).to_parquet(tmp, index=False)
-
-
-def _restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
-    """Delete a checkpoint whose capture store cannot come out complete, so that training restarts.
-
-    Snakemake deletes a job's outputs (probes/index.parquet among them) before rerunning it, but the
-    checkpoint stays; resuming from it would leave the store without every earlier capture. A store
-    without meta.json (which the recorder writes before any step) is the empty index of a metrics-only
-    run: resuming a run that is now probed from its checkpoint would miss those captures too.
-    """
-    ckpt, store = out_dir / "checkpoints" / "last.pt", out_dir / "probes"
-    if ckpt.exists() and not ((store / INDEX_FILE).exists() and (store / META_FILE).exists()):
-        log.warning("%s: checkpoint without a probe store; restarting from step 0", run_id)
-        ckpt.unlink()
-        shutil.rmtree(out_dir / "probes", ignore_errors=True)
-
-
 def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir: str | Path, *,
               probes: bool = False, callbacks: list[StepCallback] | None = None,
               stop_after: int | None = None, stop_when=None, progress: bool = True) -> pd.DataFrame:
-    """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists.
+    """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists (a finished one
+    without metrics.parquet is a rerun: it trains again from step 0, `restart_if_rerun`).
 
     Args:
         cfg: the validated experiment config.
@@ -188,13 +167,14 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     out_dir = Path(out_dir)
     ckpt_path = out_dir / "checkpoints" / "last.pt"
     device = resolve_device(cfg.device)
-    flags = _set_determinism(tcfg, device)
+    flags = set_determinism(tcfg, device)
     data = load_prepared(data_dir)
     seq_len = mcfg.seq_len if data.kind == "text" else None
     callbacks = list(callbacks or [])
     probing = probes and cfg.probed(run_id)  # probes.enabled and some grid block probes the run
+    restart_if_rerun(out_dir, run_id, tcfg.steps)
     if probing:
-        _restart_if_probe_store_incomplete(out_dir, run_id)
+        restart_if_probe_store_incomplete(out_dir, run_id)
         callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
                                        model_factory=lambda: model_for_data(cfg, spec.model, data).to(device)))
 
@@ -216,11 +196,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     start_step, lr_sum, lr_sq_sum, wall_offset = 0, 0.0, 0.0, 0.0
     eval_wall = 0.0  # cumulative seconds in _evaluate: training wall-clock is wall_time - eval_wall_time
     probe_wall = 0.0  # cumulative seconds in the callbacks (probe captures): not training time either
-    if ckpt_path.exists():
-        state = torch.load(ckpt_path, map_location=device, weights_only=False)
-        if state["config_hash"] != cfg.run_hash(run_id):
-            raise RuntimeError(f"{ckpt_path} was written with another config (hash {state['config_hash'][:12]}); "
-                               "delete the run folder to start over")
+    state = resume_state(ckpt_path, cfg, run_id, device)
+    if state is not None:
         model.load_state_dict(state["model"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"])
@@ -245,7 +222,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     end_step = start_step if stopped else tcfg.steps
     bar = tqdm(range(start_step, end_step), desc=run_id, disable=not progress, mininterval=5)
     for step in bar:
-        probe_wall += _timed_callbacks(callbacks, step, model, lr_sum, lr_sq_sum, device, synced_steps)
+        probe_wall += timed_callbacks(callbacks, step, model, lr_sum, lr_sq_sum, device, synced_steps)
         lr = step_fn.set_lr(lr_factor(step, tcfg))
         tracker.add(step_fn(*sampler.batch(step)))  # no host sync in here: the loss stays on the device
         lr_sum += lr
@@ -272,7 +249,7 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
             # on target before the budget's end (at the last step the run is a full one)
             stopped = target is not None and done < tcfg.steps and on_smoothed_target(rows, target, target_metric)
         if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after or stopped:
-            _save_checkpoint(ckpt_path, {
+            save_checkpoint(ckpt_path, {
                 "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
                 "step": done, "lr_sum": lr_sum, "lr_sq_sum": lr_sq_sum, "wall_time": time.perf_counter() - t0,
                 "eval_wall_time": eval_wall, "probe_wall_time": probe_wall, "metrics_rows": rows,
@@ -288,27 +265,12 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     for cb in callbacks:
         cb(end_step, model, lr_sum, lr_sq_sum)
     wall = time.perf_counter() - t0
-    if target is not None:  # brownformer.target_stop: every row of such a run says whether it stopped early
-        rows = [{**row, STOPPED: stopped, BUDGET: tcfg.steps} for row in rows]
-    metrics = pd.DataFrame(rows)
-    _write_metrics(out_dir / "metrics.parquet", rows)
-    if not probing:  # the pipeline declares the index a training output; an existing one keeps its rows
-        CaptureStore(out_dir / "probes").write_index()
-    write_json(out_dir / "manifest.json", build_manifest(
-        run_id=run_id, run={"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed, "replica": spec.replica},
-        config_hash=cfg.hash, run_hash=cfg.run_hash(run_id), config={"model": asdict(mcfg), "optimizer": asdict(ocfg), "train": asdict(tcfg)},
-        seeds={"torch": spec.seed, "data": spec.data_seed, "noise": spec.noise_seed,
-               "split": cfg.dataset_of(spec.model).split_seed, "probes": cfg.probes.seed},
-        determinism=flags, device=device_description(device), wall_time_s=wall,
-        steps=tcfg.steps, steps_trained=end_step,
-        stopped_at_target=({"step": end_step, "target": target, "metric": target_metric.column} if stopped else None),
-        n_parameters=sum(p.numel() for p in model.parameters()),
-        final={k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rows[-1].items()} if rows else {}))
-    log.info("%s: done in %.1fs, final %s", run_id, wall, rows[-1] if rows else {})
-    return metrics
+    return write_run_outputs(cfg, run_id, out_dir, rows, kind=data.kind, probing=probing, stopped=stopped,
+                             end_step=end_step, wall=wall, flags=flags, device=device,
+                             n_parameters=sum(p.numel() for p in model.parameters()))
 
 
-def _timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Module, lr_sum: float,
+def timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Module, lr_sum: float,
                      lr_sq_sum: float, device: torch.device, synced_steps: set[int]) -> float:
     """Call every callback; return the seconds they took (the increments of probe_wall_time).
 

@@ -115,6 +115,33 @@ def test_rerun_without_probe_index_restarts_so_the_store_is_complete(raw_config,
     assert len(pd.read_parquet(index)) == n_captures
 
 
+class _StepCounter:
+    """A callback counting the updates a run trains (it is called before each one and once at the end)."""
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, step, model, lr_sum, lr_sq_sum):
+        self.calls += 1
+
+
+@pytest.mark.parametrize("stopped_after", [None, 12], ids=["finished", "killed"])
+def test_a_rerun_of_a_finished_run_trains_again_and_a_killed_one_resumes(raw_config, digits_dir, tmp_path,
+                                                                          stopped_after):
+    """What Snakemake leaves of a job it reruns (--forcerun): the checkpoint, without the job's outputs."""
+    cfg = _metrics_only(raw_config)
+    out = tmp_path / RUN
+    first = train_run(cfg, RUN, digits_dir, out, stop_after=stopped_after, progress=False)
+    for name in ("metrics.parquet", "manifest.json", "probes/index.parquet"):  # the rule's declared outputs
+        (out / name).unlink(missing_ok=True)
+    counter = _StepCounter()
+    again = train_run(cfg, RUN, digits_dir, out, callbacks=[counter], progress=False)
+    steps = cfg.for_run(RUN).train.steps
+    assert counter.calls == 1 + steps - (stopped_after or 0)  # finished: every step again; killed: the rest only
+    cols = ["step", "train_loss", "val_loss"]
+    pd.testing.assert_frame_equal(first[cols], again[cols].iloc[:len(first)], check_exact=True)
+
+
 def test_training_with_probes_loads_the_dataset_once(raw_config, digits_dir, tmp_path, monkeypatch):
     """The recorder gets the loop's dataset: one read (and one checksum pass) of the prepared files."""
     import brownformer.data.dataset_folder as store
@@ -195,10 +222,10 @@ def test_probe_wall_time_holds_every_capture_and_is_carried_through_resume(raw_c
 def test_determinism_switch_is_set_without_compile(deterministic):
     """The start-up shortcut (no torch._inductor import) sets the same global switch the public API does."""
     from brownformer.config import TrainConfig
-    from brownformer.train import _set_determinism
+    from brownformer.train import set_determinism
     before = torch.are_deterministic_algorithms_enabled()
     try:
-        _set_determinism(TrainConfig(steps=1, batch_size=1, deterministic=deterministic), torch.device("cpu"))
+        set_determinism(TrainConfig(steps=1, batch_size=1, deterministic=deterministic), torch.device("cpu"))
         assert torch.are_deterministic_algorithms_enabled() is deterministic
     finally:
         torch.use_deterministic_algorithms(before)

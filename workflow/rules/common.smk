@@ -4,6 +4,7 @@ from pathlib import Path
 import yaml
 
 from brownformer.config import ConfigError, from_dict
+from brownformer.config_ensembles import ensembles
 from brownformer.config_slices import SLICES, slice_path, write_slices
 from brownformer.results.catalog import FIGURES
 
@@ -22,6 +23,11 @@ DATASETS = sorted({CFG.models[r.model].dataset for r in CFG.runs()})
 # REPLICA_RUNS are the extra training runs (replicas the grid does not name): probed, combined by extract_replicas only.
 REPLICA_SETS = {base: [r.run_id for r in reps] for base, reps in CFG.replica_sets().items()}
 REPLICA_RUNS = [r.run_id for r in CFG.replica_runs()]
+# Ensembles (config train.ensemble > 1): AdamW/SGD runs of one model and schedule trained by one job as one batched
+# model (rule train_ensemble_<first run>, one per ensemble, each declaring every member's outputs); the other runs
+# train alone (rule train_model). Every member keeps its own run folder, so every downstream rule is the same.
+ENSEMBLES = ensembles(CFG)
+SOLO_RUNS = [r for r in RUNS + REPLICA_RUNS if r not in {m for e in ENSEMBLES for m in e.runs}]
 ENV = "../../envs/brownformer.yaml"
 # Output roots (config `paths`): another config (config/scaling.yaml) writes beside the default, never over it.
 RESULTS = CFG.paths["results"]
@@ -85,6 +91,23 @@ def data_dir_of_run(wildcards):
 
 def data_meta_of_run(wildcards):
     return str(Path(data_dir_of_run(wildcards), "meta.json"))
+
+
+def ensemble_rule_name(ens):
+    """train_ensemble_<first member's id, as a rule name> (rules defined in a loop need their own names)."""
+    return "train_ensemble_" + "".join(c if c.isalnum() else "_" for c in ens.runs[0])
+
+
+def ensemble_outputs(ens, name):
+    """Every member's file `name` (metrics.parquet, manifest.json, probes/index.parquet) of an ensemble."""
+    return [in_results(f"runs/{run}/{name}") for run in ens.runs]
+
+
+def ensemble_inputs(ens):
+    """Every member's run slice and the prepared dataset of their model."""
+    dataset = CFG.models[CFG.run(ens.runs[0]).model].dataset
+    return {"config": [str(slice_path(RESULTS, "run", run)) for run in ens.runs],
+            "meta": in_results(f"data/{dataset}/meta.json")}
 
 
 def train_resources_gpu(wildcards):

@@ -1,4 +1,6 @@
 rule train_model:
+    wildcard_constraints:
+        run="|".join(SOLO_RUNS) or "(?!)",  # an ensemble's members are its rule's outputs
     input:
         config=config_slice("run"),
         meta=data_meta_of_run,
@@ -24,3 +26,37 @@ rule train_model:
     shell:
         "brownformer train --config {params.config} --run {wildcards.run} --data {params.data} "
         "--out {params.out} --set train.threads={threads} 2>> {log}"
+
+
+# One job per ensemble (common.smk ENSEMBLES): its members train as one batched model (brownformer.ensemble),
+# each into its own run folder; `brownformer train --run <one member> --out ...` still trains one alone.
+for _ens in ENSEMBLES:
+
+    rule:
+        name:
+            ensemble_rule_name(_ens)
+        input:
+            **ensemble_inputs(_ens),
+        output:
+            metrics=ensemble_outputs(_ens, "metrics.parquet"),
+            manifest=ensemble_outputs(_ens, "manifest.json"),
+            probes=ensemble_outputs(_ens, "probes/index.parquet"),
+        params:
+            config=CONFIG_FILE,
+            data=str(Path(ensemble_inputs(_ens)["meta"]).parent),
+            runs=" ".join(f"--run {run}" for run in _ens.runs),
+            runs_dir=in_results("runs"),
+        threads: CFG.resources["train_threads"]
+        resources:
+            gpu=train_resources_gpu,
+            mem_mb=CFG.resources["train_mem_mb"],
+            runtime=CFG.resources["train_runtime_min"] * len(_ens.runs),
+        log:
+            in_results(f"logs/train_ensemble/{_ens.name}.log"),
+        benchmark:
+            in_results(f"benchmarks/train_ensemble/{_ens.name}.tsv")
+        conda:
+            ENV
+        shell:
+            "brownformer train --config {params.config} {params.runs} --data {params.data} "
+            "--runs-dir {params.runs_dir} --set train.threads={threads} 2>> {log}"

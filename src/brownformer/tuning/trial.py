@@ -37,6 +37,7 @@ def trial_config(raw: dict, model: str, optimizer: str, settings: dict, seed: in
     raw["tuned"] = tuned
     tuned.setdefault(model, {})[optimizer] = {**tuned.get(model, {}).get(optimizer, {}), **settings}
     raw["seeds"] = [seed]
+    raw["seed_offset"] = 0  # the tuning's seeds are its own: a replication on shifted seeds keeps the tuned settings
     raw["grid"] = [{"models": [model], "optimizers": [optimizer], "seeds": [seed], "probes": False,
                     "eval_every": eval_every}]
     raw.setdefault("probes", {})["enabled"] = False
