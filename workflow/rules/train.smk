@@ -43,9 +43,9 @@ for _ens in ENSEMBLES:
             probes=ensemble_outputs(_ens, "probes/index.parquet"),
         params:
             config=CONFIG_FILE,
-            data=str(Path(ensemble_inputs(_ens)["meta"]).parent),
+            data=lambda w, input: str(Path(input.meta).parent),
             runs=" ".join(f"--run {run}" for run in _ens.runs),
-            runs_dir=in_results("runs"),
+            runs_dir=lambda w, output: str(Path(output.metrics[0]).parents[1]),  # results/runs/<run>/metrics
         threads: CFG.resources["train_threads"]
         resources:
             gpu=train_resources_gpu,
