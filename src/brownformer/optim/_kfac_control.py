@@ -28,7 +28,7 @@ import math
 
 import torch
 
-from brownformer.optim._kfac_groups import EIGEN_KEYS
+from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS
 
 logger = logging.getLogger("brownformer.optim.kfac")
 
@@ -221,8 +221,8 @@ def incident(opt, step: int, reason: str, *, failed_steps: int, restore: bool) -
         group["damping"] = min(group["damping"] * FAILURE_GROWTH, DAMPING_MAX)
     opt.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
     for g in opt.groups:
-        g.rotated = None
-        for key in EIGEN_KEYS + ("cg_solution",):
+        g.preconditioned_for = None
+        for key in EIGEN_KEYS + PRECONDITIONER_KEYS + ("cg_solution",):
             if g.stacks.pop(key, None) is not None:
                 for layer in g.layers:
                     opt.state[layer.module.weight].pop(key, None)

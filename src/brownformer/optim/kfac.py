@@ -7,11 +7,12 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
    ``w = max(1 - rho^factor_every, 1/n)`` at the ``n``-th update (``_kfac_math.factor_weight``). ``G``
    comes from labels sampled from the model (``fisher="sampled"``, the true Fisher; default) or from
    the training labels (``"empirical"``), scaled by the loss's reduction (``loss_reduction``);
-2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``) with eigenbases refreshed every
-   ``inverse_every`` steps: ``inverse="eigen"`` exactly for the factors of the last refresh;
-   ``inverse="cg"`` for the current factors by conjugate gradient in that eigenbasis, Jacobi-
-   preconditioned (``_kfac_pcg``): zero iterations while the factors are those of the refresh, a
-   per-block budget of iterations (set at each check) after they moved;
+2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``): ``inverse="eigen"`` exactly, from
+   eigendecompositions refreshed every ``inverse_every`` steps (for the factors of the last refresh);
+   ``inverse="cg"`` for the current factors by truncated conjugate gradient with no eigendecomposition
+   (``_kfac_pcg``): preconditioned by the inverses of the factored-damped factors, which Newton-Schulz
+   iterations (matrix products) update from the previous ones when the factors or the damping change,
+   with a per-block budget of iterations (set at each check);
 3. step bound (KL-clip, on by default): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2
    <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step;
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
@@ -47,10 +48,11 @@ from torch.optim import Optimizer
 from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers
-from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
+from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
 from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, host_read_free, kl_clip_scale
-from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions
+from brownformer.optim._kfac_solve import (NEWTON_SCHULZ_COLD, NEWTON_SCHULZ_WARM, IterativeSolver, eigen_directions,
+                                           refresh_preconditioner)
 from brownformer.optim._kfac_state import KFACPersistence
 from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
 
@@ -82,12 +84,12 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         inverse: ``"eigen"`` or ``"cg"`` (the paper's iterative K-FAC).
         factor_decay: Decay ``rho`` per step of the running factors, in ``[0, 1)`` (0.95).
         factor_every: Collect factors every this many steps (1).
-        inverse_every: Eigendecompose every this many steps (10); for ``cg`` the preconditioning basis.
+        inverse_every: Eigendecompose every this many steps (10; ``eigen`` only: ``cg`` never does).
         cg_max_iter: Cap of the CG iteration budget per block (10, author's code); the budget a step
             runs is the most iterations a system needed in the last check window (``_kfac_control``).
         cg_tol: CG relative-residual tolerance that freezes a system (1e-2, author's code).
-        warm_start: Start CG from the previous step's solution (False: with the eigenbasis
-            preconditioner it saved no iteration and costs one operator application, measured).
+        warm_start: Start CG from the previous step's solution (False: it costs one operator application
+            and the Kronecker preconditioner's first iterate is already close).
         weight_sharing: ``"expand"`` or ``"reduce"`` (Eschenhagen et al. 2023).
         per_head: Block-diagonal ``G`` per head for the attention Q, K, V projections.
         scope: ``"all"``, ``"attention"`` or ``"mlp"`` (rule in ``_kfac_capture``).
@@ -164,7 +166,6 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         self._layer_groups = None  # (number of param groups, {id(weight): group})
         self._tensor_cache: dict = {}
         self._index_cache: dict = {}  # per shape group: its layers' param groups and indices
-        self._diagonal: dict = {}  # per shape group: its rotated factors are diagonal (basis of these factors)
         self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
 
     # ---- API ---------------------------------------------------------------------------------
@@ -190,11 +191,11 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         return materialise_stats(self._stats, self._totals)
 
     def state_changed(self) -> None:
-        """Drop what ``step`` derives from the state and keeps between steps (the factors rotated into the
-        eigenbasis); call it after editing a factor or an eigenbasis in ``state`` in place."""
-        self._diagonal = {}
+        """Drop what ``step`` derives from the state and keeps between steps (padded copies of the factors, the
+        CG preconditioner's freshness); call it after editing a factor or an eigenbasis in ``state`` in place."""
+        self._iterative.clear()
         for g in self.groups:
-            g.rotated = None
+            g.preconditioned_for = None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
@@ -227,10 +228,22 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         return new, batches
 
     def _current(self, new: dict, step: int) -> dict:
-        """Per shape group, the tensors this step solves with (new factors, fresh eigenbases, and for
-        ``cg`` the current factors rotated into the amortised eigenbasis)."""
-        cur = {}
+        """Per shape group, the tensors this step solves with: the new factors and, for ``eigen``, the
+        (possibly fresh) eigendecompositions; for ``cg``, the (possibly refreshed) preconditioner."""
         start = time.perf_counter()
+        cur = {}
+        for g in self.groups:
+            a, gg = new.get(g) or g.factors(self.state)
+            cur[g] = {"factor_a": a, "factor_g": gg}
+        self._decomposed_finite = []
+        if self.inverse == "eigen":
+            self._eigen_bases(cur, new, step)
+        else:
+            self._preconditioners(cur, new)
+        self.timings["inverse"] += time.perf_counter() - start
+        return cur
+
+    def _eigen_bases(self, cur: dict, new: dict, step: int) -> None:
         n = self.factor_updates + 1
         # while the running factors are a plain mean of few batches they change fast, and an
         # eigenbasis of the first batch kept for inverse_every steps would divide new directions by
@@ -239,14 +252,10 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
             > 1 - self.factor_decay ** self.factor_every and n & (n - 1) == 0
         refresh = []
         for g in self.groups:
-            a, gg = new.get(g) or g.factors(self.state)
-            cur[g] = {"factor_a": a, "factor_g": gg}
             if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming):
                 refresh.append(g)
             else:
                 cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
-            if self.inverse == "cg" and self.warm_start and "cg_solution" in g.stacks:
-                cur[g]["cg_solution"] = g.stacks["cg_solution"]
         # padded_eigh zeroes non-finite entries; these flags make such a factor fail the step's check
         self._decomposed_finite = [torch.isfinite(cur[g][k].sum()) for g in refresh for k in ("factor_a", "factor_g")]
         if refresh:  # on an accelerator every factor in at most two eigh calls
@@ -254,15 +263,23 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
             for j, g in enumerate(refresh):
                 (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
                                                                       cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
-        if self.inverse == "cg":
-            # rotated factors are made by the CG where it runs (drifted steps), not on refreshes (never read there)
-            for g in self.groups:
-                if g not in new and g not in refresh and g.rotated is not None:
-                    cur[g].update(zip(ROTATED_KEYS, g.rotated))
-            # the basis diagonalises the factors it came from: then the preconditioner is the exact inverse
-            self._diagonal = {g: g in refresh or (g not in new and self._diagonal.get(g, False)) for g in self.groups}
-        self.timings["inverse"] += time.perf_counter() - start
-        return cur
+
+    def _preconditioners(self, cur: dict, new: dict) -> None:
+        """CG's preconditioner per shape group, refreshed by Newton-Schulz (no eigendecomposition) where the
+        factors or the damping changed since the last refresh; a non-finite one fails the step."""
+        for g in self.groups:
+            dampings = tuple(self._group_of(m)["damping"] for m in g.layers)
+            have = all(k in g.stacks for k in PRECONDITIONER_KEYS)
+            if have:
+                cur[g].update({k: g.stacks[k] for k in PRECONDITIONER_KEYS})
+            if "cg_solution" in g.stacks:
+                cur[g]["cg_solution"] = g.stacks["cg_solution"]
+            if have and g not in new and g.preconditioned_for == dampings:
+                continue
+            lam = self._layer_tensor(g.layers, "damping", g.dtype, g.device)
+            refresh_preconditioner(cur[g], lam, steps=NEWTON_SCHULZ_WARM if have else NEWTON_SCHULZ_COLD)
+            g.preconditioned_for = dampings
+            self._decomposed_finite += [torch.isfinite(cur[g][k].sum()) for k in PRECONDITIONER_KEYS]
 
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
         """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
@@ -272,13 +289,10 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         if self.inverse == "eigen":
             xs, info = eigen_directions(items, v, lam), {}
         else:
-            exact = all(self._diagonal.get(g, False) for g in self.groups)  # one iteration solves it
             n_blocks = self._iterative.n_blocks(items)
             if len(self.cg_budget) != n_blocks:
                 self.cg_budget = [self.cg_max_iter] * n_blocks
-            xs, info = self._iterative.direct(items, v, lam) if exact else \
-                self._iterative(items, v, lam, iterations=self.cg_budget)
-            info["cg_drifted"] = not exact
+            xs, info = self._iterative(items, v, lam, iterations=self.cg_budget)
         self.timings["inverse"] += time.perf_counter() - start
         return xs, info
 
@@ -326,9 +340,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         elif batches:
             self.factor_updates += 1
         capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
-        drifted = info.pop("cg_drifted", False)  # the CG budget is learned on steps that need iterating
         self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
-                       **({"cg_capped": capped, "cg_iterations": used} if drifted else {}))
+                       **({"cg_capped": capped, "cg_iterations": used} if used is not None else {}))
         self._totals["failures"] = self._totals["failures"] + (~ok).long()
         checkpoint = self.adapt_every > 0 and step % self.adapt_every == 0
         pending = control.Snapshot(step, self._params(), self.state) if checkpoint else None
@@ -341,13 +354,11 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
     def _commit(self, new: dict, cur: dict, batches: list) -> None:
         for g in self.groups:
             for key, value in cur[g].items():
-                if key in ROTATED_KEYS or (key in g.stacks and value is g.stacks[key]):
+                if key in g.stacks and value is g.stacks[key]:
                     continue
                 if key in ("factor_a", "factor_g") and g not in new:
                     continue
                 g.bind(self.state, key, value)
-            if self.inverse == "cg":
-                g.rotated = tuple(cur[g][k] for k in ROTATED_KEYS) if "rotated_g" in cur[g] else None
         if batches:
             self.factor_updates += 1
 
