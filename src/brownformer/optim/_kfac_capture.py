@@ -58,6 +58,11 @@ _MLP = re.compile(r"mlp|ffn|feed_?forward")
 _HEAD_PROJECTIONS = {"q", "k", "v", "q_proj", "k_proj", "v_proj", "query", "key", "value"}
 
 
+def _is_distribution(q: torch.Tensor) -> torch.Tensor:
+    """0-d bool: every row of ``(rows, classes)`` ``q`` is a probability vector (within ``_CATEGORICAL_TOL``)."""
+    return (q.min() > -_CATEGORICAL_TOL) & ((q.sum(dim=1) - 1).abs().max() < _CATEGORICAL_TOL)
+
+
 def layer_scope(name: str) -> str:
     """Classify a qualified module name as ``"attention"``, ``"mlp"`` or ``"other"``."""
     parts = name.lower().split(".")
@@ -160,6 +165,7 @@ class FactorCapture:
         self.seconds = 0.0
         self.scale: int | None = None
         self._outputs: list[tuple[KFACLayer, torch.Tensor]] = []  # mc: outputs awaiting the logits
+        self._reduction_checked = False
         previous = _ACTIVE.get(model)
         if previous is not None and previous() is not None:
             logger.warning("a second K-FAC on the same model: the first one's hooks are removed")
@@ -212,6 +218,22 @@ class FactorCapture:
 
         handles.append(output.register_hook(once))
 
+    def _check_reduction(self, probs, loss_grad, scale: int, logits) -> None:
+        """Raise when the loss is a cross-entropy at another reduction than ``loss_reduction``.
+
+        ``q_R = softmax(z) - R dL/dz`` is ``(1 - R / R_true) softmax(z) + (R / R_true) target`` for a cross-entropy
+        averaged over ``R_true`` terms: a probability vector for every ``R <= R_true`` and not above it. So the
+        largest candidate ``R`` (every row, the batch, 1) that gives one is the loss's; another than the declared
+        one would scale ``G`` wrongly (or, above ``R_true``, turn the sampled Fisher Gaussian). A loss that is a
+        cross-entropy at no candidate (a squared error) is left to the Gaussian reading."""
+        candidates = {"mean": probs.shape[0], "batch": logits.shape[0], "sum (no averaging)": 1}
+        valid = [(r, name) for name, r in candidates.items() if bool(_is_distribution(probs - loss_grad * r))]
+        if valid and max(valid)[0] != scale:
+            r, name = max(valid)
+            raise ValueError(f"loss_reduction={self.loss_reduction!r} (R = {scale}) does not match the loss: it is a "
+                             f"cross-entropy averaged over R = {r} terms ({name}); pass the matching loss_reduction "
+                             f"({', '.join(LOSS_REDUCTIONS)}) or average the loss so")
+
     def _sampled_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]], scale: int,
                           loss_grad: torch.Tensor) -> None:
         """Backpropagate the sampled-label loss gradient (divided by ``R``, as the loss) to the layer outputs."""
@@ -220,7 +242,10 @@ class FactorCapture:
         with torch.no_grad(), torch.autocast(logits.device.type, enabled=False):
             probs = logits.detach().float().softmax(dim=-1).reshape(-1, n_classes)  # (rows, classes)
             target = probs - loss_grad.detach().float().reshape(-1, n_classes) * scale  # cross-entropy's target
-            categorical = (target.min() > -_CATEGORICAL_TOL) & ((target.sum(dim=1) - 1).abs().max() < _CATEGORICAL_TOL)
+            categorical = _is_distribution(target)
+            if not self._reduction_checked:  # once: one host read, so a mismatched reduction cannot pass silently
+                self._reduction_checked = True
+                self._check_reduction(probs, loss_grad.detach().float().reshape(-1, n_classes), scale, logits)
             # a non-finite row (a diverged step; the optimizer handles it) must not stop the sampling
             # inverse-CDF sampling: torch.multinomial checks its input on the host (a read per step)
             cdf = torch.nan_to_num(probs, nan=1.0, posinf=1.0, neginf=0.0).clamp_min(1e-30).cumsum(dim=1)  # (rows, C)

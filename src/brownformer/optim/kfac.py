@@ -14,7 +14,8 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
    iterations (matrix products) update from the previous ones when the factors or the damping change,
    with a per-block budget of iterations (set at each check);
 3. step bound (KL-clip, on by default): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2
-   <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step;
+   <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step; each param group
+   is bounded by its own ``kl_clip`` over its own layers;
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
    group's ``update`` rule (``"sgd"`` or ``"adamw"``) on the raw gradient of every other parameter;
 5. every ``adapt_every`` steps: a snapshot of the state, and with a closure (``step(closure)``) the
@@ -362,20 +363,38 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         if batches:
             self.factor_updates += 1
 
+    def _bound_scales(self, items, v, xs) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
+        """KL-bound factors ``nu`` per item, each param group bounded by its own ``kl_clip`` over its own layers;
+        also the smallest ``nu`` (a 0-d tensor) and whether any group is bounded."""
+        lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
+                  for (sub, _, _), vj in zip(items, v)]
+        owners = {id(self._group_of(m)): self._group_of(m) for sub, _, _ in items for m in sub.layers}
+        if len(owners) == 1:  # the usual case: one bound over every layer (one sum, as kfac-pytorch)
+            kl_clip = next(iter(owners.values()))["kl_clip"]
+            vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
+            nu = kl_clip_scale(vg, kl_clip=kl_clip)
+            return [nu] * len(items), nu, kl_clip is not None
+        position = {key: i for i, key in enumerate(owners)}
+        clips = [group["kl_clip"] for group in owners.values()]
+        vg = torch.zeros(len(owners), dtype=v[0].dtype, device=v[0].device)
+        where = []
+        for (sub, _, _), l, vj, x in zip(items, lr0_sq, v, xs):
+            index = torch.tensor([position[id(self._group_of(m))] for m in sub.layers], device=vj.device)
+            vg = vg.index_add(0, index, (l * vj * x).sum(dim=(1, 2)))
+            where.append(index)
+        nus = torch.stack([kl_clip_scale(vg[i], kl_clip=clip) for i, clip in enumerate(clips)])  # (groups,)
+        return [nus[index][:, None, None] for index in where], nus.min(), any(c is not None for c in clips)
+
     def _apply(self, items, v, xs, info, step, ok) -> dict:
         """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
         start = time.perf_counter()
         directions, nu = {}, None  # param group index -> (params, directions)
-        kl_clip = self._group_of(self.layers[0])["kl_clip"]
         # where a host read is free, a good step skips the masking's where calls (keep=True: same arithmetic)
         keep = True if host_read_free(ok.device) and bool(ok) else ok
         if items:
-            lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
-                      for (sub, _, _), vj in zip(items, v)]
-            vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
-            nu = kl_clip_scale(vg, kl_clip=kl_clip)
-            scale = nu if keep is True else torch.where(ok, nu, 0.0)
-            for (sub, _, _), x in zip(items, xs):
+            scales, nu, bound = self._bound_scales(items, v, xs)
+            for (sub, _, _), x, scale in zip(items, xs, scales):
+                scale = scale if keep is True else torch.where(ok, scale, 0.0)
                 params, dirs = sub.split(x * scale if keep is True else torch.where(ok, x, 0.0).mul_(scale))
                 index = self._group_index(sub, params)
                 if index[0] == index[-1] and len(set(index)) == 1:  # the usual case: one param group
@@ -387,7 +406,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                     pre, ds = directions.setdefault(i, ([], []))
                     pre.append(p)
                     ds.append(d)
-            if kl_clip is not None:
+            if bound:
                 self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + ((nu < 1) & ok).long()
         apply_param_groups(self.param_groups, self.state, directions, keep)
         if "cg_fallbacks" in info:
