@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from brownformer.optim._kfac_packed import ForwardOverride, PackedProjection, is_packed, packed_forward
+
 logger = logging.getLogger(__name__)
 
 SCOPES = ("all", "attention", "mlp")
@@ -108,13 +110,27 @@ def _head_count(model: nn.Module, name: str, n_heads: int | None) -> int:
     raise ValueError(f"per_head=True but no head count for {name!r}: pass n_heads=")
 
 
+def _module_scope(name: str, module: nn.Module, attention_owned: set[int]) -> str:
+    """``layer_scope`` of a module, where the parts of an ``nn.MultiheadAttention`` are attention whatever their name."""
+    return "attention" if isinstance(module, nn.MultiheadAttention) or id(module) in attention_owned \
+        else layer_scope(name)
+
+
 def find_layers(model: nn.Module, *, scope: str, per_head: bool, n_heads: int | None) -> list[KFACLayer]:
-    """The in-scope ``nn.Linear`` layers of ``model`` (see the module docstring for the rule)."""
+    """The in-scope ``nn.Linear`` layers of ``model`` (see the module docstring for the rule), and the packed
+    Q, K, V projection of every ``nn.MultiheadAttention`` (``_kfac_packed``; named ``<module>.in_proj``)."""
     layers, seen = [], set()
+    attention_owned = {id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention)}
     for name, module in model.named_modules():
+        if is_packed(module) and scope in ("all", "attention"):
+            embed = module.embed_dim  # one G block per Q, K, V (per head with per_head)
+            head_size = embed // module.num_heads if per_head else embed
+            layers.append(KFACLayer(name=f"{name}.in_proj", module=PackedProjection(module), head_size=head_size))
+            seen.add(id(module.in_proj_weight))
+            continue
         if not isinstance(module, nn.Linear) or not module.weight.requires_grad:
             continue
-        if scope != "all" and layer_scope(name) != scope:
+        if scope != "all" and _module_scope(name, module, attention_owned) != scope:
             continue
         if id(module.weight) in seen:
             raise ValueError(f"layer {name!r} shares its weight with another layer in scope")
@@ -132,6 +148,24 @@ def find_layers(model: nn.Module, *, scope: str, per_head: bool, n_heads: int | 
     return layers
 
 
+def unpreconditioned_weights(model: nn.Module, layers: list[KFACLayer], scope: str) -> list[tuple[str, str]]:
+    """``(name, reason)`` for every trainable parameter of 2 or more dimensions that no layer preconditions."""
+    mine = {id(p) for layer in layers for p in layer.module.parameters()}
+    out = []
+    for module_name, module in model.named_modules():
+        for param_name, p in module.named_parameters(recurse=False):
+            if not p.requires_grad or p.dim() < 2 or id(p) in mine:
+                continue
+            name = f"{module_name}.{param_name}" if module_name else param_name
+            if isinstance(module, nn.Linear) and param_name == "weight":
+                reason = f"an nn.Linear outside scope {scope!r}"
+            elif isinstance(module, nn.MultiheadAttention):
+                reason = "separate Q, K, V projections of other input sizes (kdim/vdim) are not supported" \
+                    if not module._qkv_same_embed_dim else f"attention outside scope {scope!r}"
+            else:
+                reason = f"a parameter of {type(module).__name__}, not an nn.Linear weight"
+            out.append((name, reason))
+    return out
 def _remove_handles(handles: list) -> None:
     for handle in handles:
         handle.remove()
@@ -171,7 +205,10 @@ class FactorCapture:
             logger.warning("a second K-FAC on the same model: the first one's hooks are removed")
             previous().remove()
         ref = weakref.ref(self)
-        self._handles = [layer.module.register_forward_hook(_layer_hook(ref, layer)) for layer in layers]
+        self._handles = [ForwardOverride(layer.module.owner, packed_forward(layer.module.owner, _enabled(ref),
+                                                                             _projection_hook(ref, layer)))
+                         if isinstance(layer.module, PackedProjection)
+                         else layer.module.register_forward_hook(_layer_hook(ref, layer)) for layer in layers]
         self._handles.append(model.register_forward_hook(_model_hook(ref)))
         _ACTIVE[model] = ref
         self._finalizer = weakref.finalize(self, _remove_handles, self._handles)
@@ -276,4 +313,19 @@ def _model_hook(ref: weakref.ref):
         capture = ref()
         if capture is not None:
             capture._on_model_output(module, args, output)
+    return hook
+
+
+def _enabled(ref: weakref.ref):
+    def enabled():
+        capture = ref()
+        return capture is not None and capture.enabled
+    return enabled
+
+
+def _projection_hook(ref: weakref.ref, layer: KFACLayer):
+    def hook(x, proj):
+        capture = ref()
+        if capture is not None:
+            capture._on_layer(layer, layer.module, (x,), proj)
     return hook

@@ -40,6 +40,7 @@ the same model (or the garbage collection of this one) removes this one's hooks.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import defaultdict
 
 import torch
@@ -48,7 +49,7 @@ from torch.optim import Optimizer
 
 from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
-from brownformer.optim._kfac_capture import FactorCapture, find_layers
+from brownformer.optim._kfac_capture import FactorCapture, find_layers, unpreconditioned_weights
 from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
 from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, host_read_free, kl_clip_scale
@@ -76,7 +77,9 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
     second time under ``torch.no_grad()`` every ``adapt_every`` steps.
 
     Args:
-        model: The model; hooks are registered on its in-scope ``nn.Linear`` layers.
+        model: The model; hooks are registered on its in-scope ``nn.Linear`` layers and on the packed Q, K, V
+            projection of every ``nn.MultiheadAttention`` (self-attention; ``_kfac_packed``). A warning lists every
+            weight of 2 or more dimensions left to the rest update, and why.
         lr: Learning rate (``>= 0``) of the preconditioned layers (default ``DEFAULT_LR``).
         params: Optional param groups (dicts with ``"params"`` and any group setting), as for
             ``torch.optim``; default: one group for the preconditioned layers and one for the rest.
@@ -133,6 +136,11 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                         rest_update=rest_update, rest_lr=rest_lr, n_heads=n_heads, adapt_every=adapt_every,
                         max_failures=max_failures)
         self.layers = find_layers(model, scope=scope, per_head=per_head, n_heads=n_heads)
+        left = unpreconditioned_weights(model, self.layers, scope)
+        if left:  # said once per optimizer: a weight silently left to the first-order update hides a lost preconditioner
+            warnings.warn(f"K-FAC preconditions {len(self.layers)} layer(s) and leaves these {len(left)} weight(s) of 2 "
+                          f"or more dimensions to the rest update ({rest_update!r}): "
+                          + "; ".join(f"{name} ({why})" for name, why in left), stacklevel=2)
         if params is None:
             mine = {id(p) for m in self.layers for p in m.module.parameters() if p.requires_grad}
             rest = [p for p in model.parameters() if p.requires_grad and id(p) not in mine]
