@@ -191,3 +191,34 @@ def test_a_failed_step_changes_nothing_before_the_check():
     assert all(torch.equal(p, q) for p, q in zip(model.parameters(), before))
     for p, saved in zip(model.parameters(), buffers):
         assert all(torch.equal(opt.state[p][k], v) for k, v in saved.items())
+
+
+@pytest.mark.parametrize("rho, bound, expected", [
+    (0.9, False, 0.5),  # a good fit of a free step: lower
+    (0.9, True, 1.0),  # a good fit of a step the KL bound cut: the damping did not set its length, kept
+    (0.1, True, 2.0),  # a poor fit raises whatever cut the step
+    (float("nan"), False, 2.0),
+])
+def test_levenberg_marquardt_keeps_the_damping_of_a_bound_step(rho, bound, expected):
+    from brownformer.optim._kfac_control import adapt_damping
+    assert adapt_damping(1.0, rho, 0.5, bound=bound) == pytest.approx(expected)
+
+
+def test_relative_damping_scales_with_each_layers_factors():
+    """relative_damping: lambda_l = damping x (tr A / n_A)(tr G / n_G). Scaling the loss by s scales G by s^2 and
+    V by s; with the damping scaled alike the direction is unchanged (absolute damping lacks that invariance)."""
+    x, y = torch.randn(16, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64), torch.arange(16) % 2
+    directions = {}
+    for relative in (False, True):
+        for scale in (1.0, 1e-4):
+            torch.manual_seed(1)
+            model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+            opt = KFAC(model, lr=1.0, momentum=0.0, kl_clip=None, damping=1e-2, relative_damping=relative,
+                       fisher="empirical")
+            (scale * F.cross_entropy(model(x), y)).backward()
+            before = model[0].weight.detach().clone()
+            opt.step()
+            step = (model[0].weight - before).detach()
+            directions[relative, scale] = step / step.norm()
+    assert float((directions[True, 1e-4] - directions[True, 1.0]).norm()) < 1e-8
+    assert float((directions[False, 1e-4] - directions[False, 1.0]).norm()) > 1e-3

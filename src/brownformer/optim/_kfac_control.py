@@ -11,7 +11,9 @@
   ``rho = (h(theta + delta) - h(theta)) / (g^T delta + 1/2 sum_l <D_l, G_l D_l A_l>)`` (actual over
   the change the undamped Kronecker quadratic model predicts, ``delta`` the whole update, momentum and
   the AdamW half included; the parameters K-FAC does not precondition enter the model linearly);
-  ``damping *= omega`` if ``rho > 3/4``, ``/= omega`` if ``rho < 1/4``, ``omega = 0.95^adapt_every``.
+  ``damping *= omega`` if ``rho > 3/4`` and the step was not cut by the KL bound (a cut step's length is the
+  bound's, and its good fit says nothing about the damping), ``/= omega`` if ``rho < 1/4``,
+  ``omega = 0.95^adapt_every``.
 * Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) are found without
   a host read in the step: the step's update is masked on the device (a failed step changes nothing)
   and the device counts them (:class:`Watch`). The host reads the counts at its next check (every
@@ -51,10 +53,15 @@ def kronecker_quadratic(g: torch.Tensor, a: torch.Tensor, d: torch.Tensor) -> to
     return (d * torch.bmm(torch.bmm(g, d), a)).sum()
 
 
-def adapt_damping(damping: float, rho: float, omega: float) -> float:
+def adapt_damping(damping: float, rho: float, omega: float, *, bound: bool = False) -> float:
     """One Levenberg-Marquardt update of the (relative) damping from the reduction ratio ``rho``
-    (a non-finite ``rho``, e.g. a predicted change that is not a decrease, counts as a poor fit)."""
-    if rho == rho and rho > LM_HIGH:
+    (a non-finite ``rho``, e.g. a predicted change that is not a decrease, counts as a poor fit).
+
+    ``bound``: the step was cut by the KL bound. Then the bound, not the damping, set the step's length, and a
+    good fit of the model (``rho > 3/4``, which any short enough step has) says nothing about a smaller damping:
+    the damping is kept (measured: lowered on every such check, it fell 30x in 400 steps and reached the floor in
+    a vit-post run that then diverged, issue 33). A poor fit still raises it."""
+    if rho == rho and rho > LM_HIGH and not bound:
         damping *= omega
     elif not (rho == rho) or rho < LM_LOW:
         damping /= omega
@@ -165,7 +172,9 @@ def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, i
         predicted = predicted_change(opt, items, pending)
         with torch.no_grad():
             after = closure()
-        lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device) for t in (after, loss, predicted)]
+        bound = opt._stats.get("kl_clip_binding", False)  # this step was cut by the KL bound (a 0-d tensor or False)
+        lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device)
+              for t in (after, loss, predicted, bound)]
         opt._totals["adaptations"] += 1
     n_cg = opt.watch.cg.numel()
     values = torch.cat([opt.watch.failures.double(), opt.watch.cg.double().flatten(),
@@ -185,7 +194,7 @@ def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, i
                  failed_steps=failed, restore=bool(bad_gradient))
         return
     if adapt:
-        after_value, before_value, predicted_value = lm_values
+        after_value, before_value, predicted_value, bound_value = lm_values
         rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
         opt._stats["rho"] = rho
         if not math.isfinite(after_value):
@@ -195,7 +204,7 @@ def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, i
             return
         omega = lm_omega(opt.adapt_every)
         for group in opt.param_groups:
-            group["damping"] = adapt_damping(group["damping"], rho, omega)
+            group["damping"] = adapt_damping(group["damping"], rho, omega, bound=bool(bound_value))
     elif scheduled and opt.adapt_every > 0:  # no closure: a damping raised by a failure decays back
         for group in opt.param_groups:
             group["damping"] = max(group["initial_damping"], group["damping"] * lm_omega(opt.adapt_every))

@@ -9,7 +9,7 @@ from brownformer.optim import _kfac_control as control
 from brownformer.optim._kfac_groups import LAYER_KEYS
 
 SETTINGS = ("inverse", "factor_decay", "factor_every", "inverse_every", "cg_max_iter", "cg_tol", "warm_start",
-            "weight_sharing", "fisher", "loss_reduction", "adapt_every", "max_failures")
+            "weight_sharing", "fisher", "loss_reduction", "adapt_every", "max_failures", "relative_damping")
 
 
 class KFACPersistence:

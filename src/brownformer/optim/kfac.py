@@ -52,7 +52,8 @@ from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers, unpreconditioned_weights
 from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
-from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, host_read_free, kl_clip_scale
+from brownformer.optim._kfac_math import (all_finite, factor_eigh, factor_scale, factor_weight, host_read_free,
+                                          kl_clip_scale)
 from brownformer.optim._kfac_solve import (NEWTON_SCHULZ_COLD, NEWTON_SCHULZ_WARM, IterativeSolver, eigen_directions,
                                            refresh_preconditioner)
 from brownformer.optim._kfac_state import KFACPersistence
@@ -111,6 +112,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         seed: Seed of the generator that samples the labels of ``fisher="sampled"``.
         adapt_every: Damping adaptation and snapshot period in steps (5; 0: neither).
         max_failures: Checks in a row that find failed steps before ``FloatingPointError`` (5).
+        relative_damping: ``lambda`` of each layer is ``damping`` times its mean Kronecker eigenvalue
+            ``(tr A / n_A)(tr G / n_G)`` (False: ``damping`` itself, the same for every layer).
 
     Raises:
         ValueError: On an invalid argument or when no ``nn.Linear`` layer is in scope.
@@ -127,7 +130,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                  momentum: float = DEFAULT_MOMENTUM, weight_decay: float = 0.0, kl_clip: float | None = 1e-3,
                  fisher: str = "sampled", loss_reduction: str = "mean", rest_update: str = "adamw",
                  rest_lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 n_heads: int | None = None, seed: int = 0, adapt_every: int = 5, max_failures: int = 5):
+                 n_heads: int | None = None, seed: int = 0, adapt_every: int = 5, max_failures: int = 5,
+                 relative_damping: bool = False):
         fisher = {"mc": "sampled"}.get(fisher, fisher)
         check_arguments(lr=lr, damping=damping, inverse=inverse, factor_decay=factor_decay,
                         factor_every=factor_every, inverse_every=inverse_every, cg_max_iter=cg_max_iter,
@@ -160,6 +164,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         self.cg_max_iter, self.cg_tol, self.warm_start = int(cg_max_iter), cg_tol, warm_start
         self.weight_sharing, self.fisher, self.loss_reduction = weight_sharing, fisher, loss_reduction
         self.adapt_every, self.max_failures = int(adapt_every), int(max_failures)
+        self.relative_damping = bool(relative_damping)
         device = self.layers[0].module.weight.device
         self.generator = torch.Generator(device=device).manual_seed(seed) if fisher == "sampled" else None
         self.groups = group_layers(self.layers)
@@ -285,16 +290,25 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                 cur[g]["cg_solution"] = g.stacks["cg_solution"]
             if have and g not in new and g.preconditioned_for == dampings:
                 continue
-            lam = self._layer_tensor(g.layers, "damping", g.dtype, g.device)
+            lam = self._damping(g.layers, cur[g], g.dtype, g.device)
             refresh_preconditioner(cur[g], lam, steps=NEWTON_SCHULZ_WARM if have else NEWTON_SCHULZ_COLD)
             g.preconditioned_for = dampings
             self._decomposed_finite += [torch.isfinite(cur[g][k].sum()) for k in PRECONDITIONER_KEYS]
+
+    def _damping(self, layers, tensors: dict, dtype, device) -> torch.Tensor:
+        """``(k, 1, 1)`` per-layer ``lambda``: the group's ``damping``, times the layer's mean Kronecker eigenvalue
+        ``(tr A / n_A) (tr G / n_G)`` with ``relative_damping`` (so a layer with small factors, such as Q and K at
+        the loss's scale, is preconditioned rather than damped into SGD)."""
+        lam = self._layer_tensor(layers, "damping", dtype, device)
+        if not self.relative_damping:
+            return lam
+        return lam * factor_scale(tensors["factor_g"], tensors["factor_a"])
 
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
         """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
         start = time.perf_counter()
         dtype, device = v[0].dtype, v[0].device
-        lam = [self._layer_tensor(g.layers, "damping", dtype, device) for g, _, _ in items]
+        lam = [self._damping(g.layers, c, dtype, device) for g, c, _ in items]
         if self.inverse == "eigen":
             xs, info = eigen_directions(items, v, lam), {}
         else:

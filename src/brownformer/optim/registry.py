@@ -18,7 +18,7 @@ __all__ = ["OPTIMIZERS", "REGISTRY", "OptimizerEntry", "build_optimizer", "imple
 
 _KFAC_KEYS = ("momentum", "weight_decay", "damping", "factor_decay", "factor_every", "inverse_every", "cg_max_iter",
               "cg_tol", "warm_start", "weight_sharing", "per_head", "scope", "kl_clip", "fisher", "loss_reduction",
-              "rest_update", "rest_lr", "betas", "eps", "adapt_every", "max_failures")
+              "rest_update", "rest_lr", "betas", "eps", "adapt_every", "max_failures", "relative_damping")
 
 
 @dataclass(frozen=True)
