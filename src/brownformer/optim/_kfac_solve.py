@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from brownformer.optim._kfac_blocks import pad, per_system, plan_blocks, unpad
-from brownformer.optim._kfac_math import eigen_solve
-from brownformer.optim._kfac_groups import PRECONDITIONER_KEYS
+from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS
+from brownformer.optim._kfac_math import eigen_solve, factor_eigh
 from brownformer.optim._kfac_pcg import block_conjugate_gradient, damped, newton_schulz_inverse, split_damping
 
 # Newton-Schulz iterations per preconditioner refresh (``_kfac_pcg.newton_schulz_inverse``): from the previous
@@ -25,6 +25,22 @@ def eigen_directions(items: list, v: list[torch.Tensor], lam: list[torch.Tensor]
     """``X = Q_G [(Q_G^T V Q_A) / (d_G d_A^T + lambda)] Q_A^T`` per item from its amortised eigendecomposition."""
     return [eigen_solve((c["eigenvalues_g"], c["eigenvectors_g"]), (c["eigenvalues_a"], c["eigenvectors_a"]), vj, lj)
             for (_, c, _), vj, lj in zip(items, v, lam)]
+
+
+def refresh_eigenbases(cur: dict, groups: list, refresh: list) -> list[torch.Tensor]:
+    """Eigen K-FAC's decompositions per shape group: fresh for the groups in ``refresh`` (on an accelerator every
+    factor in at most two ``eigh`` calls), the stored ones for the others. Returns finiteness flags of the
+    refreshed factors (``padded_eigh`` zeroes non-finite entries; these flags fail such a step)."""
+    for g in groups:
+        if g not in refresh:
+            cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
+    flags = [torch.isfinite(cur[g][k].sum()) for g in refresh for k in ("factor_a", "factor_g")]
+    if refresh:
+        pairs = factor_eigh([cur[g][k] for g in refresh for k in ("factor_a", "factor_g")])
+        for j, g in enumerate(refresh):
+            (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
+                                                                  cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
+    return flags
 
 
 def refresh_preconditioner(tensors: dict, damping: torch.Tensor, *, steps: int) -> None:

@@ -50,23 +50,18 @@ from torch.optim import Optimizer
 from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers, unpreconditioned_weights
-from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS, group_layers
+from brownformer.optim._kfac_groups import PRECONDITIONER_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
-from brownformer.optim._kfac_math import (all_finite, factor_eigh, factor_scale, factor_weight, host_read_free,
-                                          kl_clip_scale)
+from brownformer.optim._kfac_math import all_finite, factor_scale, factor_weight, host_read_free
 from brownformer.optim._kfac_solve import (NEWTON_SCHULZ_COLD, NEWTON_SCHULZ_WARM, IterativeSolver, eigen_directions,
-                                           refresh_preconditioner)
+                                           refresh_eigenbases, refresh_preconditioner)
 from brownformer.optim._kfac_state import KFACPersistence
-from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
+from brownformer.optim.defaults import DEFAULT_DAMPING, DEFAULT_LR, DEFAULT_MOMENTUM, DEFAULT_REST_LR
+from brownformer.optim._kfac_step import (bound_scales, check_arguments, commit, fold_factor, materialise_stats,
+                                          solve_items)
 
 __all__ = ["KFAC", "DEFAULT_LR", "DEFAULT_DAMPING"]
 
-# Defaults measured against AdamW's defaults (tests/optim/test_kfac_defaults.py; docs/methods/kfac.md):
-# lr 0.1 let the bound set every step; damping 1e-3 let the eigen solve amplify low-curvature directions.
-DEFAULT_LR = 0.03
-DEFAULT_DAMPING = 1e-2
-DEFAULT_MOMENTUM = 0.5  # the KL bound acts on each step's X: momentum 0.9 adds up ~10 bound steps (measured worse)
-DEFAULT_REST_LR = 1e-3  # torch.optim.AdamW's default, for the parameters K-FAC does not precondition
 
 
 class KFAC(KFACPersistence, KFACLookups, Optimizer):
@@ -264,19 +259,9 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         # lambda: refresh at factor updates 1, 2, 4, 8, ... until the average settles
         warming = factor_weight(n, decay=self.factor_decay, every=self.factor_every) \
             > 1 - self.factor_decay ** self.factor_every and n & (n - 1) == 0
-        refresh = []
-        for g in self.groups:
-            if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming):
-                refresh.append(g)
-            else:
-                cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
-        # padded_eigh zeroes non-finite entries; these flags make such a factor fail the step's check
-        self._decomposed_finite = [torch.isfinite(cur[g][k].sum()) for g in refresh for k in ("factor_a", "factor_g")]
-        if refresh:  # on an accelerator every factor in at most two eigh calls
-            pairs = factor_eigh([cur[g][k] for g in refresh for k in ("factor_a", "factor_g")])
-            for j, g in enumerate(refresh):
-                (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
-                                                                      cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
+        refresh = [g for g in self.groups
+                   if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming)]
+        self._decomposed_finite = refresh_eigenbases(cur, self.groups, refresh)
 
     def _preconditioners(self, cur: dict, new: dict) -> None:
         """CG's preconditioner per shape group, refreshed by Newton-Schulz (no eigendecomposition) where the
@@ -319,18 +304,6 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         self.timings["inverse"] += time.perf_counter() - start
         return xs, info
 
-    def _items(self, cur: dict) -> list:
-        """``(group, tensors, persistent)`` for every shape group with gradients (sub-groups for the
-        rare layers without one, which are solved but never written back)."""
-        items = []
-        for g in self.groups:
-            present = [j for j, m in enumerate(g.layers) if m.module.weight.grad is not None]
-            if len(present) == len(g):
-                items.append((g, cur[g], True))
-            elif present:
-                items.append(partial_view(g, cur[g], present))
-        return items
-
     @torch.no_grad()
     def step(self, closure=None):
         """One K-FAC step (see the module docstring); returns the closure's loss if given.
@@ -347,7 +320,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         items, v, xs, info, cur = [], [], [], {}, None
         try:
             cur = self._current(new, step)
-            items = self._items(cur)
+            items = solve_items(self.groups, cur)
             v = [sub.gradients() for sub, _, _ in items]
             xs, info = self._solve(items, v) if items else ([], {})
             solved = [torch.isfinite(x.sum()) for x in xs] + self._decomposed_finite
@@ -359,8 +332,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         flags = [f for f in (grad_ok, solve_ok) if f is not None]
         ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         if cur is not None:
-            self._commit(new, cur, batches)
-        elif batches:
+            commit(self.groups, self.state, new, cur)
+        if batches:
             self.factor_updates += 1
         capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
         self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
@@ -374,38 +347,11 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
             control.check(self, step, scheduled=True, loss=loss, closure=closure, items=items, pending=pending)
         return loss
 
-    def _commit(self, new: dict, cur: dict, batches: list) -> None:
-        for g in self.groups:
-            for key, value in cur[g].items():
-                if key in g.stacks and value is g.stacks[key]:
-                    continue
-                if key in ("factor_a", "factor_g") and g not in new:
-                    continue
-                g.bind(self.state, key, value)
-        if batches:
-            self.factor_updates += 1
-
     def _bound_scales(self, items, v, xs) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
-        """KL-bound factors ``nu`` per item, each param group bounded by its own ``kl_clip`` over its own layers;
-        also the smallest ``nu`` (a 0-d tensor) and whether any group is bounded."""
+        """KL-bound factors per item, each param group bounded by its own ``kl_clip`` (``_kfac_step.bound_scales``)."""
         lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
                   for (sub, _, _), vj in zip(items, v)]
-        owners = {id(self._group_of(m)): self._group_of(m) for sub, _, _ in items for m in sub.layers}
-        if len(owners) == 1:  # the usual case: one bound over every layer (one sum, as kfac-pytorch)
-            kl_clip = next(iter(owners.values()))["kl_clip"]
-            vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
-            nu = kl_clip_scale(vg, kl_clip=kl_clip)
-            return [nu] * len(items), nu, kl_clip is not None
-        position = {key: i for i, key in enumerate(owners)}
-        clips = [group["kl_clip"] for group in owners.values()]
-        vg = torch.zeros(len(owners), dtype=v[0].dtype, device=v[0].device)
-        where = []
-        for (sub, _, _), l, vj, x in zip(items, lr0_sq, v, xs):
-            index = torch.tensor([position[id(self._group_of(m))] for m in sub.layers], device=vj.device)
-            vg = vg.index_add(0, index, (l * vj * x).sum(dim=(1, 2)))
-            where.append(index)
-        nus = torch.stack([kl_clip_scale(vg[i], kl_clip=clip) for i, clip in enumerate(clips)])  # (groups,)
-        return [nus[index][:, None, None] for index in where], nus.min(), any(c is not None for c in clips)
+        return bound_scales(v, xs, lr0_sq, [[self._group_of(m) for m in sub.layers] for sub, _, _ in items])
 
     def _apply(self, items, v, xs, info, step, ok) -> dict:
         """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
