@@ -193,15 +193,39 @@ def test_a_failed_step_changes_nothing_before_the_check():
         assert all(torch.equal(opt.state[p][k], v) for k, v in saved.items())
 
 
-@pytest.mark.parametrize("rho, bound, expected", [
-    (0.9, False, 0.5),  # a good fit of a free step: lower
-    (0.9, True, 1.0),  # a good fit of a step the KL bound cut: the damping did not set its length, kept
-    (0.1, True, 2.0),  # a poor fit raises whatever cut the step
+@pytest.mark.parametrize("rho, short, expected", [
+    (0.9, False, 0.5),  # a good fit of a step of the model's own length: lower
+    (0.9, True, 1.0),  # a good fit of a step much shorter than the model's minimiser: says nothing, kept
+    (0.1, True, 2.0),  # a poor fit raises whatever the step's length
     (float("nan"), False, 2.0),
 ])
-def test_levenberg_marquardt_keeps_the_damping_of_a_bound_step(rho, bound, expected):
+def test_levenberg_marquardt_keeps_the_damping_after_a_short_step(rho, short, expected):
     from brownformer.optim._kfac_control import adapt_damping
-    assert adapt_damping(1.0, rho, 0.5, bound=bound) == pytest.approx(expected)
+    assert adapt_damping(1.0, rho, 0.5, short=short) == pytest.approx(expected)
+
+
+def test_damping_holds_over_short_steps_and_adapts_over_full_ones(case_builder):
+    """LM with a closure: at a tiny lr (steps far below the model's minimiser, rho ~ 1, which lowered the damping
+    at every check before and drove it to its floor) the damping stays exactly; at an lr whose steps are of the
+    model's length it adapts (here it rises: a full step of this small-damped model fits poorly, rho < 1/4)."""
+    finals = {}
+    for lr in (1e-4, 1.0):
+        model, batch, loss_fn = case_builder("mlp")
+        opt = KFAC(model, lr=lr, momentum=0.0, kl_clip=None, damping=1e-1, adapt_every=1)
+        for step in range(10):
+            x, y = batch(step)
+
+            def closure():
+                if torch.is_grad_enabled():
+                    opt.zero_grad()
+                loss = loss_fn(model, x, y)
+                if torch.is_grad_enabled():
+                    loss.backward()
+                return loss
+            opt.step(closure)
+        finals[lr] = opt.param_groups[0]["damping"]
+    assert finals[1e-4] == 1e-1
+    assert finals[1.0] > 1e-1
 
 
 def test_relative_damping_scales_with_each_layers_factors():
