@@ -37,6 +37,11 @@ def _one_setting(width: int, patch: int, names, args, device) -> list[dict]:
     overhead.SHAPE.clear()
     overhead.SHAPE.update(d_model=width, mlp_ratio=2, n_heads=max(1, width // 8), n_layers=args.blocks, patch_size=patch)
     makers = overhead.make_optimizers(10, device)
+    if args.cg_max_iter is not None:  # iterative K-FAC with a smaller CG budget cap (truncated harder)
+        from brownformer.optim import build_optimizer
+        settings, lr = overhead._config_kfac("kfac-iterative")
+        makers[f"kfac-iterative (config, cg_max_iter={args.cg_max_iter})"] = \
+            lambda m: build_optimizer(m, "kfac-iterative", lr, {**settings, "cg_max_iter": args.cg_max_iter})
     repeats = [[overhead.measure(n, makers[n], device=device, batch_size=args.batch_size, steps=args.steps,
                                  warmup=args.warmup, seed=0) for n in names] for _ in range(args.repeats)]
     for rows in repeats:
@@ -107,6 +112,8 @@ def main(argv=None) -> int:
     p.add_argument("--warmup", type=int, default=10)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--max-width-65-tokens", type=int, default=256, help="the 65-token runs stop at this width (time)")
+    p.add_argument("--cg-max-iter", type=int, help="also time iterative K-FAC with this CG budget cap")
+    p.add_argument("--no-defaults", action="store_true", help="skip the factors-every-step rows")
     p.add_argument("--out", type=Path, default=Path("benchmarks/results/kfac_cost.json"))
     args = p.parse_args(argv)
     torch.set_num_threads(1)
@@ -116,9 +123,17 @@ def main(argv=None) -> int:
         for width in args.widths:
             if patch == 1 and width > args.max_width_65_tokens:
                 continue
-            names = CONFIG_ROWS + (DEFAULT_ROWS if width in DEFAULT_WIDTHS else ())
+            names = CONFIG_ROWS + (DEFAULT_ROWS if width in DEFAULT_WIDTHS and not args.no_defaults else ())
+            if args.cg_max_iter is not None:
+                names += (f"kfac-iterative (config, cg_max_iter={args.cg_max_iter})",)
             rows += _one_setting(width, patch, names, args, device)
             print(width, patch, [(r["optimizer"], round(r["ratio_to_adamw"], 3)) for r in rows[-len(names):]], flush=True)
+            _write(rows, args, device, argv)  # after every setting: a stopped study keeps what it measured
+    _write(rows, args, device, argv)
+    return 0
+
+
+def _write(rows: list[dict], args, device, argv) -> None:
     meta = {"device": str(device), "batch_size": args.batch_size, "blocks": args.blocks, "steps": args.steps,
             "warmup": args.warmup, "repeats": args.repeats, "torch": torch.__version__, "platform": platform.platform(),
             "command": " ".join(["python benchmarks/kfac_cost.py", *(argv if argv is not None else sys.argv[1:])])}
@@ -126,8 +141,6 @@ def main(argv=None) -> int:
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
     args.out.with_suffix(".md").write_text(_markdown(rows, meta))
-    print(meta["crossover"])
-    return 0
 
 
 if __name__ == "__main__":

@@ -69,7 +69,7 @@ def main(argv=None) -> int:
     p.add_argument("--label", default="branch")
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--data-root", default="results/data")
-    p.add_argument("--compare", nargs=2, metavar="JSON")
+    p.add_argument("--compare", nargs="+", metavar="JSON")
     p.add_argument("--out", required=True)
     args = p.parse_args(argv)
     if args.compare:
