@@ -256,20 +256,24 @@ class FactorCapture:
         handles.append(output.register_hook(once))
 
     def _check_reduction(self, probs, loss_grad, scale: int, logits) -> None:
-        """Raise when the loss is a cross-entropy at another reduction than ``loss_reduction``.
+        """Raise when the loss is a hard-label cross-entropy at another reduction than ``loss_reduction``.
 
-        ``q_R = softmax(z) - R dL/dz`` is ``(1 - R / R_true) softmax(z) + (R / R_true) target`` for a cross-entropy
-        averaged over ``R_true`` terms: a probability vector for every ``R <= R_true`` and not above it. So the
-        largest candidate ``R`` (every row, the batch, 1) that gives one is the loss's; another than the declared
-        one would scale ``G`` wrongly (or, above ``R_true``, turn the sampled Fisher Gaussian). A loss that is a
-        cross-entropy at no candidate (a squared error) is left to the Gaussian reading."""
+        For a cross-entropy averaged over ``R_true`` terms, ``q_R = softmax(z) - R dL/dz`` is
+        ``(1 - R / R_true) softmax(z) + (R / R_true) onehot``: the one-hot target exactly at ``R_true`` only. So when
+        the declared ``R`` does not give one-hot rows but another candidate (every row, the batch, 1) does, the
+        reduction is wrong (``G`` would be scaled wrongly, or the sampled Fisher silently Gaussian). Other losses
+        (a squared error, a loss on pooled outputs, smoothed labels) are left to the usual reading."""
+        def one_hot(r):
+            q = probs - loss_grad * r
+            return bool(_is_distribution(q) & (q.amax(dim=1).min() > 1 - _CATEGORICAL_TOL))
+        if one_hot(scale):
+            return
         candidates = {"mean": probs.shape[0], "batch": logits.shape[0], "sum (no averaging)": 1}
-        valid = [(r, name) for name, r in candidates.items() if bool(_is_distribution(probs - loss_grad * r))]
-        if valid and max(valid)[0] != scale:
-            r, name = max(valid)
-            raise ValueError(f"loss_reduction={self.loss_reduction!r} (R = {scale}) does not match the loss: it is a "
-                             f"cross-entropy averaged over R = {r} terms ({name}); pass the matching loss_reduction "
-                             f"({', '.join(LOSS_REDUCTIONS)}) or average the loss so")
+        for name, r in candidates.items():
+            if r != scale and one_hot(r):
+                raise ValueError(f"loss_reduction={self.loss_reduction!r} (R = {scale}) does not match the loss: it is "
+                                 f"a cross-entropy averaged over R = {r} terms ({name}); pass the matching "
+                                 f"loss_reduction ({', '.join(LOSS_REDUCTIONS)}) or average the loss so")
 
     def _sampled_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]], scale: int,
                           loss_grad: torch.Tensor) -> None:
