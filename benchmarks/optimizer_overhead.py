@@ -36,7 +36,7 @@ import torch.nn.functional as F
 from brownformer.optim.kfac import KFAC
 
 
-SHAPE = {"d_model": 32, "mlp_ratio": 2, "n_heads": 4}  # set by main from the arguments
+SHAPE = {"d_model": 32, "mlp_ratio": 2, "n_heads": 4}  # set by main from the arguments (n_layers, patch_size too)
 
 
 def build_vit(device: torch.device) -> tuple[nn.Module, tuple[int, ...], int]:
@@ -44,7 +44,7 @@ def build_vit(device: torch.device) -> tuple[nn.Module, tuple[int, ...], int]:
     from brownformer.config import ModelConfig
     from brownformer.models import build_model
 
-    cfg = ModelConfig(name="vit-pre", arch="vit", dataset="digits", ln="pre", n_layers=4, patch_size=2, **SHAPE)
+    cfg = ModelConfig(name="vit-pre", arch="vit", dataset="digits", ln="pre", **{"n_layers": 4, "patch_size": 2, **SHAPE})
     return build_model(cfg, n_classes=10, image_shape=(1, 8, 8)).to(device), (1, 8, 8), 10
 
 
@@ -56,17 +56,21 @@ def _config_kfac(name: str) -> dict:
     return {k: v for k, v in entry.items() if k not in ("type", "lr")}, entry["lr"]
 
 
-def make_optimizers(inverse_every: int) -> dict:
+def make_optimizers(inverse_every: int, device: torch.device = torch.device("cpu")) -> dict:
     """The registry's optimizers. K-FAC twice: with config/config.yaml's settings (factors every 5 steps,
     sampled Fisher, KL bound, LM damping through ``step(closure)``: its extra forward every ``adapt_every``
     steps is part of the step time) and with the constructor's defaults (factors every step)."""
-    from brownformer.optim import build_optimizer
+    from brownformer.optim import build_optimizer, implementation_flags
+
+    # AdamW as training builds it: its fastest implementation on the device (foreach on the CPU, fused on CUDA);
+    # the per-parameter loop torch picks by default on the CPU is slower and flatters every ratio to it
+    adamw = implementation_flags("adamw", device)
 
     kfac = dict(inverse_every=inverse_every, kl_clip=1e-3, rest_update="adamw", rest_lr=3e-3)
     (eigen, eigen_lr), (iterative, iterative_lr) = _config_kfac("kfac-eigen"), _config_kfac("kfac-iterative")
     makers = {
         "sgd": lambda m: build_optimizer(m, "sgd", 0.1, {"momentum": 0.9}),
-        "adamw": lambda m: build_optimizer(m, "adamw", 3e-3, {"weight_decay": 0.01}),
+        "adamw": lambda m: build_optimizer(m, "adamw", 3e-3, {"weight_decay": 0.01, **adamw}),
         "muon": lambda m: build_optimizer(m, "muon", 0.02, {"adamw_lr": 3e-3}),
         "kfac-eigen (config)": lambda m: build_optimizer(m, "kfac-eigen", eigen_lr, eigen),
         "kfac-iterative (config)": lambda m: build_optimizer(m, "kfac-iterative", iterative_lr, iterative),
@@ -199,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
                           else ("cpu" if args.device == "auto" else args.device))
-    makers = make_optimizers(args.inverse_every)
+    makers = make_optimizers(args.inverse_every, device)
     names = ["adamw"] + [n for n in makers if n != "adamw" and (not args.only or n in args.only)]
     repeats = [[measure(n, makers[n], device=device, batch_size=args.batch_size, steps=args.steps,
                         warmup=args.warmup, seed=args.seed) for n in names] for _ in range(args.repeats)]

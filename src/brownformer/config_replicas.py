@@ -10,15 +10,12 @@ analysis starts after warm-up and that many steps and uses captures at least tha
 """
 from __future__ import annotations
 
-import ast
-import functools
-import importlib.util
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Mapping
 
 from brownformer.config_checks import ConfigError
+from brownformer.optim.registry import default_momentum
 
 __all__ = ["RunSpec", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "replica_seed"]
 
@@ -114,18 +111,6 @@ class AnalysisWindow:
         return keep
 
 
-@functools.cache
-def _kfac_default_momentum() -> float:
-    """K-FAC's heavy-ball momentum default, read from its one home (brownformer.optim.kfac.DEFAULT_MOMENTUM) without
-    importing the optimizer (and torch: the statistics do not need it)."""
-    spec = importlib.util.find_spec("brownformer.optim.kfac")
-    tree = ast.parse(Path(spec.origin).read_text())
-    for node in tree.body:
-        if isinstance(node, ast.Assign) and any(getattr(t, "id", None) == "DEFAULT_MOMENTUM" for t in node.targets):
-            return float(ast.literal_eval(node.value))
-    raise RuntimeError("brownformer.optim.kfac defines no DEFAULT_MOMENTUM")
-
-
 def momentum_gap(momentum_steps: float, momentum_times: float) -> int:
     """The training-time window's least lag in steps: momentum_times x the momentum time 1/(1 - beta), at least 1.
     The one home of this rule: ExperimentConfig.analysis_window (the pipeline's replica captures) and a trajectory
@@ -137,7 +122,7 @@ def momentum_steps(opt_type: str, params: Mapping[str, Any]) -> float:
     """Momentum time 1/(1 - beta) in steps of an optimizer: the lag over which its momentum correlates updates.
 
     beta is AdamW's beta1 (torch default 0.9), SGD's momentum (default 0), Muon's momentum (default 0.95) and for
-    K-FAC the larger of its heavy-ball momentum (default brownformer.optim.kfac.DEFAULT_MOMENTUM, 0.5) and, when
+    K-FAC the larger of its heavy-ball momentum (default brownformer.optim.defaults.DEFAULT_MOMENTUM, 0.5, read from the optimizer registry) and, when
     the parameters it does not precondition use AdamW (rest_update, default "adamw"), that AdamW's beta1 (0.9):
     a token moves with every parameter, so the slowest momentum sets the time its increments stay correlated.
     """
@@ -146,11 +131,11 @@ def momentum_steps(opt_type: str, params: Mapping[str, Any]) -> float:
     if opt_type == "adamw":
         beta = adam_beta1
     elif opt_type == "sgd":
-        beta = float(p.get("momentum", 0.0))
+        beta = float(p.get("momentum", default_momentum("sgd")))
     elif opt_type == "muon":
-        beta = float(p.get("momentum", 0.95))
+        beta = float(p.get("momentum", default_momentum("muon")))
     else:
-        beta = float(p.get("momentum", _kfac_default_momentum()))
+        beta = float(p.get("momentum", default_momentum(opt_type)))
         if p.get("rest_update", "adamw") == "adamw":
             beta = max(beta, adam_beta1)
     return 1.0 / (1.0 - beta)

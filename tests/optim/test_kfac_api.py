@@ -262,3 +262,48 @@ def test_free_host_reads_change_no_result(case_builder, inverse, monkeypatch):
     assert inverse == "eigen" or stats_free["cg_iterations_total"] > 0  # some steps iterated
     for key in ("damping", "cg_iterations_total", "cg_capped_total", "kl_clip_binding_steps_total"):
         assert stats_free.get(key) == stats_synced.get(key), key
+
+
+def test_kl_clip_is_read_per_group():
+    """Two groups, one bounded and one not: the bounded group's step is scaled by its own nu, the other's is not."""
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
+    x, y = torch.randn(8, 3, dtype=torch.float64), torch.randint(0, 2, (8,))
+    steps = {}
+    for clips in ((None, None), (1e-12, None)):
+        twin = copy.deepcopy(model)
+        groups = [{"params": list(twin[0].parameters()), "kl_clip": clips[0]},
+                  {"params": list(twin[2].parameters()), "kl_clip": clips[1]}]
+        opt = KFAC(twin, lr=0.1, momentum=0.0, params=groups)
+        F.cross_entropy(twin(x), y).backward()
+        before = [p.detach().clone() for p in twin.parameters()]
+        opt.step()
+        steps[clips] = [(p - q).detach() for p, q in zip(twin.parameters(), before)]
+    free, bounded = steps[(None, None)], steps[(1e-12, None)]
+    for d_free, d_bound in zip(free[:2], bounded[:2]):  # the bounded group: a tiny multiple of the free step
+        ratio = d_bound.norm() / d_free.norm()
+        assert 0 < ratio < 1e-3
+        torch.testing.assert_close(d_bound, ratio * d_free)
+    for d_free, d_bound in zip(free[2:], bounded[2:]):  # the unbounded group: its step unchanged
+        torch.testing.assert_close(d_bound, d_free)
+
+
+@pytest.mark.parametrize("declared, loss", [
+    ("batch", lambda out, y: F.cross_entropy(out.reshape(-1, 4), y.reshape(-1))),  # a mean over B T rows
+    ("mean", lambda out, y: F.cross_entropy(out.reshape(-1, 4), y.reshape(-1), reduction="sum") / out.shape[0]),
+])
+def test_a_wrong_loss_reduction_raises(declared, loss):
+    """The sampled Fisher reads the loss as a cross-entropy at the declared reduction; a loss that is one at
+    another reduction raises (it used to fall silently to Gaussian sampling) and the right one trains."""
+    torch.manual_seed(0)
+    x, y = torch.randn(8, 3, 5, dtype=torch.float64), torch.randint(0, 4, (8, 3))
+    for reduction in (declared, {"batch": "mean", "mean": "batch"}[declared]):
+        model = nn.Sequential(nn.Linear(5, 6), nn.Tanh(), nn.Linear(6, 4)).double()
+        opt = KFAC(model, lr=0.05, loss_reduction=reduction)
+        if reduction == declared:
+            with pytest.raises(ValueError, match="loss_reduction"):
+                loss(model(x), y).backward()
+        else:
+            loss(model(x), y).backward()
+            opt.step()
+            assert opt.last_stats["preconditioned"]

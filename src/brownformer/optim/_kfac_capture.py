@@ -47,6 +47,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn as nn
 
+from brownformer.optim._kfac_packed import ForwardOverride, PackedProjection, is_packed, packed_forward
+
 logger = logging.getLogger(__name__)
 
 SCOPES = ("all", "attention", "mlp")
@@ -56,6 +58,11 @@ LOSS_REDUCTIONS = ("mean", "batch")
 _ATTENTION = re.compile(r"attn|attention")
 _MLP = re.compile(r"mlp|ffn|feed_?forward")
 _HEAD_PROJECTIONS = {"q", "k", "v", "q_proj", "k_proj", "v_proj", "query", "key", "value"}
+
+
+def _is_distribution(q: torch.Tensor) -> torch.Tensor:
+    """0-d bool: every row of ``(rows, classes)`` ``q`` is a probability vector (within ``_CATEGORICAL_TOL``)."""
+    return (q.min() > -_CATEGORICAL_TOL) & ((q.sum(dim=1) - 1).abs().max() < _CATEGORICAL_TOL)
 
 
 def layer_scope(name: str) -> str:
@@ -103,13 +110,27 @@ def _head_count(model: nn.Module, name: str, n_heads: int | None) -> int:
     raise ValueError(f"per_head=True but no head count for {name!r}: pass n_heads=")
 
 
+def _module_scope(name: str, module: nn.Module, attention_owned: set[int]) -> str:
+    """``layer_scope`` of a module, where the parts of an ``nn.MultiheadAttention`` are attention whatever their name."""
+    return "attention" if isinstance(module, nn.MultiheadAttention) or id(module) in attention_owned \
+        else layer_scope(name)
+
+
 def find_layers(model: nn.Module, *, scope: str, per_head: bool, n_heads: int | None) -> list[KFACLayer]:
-    """The in-scope ``nn.Linear`` layers of ``model`` (see the module docstring for the rule)."""
+    """The in-scope ``nn.Linear`` layers of ``model`` (see the module docstring for the rule), and the packed
+    Q, K, V projection of every ``nn.MultiheadAttention`` (``_kfac_packed``; named ``<module>.in_proj``)."""
     layers, seen = [], set()
+    attention_owned = {id(m.out_proj) for m in model.modules() if isinstance(m, nn.MultiheadAttention)}
     for name, module in model.named_modules():
+        if is_packed(module) and scope in ("all", "attention"):
+            embed = module.embed_dim  # one G block per Q, K, V (per head with per_head)
+            head_size = embed // module.num_heads if per_head else embed
+            layers.append(KFACLayer(name=f"{name}.in_proj", module=PackedProjection(module), head_size=head_size))
+            seen.add(id(module.in_proj_weight))
+            continue
         if not isinstance(module, nn.Linear) or not module.weight.requires_grad:
             continue
-        if scope != "all" and layer_scope(name) != scope:
+        if scope != "all" and _module_scope(name, module, attention_owned) != scope:
             continue
         if id(module.weight) in seen:
             raise ValueError(f"layer {name!r} shares its weight with another layer in scope")
@@ -127,6 +148,24 @@ def find_layers(model: nn.Module, *, scope: str, per_head: bool, n_heads: int | 
     return layers
 
 
+def unpreconditioned_weights(model: nn.Module, layers: list[KFACLayer], scope: str) -> list[tuple[str, str]]:
+    """``(name, reason)`` for every trainable parameter of 2 or more dimensions that no layer preconditions."""
+    mine = {id(p) for layer in layers for p in layer.module.parameters()}
+    out = []
+    for module_name, module in model.named_modules():
+        for param_name, p in module.named_parameters(recurse=False):
+            if not p.requires_grad or p.dim() < 2 or id(p) in mine:
+                continue
+            name = f"{module_name}.{param_name}" if module_name else param_name
+            if isinstance(module, nn.Linear) and param_name == "weight":
+                reason = f"an nn.Linear outside scope {scope!r}"
+            elif isinstance(module, nn.MultiheadAttention):
+                reason = "separate Q, K, V projections of other input sizes (kdim/vdim) are not supported" \
+                    if not module._qkv_same_embed_dim else f"attention outside scope {scope!r}"
+            else:
+                reason = f"a parameter of {type(module).__name__}, not an nn.Linear weight"
+            out.append((name, reason))
+    return out
 def _remove_handles(handles: list) -> None:
     for handle in handles:
         handle.remove()
@@ -160,12 +199,16 @@ class FactorCapture:
         self.seconds = 0.0
         self.scale: int | None = None
         self._outputs: list[tuple[KFACLayer, torch.Tensor]] = []  # mc: outputs awaiting the logits
+        self._reduction_checked = False
         previous = _ACTIVE.get(model)
         if previous is not None and previous() is not None:
             logger.warning("a second K-FAC on the same model: the first one's hooks are removed")
             previous().remove()
         ref = weakref.ref(self)
-        self._handles = [layer.module.register_forward_hook(_layer_hook(ref, layer)) for layer in layers]
+        self._handles = [ForwardOverride(layer.module.owner, packed_forward(layer.module.owner, _enabled(ref),
+                                                                             _projection_hook(ref, layer)))
+                         if isinstance(layer.module, PackedProjection)
+                         else layer.module.register_forward_hook(_layer_hook(ref, layer)) for layer in layers]
         self._handles.append(model.register_forward_hook(_model_hook(ref)))
         _ACTIVE[model] = ref
         self._finalizer = weakref.finalize(self, _remove_handles, self._handles)
@@ -212,6 +255,26 @@ class FactorCapture:
 
         handles.append(output.register_hook(once))
 
+    def _check_reduction(self, probs, loss_grad, scale: int, logits) -> None:
+        """Raise when the loss is a hard-label cross-entropy at another reduction than ``loss_reduction``.
+
+        For a cross-entropy averaged over ``R_true`` terms, ``q_R = softmax(z) - R dL/dz`` is
+        ``(1 - R / R_true) softmax(z) + (R / R_true) onehot``: the one-hot target exactly at ``R_true`` only. So when
+        the declared ``R`` does not give one-hot rows but another candidate (every row, the batch, 1) does, the
+        reduction is wrong (``G`` would be scaled wrongly, or the sampled Fisher silently Gaussian). Other losses
+        (a squared error, a loss on pooled outputs, smoothed labels) are left to the usual reading."""
+        def one_hot(r):
+            q = probs - loss_grad * r
+            return bool(_is_distribution(q) & (q.amax(dim=1).min() > 1 - _CATEGORICAL_TOL))
+        if one_hot(scale):
+            return
+        candidates = {"mean": probs.shape[0], "batch": logits.shape[0], "sum (no averaging)": 1}
+        for name, r in candidates.items():
+            if r != scale and one_hot(r):
+                raise ValueError(f"loss_reduction={self.loss_reduction!r} (R = {scale}) does not match the loss: it is "
+                                 f"a cross-entropy averaged over R = {r} terms ({name}); pass the matching "
+                                 f"loss_reduction ({', '.join(LOSS_REDUCTIONS)}) or average the loss so")
+
     def _sampled_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]], scale: int,
                           loss_grad: torch.Tensor) -> None:
         """Backpropagate the sampled-label loss gradient (divided by ``R``, as the loss) to the layer outputs."""
@@ -220,7 +283,10 @@ class FactorCapture:
         with torch.no_grad(), torch.autocast(logits.device.type, enabled=False):
             probs = logits.detach().float().softmax(dim=-1).reshape(-1, n_classes)  # (rows, classes)
             target = probs - loss_grad.detach().float().reshape(-1, n_classes) * scale  # cross-entropy's target
-            categorical = (target.min() > -_CATEGORICAL_TOL) & ((target.sum(dim=1) - 1).abs().max() < _CATEGORICAL_TOL)
+            categorical = _is_distribution(target)
+            if not self._reduction_checked:  # once: one host read, so a mismatched reduction cannot pass silently
+                self._reduction_checked = True
+                self._check_reduction(probs, loss_grad.detach().float().reshape(-1, n_classes), scale, logits)
             # a non-finite row (a diverged step; the optimizer handles it) must not stop the sampling
             # inverse-CDF sampling: torch.multinomial checks its input on the host (a read per step)
             cdf = torch.nan_to_num(probs, nan=1.0, posinf=1.0, neginf=0.0).clamp_min(1e-30).cumsum(dim=1)  # (rows, C)
@@ -251,4 +317,19 @@ def _model_hook(ref: weakref.ref):
         capture = ref()
         if capture is not None:
             capture._on_model_output(module, args, output)
+    return hook
+
+
+def _enabled(ref: weakref.ref):
+    def enabled():
+        capture = ref()
+        return capture is not None and capture.enabled
+    return enabled
+
+
+def _projection_hook(ref: weakref.ref, layer: KFACLayer):
+    def hook(x, proj):
+        capture = ref()
+        if capture is not None:
+            capture._on_layer(layer, layer.module, (x,), proj)
     return hook

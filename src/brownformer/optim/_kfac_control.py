@@ -11,7 +11,10 @@
   ``rho = (h(theta + delta) - h(theta)) / (g^T delta + 1/2 sum_l <D_l, G_l D_l A_l>)`` (actual over
   the change the undamped Kronecker quadratic model predicts, ``delta`` the whole update, momentum and
   the AdamW half included; the parameters K-FAC does not precondition enter the model linearly);
-  ``damping *= omega`` if ``rho > 3/4``, ``/= omega`` if ``rho < 1/4``, ``omega = 0.95^adapt_every``.
+  ``damping *= omega`` if ``rho > 3/4`` and the step was at least ``SHORT_STEP`` of the model's minimiser along
+  it (a shorter step, from a small lr or the KL bound, fits any quadratic model: its rho says nothing about
+  the damping), ``/= omega`` if ``rho < 1/4``,
+  ``omega = 0.95^adapt_every``.
 * Failures (a non-finite gradient, a non-finite loss after the step, a failed solve) are found without
   a host read in the step: the step's update is masked on the device (a failed step changes nothing)
   and the device counts them (:class:`Watch`). The host reads the counts at its next check (every
@@ -28,12 +31,15 @@ import math
 
 import torch
 
-from brownformer.optim._kfac_groups import EIGEN_KEYS
+from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS
 
 logger = logging.getLogger("brownformer.optim.kfac")
 
 LM_LOW, LM_HIGH = 0.25, 0.75  # reduction-ratio thresholds (Martens & Grosse 2015; kfac-jax)
 LM_DECAY_PER_STEP = 0.95  # omega = 0.95^adapt_every (Martens & Grosse: (19/20)^T1)
+# a step shorter than this fraction of the model's minimiser along it cannot lower the damping: a short enough step
+# has rho ~ 1 whatever the damping
+SHORT_STEP = 0.5
 DAMPING_MIN, DAMPING_MAX = 1e-6, 1e3  # G and A are O(1) at the loss's scale: 1e3 is SGD with lr / 1e3
 FAILURE_GROWTH = 10.0  # one order of magnitude per failure
 # the first-order state a restore brings back; the momentum buffers are cleared instead (measured: a buffer
@@ -51,10 +57,15 @@ def kronecker_quadratic(g: torch.Tensor, a: torch.Tensor, d: torch.Tensor) -> to
     return (d * torch.bmm(torch.bmm(g, d), a)).sum()
 
 
-def adapt_damping(damping: float, rho: float, omega: float) -> float:
+def adapt_damping(damping: float, rho: float, omega: float, *, short: bool = False) -> float:
     """One Levenberg-Marquardt update of the (relative) damping from the reduction ratio ``rho``
-    (a non-finite ``rho``, e.g. a predicted change that is not a decrease, counts as a poor fit)."""
-    if rho == rho and rho > LM_HIGH:
+    (a non-finite ``rho``, e.g. a predicted change that is not a decrease, counts as a poor fit).
+
+    ``short``: the step was much shorter than the model's minimiser along it (a small lr, or the KL bound cut it).
+    Any short enough step fits a quadratic model (``rho -> 1``), so its good fit says nothing about a smaller
+    damping, which is kept; a poor fit still raises it. (Lowered on every such check, the damping fell 30x in
+    400 steps and reached the floor in a vit-post run that then failed to train; issue 33.)"""
+    if rho == rho and rho > LM_HIGH and not short:
         damping *= omega
     elif not (rho == rho) or rho < LM_LOW:
         damping /= omega
@@ -130,16 +141,18 @@ def check_due(opt, step: int) -> bool:
     return opt.adapt_every == 0 or step % opt.adapt_every == 0
 
 
-def predicted_change(opt, items, before: Snapshot) -> torch.Tensor:
-    """``g^T delta + 1/2 sum_l <D_l, G_l D_l A_l>`` of the update just applied (a 0-d tensor)."""
+def predicted_change(opt, items, before: Snapshot) -> tuple[torch.Tensor, torch.Tensor]:
+    """The two terms of the model's change for the update just applied: ``g^T delta`` and
+    ``1/2 sum_l <D_l, G_l D_l A_l>`` (0-d tensors; the prediction is their sum)."""
     params = [p for p in opt._params() if p.grad is not None]
     index = {id(p): j for j, p in enumerate(opt._params())}
     delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
-    predicted = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
+    linear = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
     moved = dict(zip(params, delta))
+    quadratic = torch.zeros((), dtype=linear.dtype, device=linear.device)
     for sub, c, _ in items:
-        predicted = predicted + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], sub.gradients(moved))
-    return predicted
+        quadratic = quadratic + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], sub.gradients(moved)).to(linear.dtype)
+    return linear, quadratic
 
 
 def next_budgets(budgets: list[int], seen: list[list[int]], cap: int) -> list[int]:
@@ -162,10 +175,11 @@ def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, i
     adapt = scheduled and pending is not None and closure is not None and loss is not None
     lm = []
     if adapt:
-        predicted = predicted_change(opt, items, pending)
+        linear, quadratic = predicted_change(opt, items, pending)
         with torch.no_grad():
             after = closure()
-        lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(predicted.device) for t in (after, loss, predicted)]
+        lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(linear.device)
+              for t in (after, loss, linear, quadratic)]
         opt._totals["adaptations"] += 1
     n_cg = opt.watch.cg.numel()
     values = torch.cat([opt.watch.failures.double(), opt.watch.cg.double().flatten(),
@@ -185,8 +199,13 @@ def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, i
                  failed_steps=failed, restore=bool(bad_gradient))
         return
     if adapt:
-        after_value, before_value, predicted_value = lm_values
+        after_value, before_value, linear_value, quadratic_value = lm_values
+        predicted_value = linear_value + quadratic_value
         rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
+        # along delta the model is m(t) = t g^T delta + t^2 Q, minimised at t* = -g^T delta / (2 Q): the step is 1 / t*
+        fraction = 2 * quadratic_value / -linear_value if linear_value < 0 else float("nan")
+        short = fraction < SHORT_STEP  # NaN (no predicted decrease): not short, rho is NaN and raises the damping
+        opt._stats["lm_step_fraction"] = fraction
         opt._stats["rho"] = rho
         if not math.isfinite(after_value):
             opt.good = pending
@@ -195,7 +214,7 @@ def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, i
             return
         omega = lm_omega(opt.adapt_every)
         for group in opt.param_groups:
-            group["damping"] = adapt_damping(group["damping"], rho, omega)
+            group["damping"] = adapt_damping(group["damping"], rho, omega, short=short)
     elif scheduled and opt.adapt_every > 0:  # no closure: a damping raised by a failure decays back
         for group in opt.param_groups:
             group["damping"] = max(group["initial_damping"], group["damping"] * lm_omega(opt.adapt_every))
@@ -221,8 +240,8 @@ def incident(opt, step: int, reason: str, *, failed_steps: int, restore: bool) -
         group["damping"] = min(group["damping"] * FAILURE_GROWTH, DAMPING_MAX)
     opt.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
     for g in opt.groups:
-        g.rotated = None
-        for key in EIGEN_KEYS + ("cg_solution",):
+        g.preconditioned_for = None
+        for key in EIGEN_KEYS + PRECONDITIONER_KEYS + ("cg_solution",):
             if g.stacks.pop(key, None) is not None:
                 for layer in g.layers:
                     opt.state[layer.module.weight].pop(key, None)

@@ -25,7 +25,8 @@ from brownformer.optim._kfac_math import (block_diagonal, input_factor, output_f
 
 FACTOR_KEYS = ("factor_a", "factor_g")
 EIGEN_KEYS = ("eigenvalues_a", "eigenvectors_a", "eigenvalues_g", "eigenvectors_g")
-LAYER_KEYS = FACTOR_KEYS + ("cg_solution",) + EIGEN_KEYS
+PRECONDITIONER_KEYS = ("preconditioner_g", "preconditioner_a")  # cg: ~(G + gamma_G I)^-1, ~(A + gamma_A I)^-1
+LAYER_KEYS = FACTOR_KEYS + ("cg_solution",) + EIGEN_KEYS + PRECONDITIONER_KEYS
 
 
 def factor_dtype(weight: torch.Tensor) -> torch.dtype:
@@ -52,7 +53,7 @@ class LayerGroup:
         self.has_bias = layers[0].has_bias
         self.dtype, self.device = factor_dtype(w), w.device
         self.stacks: dict[str, torch.Tensor] = {}
-        self.rotated: tuple[torch.Tensor, torch.Tensor] | None = None  # (G', A') in the eigenbasis, cg's cache
+        self.preconditioned_for: tuple | None = None  # cg: the dampings its preconditioner was refreshed for
         self._params: list | None = None  # the members' parameters in split order
         self.head_mask = None  # (k, out, out) ones / per-head block pattern, only if a layer is per-head
         if any(m.head_size is not None for m in layers):
@@ -87,7 +88,7 @@ class LayerGroup:
         (factors) or zeros (CG solution, a cold start); partial eigendecompositions are dropped and
         recomputed at the next step.
         """
-        self.stacks, self.rotated = {}, None
+        self.stacks, self.preconditioned_for = {}, None
         n_in = self.in_features + int(self.has_bias)
         fill = {"factor_a": lambda: torch.eye(n_in, dtype=self.dtype, device=self.device),
                 "factor_g": lambda: torch.eye(self.out_features, dtype=self.dtype, device=self.device),

@@ -132,6 +132,16 @@ def kronecker_operator(g: torch.Tensor, a: torch.Tensor, x: torch.Tensor,
     return torch.baddbmm(x, torch.bmm(g, x), a, beta=damping)
 
 
+def factor_scale(g: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+    """Mean eigenvalue of ``A (x) G`` per layer, ``(tr A / n_A)(tr G / n_G)``: ``(k, 1, 1)`` from ``(k, n, n)`` stacks.
+
+    The unit of a relative damping (``lambda_l = damping * scale_l``); floored at the dtype's ``tiny`` so a
+    layer without curvature yet keeps a positive ``lambda``."""
+    mean_g = torch.diagonal(g, dim1=1, dim2=2).mean(dim=1)
+    mean_a = torch.diagonal(a, dim1=1, dim2=2).mean(dim=1)
+    return (mean_g * mean_a).clamp_min(torch.finfo(g.dtype).tiny)[:, None, None]
+
+
 def eigen_solve(
     eig_g: tuple[torch.Tensor, torch.Tensor],
     eig_a: tuple[torch.Tensor, torch.Tensor],

@@ -1,26 +1,24 @@
-"""Conjugate gradient on damped Kronecker systems, and iterative K-FAC's use of it: CG in the amortised
-Kronecker eigenbasis, Jacobi-preconditioned.
+"""Conjugate gradient on damped Kronecker systems, preconditioned without any eigendecomposition.
 
-The system is the one both variants solve, ``G X A + lambda X = V`` with the *current* factors
-(Martens & Grosse 2015; the iterative K-FAC of arXiv 2101.00218 solves it by CG). Given orthogonal
-``Q_G``, ``Q_A`` from the last refresh (eigenvectors of the factors of that step), the substitution
-``X = Q_G Y Q_A^T`` turns it into the equivalent system
+The system is the one both K-FAC variants solve, ``G X A + lambda X = V`` with the *current* factors
+(Martens & Grosse 2015; the iterative K-FAC of arXiv 2101.00218 solves it by CG). Iterative K-FAC runs
+truncated preconditioned CG (Saad 2003, alg. 9.1) on it, every system of a padded block at once
+(``_kfac_blocks``), with the Kronecker-factored preconditioner
 
-    G' Y A' + lambda Y = V',   G' = Q_G^T G Q_G,  A' = Q_A^T A Q_A,  V' = Q_G^T V Q_A,
+    M^-1 R = (G + gamma_G I)^-1 R (A + gamma_A I)^-1,   gamma_A = pi sqrt(lambda),  gamma_G = sqrt(lambda) / pi,
+    pi^2 = (tr A / n_A) / (tr G / n_G)
 
-with the same CG iterates' norms (the rotation is orthogonal: residuals, the tolerance and the CG
-objective are unchanged). CG runs on it with the Jacobi preconditioner
-``M^-1 = 1 / (diag(G') diag(A')^T + lambda)``, elementwise, so a preconditioned iteration costs what
-an unpreconditioned one does. On the refresh step ``G'``, ``A'`` are diagonal, the preconditioner is
-the exact inverse and one iteration solves the system exactly; between refreshes the factors drift
-(new batch factors every ``factor_every`` steps) and CG corrects for the drift in a few iterations.
-So what is iterated is the damped Kronecker system of the current factors, to relative residual
-``tol``; what is amortised is only the basis that preconditions it (Saad 2003, ch. 9-10).
+(the factored Tikhonov damping of Martens & Grosse 2015 sec. 6.3: the exact inverse of
+``(G + gamma_G I) (x) (A + gamma_A I)``, which differs from the operator only by the cross terms
+``gamma_A G + gamma_G A``). The two inverses are never factorised: :func:`newton_schulz_inverse`
+approximates them with matrix products only (``Y <- 2 Y - Y M Y``, Schulz 1933), warm-started from the
+previous step's inverse, so a refresh after a factor update costs a few products per factor instead of an
+``eigh``. A preconditioner need not be exact (CG corrects it to relative residual ``tol``); it must be
+symmetric positive definite, which the Newton-Schulz iterates are (:func:`newton_schulz_inverse`).
 
-The loop is :func:`_kfac_math.block_conjugate_gradient` with an elementwise preconditioner: every
-iteration runs on all systems of a block at once (converged systems frozen); the caller chooses how many
-iterations to run at most (on an accelerator exactly that many, without a host read; on the CPU the loop
-stops when every system has converged).
+The loop is :func:`block_conjugate_gradient`: every iteration runs on all systems of a block at once
+(converged systems frozen); the caller chooses how many iterations to run at most (on an accelerator
+exactly that many, without a host read; on the CPU the loop stops when every system has converged).
 """
 from __future__ import annotations
 
@@ -121,7 +119,7 @@ def block_conjugate_gradient(
     x0: list[torch.Tensor | None] | None = None,
     max_iter: int = 10,
     tol: float = 1e-2,
-    preconditioner: list[torch.Tensor] | None = None,
+    preconditioner: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> CGResult:
     """:func:`conjugate_gradient` on several blocks of differently shaped systems in one loop.
 
@@ -131,9 +129,10 @@ def block_conjugate_gradient(
     over every system instead of one per block. Every system follows exactly the recurrence and
     stopping rule of :func:`conjugate_gradient`. ``x0`` is None or a list with a warm start (or None
     for a cold start) per block; ``damping`` is a number or a ``(sum_j k_j, 1, 1)`` tensor (one value
-    per system). ``preconditioner``: optional elementwise ``M^-1`` per block (``v[j]``'s shape), for
-    preconditioned CG (Saad 2003, alg. 9.1): ``z = M^-1 r`` replaces ``r`` in the step sizes and
-    directions; the stopping rule stays on ``||r||``.
+    per system). ``preconditioner``: optional Kronecker-factored ``M^-1`` per block, a pair ``(Y_G, Y_A)``
+    of ``(k_j, out_j, out_j)`` and ``(k_j, in_j, in_j)`` symmetric positive definite stacks applied as
+    ``Z = Y_G R Y_A``, for preconditioned CG (Saad 2003, alg. 9.1): ``Z`` replaces ``R`` in the step sizes
+    and directions; the stopping rule stays on ``||R||``.
 
     Converged systems are masked (their step sizes are zero). On an accelerator the loop runs exactly
     ``max_iter`` iterations and never reads the device on the host; on the CPU, where a host read
@@ -155,7 +154,8 @@ def block_conjugate_gradient(
         return [kronecker_operator(gj, aj, xj, lj) for gj, aj, xj, lj in zip(g, a, xs, lam)]
 
     def precondition(rs):
-        return rs if preconditioner is None else [dj * rj for dj, rj in zip(preconditioner, rs)]
+        return rs if preconditioner is None else [torch.bmm(torch.bmm(yg, rj), ya)
+                                                  for (yg, ya), rj in zip(preconditioner, rs)]
 
     b_sq = _dots(v, v)  # (L, 1, 1); per-system scalars keep the block's broadcast shape
     x, r = _start(operator, v, x0, blocks)
@@ -193,45 +193,57 @@ def block_conjugate_gradient(
     return CGResult(solution=tuple(x), iterations=iterations.flatten(), relative_residual=rel, ok=ok)
 
 
-def rotate(q_g: torch.Tensor, m: torch.Tensor, q_a: torch.Tensor) -> torch.Tensor:
-    """``Q_G^T M Q_A`` (batched): a gradient into the eigenbasis, or a factor with ``q_a = q_g``."""
-    return torch.matmul(torch.matmul(q_g.transpose(1, 2), m), q_a)
+def newton_schulz_inverse(m: torch.Tensor, previous: torch.Tensor | None = None, *, steps: int) -> torch.Tensor:
+    """Approximate inverses of a stack of SPD matrices by Newton-Schulz iterations (matrix products only).
 
+    ``Y_{k+1} = 2 Y_k - Y_k M Y_k`` (Schulz 1933; Pan & Schreiber 1991). With ``Z = M^1/2 Y M^1/2`` it reads
+    ``I - Z_{k+1} = (I - Z_k)^2``: from any symmetric positive definite start with the spectrum of ``M Y_0``
+    in ``(0, 1]`` it converges quadratically and its iterates stay symmetric positive definite. Both starts
+    used here have that spectrum, since an induced norm bounds the spectral radius: the warm start
+    ``Y_0 = Y_prev / max(1, ||M Y_prev||_inf)`` from the ``previous`` (SPD) inverse, whose error
+    ``1 - lambda_min(M Y_0)`` is small when the factors moved little, and the cold start ``Y_0 = I / ||M||_inf``
+    (no previous inverse, or a non-finite one), whose error ``1 - lambda_min(M) / ||M||_inf`` after ``steps``
+    iterations is raised to the power ``2^steps``.
 
-def unrotate(q_g: torch.Tensor, y: torch.Tensor, q_a: torch.Tensor) -> torch.Tensor:
-    """``Q_G Y Q_A^T`` (batched): a solution back from the eigenbasis."""
-    return torch.matmul(torch.matmul(q_g, y), q_a.transpose(1, 2))
-
-
-def jacobi(g_rot: torch.Tensor, a_rot: torch.Tensor, damping: float | torch.Tensor) -> torch.Tensor:
-    """Inverse diagonal ``1 / (diag(G') diag(A')^T + lambda)`` of the damped Kronecker operator, ``(k, out, in)``."""
-    d_g = torch.diagonal(g_rot, dim1=1, dim2=2)  # (k, out)
-    d_a = torch.diagonal(a_rot, dim1=1, dim2=2)  # (k, in)
-    return (d_g[:, :, None] * d_a[:, None, :] + damping).reciprocal()
-
-
-def eigenbasis_cg(
-    g: list[torch.Tensor],
-    a: list[torch.Tensor],
-    v: list[torch.Tensor],
-    damping: torch.Tensor,
-    *,
-    iterations: int,
-    tol: float,
-    x0: list[torch.Tensor | None] | None = None,
-) -> CGResult:
-    """Jacobi-preconditioned CG on blocks of rotated systems ``G' Y A' + lambda Y = V'`` (module docstring).
-
-    Block ``j`` holds ``k_j`` systems of one shape (``g[j]`` ``(k_j, out, out)``, ``a[j]`` ``(k_j, in, in)``,
-    ``v[j]`` ``(k_j, out, in)``); ``damping`` is ``(sum_j k_j, 1, 1)``. :func:`block_conjugate_gradient`
-    with ``M^-1`` of :func:`jacobi`, at most ``iterations`` iterations (a host read only on the CPU).
+    Args:
+        m: ``(k, n, n)`` symmetric positive definite matrices (damped factors).
+        previous: Optional ``(k, n, n)`` earlier approximate inverses, symmetric positive definite (the warm start).
+        steps: Iterations (>= 0).
 
     Returns:
-        :class:`CGResult`; ``relative_residual > tol`` marks a system stopped by the budget.
+        ``(k, n, n)`` symmetric approximate inverses.
     """
-    bounds = [0]
-    for vj in v:
-        bounds.append(bounds[-1] + vj.shape[0])
-    inverse_diagonal = [jacobi(gj, aj, damping[lo:hi]) for gj, aj, lo, hi in zip(g, a, bounds[:-1], bounds[1:])]
-    return block_conjugate_gradient(g, a, v, damping, x0=x0, max_iter=iterations, tol=tol,
-                                    preconditioner=inverse_diagonal)
+    k, n, _ = m.shape
+    tiny = torch.finfo(m.dtype).tiny
+    norm_inf = m.abs().sum(dim=2).amax(dim=1)  # (k,)
+    y = torch.eye(n, dtype=m.dtype, device=m.device).expand(k, n, n) / norm_inf.clamp_min(tiny)[:, None, None]
+    if previous is not None:
+        scale = torch.bmm(m, previous).abs().sum(dim=2).amax(dim=1).clamp_min(1.0)  # (k,) max(1, ||M Y_prev||_inf)
+        warm = torch.isfinite(scale) & finite_rows(previous)
+        y = torch.where(warm[:, None, None], previous / torch.where(warm, scale, 1.0)[:, None, None], y)
+    for _ in range(steps):
+        y = torch.baddbmm(y, torch.bmm(y, m), y, beta=2.0, alpha=-1.0)
+        y = (y + y.transpose(1, 2)).mul_(0.5)  # symmetric up to rounding: keep it exactly so
+    return y
+
+
+def split_damping(g: torch.Tensor, a: torch.Tensor, damping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The factored Tikhonov damping ``(gamma_G, gamma_A)`` with ``gamma_G gamma_A = lambda`` (module docstring).
+
+    ``pi^2 = (tr A / n_A) / (tr G / n_G)`` balances the two so each is the same fraction of its factor's mean
+    eigenvalue (Martens & Grosse 2015, sec. 6.3). ``g`` ``(k, out, out)``, ``a`` ``(k, in, in)``, ``damping``
+    ``(k, 1, 1)``; returns two ``(k, 1, 1)`` tensors.
+    """
+    tiny = torch.finfo(g.dtype).tiny
+    mean_g = torch.diagonal(g, dim1=1, dim2=2).mean(dim=1).clamp_min(tiny)[:, None, None]  # (k, 1, 1)
+    mean_a = torch.diagonal(a, dim1=1, dim2=2).mean(dim=1).clamp_min(tiny)[:, None, None]
+    pi = (mean_a / mean_g).sqrt()
+    root = damping.sqrt()
+    return root / pi, pi * root
+
+
+def damped(m: torch.Tensor, gamma: torch.Tensor) -> torch.Tensor:
+    """``M + gamma I`` for a ``(k, n, n)`` stack and ``(k, 1, 1)`` ``gamma`` (a new tensor)."""
+    out = m.clone()
+    torch.diagonal(out, dim1=1, dim2=2).add_(gamma[:, :, 0])
+    return out

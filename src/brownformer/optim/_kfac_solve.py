@@ -1,19 +1,24 @@
-"""The solve of one K-FAC step over its shape groups: eigen (exact, amortised basis) or iterative (CG).
+"""The solve of one K-FAC step over its shape groups: eigen (exact, amortised basis) or iterative (CG, no eigh).
 
 Both variants solve ``G X A + lambda X = V`` per layer (``_kfac_math``); an *item* is one shape group
-``(group, tensors, persistent)`` whose ``tensors`` hold the stacked factors and eigendecompositions of
-its layers, so every product below is one batched call per shape group (or per padded block of shape
-groups for the CG, ``_kfac_blocks``), never a loop over layers.
+``(group, tensors, persistent)`` whose ``tensors`` hold the stacked factors of its layers and, for eigen,
+their eigendecompositions, for CG their Kronecker preconditioner (``_kfac_pcg``; no eigendecomposition),
+so every product below is one batched call per shape group (or per padded block of shape groups for the
+CG, ``_kfac_blocks``), never a loop over layers.
 """
 from __future__ import annotations
 
 import torch
 
 from brownformer.optim._kfac_blocks import pad, per_system, plan_blocks, unpad
-from brownformer.optim._kfac_math import eigen_solve
-from brownformer.optim._kfac_pcg import eigenbasis_cg, rotate, unrotate
+from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS
+from brownformer.optim._kfac_math import eigen_solve, factor_eigh
+from brownformer.optim._kfac_pcg import block_conjugate_gradient, damped, newton_schulz_inverse, split_damping
 
-ROTATED_KEYS = ("rotated_g", "rotated_a")  # Q^T F Q of the current factors: a cache, never saved
+# Newton-Schulz iterations per preconditioner refresh (``_kfac_pcg.newton_schulz_inverse``): from the previous
+# inverse each one squares an error that a factor update keeps small; with none (first step, after a failure)
+# the cold start's error (1 - 1/kappa) needs ~log2(kappa) + 3 of them: 24 cover kappa = 1e6
+NEWTON_SCHULZ_WARM, NEWTON_SCHULZ_COLD = 2, 24
 
 
 def eigen_directions(items: list, v: list[torch.Tensor], lam: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -22,24 +27,46 @@ def eigen_directions(items: list, v: list[torch.Tensor], lam: list[torch.Tensor]
             for (_, c, _), vj, lj in zip(items, v, lam)]
 
 
-def rotate_factors(tensors: dict) -> None:
-    """Store ``G' = Q_G^T G Q_G`` and ``A' = Q_A^T A Q_A`` (the current factors in the amortised eigenbasis)."""
-    q_g, q_a = tensors["eigenvectors_g"], tensors["eigenvectors_a"]
-    tensors["rotated_g"] = rotate(q_g, tensors["factor_g"], q_g)
-    tensors["rotated_a"] = rotate(q_a, tensors["factor_a"], q_a)
+def refresh_eigenbases(cur: dict, groups: list, refresh: list) -> list[torch.Tensor]:
+    """Eigen K-FAC's decompositions per shape group: fresh for the groups in ``refresh`` (on an accelerator every
+    factor in at most two ``eigh`` calls), the stored ones for the others. Returns finiteness flags of the
+    refreshed factors (``padded_eigh`` zeroes non-finite entries; these flags fail such a step)."""
+    for g in groups:
+        if g not in refresh:
+            cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
+    flags = [torch.isfinite(cur[g][k].sum()) for g in refresh for k in ("factor_a", "factor_g")]
+    if refresh:
+        pairs = factor_eigh([cur[g][k] for g in refresh for k in ("factor_a", "factor_g")])
+        for j, g in enumerate(refresh):
+            (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
+                                                                  cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
+    return flags
+
+
+def refresh_preconditioner(tensors: dict, damping: torch.Tensor, *, steps: int) -> None:
+    """Store ``preconditioner_g ~ (G + gamma_G I)^-1`` and ``preconditioner_a ~ (A + gamma_A I)^-1`` for the
+    current factors and damping (``_kfac_pcg``), by Newton-Schulz from the previous ones where they are given."""
+    g, a = tensors["factor_g"], tensors["factor_a"]
+    gamma_g, gamma_a = split_damping(g, a, damping)
+    for key, factor, gamma in (("preconditioner_g", g, gamma_g), ("preconditioner_a", a, gamma_a)):
+        tensors[key] = newton_schulz_inverse(damped(factor, gamma), tensors.get(key), steps=steps)
 
 
 class IterativeSolver:
-    """Iterative K-FAC's solve (``_kfac_pcg``): CG on the current factors in the amortised eigenbasis.
+    """Iterative K-FAC's solve: truncated CG on the current factors, Kronecker-preconditioned (``_kfac_pcg``).
 
-    Keeps, between steps, the block plan per tuple of item shapes and the padded rotated factors
-    (they change only when the factors or the basis do).
+    Keeps, between steps, the block plan per tuple of item shapes and the padded factors and
+    preconditioners (they change only when the factors or the damping do).
     """
 
     def __init__(self, *, tol: float, warm_start: bool):
         self.tol, self.warm_start = tol, warm_start
         self._plans: dict = {}
-        self._padded: tuple | None = None  # (the rotated factors it was built from, padded G', padded A')
+        self._padded: tuple | None = None  # (the tensors it was built from, padded G, A, Y_G, Y_A)
+
+    def clear(self) -> None:
+        """Forget the padded copies (after the factors were edited in place)."""
+        self._padded = None
 
     def _blocks(self, shapes: list[tuple[int, int, int]]):
         key = tuple(shapes)
@@ -47,23 +74,14 @@ class IterativeSolver:
             self._plans[key] = plan_blocks(shapes)
         return self._plans[key]
 
-    def _padded_factors(self, items: list, blocks, shapes) -> tuple[list, list]:
-        sources = [c[k] for _, c, _ in items for k in ROTATED_KEYS]
+    def _padded_tensors(self, items: list, blocks, shapes) -> tuple:
+        keys = ("factor_g", "factor_a") + PRECONDITIONER_KEYS
+        sources = [c[k] for _, c, _ in items for k in keys]
         if self._padded is None or len(self._padded[0]) != len(sources) or \
                 any(a is not b for a, b in zip(self._padded[0], sources)):
-            self._padded = (sources, pad([c["rotated_g"] for _, c, _ in items], blocks, shapes, "g"),
-                            pad([c["rotated_a"] for _, c, _ in items], blocks, shapes, "a"))
-        return self._padded[1], self._padded[2]
-
-    def direct(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
-        """Zero iterations, for factors the basis diagonalises: ``X = M V`` (the preconditioner is the
-        exact inverse, and CG's first iterate would return it with step size 1)."""
-        xs = eigen_directions(items, v, lam)
-        zero = torch.zeros((), dtype=torch.long, device=v[0].device)
-        if self.warm_start:
-            for (_, c, _), x in zip(items, xs):
-                c["cg_solution"] = x
-        return xs, {"cg_iterations": zero.expand(sum(vj.shape[0] for vj in v)), "cg_fallbacks": zero, "cg_capped": zero}
+            sides = {"factor_g": "g", "factor_a": "a", "preconditioner_g": "g", "preconditioner_a": "a"}
+            self._padded = (sources, *(pad([c[k] for _, c, _ in items], blocks, shapes, sides[k]) for k in keys))
+        return self._padded[1:]
 
     def n_blocks(self, items: list) -> int:
         return len(self._blocks([tuple(c["factor_g"].shape[:2]) + (c["factor_a"].shape[1],) for _, c, _ in items]))
@@ -71,27 +89,21 @@ class IterativeSolver:
     def __call__(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor], *, iterations: list[int]
                  ) -> tuple[list[torch.Tensor], dict]:
         """Directions ``X`` per item (a diverged system falls back to its gradient) and diagnostics;
-        ``iterations[j]`` is block ``j``'s CG budget. Writes each item's ``cg_solution`` (and its rotated factors,
-        made here when the item lacks them: only steps that iterate read them)."""
-        for _, c, _ in items:
-            if "rotated_g" not in c:
-                rotate_factors(c)
+        ``iterations[j]`` is block ``j``'s CG budget. Writes each item's ``cg_solution``."""
         shapes = [tuple(vj.shape) for vj in v]
         blocks = self._blocks(shapes)
-        rotated_v = pad([rotate(c["eigenvectors_g"], vj, c["eigenvectors_a"]) for (_, c, _), vj in zip(items, v)],
-                        blocks, shapes, "x")
-        x0 = pad([rotate(c["eigenvectors_g"], c["cg_solution"], c["eigenvectors_a"])
-                  if self.warm_start and "cg_solution" in c else None for _, c, _ in items], blocks, shapes, "x")
-        g_rot, a_rot = self._padded_factors(items, blocks, shapes)
-        results = [eigenbasis_cg([g_rot[j]], [a_rot[j]], [rotated_v[j]], torch.cat([lam[i] for i in members]),
-                                 iterations=iterations[j], tol=self.tol, x0=None if x0[j] is None else [x0[j]])
+        padded_v = pad(v, blocks, shapes, "x")
+        x0 = pad([c.get("cg_solution") if self.warm_start else None for _, c, _ in items], blocks, shapes, "x")
+        g, a, y_g, y_a = self._padded_tensors(items, blocks, shapes)
+        results = [block_conjugate_gradient([g[j]], [a[j]], [padded_v[j]], torch.cat([lam[i] for i in members]),
+                                            x0=None if x0[j] is None else [x0[j]], max_iter=iterations[j],
+                                            tol=self.tol, preconditioner=[(y_g[j], y_a[j])])
                    for j, (_, _, members) in enumerate(blocks)]
         solutions = [r.solution[0] for r in results]
         ok_all = torch.cat([r.ok for r in results])
         xs = []
-        for (_, c, _), vj, y, ok in zip(items, v, unpad(solutions, blocks, shapes), per_system(ok_all, blocks, shapes)):
+        for (_, c, _), vj, x, ok in zip(items, v, unpad(solutions, blocks, shapes), per_system(ok_all, blocks, shapes)):
             ok = ok[:, None, None]
-            x = unrotate(c["eigenvectors_g"], y, c["eigenvectors_a"])
             xs.append(torch.where(ok, x, vj))  # a diverged system falls back to its gradient
             c["cg_solution"] = torch.where(ok, x, 0.0)
         # per block: systems stopped by the budget, and the most iterations a system used

@@ -9,7 +9,7 @@ from brownformer.optim import _kfac_control as control
 from brownformer.optim._kfac_groups import LAYER_KEYS
 
 SETTINGS = ("inverse", "factor_decay", "factor_every", "inverse_every", "cg_max_iter", "cg_tol", "warm_start",
-            "weight_sharing", "fisher", "loss_reduction", "adapt_every", "max_failures")
+            "weight_sharing", "fisher", "loss_reduction", "adapt_every", "max_failures", "relative_damping")
 
 
 class KFACPersistence:
@@ -20,7 +20,8 @@ class KFACPersistence:
         state = super().state_dict()  # type: ignore[misc]
         state["kfac"] = {**{k: getattr(self, k) for k in SETTINGS}, "factor_updates": self.factor_updates,
                          "failures": self.failures, "cg_budget": list(self.cg_budget),
-                         "diagonal": [bool(self._diagonal.get(g, False)) for g in self.groups], "watch": self.watch.to_dict(),
+                         "preconditioned_for": [None if g.preconditioned_for is None else list(g.preconditioned_for)
+                                                for g in self.groups], "watch": self.watch.to_dict(),
                          "good": None if self.good is None else self.good.to_dict(),
                          "totals": {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in self._totals.items()}}
         if self.generator is not None:
@@ -51,7 +52,8 @@ class KFACPersistence:
                 self.generator = self.capture.generator = torch.Generator(device=self.layers[0].module.weight.device)
             self.factor_updates, self.failures = settings["factor_updates"], settings.get("failures", 0)
             self.cg_budget = list(settings.get("cg_budget", []))
-            self._diagonal = dict(zip(self.groups, settings.get("diagonal", [])))
+            for g, dampings in zip(self.groups, settings.get("preconditioned_for", [])):
+                g.preconditioned_for = None if dampings is None else tuple(dampings)
             if "watch" in settings:
                 self.watch.load(settings["watch"])
             self._iterative.tol, self._iterative.warm_start = self.cg_tol, self.warm_start

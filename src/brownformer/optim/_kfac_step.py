@@ -10,7 +10,7 @@ import torch
 from brownformer.optim._base_update import BASES
 from brownformer.optim._kfac_capture import FISHERS, LOSS_REDUCTIONS, SCOPES
 from brownformer.optim._kfac_groups import LayerGroup
-from brownformer.optim._kfac_math import WEIGHT_SHARING, finite_rows
+from brownformer.optim._kfac_math import WEIGHT_SHARING, finite_rows, kl_clip_scale
 
 INVERSES = ("eigen", "cg")
 
@@ -91,3 +91,55 @@ def partial_view(group: LayerGroup, tensors: dict, present: list[int]) -> tuple[
     sub = LayerGroup([group.layers[j] for j in present], persistent=False)
     index = torch.tensor(present, device=group.device)
     return sub, {k: v[index] for k, v in tensors.items() if k != "cg_solution"}, False
+
+
+def bound_scales(v: list[torch.Tensor], xs: list[torch.Tensor], lr0_sq: list[torch.Tensor], owners: list[list[dict]]
+                 ) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
+    """KL-bound factors ``nu`` per item, each param group bounded by its own ``kl_clip`` over its own layers.
+
+    ``nu_p = min(1, sqrt(kl_clip_p / sum_{l in p} lr0_l^2 <V_l, X_l>))`` (``_kfac_math.kl_clip_scale``);
+    ``owners[i][j]`` is the param group of item ``i``'s layer ``j``, ``lr0_sq[i]`` its ``(k, 1, 1)`` squared
+    base lrs. Returns the factors (0-d, or ``(k, 1, 1)`` when an item's layers have different groups), the
+    smallest ``nu`` (0-d) and whether any group is bounded.
+    """
+    groups = {id(group): group for item in owners for group in item}
+    if len(groups) == 1:  # the usual case: one bound over every layer (one sum, as kfac-pytorch)
+        kl_clip = next(iter(groups.values()))["kl_clip"]
+        vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
+        nu = kl_clip_scale(vg, kl_clip=kl_clip)
+        return [nu] * len(v), nu, kl_clip is not None
+    position = {key: i for i, key in enumerate(groups)}
+    clips = [group["kl_clip"] for group in groups.values()]
+    vg = torch.zeros(len(groups), dtype=v[0].dtype, device=v[0].device)
+    where = []
+    for item, l, vj, x in zip(owners, lr0_sq, v, xs):
+        index = torch.tensor([position[id(group)] for group in item], device=vj.device)
+        vg = vg.index_add(0, index, (l * vj * x).sum(dim=(1, 2)))
+        where.append(index)
+    nus = torch.stack([kl_clip_scale(vg[i], kl_clip=clip) for i, clip in enumerate(clips)])  # (groups,)
+    return [nus[index][:, None, None] for index in where], nus.min(), any(c is not None for c in clips)
+
+
+def solve_items(groups: list[LayerGroup], cur: dict) -> list:
+    """``(group, tensors, persistent)`` for every shape group with gradients (sub-groups for the
+    rare layers without one, which are solved but never written back)."""
+    items = []
+    for g in groups:
+        present = [j for j, m in enumerate(g.layers) if m.module.weight.grad is not None]
+        if len(present) == len(g):
+            items.append((g, cur[g], True))
+        elif present:
+            items.append(partial_view(g, cur[g], present))
+    return items
+
+
+def commit(groups: list[LayerGroup], state: dict, new: dict, cur: dict) -> None:
+    """Store what a step made (new factors, fresh decompositions or preconditioners, CG solutions) as each
+    group's stacks and per-layer state views; running factors only where a batch was folded in."""
+    for g in groups:
+        for key, value in cur[g].items():
+            if key in g.stacks and value is g.stacks[key]:
+                continue
+            if key in ("factor_a", "factor_g") and g not in new:
+                continue
+            g.bind(state, key, value)

@@ -7,13 +7,15 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
    ``w = max(1 - rho^factor_every, 1/n)`` at the ``n``-th update (``_kfac_math.factor_weight``). ``G``
    comes from labels sampled from the model (``fisher="sampled"``, the true Fisher; default) or from
    the training labels (``"empirical"``), scaled by the loss's reduction (``loss_reduction``);
-2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``) with eigenbases refreshed every
-   ``inverse_every`` steps: ``inverse="eigen"`` exactly for the factors of the last refresh;
-   ``inverse="cg"`` for the current factors by conjugate gradient in that eigenbasis, Jacobi-
-   preconditioned (``_kfac_pcg``): zero iterations while the factors are those of the refresh, a
-   per-block budget of iterations (set at each check) after they moved;
+2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``): ``inverse="eigen"`` exactly, from
+   eigendecompositions refreshed every ``inverse_every`` steps (for the factors of the last refresh);
+   ``inverse="cg"`` for the current factors by truncated conjugate gradient with no eigendecomposition
+   (``_kfac_pcg``): preconditioned by the inverses of the factored-damped factors, which Newton-Schulz
+   iterations (matrix products) update from the previous ones when the factors or the damping change,
+   with a per-block budget of iterations (set at each check);
 3. step bound (KL-clip, on by default): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2
-   <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step;
+   <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step; each param group
+   is bounded by its own ``kl_clip`` over its own layers;
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
    group's ``update`` rule (``"sgd"`` or ``"adamw"``) on the raw gradient of every other parameter;
 5. every ``adapt_every`` steps: a snapshot of the state, and with a closure (``step(closure)``) the
@@ -38,6 +40,7 @@ the same model (or the garbage collection of this one) removes this one's hooks.
 from __future__ import annotations
 
 import time
+import warnings
 from collections import defaultdict
 
 import torch
@@ -46,22 +49,19 @@ from torch.optim import Optimizer
 
 from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
-from brownformer.optim._kfac_capture import FactorCapture, find_layers
-from brownformer.optim._kfac_groups import EIGEN_KEYS, group_layers
+from brownformer.optim._kfac_capture import FactorCapture, find_layers, unpreconditioned_weights
+from brownformer.optim._kfac_groups import PRECONDITIONER_KEYS, group_layers
 from brownformer.optim._kfac_lookup import KFACLookups
-from brownformer.optim._kfac_math import all_finite, factor_eigh, factor_weight, host_read_free, kl_clip_scale
-from brownformer.optim._kfac_solve import ROTATED_KEYS, IterativeSolver, eigen_directions
+from brownformer.optim._kfac_math import all_finite, factor_scale, factor_weight, host_read_free
+from brownformer.optim._kfac_solve import (NEWTON_SCHULZ_COLD, NEWTON_SCHULZ_WARM, IterativeSolver, eigen_directions,
+                                           refresh_eigenbases, refresh_preconditioner)
 from brownformer.optim._kfac_state import KFACPersistence
-from brownformer.optim._kfac_step import check_arguments, fold_factor, materialise_stats, partial_view
+from brownformer.optim.defaults import DEFAULT_DAMPING, DEFAULT_LR, DEFAULT_MOMENTUM, DEFAULT_REST_LR
+from brownformer.optim._kfac_step import (bound_scales, check_arguments, commit, fold_factor, materialise_stats,
+                                          solve_items)
 
 __all__ = ["KFAC", "DEFAULT_LR", "DEFAULT_DAMPING"]
 
-# Defaults measured against AdamW's defaults (tests/optim/test_kfac_defaults.py; docs/methods/kfac.md):
-# lr 0.1 let the bound set every step; damping 1e-3 let the eigen solve amplify low-curvature directions.
-DEFAULT_LR = 0.03
-DEFAULT_DAMPING = 1e-2
-DEFAULT_MOMENTUM = 0.5  # the KL bound acts on each step's X: momentum 0.9 adds up ~10 bound steps (measured worse)
-DEFAULT_REST_LR = 1e-3  # torch.optim.AdamW's default, for the parameters K-FAC does not precondition
 
 
 class KFAC(KFACPersistence, KFACLookups, Optimizer):
@@ -73,7 +73,9 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
     second time under ``torch.no_grad()`` every ``adapt_every`` steps.
 
     Args:
-        model: The model; hooks are registered on its in-scope ``nn.Linear`` layers.
+        model: The model; hooks are registered on its in-scope ``nn.Linear`` layers and on the packed Q, K, V
+            projection of every ``nn.MultiheadAttention`` (self-attention; ``_kfac_packed``). A warning lists every
+            weight of 2 or more dimensions left to the rest update, and why.
         lr: Learning rate (``>= 0``) of the preconditioned layers (default ``DEFAULT_LR``).
         params: Optional param groups (dicts with ``"params"`` and any group setting), as for
             ``torch.optim``; default: one group for the preconditioned layers and one for the rest.
@@ -82,12 +84,12 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         inverse: ``"eigen"`` or ``"cg"`` (the paper's iterative K-FAC).
         factor_decay: Decay ``rho`` per step of the running factors, in ``[0, 1)`` (0.95).
         factor_every: Collect factors every this many steps (1).
-        inverse_every: Eigendecompose every this many steps (10); for ``cg`` the preconditioning basis.
+        inverse_every: Eigendecompose every this many steps (10; ``eigen`` only: ``cg`` never does).
         cg_max_iter: Cap of the CG iteration budget per block (10, author's code); the budget a step
             runs is the most iterations a system needed in the last check window (``_kfac_control``).
         cg_tol: CG relative-residual tolerance that freezes a system (1e-2, author's code).
-        warm_start: Start CG from the previous step's solution (False: with the eigenbasis
-            preconditioner it saved no iteration and costs one operator application, measured).
+        warm_start: Start CG from the previous step's solution (False: it costs one operator application
+            and the Kronecker preconditioner's first iterate is already close).
         weight_sharing: ``"expand"`` or ``"reduce"`` (Eschenhagen et al. 2023).
         per_head: Block-diagonal ``G`` per head for the attention Q, K, V projections.
         scope: ``"all"``, ``"attention"`` or ``"mlp"`` (rule in ``_kfac_capture``).
@@ -105,6 +107,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         seed: Seed of the generator that samples the labels of ``fisher="sampled"``.
         adapt_every: Damping adaptation and snapshot period in steps (5; 0: neither).
         max_failures: Checks in a row that find failed steps before ``FloatingPointError`` (5).
+        relative_damping: ``lambda`` of each layer is ``damping`` times its mean Kronecker eigenvalue
+            ``(tr A / n_A)(tr G / n_G)`` (False: ``damping`` itself, the same for every layer).
 
     Raises:
         ValueError: On an invalid argument or when no ``nn.Linear`` layer is in scope.
@@ -121,7 +125,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                  momentum: float = DEFAULT_MOMENTUM, weight_decay: float = 0.0, kl_clip: float | None = 1e-3,
                  fisher: str = "sampled", loss_reduction: str = "mean", rest_update: str = "adamw",
                  rest_lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 n_heads: int | None = None, seed: int = 0, adapt_every: int = 5, max_failures: int = 5):
+                 n_heads: int | None = None, seed: int = 0, adapt_every: int = 5, max_failures: int = 5,
+                 relative_damping: bool = False):
         fisher = {"mc": "sampled"}.get(fisher, fisher)
         check_arguments(lr=lr, damping=damping, inverse=inverse, factor_decay=factor_decay,
                         factor_every=factor_every, inverse_every=inverse_every, cg_max_iter=cg_max_iter,
@@ -130,6 +135,11 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                         rest_update=rest_update, rest_lr=rest_lr, n_heads=n_heads, adapt_every=adapt_every,
                         max_failures=max_failures)
         self.layers = find_layers(model, scope=scope, per_head=per_head, n_heads=n_heads)
+        left = unpreconditioned_weights(model, self.layers, scope)
+        if left:  # said once per optimizer: a weight silently left to the first-order update hides a lost preconditioner
+            warnings.warn(f"K-FAC preconditions {len(self.layers)} layer(s) and leaves these {len(left)} weight(s) of 2 "
+                          f"or more dimensions to the rest update ({rest_update!r}): "
+                          + "; ".join(f"{name} ({why})" for name, why in left), stacklevel=2)
         if params is None:
             mine = {id(p) for m in self.layers for p in m.module.parameters() if p.requires_grad}
             rest = [p for p in model.parameters() if p.requires_grad and id(p) not in mine]
@@ -149,6 +159,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         self.cg_max_iter, self.cg_tol, self.warm_start = int(cg_max_iter), cg_tol, warm_start
         self.weight_sharing, self.fisher, self.loss_reduction = weight_sharing, fisher, loss_reduction
         self.adapt_every, self.max_failures = int(adapt_every), int(max_failures)
+        self.relative_damping = bool(relative_damping)
         device = self.layers[0].module.weight.device
         self.generator = torch.Generator(device=device).manual_seed(seed) if fisher == "sampled" else None
         self.groups = group_layers(self.layers)
@@ -164,7 +175,6 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         self._layer_groups = None  # (number of param groups, {id(weight): group})
         self._tensor_cache: dict = {}
         self._index_cache: dict = {}  # per shape group: its layers' param groups and indices
-        self._diagonal: dict = {}  # per shape group: its rotated factors are diagonal (basis of these factors)
         self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
 
     # ---- API ---------------------------------------------------------------------------------
@@ -190,11 +200,11 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         return materialise_stats(self._stats, self._totals)
 
     def state_changed(self) -> None:
-        """Drop what ``step`` derives from the state and keeps between steps (the factors rotated into the
-        eigenbasis); call it after editing a factor or an eigenbasis in ``state`` in place."""
-        self._diagonal = {}
+        """Drop what ``step`` derives from the state and keeps between steps (padded copies of the factors, the
+        CG preconditioner's freshness); call it after editing a factor or an eigenbasis in ``state`` in place."""
+        self._iterative.clear()
         for g in self.groups:
-            g.rotated = None
+            g.preconditioned_for = None
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.param_groups for p in group["params"]]
@@ -227,72 +237,72 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         return new, batches
 
     def _current(self, new: dict, step: int) -> dict:
-        """Per shape group, the tensors this step solves with (new factors, fresh eigenbases, and for
-        ``cg`` the current factors rotated into the amortised eigenbasis)."""
-        cur = {}
+        """Per shape group, the tensors this step solves with: the new factors and, for ``eigen``, the
+        (possibly fresh) eigendecompositions; for ``cg``, the (possibly refreshed) preconditioner."""
         start = time.perf_counter()
+        cur = {}
+        for g in self.groups:
+            a, gg = new.get(g) or g.factors(self.state)
+            cur[g] = {"factor_a": a, "factor_g": gg}
+        self._decomposed_finite = []
+        if self.inverse == "eigen":
+            self._eigen_bases(cur, new, step)
+        else:
+            self._preconditioners(cur, new)
+        self.timings["inverse"] += time.perf_counter() - start
+        return cur
+
+    def _eigen_bases(self, cur: dict, new: dict, step: int) -> None:
         n = self.factor_updates + 1
         # while the running factors are a plain mean of few batches they change fast, and an
         # eigenbasis of the first batch kept for inverse_every steps would divide new directions by
         # lambda: refresh at factor updates 1, 2, 4, 8, ... until the average settles
         warming = factor_weight(n, decay=self.factor_decay, every=self.factor_every) \
             > 1 - self.factor_decay ** self.factor_every and n & (n - 1) == 0
-        refresh = []
+        refresh = [g for g in self.groups
+                   if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming)]
+        self._decomposed_finite = refresh_eigenbases(cur, self.groups, refresh)
+
+    def _preconditioners(self, cur: dict, new: dict) -> None:
+        """CG's preconditioner per shape group, refreshed by Newton-Schulz (no eigendecomposition) where the
+        factors or the damping changed since the last refresh; a non-finite one fails the step."""
         for g in self.groups:
-            a, gg = new.get(g) or g.factors(self.state)
-            cur[g] = {"factor_a": a, "factor_g": gg}
-            if "eigenvalues_a" not in g.stacks or step % self.inverse_every == 0 or (g in new and warming):
-                refresh.append(g)
-            else:
-                cur[g].update({k: g.stacks[k] for k in EIGEN_KEYS})
-            if self.inverse == "cg" and self.warm_start and "cg_solution" in g.stacks:
+            dampings = tuple(self._group_of(m)["damping"] for m in g.layers)
+            have = all(k in g.stacks for k in PRECONDITIONER_KEYS)
+            if have:
+                cur[g].update({k: g.stacks[k] for k in PRECONDITIONER_KEYS})
+            if "cg_solution" in g.stacks:
                 cur[g]["cg_solution"] = g.stacks["cg_solution"]
-        # padded_eigh zeroes non-finite entries; these flags make such a factor fail the step's check
-        self._decomposed_finite = [torch.isfinite(cur[g][k].sum()) for g in refresh for k in ("factor_a", "factor_g")]
-        if refresh:  # on an accelerator every factor in at most two eigh calls
-            pairs = factor_eigh([cur[g][k] for g in refresh for k in ("factor_a", "factor_g")])
-            for j, g in enumerate(refresh):
-                (cur[g]["eigenvalues_a"], cur[g]["eigenvectors_a"]), (cur[g]["eigenvalues_g"],
-                                                                      cur[g]["eigenvectors_g"]) = pairs[2 * j: 2 * j + 2]
-        if self.inverse == "cg":
-            # rotated factors are made by the CG where it runs (drifted steps), not on refreshes (never read there)
-            for g in self.groups:
-                if g not in new and g not in refresh and g.rotated is not None:
-                    cur[g].update(zip(ROTATED_KEYS, g.rotated))
-            # the basis diagonalises the factors it came from: then the preconditioner is the exact inverse
-            self._diagonal = {g: g in refresh or (g not in new and self._diagonal.get(g, False)) for g in self.groups}
-        self.timings["inverse"] += time.perf_counter() - start
-        return cur
+            if have and g not in new and g.preconditioned_for == dampings:
+                continue
+            lam = self._damping(g.layers, cur[g], g.dtype, g.device)
+            refresh_preconditioner(cur[g], lam, steps=NEWTON_SCHULZ_WARM if have else NEWTON_SCHULZ_COLD)
+            g.preconditioned_for = dampings
+            self._decomposed_finite += [torch.isfinite(cur[g][k].sum()) for k in PRECONDITIONER_KEYS]
+
+    def _damping(self, layers, tensors: dict, dtype, device) -> torch.Tensor:
+        """``(k, 1, 1)`` per-layer ``lambda``: the group's ``damping``, times the layer's mean Kronecker eigenvalue
+        ``(tr A / n_A) (tr G / n_G)`` with ``relative_damping`` (so a layer with small factors, such as Q and K at
+        the loss's scale, is preconditioned rather than damped into SGD)."""
+        lam = self._layer_tensor(layers, "damping", dtype, device)
+        if not self.relative_damping:
+            return lam
+        return lam * factor_scale(tensors["factor_g"], tensors["factor_a"])
 
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
         """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
         start = time.perf_counter()
         dtype, device = v[0].dtype, v[0].device
-        lam = [self._layer_tensor(g.layers, "damping", dtype, device) for g, _, _ in items]
+        lam = [self._damping(g.layers, c, dtype, device) for g, c, _ in items]
         if self.inverse == "eigen":
             xs, info = eigen_directions(items, v, lam), {}
         else:
-            exact = all(self._diagonal.get(g, False) for g in self.groups)  # one iteration solves it
             n_blocks = self._iterative.n_blocks(items)
             if len(self.cg_budget) != n_blocks:
                 self.cg_budget = [self.cg_max_iter] * n_blocks
-            xs, info = self._iterative.direct(items, v, lam) if exact else \
-                self._iterative(items, v, lam, iterations=self.cg_budget)
-            info["cg_drifted"] = not exact
+            xs, info = self._iterative(items, v, lam, iterations=self.cg_budget)
         self.timings["inverse"] += time.perf_counter() - start
         return xs, info
-
-    def _items(self, cur: dict) -> list:
-        """``(group, tensors, persistent)`` for every shape group with gradients (sub-groups for the
-        rare layers without one, which are solved but never written back)."""
-        items = []
-        for g in self.groups:
-            present = [j for j, m in enumerate(g.layers) if m.module.weight.grad is not None]
-            if len(present) == len(g):
-                items.append((g, cur[g], True))
-            elif present:
-                items.append(partial_view(g, cur[g], present))
-        return items
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -310,7 +320,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         items, v, xs, info, cur = [], [], [], {}, None
         try:
             cur = self._current(new, step)
-            items = self._items(cur)
+            items = solve_items(self.groups, cur)
             v = [sub.gradients() for sub, _, _ in items]
             xs, info = self._solve(items, v) if items else ([], {})
             solved = [torch.isfinite(x.sum()) for x in xs] + self._decomposed_finite
@@ -322,13 +332,12 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         flags = [f for f in (grad_ok, solve_ok) if f is not None]
         ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         if cur is not None:
-            self._commit(new, cur, batches)
-        elif batches:
+            commit(self.groups, self.state, new, cur)
+        if batches:
             self.factor_updates += 1
         capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
-        drifted = info.pop("cg_drifted", False)  # the CG budget is learned on steps that need iterating
         self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
-                       **({"cg_capped": capped, "cg_iterations": used} if drifted else {}))
+                       **({"cg_capped": capped, "cg_iterations": used} if used is not None else {}))
         self._totals["failures"] = self._totals["failures"] + (~ok).long()
         checkpoint = self.adapt_every > 0 and step % self.adapt_every == 0
         pending = control.Snapshot(step, self._params(), self.state) if checkpoint else None
@@ -338,33 +347,22 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
             control.check(self, step, scheduled=True, loss=loss, closure=closure, items=items, pending=pending)
         return loss
 
-    def _commit(self, new: dict, cur: dict, batches: list) -> None:
-        for g in self.groups:
-            for key, value in cur[g].items():
-                if key in ROTATED_KEYS or (key in g.stacks and value is g.stacks[key]):
-                    continue
-                if key in ("factor_a", "factor_g") and g not in new:
-                    continue
-                g.bind(self.state, key, value)
-            if self.inverse == "cg":
-                g.rotated = tuple(cur[g][k] for k in ROTATED_KEYS) if "rotated_g" in cur[g] else None
-        if batches:
-            self.factor_updates += 1
+    def _bound_scales(self, items, v, xs) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
+        """KL-bound factors per item, each param group bounded by its own ``kl_clip`` (``_kfac_step.bound_scales``)."""
+        lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
+                  for (sub, _, _), vj in zip(items, v)]
+        return bound_scales(v, xs, lr0_sq, [[self._group_of(m) for m in sub.layers] for sub, _, _ in items])
 
     def _apply(self, items, v, xs, info, step, ok) -> dict:
         """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
         start = time.perf_counter()
         directions, nu = {}, None  # param group index -> (params, directions)
-        kl_clip = self._group_of(self.layers[0])["kl_clip"]
         # where a host read is free, a good step skips the masking's where calls (keep=True: same arithmetic)
         keep = True if host_read_free(ok.device) and bool(ok) else ok
         if items:
-            lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
-                      for (sub, _, _), vj in zip(items, v)]
-            vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
-            nu = kl_clip_scale(vg, kl_clip=kl_clip)
-            scale = nu if keep is True else torch.where(ok, nu, 0.0)
-            for (sub, _, _), x in zip(items, xs):
+            scales, nu, bound = self._bound_scales(items, v, xs)
+            for (sub, _, _), x, scale in zip(items, xs, scales):
+                scale = scale if keep is True else torch.where(ok, scale, 0.0)
                 params, dirs = sub.split(x * scale if keep is True else torch.where(ok, x, 0.0).mul_(scale))
                 index = self._group_index(sub, params)
                 if index[0] == index[-1] and len(set(index)) == 1:  # the usual case: one param group
@@ -376,7 +374,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                     pre, ds = directions.setdefault(i, ([], []))
                     pre.append(p)
                     ds.append(d)
-            if kl_clip is not None:
+            if bound:
                 self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + ((nu < 1) & ok).long()
         apply_param_groups(self.param_groups, self.state, directions, keep)
         if "cg_fallbacks" in info:
