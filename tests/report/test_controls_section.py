@@ -31,6 +31,15 @@ def _rows(text: str) -> list[list[str]]:
     return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines]
 
 
+CLAIM3_ROWS = section_controls._claim3_rows
+
+
+@pytest.fixture(autouse=True)
+def claims12_only(monkeypatch):
+    """The claim-1/2 tests read only those controls; claim 3's (stats/positive_controls.py) are tested below."""
+    monkeypatch.setattr(section_controls, "_claim3_rows", lambda: ([], None))
+
+
 def _refuse(*args, **kwargs):
     raise AssertionError("the controls were recomputed although the cache is current")
 
@@ -73,8 +82,9 @@ def test_a_control_that_fails_is_said_loudly(tmp_path, raw_config, monkeypatch, 
 
 
 def test_claim3_controls_join_the_table_when_their_module_exists(tmp_path, raw_config, monkeypatch):
+    monkeypatch.setattr(section_controls, "_claim3_rows", CLAIM3_ROWS)
     monkeypatch.setattr(controls12, "positive_controls_claims12", lambda stats, **kw: [])
-    monkeypatch.delitem(sys.modules, section_controls.CLAIM3_MODULE, raising=False)
+    monkeypatch.setitem(sys.modules, section_controls.CLAIM3_MODULE, None)  # a build without the module
     absent = section_controls.controls_appendix(_ctx(tmp_path, raw_config))
     assert "claims 3a-3c: not available" in absent
     module = types.ModuleType(section_controls.CLAIM3_MODULE)
@@ -96,3 +106,12 @@ def test_no_results_folder_is_created_for_the_cache(tmp_path, raw_config, monkey
     ctx = ReportContext(cfg, tmp_path / "config.yaml", Results(cfg, tmp_path / "none"), tmp_path / "figures")
     assert "controls not cached (no results folder)" in section_controls.controls_appendix(ctx)
     assert not (tmp_path / "none").exists()
+
+
+def test_the_real_claim3_controls_come_out_as_expected(tmp_path, raw_config, monkeypatch):
+    """The claim-3 controls of stats/positive_controls.py, through the appendix (their field is "role")."""
+    monkeypatch.setattr(section_controls, "_claim3_rows", CLAIM3_ROWS)
+    monkeypatch.setattr(controls12, "positive_controls_claims12", lambda stats, **kw: [])
+    rows = _rows(section_controls.controls_appendix(_ctx(tmp_path, raw_config)))
+    assert {r[0] for r in rows} == {"3a", "3b", "3c"} and all(r[-1] == "yes" for r in rows)
+    assert {r[2] for r in rows} == {"positive", "negative"}

@@ -49,10 +49,11 @@ def _as_row(c) -> dict:
     """A control (ControlResult or any object with to_dict(), or a dict) as the table's fields."""
     d = c.to_dict() if hasattr(c, "to_dict") else dict(c)
     expected = str(d.get("expected", ""))
+    kind = str(d.get("kind") or d.get("role") or "")  # claim 3's ControlResult calls it "role"
     ok = d.get("ok")
     if ok is None:  # a negative control passes by any verdict but "supported"
-        ok = (d.get("verdict") == expected if d.get("kind") == "positive" else d.get("verdict") != "supported")
-    return {"claim": str(d.get("claim", "")), "control": str(d.get("name", "")), "kind": str(d.get("kind", "")),
+        ok = (d.get("verdict") == expected if kind == "positive" else d.get("verdict") != "supported")
+    return {"claim": str(d.get("claim", "")), "control": str(d.get("name", "")), "kind": kind,
             "expected": expected, "verdict": str(d.get("verdict", "")), "value": d.get("value"), "ok": bool(ok),
             "reason": str(d.get("reason", ""))}
 
