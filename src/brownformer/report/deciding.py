@@ -190,8 +190,9 @@ def _rates_text(rates: dict | None, best: str | None, margin: float) -> str:
         return "not calibrated"
     per = (rates.get("per_baseline") or {}).get(best) or {}
     n = _num(per.get("replicates"))
-    text = (f"size {rate_text(_num(rates['size']), n=n)} (P(supported)), {rate_text(_num(rates.get('size_not_supported')), n=n)} "
-            f"(P(not supported)) at a true ratio of {fmt(margin)}, gate ≤ {fmt(_num(rates.get('max_size')))}")
+    size, size_not = (rate_text(_num(rates.get(k)), n=n) for k in ("size", "size_not_supported"))
+    text = (f"size {size} (P(supported)), {size_not} (P(not supported)) at a true ratio of {fmt(margin)}, "
+            f"gate ≤ {fmt(_num(rates.get('max_size')))}")
     power = {_key(r): v for r, v in (per.get("rates") or {}).items() if isinstance(v, dict)}
     lo = [r for r in power if math.isfinite(r) and r < margin]
     hi = [r for r in power if math.isfinite(r) and r > margin]

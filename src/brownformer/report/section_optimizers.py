@@ -150,8 +150,9 @@ def kfac_sentences(ctx: ReportContext) -> list[str]:
             r = (d.get("ratios") or {}).get(b) or {}
             gb = groups.get(b)
             median = f", median {_median_cell(gb)} steps" if gb else ""
-            against.append(f"against `{b}`" + (" (the best first-order baseline" + median + ")" if b == d.get("baseline")
-                                                else (f" ({median[2:]})" if median else ""))
+            role = (f" (the best first-order baseline{median})" if b == d.get("baseline")
+                    else (f" ({median[2:]})" if median else ""))
+            against.append(f"against `{b}`{role}"
                            + f" steps ratio {ratio_cell(r.get('steps'))}, seconds ratio {ratio_cell(r.get('seconds'))}")
         out.append(head + ("; " + "; ".join(against) if against else "") + f" ({sub.verdict} on this model).")
     return out
