@@ -21,7 +21,8 @@ from brownformer.report.section_claims12 import CRITERION_LABELS, bound_text
 from brownformer.results import calibration_fields
 from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, ClaimRecord
 
-__all__ = ["Deciding", "deciding", "claim4_groups", "claim4_estimate", "claim4_baselines", "ratio_cell", "typed_text"]
+__all__ = ["Deciding", "deciding", "claim4_groups", "claim4_estimate", "claim4_baselines", "ratio_cell", "typed_text",
+           "NOT_SIMULATED"]
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,10 @@ def _first_clause(reason: str) -> str:
     return tidy(reason.split("; ")[0]) if reason else ""
 
 
+# claim 4 simulates its rule's error rates only for a decisive verdict (stats/claims/claim4_optimizer.py)
+NOT_SIMULATED = "not simulated (no decisive comparison)"
+
+
 def typed_text(value: dict | None) -> str:
     """A typed claims.json number (a Kaplan-Meier median or a ratio of them) as its record prints it: "175",
     "> 200" for a median not reached, "< 0.537" for a ratio over one, "undefined" (a space after the bound sign)."""
@@ -175,7 +180,7 @@ def claim4_estimate(sub: ClaimRecord, model: str) -> str:
     prop, best = d.get("proposed"), d.get("baseline")
     ratios = d.get("ratios") or {}
     if not (prop and ratios):
-        return _estimate_text(sub) + f" on {model}"
+        return f"{model}: no ratio ({_first_clause(sub.reason) or 'no comparison'})"
     parts = [f"{prop} / {b}" + (" (best baseline)" if b == best else "") + " "
              + ratio_cell((ratios.get(b) or {}).get("steps")) for b in claim4_baselines(d) if b in ratios]
     censored = [f"{o}'s median not reached: {g['censored']} of {g['n']} censored, {g['median']} steps"
@@ -187,7 +192,7 @@ def _rates_text(rates: dict | None, best: str | None, margin: float) -> str:
     """The size gate's simulated rates of the rule (rule_error_rates of a model record), and its power against
     the best baseline."""
     if not rates or rates.get("size") is None:
-        return "not calibrated"
+        return NOT_SIMULATED
     per = (rates.get("per_baseline") or {}).get(best) or {}
     n = _num(per.get("replicates"))
     size, size_not = (rate_text(_num(rates.get(k)), n=n) for k in ("size", "size_not_supported"))
@@ -208,7 +213,7 @@ def _claim4(rec: ClaimRecord) -> Deciding:
     sub = rec.per_model.get(pick) if pick else None
     if sub is None:
         estimate = _estimate_text(rec) if rec.estimate is not None else "none (no model variant in scope)"
-        return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(rec), "not calibrated", "0",
+        return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(rec), NOT_SIMULATED, "0",
                         _first_clause(rec.reason))
     # every model in scope, the deciding one first: the claim needs K-FAC ahead of the best baseline on each
     models = [pick] + [m for m in in_scope if m != pick]

@@ -56,7 +56,7 @@ def ratio_text(num: float, den: float, *, num_budget: float = math.nan, den_budg
     return "undefined (neither median reached)"
 
 
-_SINGULAR = re.compile(r"\b1 (run|seed|file|replica|model variant|model|claim|test|layer)s\b")
+_SINGULAR = re.compile(r"\b1 (run|seed|file|replica|model variant|model|claim|test|layer|configuration)s\b")
 
 
 _ALL_ONE = re.compile(r"\ball 1 ")

@@ -12,7 +12,7 @@ import math
 import pandas as pd
 
 from brownformer.report.context import ReportContext
-from brownformer.report.deciding import claim4_baselines, claim4_groups, ratio_cell, typed_text
+from brownformer.report.deciding import NOT_SIMULATED, claim4_baselines, claim4_groups, ratio_cell, typed_text
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.phrases import count_noun, rate_text
 from brownformer.report.section_claims import claim_lines, scope_table
@@ -88,7 +88,7 @@ def comparison_table(ctx: ReportContext) -> pd.DataFrame:
 
 def _rule_rates_text(rates: dict | None) -> str:
     if not rates or rates.get("size") is None:
-        return "not calibrated"
+        return NOT_SIMULATED
     return (f"{rate_text(float(rates['size']))} / {rate_text(float(rates.get('size_not_supported', math.nan)))}"
             f" (gate ≤ {fmt(rates.get('max_size'))})")
 
