@@ -196,8 +196,8 @@ def _rates_text(rates: dict | None, best: str | None, margin: float) -> str:
     per = (rates.get("per_baseline") or {}).get(best) or {}
     n = _num(per.get("replicates"))
     size, size_not = (rate_text(_num(rates.get(k)), n=n) for k in ("size", "size_not_supported"))
-    text = (f"size {size} (P(supported)), {size_not} (P(not supported)) at a true ratio of {fmt(margin)}, "
-            f"gate ≤ {fmt(_num(rates.get('max_size')))}")
+    text = (f"size: P(supported) {size}, P(not supported) {size_not} at a true ratio of {fmt(margin)} "
+            f"(gate ≤ {fmt(_num(rates.get('max_size')))})")
     power = {_key(r): v for r, v in (per.get("rates") or {}).items() if isinstance(v, dict)}
     lo = [r for r in power if math.isfinite(r) and r < margin]
     hi = [r for r in power if math.isfinite(r) and r > margin]
