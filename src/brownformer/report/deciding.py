@@ -3,23 +3,26 @@ the rule that issued it, the seeds it rests on, and one line of why.
 
 claims.json states a claim's verdict and one estimate; when a claim needs several criteria (claim 1: the radius
 spread and the centre offset; claim 2: head isotropy, vMF error, reversibility), the one shown is the criterion
-that decided it (the failing one when the claim fails), read from the deciding run's record. Claim 4's ratio of
-medians is a bound when a median is not reached within the budget. This module formats, it never decides.
+that decided it (the failing one when the claim fails), read from the deciding run's record. Claim 4's medians
+and ratios are the record's typed values (a bound when a median is not reached), printed with the record's own
+text, K-FAC against each baseline, the best first. This module formats, it never decides (nor recomputes).
 """
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 
 from brownformer.config import ConfigError, RunSpec
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, fmt_ci
-from brownformer.report.phrases import rate_text, ratio_text, tidy
+from brownformer.report.phrases import rate_text, tidy
 from brownformer.report.section_claims12 import CRITERION_LABELS, bound_text
 from brownformer.results import calibration_fields
 from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, ClaimRecord
 
-__all__ = ["Deciding", "deciding", "claim4_groups", "claim4_estimate"]
+__all__ = ["Deciding", "deciding", "claim4_groups", "claim4_estimate", "claim4_baselines", "ratio_cell", "typed_text",
+           "NOT_SIMULATED"]
 
 
 @dataclass(frozen=True)
@@ -117,22 +120,42 @@ def _first_clause(reason: str) -> str:
     return tidy(reason.split("; ")[0]) if reason else ""
 
 
+# claim 4 simulates its rule's error rates only for a decisive verdict (stats/claims/claim4_optimizer.py)
+NOT_SIMULATED = "not simulated (no decisive comparison)"
+
+
+def typed_text(value: dict | None) -> str:
+    """A typed claims.json number (a Kaplan-Meier median or a ratio of them) as its record prints it: "175",
+    "> 200" for a median not reached, "< 0.537" for a ratio over one, "undefined" (a space after the bound sign)."""
+    text = str((value or {}).get("text") or "n/a")
+    return re.sub(r"^([<>])\s*", r"\1 ", text)
+
+
 def claim4_groups(details: dict) -> dict[str, dict]:
-    """Per optimizer of one claim-4 model record: n runs, censored (never reached), budget, KM median steps."""
-    runs = [r for r in details.get("runs") or [] if isinstance(r, dict)]
-    medians = details.get("km_median_steps") or {}
-    out = {}
-    for opt in sorted({str(r.get("optimizer")) for r in runs}):
-        rs = [r for r in runs if str(r.get("optimizer")) == opt]
-        budgets = [_num(r.get("censored_at")) for r in rs]
-        budgets = [b for b in budgets if math.isfinite(b)]
-        median = _num(medians.get(opt))
-        n_censored = sum(not r.get("reached") for r in rs)
-        if math.isnan(median) and 2 * n_censored >= len(rs):  # the writer stores "not reached" as inf or null
-            median = math.inf
-        out[opt] = {"n": len(rs), "censored": n_censored, "budget": max(budgets) if budgets else math.nan,
-                    "median": median}
-    return out
+    """Per optimizer of one claim-4 model record: n runs, censored (never reached) and the record's KM median."""
+    return {o: {"n": int(m.get("n") or 0), "censored": int(m.get("n_censored") or 0), "median": typed_text(m),
+                "reached": m.get("bound") is None and math.isfinite(_num(m.get("estimate")))}
+            for o, m in sorted((details.get("km_median_steps") or {}).items()) if isinstance(m, dict)}
+
+
+def ratio_cell(r: dict | None) -> str:
+    """One typed ratio of medians with its interval: "2.05 [1.8, 2.4]"; a bound with the interval's end that
+    bounds it ("< 0.537, 95% CI upper bound 0.61"), or no interval where the data cannot bound it."""
+    if not r:
+        return "n/a"
+    lo, hi = (_num(c) for c in (r.get("confidence_interval") or [None, None]))
+    level = _num(r.get("confidence_level"))
+    level = f"{level if math.isfinite(level) else 0.95:.0%} CI"
+    bound = r.get("bound")
+    if bound == "<":
+        return typed_text(r) + (f", {level} upper bound {fmt(hi)}" if math.isfinite(hi) and hi > 0 else "")
+    if bound == ">":
+        return typed_text(r) + (f", {level} lower bound {fmt(lo)}" if math.isfinite(lo) and lo > 0 else "")
+    if not math.isfinite(_num(r.get("estimate"))):
+        return "undefined (neither median reached)"
+    ends = [fmt(c) if math.isfinite(c) and c > 0 else None for c in (lo, hi)]
+    interval = ("" if ends == [None, None] else f" [{ends[0] or '0'}, {ends[1] or 'unbounded'}]")
+    return typed_text(r) + interval
 
 
 def _key(x) -> float:
@@ -143,23 +166,44 @@ def _key(x) -> float:
         return math.nan
 
 
+def claim4_baselines(details: dict) -> list[str]:
+    """The baselines of one model record, the best (the comparator, smallest KM median) first."""
+    best = details.get("baseline")
+    names = [b for b in details.get("baselines") or sorted(details.get("ratios") or {})]
+    return sorted(names, key=lambda b: b != best)
+
+
 def claim4_estimate(sub: ClaimRecord, model: str) -> str:
-    """A claim-4 model record's ratio of median steps with its interval; a bound where a median is not reached."""
+    """One claim-4 model record's steps ratios, K-FAC against each baseline (the best one first and named), as
+    the record prints them; which medians were not reached."""
     d = sub.details
-    prop, base = d.get("proposed"), d.get("baseline")
-    groups = claim4_groups(d)
-    gp, gb = groups.get(prop), groups.get(base)
-    if not (gp and gb and sub.estimate):
-        return _estimate_text(sub)
-    ratio = ratio_text(gp["median"], gb["median"], num_budget=gp["budget"], den_budget=gb["budget"])
-    lo, hi = sub.estimate.confidence_interval
-    bound = ratio.startswith(("<", ">", "undefined"))
-    level = _num(sub.estimate.confidence_level)
-    ci = (f"{level if math.isfinite(level) else 0.95:.0%} CI upper bound {fmt(hi)}" if bound and math.isfinite(hi)
-          else fmt_ci(lo, hi) + _level(sub.estimate))
-    censored = "; ".join(f"{o}'s median not reached: {g['censored']} of {g['n']} censored at {fmt(g['budget'])} "
-                         "steps" for o, g in ((prop, gp), (base, gb)) if math.isinf(g["median"]))
-    return f"steps {prop} / {base} {ratio}, {ci}" + (f" ({censored})" if censored else "") + f" on {model}"
+    prop, best = d.get("proposed"), d.get("baseline")
+    ratios = d.get("ratios") or {}
+    if not (prop and ratios):
+        return f"{model}: no ratio ({_first_clause(sub.reason) or 'no comparison'})"
+    parts = [f"{prop} / {b}" + (" (best baseline)" if b == best else "") + " "
+             + ratio_cell((ratios.get(b) or {}).get("steps")) for b in claim4_baselines(d) if b in ratios]
+    censored = [f"{o}'s median not reached: {g['censored']} of {g['n']} censored, {g['median']} steps"
+                for o, g in claim4_groups(d).items() if not g["reached"]]
+    return f"{model}: steps " + "; ".join(parts) + (f" ({'; '.join(censored)})" if censored else "")
+
+
+def _rates_text(rates: dict | None, best: str | None, margin: float) -> str:
+    """The size gate's simulated rates of the rule (rule_error_rates of a model record), and its power against
+    the best baseline."""
+    if not rates or rates.get("size") is None:
+        return NOT_SIMULATED
+    per = (rates.get("per_baseline") or {}).get(best) or {}
+    n = _num(per.get("replicates"))
+    size, size_not = (rate_text(_num(rates.get(k)), n=n) for k in ("size", "size_not_supported"))
+    text = (f"size: P(supported) {size}, P(not supported) {size_not} at a true ratio of {fmt(margin)} "
+            f"(gate ≤ {fmt(_num(rates.get('max_size')))})")
+    power = {_key(r): v for r, v in (per.get("rates") or {}).items() if isinstance(v, dict)}
+    lo = [r for r in power if math.isfinite(r) and r < margin]
+    hi = [r for r in power if math.isfinite(r) and r > margin]
+    said = ([f"P(supported) {fmt(power[min(lo)].get('supported'))} at {fmt(min(lo))}"] if lo else []) + (
+        [f"P(not supported) {fmt(power[max(hi)].get('not supported'))} at {fmt(max(hi))}"] if hi else [])
+    return text + (f"; power vs {best}: " + ", ".join(said) if said else "")
 
 
 def _claim4(rec: ClaimRecord) -> Deciding:
@@ -169,25 +213,18 @@ def _claim4(rec: ClaimRecord) -> Deciding:
     sub = rec.per_model.get(pick) if pick else None
     if sub is None:
         estimate = _estimate_text(rec) if rec.estimate is not None else "none (no model variant in scope)"
-        return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(rec), "not calibrated", "0",
+        return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(rec), NOT_SIMULATED, "0",
                         _first_clause(rec.reason))
+    # every model in scope, the deciding one first: the claim needs K-FAC ahead of the best baseline on each
+    models = [pick] + [m for m in in_scope if m != pick]
+    estimate = " | ".join(claim4_estimate(rec.per_model[m], m) for m in models)
     d = sub.details
-    groups = claim4_groups(d)
-    gp, gb = groups.get(d.get("proposed")), groups.get(d.get("baseline"))
-    estimate = claim4_estimate(sub, pick)
-    rates = d.get("rule_error_rates") or {}
-    size_power = "not calibrated"
-    if rates.get("size") is not None:
-        size_power = f"size {rate_text(float(rates['size']), n=_num(rates.get('replicates')))}"
-        margin = _num(rates.get("margin"))
-        power = {_key(r): v.get("supported") for r, v in (rates.get("rates") or {}).items() if isinstance(v, dict)}
-        power = {r: p for r, p in power.items() if math.isfinite(r) and r < margin and p is not None}
-        if power:
-            r = min(power)
-            size_power += f"; power {fmt(power[r])} at a true ratio of {fmt(r)}"
-    seeds = " + ".join(str(g["n"]) for g in (gp, gb) if g) or "n/a"
-    return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(sub), size_power, seeds,
-                    _first_clause(sub.reason or rec.reason))
+    margin = _num(sub.margin[1]) if sub.margin else math.nan
+    size_power = f"{pick}: " + _rates_text(d.get("rule_error_rates"), d.get("baseline"), margin)
+    seeds = ", ".join(f"{o} {g['n']}" for o, g in claim4_groups(d).items()) or "n/a"
+    why = (f"deciding model {pick}, best first-order baseline {d.get('baseline') or 'none'}: "
+           + _first_clause(sub.reason or rec.reason))
+    return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(sub), size_power, seeds, why)
 
 
 def deciding(ctx: ReportContext, claim_id: str) -> Deciding | None:

@@ -7,7 +7,7 @@ from typing import Any
 import pandas as pd
 from tabulate import tabulate
 
-__all__ = ["fmt", "fmt_ci", "md_table", "kv_table"]
+__all__ = ["fmt", "fmt_ci", "md_table", "kv_table", "setting_text"]
 
 
 def fmt(x: Any, digits: int = 3) -> str:
@@ -47,9 +47,22 @@ def md_table(df: pd.DataFrame, *, index: bool = False) -> str:
     return tabulate(rows, headers=[_cell(c) for c in df.columns], tablefmt="github", disable_numparse=True)
 
 
+def setting_text(v: Any) -> str:
+    """A config value for text: "none", a number by `fmt`, a list "a, b", a mapping "k=v, ..." (never a repr)."""
+    if v is None:
+        return "none"
+    if isinstance(v, float):
+        return fmt(v)
+    if isinstance(v, dict):
+        return ", ".join(f"{k}={setting_text(x)}" for k, x in v.items()) or "none"
+    if isinstance(v, (list, tuple, set, frozenset)):
+        return ", ".join(setting_text(x) for x in v) or "none"
+    return str(v)
+
+
 def kv_table(items: dict, *, ncols: int = 3) -> str:
     """Settings as a compact markdown table: `ncols` (setting, value) pairs per row."""
-    pairs = [(str(k), "none" if v is None else (fmt(v) if isinstance(v, float) else str(v))) for k, v in items.items()]
+    pairs = [(str(k), setting_text(v)) for k, v in items.items()]
     if not pairs:
         return "_(none)_"
     rows = [pairs[i:i + ncols] for i in range(0, len(pairs), ncols)]

@@ -56,12 +56,25 @@ def ratio_text(num: float, den: float, *, num_budget: float = math.nan, den_budg
     return "undefined (neither median reached)"
 
 
-_SINGULAR = re.compile(r"\b1 (run|seed|file|replica|model variant|model|claim|test|layer)s\b")
+_SINGULAR = re.compile(r"\b1 (run|seed|file|replica|model variant|model|claim|test|layer|configuration)s\b")
 
 
 _ALL_ONE = re.compile(r"\ball 1 ")
 
 
+# Python reprs the statistics stage writes into reasons: {'adamw': 1, 'muon': 2} and ['adamw'] ('name' quoted)
+_REPR_DICT = re.compile(r"\{((?:'[^']*': [^,{}]+(?:, )?)+)\}")
+_REPR_LIST = re.compile(r"\[((?:'[^']*'(?:, )?)+)\]")
+_QUOTED = re.compile(r"'([^'\s]+)'")
+
+
+def _unrepr(text: str) -> str:
+    text = _REPR_DICT.sub(lambda m: re.sub(r"'([^']*)': ", r"\1 ", m.group(1)), text)
+    text = _REPR_LIST.sub(lambda m: m.group(1).replace("'", ""), text)
+    return _QUOTED.sub(r"\1", text)
+
+
 def tidy(text: str) -> str:
-    """A reason written by the statistics stage, made to read as English: '1 runs' -> '1 run', 'all 1' -> 'the 1'."""
-    return _ALL_ONE.sub("the 1 ", _SINGULAR.sub(lambda m: f"1 {m.group(1)}", text or ""))
+    """A reason written by the statistics stage, made to read as English: '1 runs' -> '1 run', 'all 1' -> 'the 1',
+    a Python repr such as "{'adamw': 1}" or "['adamw']" -> "adamw 1", "adamw"."""
+    return _unrepr(_ALL_ONE.sub("the 1 ", _SINGULAR.sub(lambda m: f"1 {m.group(1)}", text or "")))

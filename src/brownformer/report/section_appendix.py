@@ -9,7 +9,7 @@ import yaml
 
 from brownformer.manifest import git_state, package_versions
 from brownformer.report.context import ReportContext
-from brownformer.report.markdown import fmt, md_table
+from brownformer.report.markdown import fmt, md_table, setting_text
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +47,7 @@ def _seeds(ctx: ReportContext) -> pd.DataFrame:
     for spec in ctx.cfg.runs():
         m = ctx.results.manifests.get(spec.run_id)
         rows.append({"run": spec.run_id,
-                     "seeds": ", ".join(f"{k}={v}" for k, v in sorted(m.seeds.items())) if m and m.seeds
+                     "seeds": setting_text(dict(sorted(m.seeds.items()))) if m and m.seeds
                      else "not available",
                      "wall time s": fmt(m.wall_time_s if m else None),
                      "git": ((m.git_sha if m else None) or "n/a")[:12] + ("+dirty" if m and m.git_dirty else "")})
@@ -73,7 +73,7 @@ def appendix(ctx: ReportContext) -> str:
         "## Appendix: reproducibility", "",
         f"- **Config file:** `{ctx.config_path}`",
         f"- **Config hash (sha256):** `{cfg.hash}`{hash_note}",
-        f"- **Git SHA at report time:** `{g.get('sha') or 'not available'}`; **dirty:** `{g.get('dirty')}`",
+        f"- **Git SHA at report time:** `{g.get('sha') or 'not available'}`; **dirty:** `{'not available' if g.get('dirty') is None else g.get('dirty')}`",
         f"- **Git SHA(s) of the training runs:** {', '.join(f'`{s}`' for s in prov['git_runs']) or 'not available'}; "
         f"dirty: {', '.join(prov['git_dirty_runs']) or 'n/a'}",
         f"- **torch:** {versions.get('torch')}; **CUDA:** {versions.get('cuda') or 'none'} "

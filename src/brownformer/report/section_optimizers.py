@@ -1,26 +1,24 @@
 """Section 4 of the report: the optimizer comparison behind claim 4 (steps and seconds to a target).
 
-Times to the target are censored at the budget (a run that never gets there): medians are
-Kaplan-Meier medians (stats/survival.py), "not reached" when fewer than half the seeds get there.
-The inference (ratios with bootstrap intervals, log-rank tests, the rule's simulated size, the scope)
-is quoted from claims.json: this module formats, it never decides.
+Times to the target are censored at the budget (a run that never gets there). Every median, ratio,
+interval, p-value, verdict and simulated error rate is claim 4's record in claims.json, printed with the
+record's own text (a median not reached is the bound "> budget"): this module formats, it never decides
+and never recomputes a median.
 """
 from __future__ import annotations
 
 import math
 
-import numpy as np
 import pandas as pd
 
 from brownformer.report.context import ReportContext
-from brownformer.report.markdown import fmt, fmt_ci, md_table
-from brownformer.report.phrases import count_noun, median_text, rate_text, ratio_text
+from brownformer.report.deciding import NOT_SIMULATED, claim4_baselines, claim4_groups, ratio_cell, typed_text
+from brownformer.report.markdown import fmt, md_table
+from brownformer.report.phrases import count_noun, rate_text
 from brownformer.report.section_claims import claim_lines, scope_table
-from brownformer.results import time_to_target_table
-from brownformer.stats.survival import km_median
+from brownformer.verdicts import ClaimRecord
 
-__all__ = ["comparison_table", "display_table", "kfac_sentences", "optimizer_comparison", "proposed_optimizers",
-           "claim4_inference"]
+__all__ = ["comparison_table", "kfac_sentences", "optimizer_comparison", "proposed_optimizers", "claim4_inference"]
 
 
 def proposed_optimizers(ctx: ReportContext) -> list[str]:
@@ -28,162 +26,135 @@ def proposed_optimizers(ctx: ReportContext) -> list[str]:
     return [ctx.cfg.report.proposed]
 
 
-def _km(g: pd.DataFrame, unit: str) -> float:
-    """Kaplan-Meier median of one group's times (a run that never reached the target: censored after every event)."""
-    reached = g["reached"].to_numpy(bool)
-    if not reached.any():
-        return math.inf
-    times = g[unit].to_numpy(float)
-    censored = g["censored_at"].to_numpy(float) if unit == "steps" and "censored_at" in g else np.full(len(g), np.nan)
-    latest = np.nanmax(times[reached])
-    censored = np.where(np.isfinite(censored), np.maximum(censored, latest), latest)
-    return km_median(np.where(reached, times, censored), reached)
+def _claim4(ctx: ReportContext) -> ClaimRecord | None:
+    claims = ctx.results.claims
+    rec = claims.claims.get("4") if claims else None
+    return rec if rec is not None and rec.per_model else None
 
 
-def _budget(g: pd.DataFrame, unit: str) -> float:
-    """Where a group's runs that never reached the target were censored: its step budget, or for seconds the
-    longest wall-clock of those runs (NaN when every run reached it)."""
-    missed = g[~g["reached"].astype(bool)]
-    if missed.empty:
-        return math.nan
-    col = "censored_at" if unit == "steps" and "censored_at" in missed else "total_seconds"
-    values = pd.to_numeric(missed[col], errors="coerce") if col in missed else pd.Series(dtype=float)
-    return float(values.max()) if values.notna().any() else math.nan
+def _median_cell(g: dict) -> str:
+    """A group's KM median as the record prints it, with its censoring: "not reached: > 200 (6 of 8 censored)"."""
+    censored = f" ({g['censored']} of {g['n']} censored)" if g["censored"] else ""
+    return (g["median"] if g["reached"] else f"not reached: {g['median']}") + censored
 
 
-def comparison_table(ctx: ReportContext) -> pd.DataFrame:
-    """Per model and optimizer: seeds, censored runs, final metric, Kaplan-Meier median steps and seconds to target
-    (inf: not reached within the budget) and where the censored runs stopped; numbers, formatted by
-    `display_table`. The final metric and total seconds are medians over the runs that trained their whole budget
-    (a run stopped at the target has neither); "stopped at target" counts the others."""
-    tt = time_to_target_table(ctx.results)
-    if tt.empty:
-        return tt
-    rows = []
-    for (model, opt), g in tt.groupby(["model", "optimizer"], sort=True):
-        rows.append({"model": model, "optimizer": opt, "metric": g["metric"].iat[0], "target": g["target"].iat[0],
-                     "seeds": len(g), "reached": int(g["reached"].sum()), "censored": int((~g["reached"]).sum()),
-                     "final (median)": g["final"].median(),
-                     "steps to target": _km(g, "steps"), "seconds to target": _km(g, "seconds"),
-                     "steps budget": _budget(g, "steps"), "seconds budget": _budget(g, "seconds"),
-                     "total seconds": g["total_seconds"].median(),
-                     "stopped at target": int(g["stopped"].sum()) if "stopped" in g else 0})
-    return pd.DataFrame(rows)
-
-
-def _ratio_to_reference(comp: pd.DataFrame, row, unit: str, target_opt: str) -> str:
-    """This row's median over the target optimizer's on the same model, as a bound when a median is censored."""
-    if row["optimizer"] == target_opt:
-        return "1 (reference)"
-    ref = comp[(comp["model"] == row["model"]) & (comp["optimizer"] == target_opt)]
-    if ref.empty:
-        return "n/a"
-    r = ref.iloc[0]
-    return ratio_text(row[f"{unit} to target"], r[f"{unit} to target"], num_budget=row[f"{unit} budget"],
-                      den_budget=r[f"{unit} budget"])
-
-
-def display_table(ctx: ReportContext, comp: pd.DataFrame) -> pd.DataFrame:
-    """The comparison as text: medians with their censoring ("not reached (5 of 8 censored)"), ratios to the
-    target optimizer's as bounds where a median is censored (never 0 or inf)."""
-    target_opt = ctx.cfg.report.target_optimizer
-    out = pd.DataFrame({
-        "model": comp["model"], "optimizer": comp["optimizer"], "metric": comp["metric"],
-        "target": comp["target"].map(fmt), "seeds": comp["seeds"],
-        "final (median)": comp["final (median)"].map(fmt),
-        "steps to target": [median_text(r["steps to target"], n=r["seeds"], censored=r["censored"])
-                            for _, r in comp.iterrows()],
-        "seconds to target": [median_text(r["seconds to target"], n=r["seeds"], censored=r["censored"])
-                              for _, r in comp.iterrows()],
-        f"steps ratio to {target_opt}": [_ratio_to_reference(comp, r, "steps", target_opt)
-                                         for _, r in comp.iterrows()],
-        f"seconds ratio to {target_opt}": [_ratio_to_reference(comp, r, "seconds", target_opt)
-                                           for _, r in comp.iterrows()],
-        "total seconds": comp["total seconds"].map(fmt)})
-    if comp["stopped at target"].any():
-        out["stopped at target"] = comp["stopped at target"]
+def _seconds_medians(d: dict) -> dict[str, str]:
+    """optimizer -> its KM median training seconds to the target, the record's text (each seconds ratio carries
+    the medians of its two optimizers)."""
+    out = {}
+    for b, r in (d.get("ratios") or {}).items():
+        medians = ((r or {}).get("seconds") or {}).get("medians") or []
+        if len(medians) == 2:
+            out.setdefault(d.get("proposed"), typed_text(medians[0]))
+            out[b] = typed_text(medians[1])
     return out
 
 
-def _number(x) -> float:
-    """claims.json numbers: "inf" (not reached within the budget) as inf, None (undefined) as NaN."""
-    if x == "inf":
-        return math.inf
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+def _role(d: dict, opt: str) -> str:
+    if opt == d.get("proposed"):
+        return "proposed"
+    if opt == d.get("baseline"):
+        return "best baseline"
+    return "baseline" if opt in (d.get("baselines") or []) else "reported"
 
 
-def _ratio_text(r: dict | None) -> str:
-    """A ratio of medians with its interval; where a median is not reached, the bound its interval gives."""
-    if not r:
-        return "n/a"
-    est = _number(r.get("estimate"))
-    lo, hi = (_number(x) for x in (r.get("confidence_interval") or [None, None]))
-    num, den = (_number(m) for m in (r.get("medians") or [est, 1.0]))
-    if math.isinf(num) and math.isinf(den):
-        return "undefined (neither median reached)"
-    if math.isinf(den):  # the other optimizer's median is not reached: the ratio is below the interval's top
-        return f"< {fmt(hi)} (its median not reached)" if math.isfinite(hi) else "undefined"
-    if math.isinf(num):
-        return f"> {fmt(lo)} (the median of the proposed optimizer not reached)" if math.isfinite(lo) else "undefined"
-    return f"{fmt(est)} {fmt_ci(lo, hi)}"
+def comparison_table(ctx: ReportContext) -> pd.DataFrame:
+    """Per model and optimizer, claim 4's record as text: seeds, Kaplan-Meier median steps and seconds to the
+    target (the record's typed values: a bound with its censoring where a median is not reached), K-FAC's steps
+    and seconds ratios to it, the final metric at the budget (median over the runs that trained in full) and the
+    runs stopped at the target. Empty without a claim-4 record."""
+    rec = _claim4(ctx)
+    if rec is None:
+        return pd.DataFrame()
+    rows = []
+    for model, sub in sorted(rec.per_model.items()):
+        d = sub.details
+        prop = d.get("proposed")
+        seconds = _seconds_medians(d)
+        runs = [r for r in d.get("runs") or [] if isinstance(r, dict)]
+        for opt, g in claim4_groups(d).items():
+            ratio = (d.get("ratios") or {}).get(opt) or {}
+            final = (d.get("final_at_budget") or {}).get(opt) or {}
+            rows.append({
+                "model": model, "optimizer": opt, "role": _role(d, opt), "target": fmt(d.get("target")),
+                "seeds": g["n"], "steps to target": _median_cell(g), "seconds to target": seconds.get(opt, "n/a"),
+                f"steps ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get("steps")),
+                f"seconds ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get("seconds")),
+                "final at budget (median)": (f"{fmt(final.get('median'))} ({count_noun(int(final['n']), 'run')})"
+                                             if final.get("n") else "none trained the whole budget"),
+                "stopped at target": sum(bool(r.get("stopped")) for r in runs if r.get("optimizer") == opt)})
+    return pd.DataFrame(rows)
+
+
+def _rule_rates_text(rates: dict | None) -> str:
+    if not rates or rates.get("size") is None:
+        return NOT_SIMULATED
+    return (f"{rate_text(float(rates['size']))} / {rate_text(float(rates.get('size_not_supported', math.nan)))}"
+            f" (gate ≤ {fmt(rates.get('max_size'))})")
 
 
 def claim4_inference(ctx: ReportContext) -> list[str]:
-    """Claim 4's scope and, per model variant, the ratios of Kaplan-Meier medians with their intervals, the
-    log-rank tests against every other optimizer and the simulated size of the rule (from claims.json)."""
-    claims = ctx.results.claims
-    rec = claims.claims.get("4") if claims else None
-    if rec is None or not rec.per_model:
+    """Claim 4's scope and, per model variant, K-FAC's steps ratio against each baseline with its interval, the
+    one-sided p and verdict, and the rule's simulated error rates (from claims.json)."""
+    rec = _claim4(ctx)
+    if rec is None:
         return []
     proposed = rec.details.get("proposed", "the proposed optimizer")
     scope = rec.details.get("scope") or []
-    rows, others = [], sorted({o for m in rec.per_model.values() for o in (m.details.get("ratios") or {})})
+    baselines = rec.details.get("baselines") or []
+    rows = []
     for model, m in sorted(rec.per_model.items()):
         d = m.details
-        row = {"model": model, "in scope": "yes" if d.get("protocol_met") else "no (protocol not met)",
-               "verdict": m.verdict}
-        for other in others:
-            row[f"{proposed} / {other} steps [CI]"] = _ratio_text((d.get("ratios") or {}).get(other, {}).get("steps"))
-            row[f"log-rank p vs {other}"] = fmt((d.get("logrank") or {}).get(other, {}).get("pvalue"))
-        rates = d.get("rule_error_rates")
-        row["size of the rule"] = (rate_text(float(rates["size"]), n=_number(rates.get("replicates")))
-                                   if rates and rates.get("size") is not None else "not calibrated")
+        row = {"model": model, "in scope": "yes" if model in scope else "no (reported, not deciding)",
+               "protocol met": "yes" if d.get("protocol_met") else "no", "verdict": m.verdict,
+               "best baseline": d.get("baseline") or "none"}
+        for b in claim4_baselines(d):
+            steps = ((d.get("ratios") or {}).get(b) or {}).get("steps")
+            row[f"vs {b}: steps ratio [CI]"] = ratio_cell(steps)
+            row[f"vs {b}: p, verdict"] = (f"{fmt((steps or {}).get('pvalue'))}, "
+                                           f"{((d.get('verdicts') or {}).get(b) or {}).get('verdict', 'n/a')}")
+        row["P(supported) / P(not supported) on the margin"] = _rule_rates_text(d.get("rule_error_rates"))
         rows.append(row)
     steps = sorted({int(r["censored_at"]) for m in rec.per_model.values() for r in m.details.get("runs") or []
                     if isinstance(r.get("censored_at"), (int, float)) and math.isfinite(r["censored_at"])})
     return ["**Claim 4's scope and inference.** Decided on " + (", ".join(f"`{m}`" for m in scope) or "no model")
-            + f" (at least 8 seeds of `{proposed}` and `{ctx.cfg.report.target_optimizer}`, evaluation "
-            "every 5 steps on the whole validation split, the fixed target), budget "
-            + (", ".join(map(str, steps)) or "n/a") + " steps. Ratios are of Kaplan-Meier medians of the steps to the "
-            "target (a run that never reaches it is censored at the budget; a median not reached makes the ratio a "
-            "bound, read from the interval), 95% percentile bootstrap over seeds; the log-rank test is one-sided "
-            f"(`{proposed}` reaches the target sooner); the size is the simulated rate of \"supported\" with the true "
-            "ratio on the margin, at the model's seeds, censoring and evaluation grid (docs/methods/claim4.md). The "
-            "tuning that set every optimizer's settings is in the config's `tuned:` block (written by `brownformer "
-            "tune`).", "", md_table(pd.DataFrame(rows)), ""]
+            + f" (`report.scope`), `{proposed}` against every baseline (" + (", ".join(f"`{b}`" for b in baselines)
+            or "none") + "), so against the best of them; budget " + (", ".join(map(str, steps)) or "n/a")
+            + " steps. Ratios are of Kaplan-Meier medians of the steps to the target (a run that never reaches it is "
+            "censored at its budget; a median not reached makes the ratio a bound). Interval and one-sided test: the "
+            "accelerated-failure-time log-rank test, inverted over the ratio; the error rates are the rule's, "
+            "simulated at each comparison's seeds, censoring and evaluation grid with the true ratio on the margin "
+            "(docs/methods/claim4.md). The tuning that set every optimizer's settings is in the config's `tuned:` "
+            "block (written by `brownformer tune`).", "", md_table(pd.DataFrame(rows)), ""]
 
 
-def kfac_sentences(ctx: ReportContext, comp: pd.DataFrame) -> list[str]:
-    """One sentence per (model, proposed optimizer): reached or not, steps and time to target against the target
-    optimizer's (Kaplan-Meier medians; a censored median is "not reached", a ratio over it a bound)."""
-    target_opt = ctx.cfg.report.target_optimizer
+def kfac_sentences(ctx: ReportContext) -> list[str]:
+    """One sentence per model variant of claim 4's record: K-FAC's median steps to the target, then its steps and
+    seconds ratios against each baseline, the best (the comparator) first, as the record prints them."""
+    rec = _claim4(ctx)
     out = []
-    for _, r in comp[comp["optimizer"].isin(proposed_optimizers(ctx))].iterrows():
-        if r["reached"] == 0:
-            out.append(f"On `{r['model']}`, `{r['optimizer']}` never reached the target {r['metric']} "
-                       f"({fmt(r['target'])}) in {count_noun(r['seeds'], 'seed')}.")
+    for model, sub in sorted(rec.per_model.items()) if rec else []:
+        d = sub.details
+        prop, groups = d.get("proposed"), claim4_groups(d)
+        g = groups.get(prop)
+        if g is None:
             continue
-        ref = comp[(comp["model"] == r["model"]) & (comp["optimizer"] == target_opt)]
-        base = ""
-        if not ref.empty:
-            b = ref.iloc[0]
-            base = (f"; {target_opt}: median "
-                    f"{median_text(b['steps to target'], n=b['seeds'], censored=b['censored'], unit='steps')}")
-        out.append(f"On `{r['model']}`, `{r['optimizer']}` reached the target {r['metric']} ({fmt(r['target'])}) in "
-                   f"{r['reached']} of {count_noun(r['seeds'], 'seed')}, median "
-                   f"{median_text(r['steps to target'], n=r['seeds'], censored=r['censored'], unit='steps')}{base}: "
-                   f"steps ratio {_ratio_to_reference(comp, r, 'steps', target_opt)}, wall-clock ratio "
-                   f"{_ratio_to_reference(comp, r, 'seconds', target_opt)} (Kaplan-Meier medians over seeds).")
+        if g["censored"] == g["n"]:
+            head = (f"On `{model}`, `{prop}` never reached the target {d.get('metric')} ({fmt(d.get('target'))}) in "
+                    f"{count_noun(g['n'], 'seed')}")
+        else:
+            head = (f"On `{model}`, `{prop}` reached the target {d.get('metric')} ({fmt(d.get('target'))}) in "
+                    f"{g['n'] - g['censored']} of {count_noun(g['n'], 'seed')}, median {_median_cell(g)} steps")
+        against = []
+        for b in claim4_baselines(d):
+            r = (d.get("ratios") or {}).get(b) or {}
+            gb = groups.get(b)
+            median = f", median {_median_cell(gb)} steps" if gb else ""
+            role = (f" (the best first-order baseline{median})" if b == d.get("baseline")
+                    else (f" ({median[2:]})" if median else ""))
+            against.append(f"against `{b}`{role}"
+                           + f" steps ratio {ratio_cell(r.get('steps'))}, seconds ratio {ratio_cell(r.get('seconds'))}")
+        out.append(head + ("; " + "; ".join(against) if against else "") + f" ({sub.verdict} on this model).")
     return out
 
 
@@ -203,15 +174,15 @@ def optimizer_comparison(ctx: ReportContext) -> str:
     if not per_model.empty:
         parts += ["Claim 4 per model variant:", "", md_table(per_model), ""]
     if comp.empty:
-        parts.append("Optimizer comparison: not available (no training metrics).")
+        parts.append("Optimizer comparison: not available (no claim-4 record in claims.json).")
         return "\n".join(parts)
-    parts += [md_table(display_table(ctx, comp)), ""]
+    parts += [md_table(comp), ""]
     if comp["stopped at target"].any():
         n_stopped = count_noun(int(comp["stopped at target"].sum()), "metrics-only run")
         parts += [f"{n_stopped} stopped at their first evaluation on the "
                   "target (grid blocks with `stop_at_target`): they count in the steps and seconds to the target; the "
-                  "final metric and total seconds are medians over the runs that trained their whole budget.", ""]
-    sentences = kfac_sentences(ctx, comp)
+                  "final metric is the median over the runs that trained their whole budget.", ""]
+    sentences = kfac_sentences(ctx)
     if sentences:
         parts += ["**Conclusion.** " + " ".join(sentences)]
     else:
@@ -221,8 +192,4 @@ def optimizer_comparison(ctx: ReportContext) -> str:
                      if in_grid else
                      f"The proposed optimizer `{ctx.cfg.report.proposed}` is not in the grid, so claim 4 is not "
                      "tested here.")
-    best = comp.sort_values(["model", "seconds to target"]).groupby("model").head(1)
-    parts.append("Fastest to the target in wall-clock per model: " + "; ".join(
-        f"`{m}`: `{o}` (median {fmt(s)} s)" if np.isfinite(s) else f"`{m}`: no optimizer's median reached it"
-        for m, o, s in zip(best["model"], best["optimizer"], best["seconds to target"])) + ".")
     return "\n".join(parts)

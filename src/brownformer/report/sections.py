@@ -18,7 +18,7 @@ from brownformer.report.phrases import count_noun
 from brownformer.report.section_claims import claim_lines, claim_table, counts_by_optimizer, did_not_train_text, headline_table
 from brownformer.report.section_claims12 import markov_text, sphere_text
 from brownformer.report.section_local_slopes import claim3_reading_text
-from brownformer.report.section_optimizers import comparison_table, kfac_sentences
+from brownformer.report.section_optimizers import kfac_sentences
 from brownformer.report.section_pretrained import pretrained_text
 from brownformer.report.section_scaling import scaling_text
 from brownformer.report.section_verdicts import KEY_FIGURE
@@ -140,8 +140,7 @@ def abstract(ctx: ReportContext) -> str:
         verdict_text = (f"Of {len(head)} headline claims, supported: {counts.get('supported', 0)}, not supported: "
                         f"{counts.get('not supported', 0)}, inconclusive: {counts.get('inconclusive', 0)}, "
                         f"did not train: {counts.get('did not train', 0)} (the table below).")
-    comp = comparison_table(ctx)
-    kfac = " ".join(kfac_sentences(ctx, comp)) if not comp.empty else "No training metrics were available."
+    kfac = " ".join(kfac_sentences(ctx)) or "Claim 4 has no record in claims.json."
     optimizers = (f"trained with {count_noun(len(trained), 'optimizer')} ({', '.join(trained)})" if trained
                   else "with no optimizer's run trained yet")
     return "\n".join([
