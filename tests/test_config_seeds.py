@@ -98,7 +98,10 @@ def test_the_default_config_probes_five_seeds_of_every_model_and_batches_them():
     replica_seeds = {RunSpec.parse(base).seed for base in cfg.replica_sets() if "__adamw__" in base}
     assert len(replica_seeds) >= 5
     batched = {run for e in ensembles(cfg) for run in e.runs}
-    timed = {r.run_id for r in cfg.runs() if r.model in cfg.report.targets and r.model == "vit-pre"}  # claim 4's
+    # claim 4 times the grid runs of a model with a target on which the proposed optimizer also trains
+    timed = {r.run_id for r in cfg.runs() if r.model in cfg.report.targets and r.replica == 0
+             and (r.model, cfg.report.proposed) in cfg.pair_seeds()}
+    assert {RunSpec.parse(t).model for t in timed} == set(cfg.report.scope)
     assert all(r.run_id in batched for r in cfg.probed_runs() if r.optimizer == "adamw" and r.run_id not in timed)
     assert not timed & batched  # claim 4 compares their wall-clock: each trains alone
     assert {r.run_id for reps in cfg.replica_sets().values() for r in reps[1:] if r.optimizer == "adamw"} <= batched

@@ -21,10 +21,12 @@ def _changed(before: dict, after: dict) -> set[tuple[str, str]]:
     return {k for k in before.keys() | after.keys() if before.get(k) != after.get(k)}
 
 
-def test_a_stats_key_changes_the_stats_and_study_slices_only(raw_config):
+def test_a_stats_key_changes_the_stats_study_and_pretrained_slices_only(raw_config):
     before = _slices(raw_config)
     raw_config["stats"]["n_resamples"] += 100
-    assert _changed(before, _slices(raw_config)) == {("stats", ""), ("study", "")}
+    # the pretrained models' analysis reads the statistics settings too
+    pretrained = {("pretrained", name) for name in raw_config.get("pretrained") or {}}
+    assert _changed(before, _slices(raw_config)) == {("stats", ""), ("study", "")} | pretrained
 
 
 def test_one_models_width_changes_its_runs_and_the_study_only(raw_config):
@@ -69,7 +71,8 @@ def test_write_slices_rewrites_only_changed_files(tmp_path, raw_config):
     raw_config["stats"]["alpha"] = 0.01
     write_slices(from_dict(raw_config), tmp_path)
     moved = {p for p in paths.values() if p.stat().st_mtime != old}
-    assert moved == {slice_path(tmp_path, "stats"), slice_path(tmp_path, "study")}
+    pretrained = {slice_path(tmp_path, "pretrained", name) for name in raw_config.get("pretrained") or {}}
+    assert moved == {slice_path(tmp_path, "stats"), slice_path(tmp_path, "study")} | pretrained
     assert json.loads(slice_path(tmp_path, "stats").read_text())["stats"]["alpha"] == 0.01
 
 

@@ -53,6 +53,12 @@ SLICES: dict[str, Slice] = {
                  lambda cfg, run: cfg.run_slice(run)),
     # compute_stats, calibrate_tests: the statistics settings (the CLI passes them only StatsConfig)
     "stats": Slice(None, lambda cfg: [""], lambda cfg, _key: {"stats": cfg.raw.get("stats", {})}),
+    # analyze_pretrained: what `brownformer pretrained --config` reads (statistics, probe settings and the seed
+    # offset that shifts the probe seed) and the model's own block, so a report title reruns no pretrained model
+    "pretrained": Slice("name", lambda cfg: sorted(cfg.raw.get("pretrained") or {}),
+                        lambda cfg, name: {"stats": cfg.raw.get("stats", {}), "probes": cfg.raw.get("probes", {}),
+                                           "seed_offset": cfg.raw.get("seed_offset", 0),
+                                           "pretrained": {name: cfg.raw["pretrained"][name]}}),
     # summarize_stats, plot_figures, build_report: every science key (they read the grid, the report settings...)
     "study": Slice(None, lambda cfg: [""], _study),
 }

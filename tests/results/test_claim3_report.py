@@ -50,7 +50,8 @@ def test_claim_calibration_text_cites_both_nulls():
     cal = {"shape": {"kind": "euclidean", "T": 25, "N": 510, "G": 5, "d": 32}, "size": 0.0, "size_se": 0.02,
            "size_fitted": 0.025, "n_fitted": 16, "n_files": 16, "power": {}, "n_replicates": 40}
     text = calibration_text(pd.Series(calibration_fields(cal)))
-    assert "size 0 ± 0.02 under the idealised null, 0.025 under the fitted null (16 of 16 files fitted)" in text
+    assert ("size 0 of 40 (95% upper bound 0.075) under the idealised null, 0.025 under the fitted null (16 of 16 "
+            "files fitted)") in text
     missing = calibration_fields({**cal, "size_fitted": None, "n_fitted": 0})
     assert math.isnan(missing["size_fitted"])
     assert "fitted null not simulated (0 of 16 files fitted)" in calibration_text(pd.Series(missing))

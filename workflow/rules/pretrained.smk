@@ -9,7 +9,7 @@ if PRETRAINED:
 
     rule analyze_pretrained:
         input:
-            config=config_slice("study"),
+            config=config_slice("pretrained"),
             model=pretrained_model_files,
         output:
             json=in_results("pretrained/{name}/pretrained.json"),
