@@ -53,8 +53,8 @@ from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUP
 from ..pooling import NESTING, seed_pool
 from ..rule_history import claim_rule_history
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
-                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, pool_runs, se_from_interval,
-                     seed_unit, seed_verdict)
+                    equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
+                    se_from_interval, seed_unit, seed_verdict)
 
 __all__ = ["sphere_claim", "TITLE", "CRITERIA", "DECIDING_TENSOR"]
 
@@ -326,10 +326,7 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     reason += "".join(f"; {c}: {why}" for c, why in sorted(short.items()) if why)
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
-    decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.value)]
-    worst = decider or (max(decided, key=lambda c: per_model[c].estimate.value) if decided else None)
-    pvals = [per_model[c].details.get("pvalue") for c in per_model]
-    p_iut = max(pvals) if per_model and all(p is not None for p in pvals) else None
+    worst, p_iut = iut_pick(per_model, decider)
     return ClaimRecord(
         "1", TITLE, verdict, reason + (f" ({FIXED_MODEL_UNIT})" if unit == "inputs" else "")
         + (f"; deciding {'model' if unit == 'inputs' else 'configuration'} {worst}" if worst else ""),

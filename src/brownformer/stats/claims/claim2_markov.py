@@ -57,8 +57,8 @@ from ..pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from ..rule_history import claim_rule_history
 from .claim2_seed import TITLE, combine, fmt_value, per_input_values, seed_record, upper_margin
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
-                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, pool_runs, seed_unit,
-                     seed_verdict)
+                    equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
+                    seed_unit, seed_verdict)
 
 __all__ = ["markov_claim", "file_verdicts", "per_input_values", "TITLE", "OUTPUT_ERROR_NULL_FRACTION",
            "POWER_DESIGN_SEEDS", "CRITERIA"]
@@ -256,10 +256,7 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     reason += "".join(f"; {c}: {why}" for c, why in sorted(whys.items()) if why)
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
-    decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.value)]
-    pick = decider or (max(decided, key=lambda c: per_model[c].estimate.value) if decided else None)
-    pvals = [per_model[c].details.get("pvalue") for c in per_model]
-    p_iut = max(pvals) if per_model and all(p is not None for p in pvals) else None
+    pick, p_iut = iut_pick(per_model, decider)
     sizes = [rec.calibration["size"] for rec in per_model.values() if (rec.calibration or {}).get("size") is not None]
     return ClaimRecord(
         "2", TITLE, verdict, reason + (f"; deciding {'model' if fixed else 'configuration'} {pick}" if pick else ""),

@@ -249,3 +249,16 @@ def interval_power(se: float, true_value: float, margin, *, confidence_level: fl
     fail = sum(float(sps.norm.cdf(z - sign * (edge - true_value) / se))
                for edge, sign in ((margin[1], 1.0), (margin[0], -1.0)) if math.isfinite(edge))
     return max(0.0, 1.0 - fail)
+
+
+def iut_pick(per_model: dict[str, ClaimRecord], decider: str | None) -> tuple[str | None, float | None]:
+    """(the configuration that decides, the intersection-union p-value) of configurations pooled by `pool_runs`.
+
+    The decider is the pool's own, else the configuration with the largest finite estimate (the one furthest from
+    the ideal 0 of claims 1 and 2's criteria); the p-value is the largest configuration p-value, None unless every
+    configuration has one (an intersection-union test rejects only if each does)."""
+    decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.value)]
+    pick = decider or (max(decided, key=lambda c: per_model[c].estimate.value) if decided else None)
+    pvals = [per_model[c].details.get("pvalue") for c in per_model]
+    return pick, (max(pvals) if per_model and all(p is not None for p in pvals) else None)
+
