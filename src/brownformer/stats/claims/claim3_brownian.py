@@ -286,7 +286,8 @@ def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> 
     if m is not None and n_ns >= m:
         return NOT_SUPPORTED, (f"{n_ns} >= {m} {unit} not supported ({text}); size of this count rule {tail:.2g}, "
                                f"p = {p:.2g}"), det
-    return INCONCLUSIVE, f"{text}; a rejection needs {m if m else 'more'} {unit} not supported", det
+    need = f"{m} {unit.removesuffix('s') if m == 1 else unit}" if m else f"more {unit}"
+    return INCONCLUSIVE, f"{text}; a rejection needs {need} not supported", det
 
 
 def _runs_estimate(records: dict[str, ClaimRecord], stats, name: str):
