@@ -39,12 +39,10 @@ from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_bat
 from brownformer.metrics import val_metric_for_kind
 from brownformer.models import loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
-from brownformer.probes import ProbeRecorder
 from brownformer.target_stop import STOPPED, on_smoothed_target
-from brownformer.run_folder import (restart_if_probe_store_incomplete, restart_if_rerun, resume_state, save_checkpoint,
-                                    write_run_outputs)
-from brownformer.train import (StepCallback, lr_factor, model_for_data, resolve_device, set_determinism,
-                               timed_callbacks, val_summary)
+from brownformer.run_folder import resume_state, save_checkpoint, write_run_outputs
+from brownformer.train import (StepCallback, lr_factor, open_run, resolve_device, set_determinism, timed_callbacks,
+                               val_summary)
 from brownformer.train_step import LossTracker
 
 log = logging.getLogger(__name__)
@@ -127,17 +125,8 @@ def _open_member(cfg: ExperimentConfig, run_id: str, out_dir: Path, data: Prepar
     spec: RunSpec = run_cfg.run(run_id)
     tcfg, mcfg = run_cfg.train, run_cfg.models[spec.model]
     seq_len = mcfg.seq_len if data.kind == "text" else None
-    probing = probes and run_cfg.probed(run_id)
-    restart_if_rerun(out_dir, run_id, tcfg.steps)
-    callbacks = list(callbacks)
-    if probing:
-        restart_if_probe_store_incomplete(out_dir, run_id)
-        callbacks.append(ProbeRecorder(run_cfg, spec, data, out_dir / "probes", device,
-                                       model_factory=lambda: model_for_data(run_cfg, spec.model, data).to(device)))
-    torch.manual_seed(spec.seed)
-    model = model_for_data(run_cfg, spec.model, data).to(device)
-    if spec.noise_seed is not None:
-        torch.manual_seed(spec.noise_seed)
+    model, callbacks, probing = open_run(run_cfg, run_id, spec, data, out_dir, device, probes=probes,
+                                         callbacks=callbacks)
     sampler = DeviceSampler(data, "train", device, seed=spec.data_seed, batch_size=tcfg.batch_size, seq_len=seq_len,
                             augment=run_cfg.dataset_of(spec.model).augment)
     member = _Member(run_id, run_cfg, out_dir, model, sampler, LossTracker(device), callbacks, probing,

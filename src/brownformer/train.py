@@ -136,6 +136,25 @@ def _optimizer_row(optimizer) -> dict:
     return row
 
 
+def open_run(cfg: ExperimentConfig, run_id: str, spec: RunSpec, data, out_dir: Path, device: torch.device, *,
+             probes: bool, callbacks) -> tuple[torch.nn.Module, list, bool]:
+    """What a run's training starts with, alone (train_run) or as an ensemble member (brownformer.ensemble):
+    a rerun's finished checkpoint dropped, the probe recorder where the run is probed, and the model initialised
+    from the run's seed (a replica then reseeds with its own noise seed). Returns (model, callbacks, probing)."""
+    callbacks = list(callbacks)
+    probing = probes and cfg.probed(run_id)  # probes.enabled and some grid block probes the run
+    restart_if_rerun(out_dir, run_id, cfg.train.steps)
+    if probing:
+        restart_if_probe_store_incomplete(out_dir, run_id)
+        callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
+                                       model_factory=lambda: model_for_data(cfg, spec.model, data).to(device)))
+    torch.manual_seed(spec.seed)
+    model = model_for_data(cfg, spec.model, data).to(device)
+    if spec.noise_seed is not None:  # a replica: the run's initialisation, its own dropout/sampling noise from here
+        torch.manual_seed(spec.noise_seed)
+    return model, callbacks, probing
+
+
 def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir: str | Path, *,
               probes: bool = False, callbacks: list[StepCallback] | None = None,
               stop_after: int | None = None, stop_when=None, progress: bool = True) -> pd.DataFrame:
@@ -170,18 +189,8 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     flags = set_determinism(tcfg, device)
     data = load_prepared(data_dir)
     seq_len = mcfg.seq_len if data.kind == "text" else None
-    callbacks = list(callbacks or [])
-    probing = probes and cfg.probed(run_id)  # probes.enabled and some grid block probes the run
-    restart_if_rerun(out_dir, run_id, tcfg.steps)
-    if probing:
-        restart_if_probe_store_incomplete(out_dir, run_id)
-        callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
-                                       model_factory=lambda: model_for_data(cfg, spec.model, data).to(device)))
-
-    torch.manual_seed(spec.seed)
-    model = model_for_data(cfg, spec.model, data).to(device)
-    if spec.noise_seed is not None:  # a replica: the run's initialisation, its own dropout/sampling noise from here
-        torch.manual_seed(spec.noise_seed)
+    model, callbacks, probing = open_run(cfg, run_id, spec, data, out_dir, device, probes=probes,
+                                         callbacks=callbacks or [])
     opt_params = {**ocfg.params, **implementation_flags(ocfg.type, device, cuda_graphs=tcfg.cuda_graphs)}
     optimizer = build_optimizer(model, ocfg.type, ocfg.lr, opt_params)
     sampler = DeviceSampler(data, "train", device, seed=spec.data_seed, batch_size=tcfg.batch_size, seq_len=seq_len,
