@@ -22,9 +22,11 @@ from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
 __all__ = ["pretrained_claims", "stats_for_norm", "CALIBRATION_STATUS"]
 
 CALIBRATION_STATUS = {
-    "1": "equivalence on the fraction of tokens on the sphere; interval from the cluster bootstrap over probe inputs",
-    "2": "margins calibrated per model on its nulls: row-shuffled and shuffled-key attention and the random-init "
-         "model of the same config (size), the exact vMF kernel at the fitted kappa (power)",
+    "1": "equivalence of the radius spread and the centre offset, each on its interval over the probe inputs of this "
+         "one model (fixed-model unit); power at a true value halfway to the margin",
+    "2": "equivalence on margins fixed before the data (output error of the head-subspace isotropic kernel, "
+         "reversibility residual), intervals over the probe inputs of this one model; the nulls (row-shuffled, "
+         "shuffled-key attention, the random-init model of the same config) are reported beside the margins",
 }
 
 
