@@ -6,7 +6,7 @@ import copy
 import pytest
 
 from brownformer.config import apply_overrides, from_dict
-from brownformer.config_ensembles import ENSEMBLE_OPTIMIZERS, ensembles
+from brownformer.config.ensembles import ENSEMBLE_OPTIMIZERS, ensembles
 
 
 def _cfg(raw, size, seeds=(0, 1, 2, 3, 4, 5, 6), **block):

@@ -3,7 +3,7 @@ from pathlib import Path
 
 import yaml
 
-from brownformer.config_readme import SCHEMA, render, undocumented
+from brownformer.config.readme import SCHEMA, render, undocumented
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,4 +16,4 @@ def test_every_schema_key_has_a_description():
 
 def test_config_readme_is_generated_from_the_schema():
     committed = (REPO / "config" / "README.md").read_text()
-    assert committed == render(), "regenerate: python -m brownformer.config_readme > config/README.md"
+    assert committed == render(), "regenerate: python -m brownformer.config.readme > config/README.md"

@@ -89,7 +89,7 @@ def test_the_default_config_probes_five_seeds_of_every_model_and_batches_them():
     from pathlib import Path
 
     from brownformer.config import load_config
-    from brownformer.config_ensembles import ensembles
+    from brownformer.config.ensembles import ensembles
     cfg = load_config(Path(__file__).resolve().parents[1] / "config" / "config.yaml")
     probed = {}
     for r in cfg.probed_runs():

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from brownformer.config import config_hash, from_dict
-from brownformer.config_slices import SLICES, slice_content, slice_path, write_slices
+from brownformer.config.slices import SLICES, slice_content, slice_path, write_slices
 
 
 def _slices(raw: dict) -> dict[tuple[str, str], str]:

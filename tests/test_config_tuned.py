@@ -1,4 +1,4 @@
-"""The `tuned:` block, typed (brownformer.config_tuned): model -> optimizer -> TunedConfig, validated by the schema
+"""The `tuned:` block, typed (brownformer.config.tuned): model -> optimizer -> TunedConfig, validated by the schema
 and the registry, and written back in the config's own spelling."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 import yaml
 
 from brownformer.config import ConfigError, TunedConfig, apply_overrides, from_dict, load_config
-from brownformer.config_tuned import read_tuned, tuned_settings
+from brownformer.config.tuned import read_tuned, tuned_settings
 
 DEFAULT = Path(__file__).resolve().parents[1] / "config" / "config.yaml"
 

@@ -21,7 +21,7 @@ import pytest
 
 import brownformer
 from brownformer.config import DEFAULT_MARGINS
-from brownformer.config_checks import load_schema
+from brownformer.config.checks import load_schema
 
 SRC = Path(brownformer.__file__).parent
 PACKAGES = ("stats", "results", "plots", "report")

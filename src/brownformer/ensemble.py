@@ -3,7 +3,7 @@
 At d_model 32 a step is a few hundred small kernels; an ensemble runs them once for all its members. Each
 member's weights are stacked on a leading member axis (`torch.func.stack_module_state`), the forward is
 `vmap` of `functional_call` over that axis, and the loss is the sum of the members' losses, so each member's
-gradient is that of its own loss. The optimizer (AdamW or SGD: brownformer.config_ensembles.ENSEMBLE_OPTIMIZERS)
+gradient is that of its own loss. The optimizer (AdamW or SGD: brownformer.config.ensembles.ENSEMBLE_OPTIMIZERS)
 is elementwise, so one step on the stacked tensors is every member's own step; gradient clipping is per member.
 Attention runs the math kernel under vmap (F.scaled_dot_product_attention's fused CPU kernel has no batching rule).
 
@@ -34,7 +34,7 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
 from brownformer.config import ExperimentConfig, RunSpec
-from brownformer.config_ensembles import ensemble_key
+from brownformer.config.ensembles import ensemble_key
 from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
 from brownformer.metrics import val_metric_for_kind
 from brownformer.models import loss_fn
@@ -83,7 +83,7 @@ class _Member:
 def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Path, runs_dir: str | Path, *,
                    probes: bool = False, callbacks: dict[str, list[StepCallback]] | None = None,
                    stop_after: int | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
-    """Train `run_ids` (runs of one `config_ensembles.ensemble_key`) as one batched model.
+    """Train `run_ids` (runs of one `config.ensembles.ensemble_key`) as one batched model.
 
     Args:
         cfg: the validated experiment config.

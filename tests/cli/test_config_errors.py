@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from brownformer.config import ConfigError, from_dict
-from brownformer.config_checks import MAX_PROBLEMS, config_problems
+from brownformer.config.checks import MAX_PROBLEMS, config_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 

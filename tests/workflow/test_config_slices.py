@@ -117,7 +117,7 @@ def test_a_report_title_reruns_only_the_cross_run_rules(finished):
 def test_every_rule_that_reads_the_config_lists_its_slice():
     """A rule handed the config file (a constant path, which triggers no rerun) must take its slice as an
     input, or a config edit would never rerun it."""
-    from brownformer.config_slices import SLICES
+    from brownformer.config.slices import SLICES
 
     for path in sorted((ROOT / "workflow").rglob("*.smk")) + [ROOT / "workflow" / "Snakefile"]:
         for rule, body in re.findall(r"^rule (\w+):\n(.*?)(?=^\S|\Z)", path.read_text(), re.M | re.S):

@@ -4,8 +4,8 @@ from pathlib import Path
 import yaml
 
 from brownformer.config import ConfigError, from_dict
-from brownformer.config_ensembles import ensembles
-from brownformer.config_slices import SLICES, slice_path, write_slices
+from brownformer.config.ensembles import ensembles
+from brownformer.config.slices import SLICES, slice_path, write_slices
 from brownformer.results.catalog import FIGURES
 
 try:
@@ -69,7 +69,7 @@ write_slices(CFG, RESULTS)
 
 
 def config_slice(kind):
-    """Input function of a rule: the file of the config slice `kind` (brownformer.config_slices.SLICES)
+    """Input function of a rule: the file of the config slice `kind` (brownformer.config.slices.SLICES)
     that the rule reads, so that the rule reruns when, and only when, that slice changes."""
     wildcard = SLICES[kind].wildcard
 

@@ -1,5 +1,5 @@
 """K-FAC's constructor defaults, torch-free: their one home, read by ``kfac.KFAC`` and, through the registry,
-by the config's readers (``config_replicas`` needs the default momentum without importing the optimizer).
+by the config's readers (``config.run_spec`` needs the default momentum without importing the optimizer).
 
 Defaults measured against AdamW's defaults (tests/optim/test_kfac_defaults.py; docs/methods/kfac.md).
 """

@@ -10,7 +10,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from brownformer.config_tuned import tuned_settings
+from brownformer.config.tuned import tuned_settings
 from brownformer.io import atomic_path, to_jsonable
 
 __all__ = ["tuned_block", "block_text", "replace_tuned_block", "write_tuned", "write_tables"]

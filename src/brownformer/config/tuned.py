@@ -1,6 +1,6 @@
 """The config's ``tuned`` block, typed: model -> optimizer -> the settings the equal-budget tuning chose.
 
-The schema validates the block (each entry is an ``$defs.optimizer_settings``) and config_checks checks that
+The schema validates the block (each entry is an ``$defs.optimizer_settings``) and config.checks checks that
 every model, optimizer and key exists; this module turns the validated mapping into `TunedConfig` entries and
 back (the spelling the config writes, for `brownformer tune`'s writer).
 """

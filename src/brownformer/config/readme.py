@@ -1,6 +1,6 @@
 """config/README.md, generated from the schema's descriptions so that every key is documented once.
 
-`python -m brownformer.config_readme > config/README.md` regenerates it; a test checks that the
+`python -m brownformer.config.readme > config/README.md` regenerates it; a test checks that the
 committed file is what this renders and that every schema key carries a description.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 
 __all__ = ["SCHEMA", "iter_keys", "undocumented", "render"]
 
-SCHEMA = Path(__file__).resolve().parents[2] / "workflow" / "schemas" / "config.schema.yaml"
+SCHEMA = Path(__file__).resolve().parents[3] / "workflow" / "schemas" / "config.schema.yaml"
 
 _INTRO = """# Configuration
 
@@ -30,7 +30,7 @@ Every stage reads one YAML config, validated against `workflow/schemas/config.sc
 Use another config with `snakemake --cores all --configfile config/<file>.yaml`, or override one key
 with `--config key=value` (Snakemake) or `--set key=value` (the `brownformer` CLI).
 
-This file is generated from the schema's descriptions (`python -m brownformer.config_readme >
+This file is generated from the schema's descriptions (`python -m brownformer.config.readme >
 config/README.md`); a test keeps them in step. `*` in a key path stands for a name you choose (a
 dataset, a model, an optimizer); `[]` for an item of a list.
 """

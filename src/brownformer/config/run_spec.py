@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from brownformer.config_checks import ConfigError
+from brownformer.config.checks import ConfigError
 from brownformer.optim.registry import default_momentum
 
 __all__ = ["RunSpec", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "replica_seed"]

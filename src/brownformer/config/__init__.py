@@ -3,7 +3,7 @@
 The schema (workflow/schemas/config.schema.yaml, shipped inside the package as
 config.schema.yaml) is the one Snakemake validates with, so a config that passes one passes
 the other. Cross-references the schema cannot express (a model's dataset must exist, heads must
-divide the width, ...) are checked in brownformer.config_checks and reported with the offending key.
+divide the width, ...) are checked in brownformer.config.checks and reported with the offending key.
 """
 from __future__ import annotations
 
@@ -16,10 +16,10 @@ from typing import Any, Mapping
 
 import yaml
 
-from brownformer.config_checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
+from brownformer.config.checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
                                       apply_overrides, validate_dict)
-from brownformer.config_replicas import AnalysisWindow, ReplicaBlock, RunSpec, momentum_gap, momentum_steps
-from brownformer.config_tuned import TunedConfig, read_tuned
+from brownformer.config.run_spec import AnalysisWindow, ReplicaBlock, RunSpec, momentum_gap, momentum_steps
+from brownformer.config.tuned import TunedConfig, read_tuned
 
 __all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
            "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict", "config_hash",
@@ -83,7 +83,7 @@ class TrainConfig:
     compile: bool = False
     cuda_graphs: bool = False  # CUDA only; a no-op on the CPU (brownformer.train_step)
     num_workers: int = 0
-    ensemble: int = 1  # runs per batched model (brownformer.config_ensembles); 1: each run alone
+    ensemble: int = 1  # runs per batched model (brownformer.config.ensembles); 1: each run alone
 
 
 @dataclass(frozen=True)
