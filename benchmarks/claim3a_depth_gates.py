@@ -17,10 +17,10 @@ from pathlib import Path
 
 def main(argv=None) -> int:
     from brownformer.config import StatsConfig
-    from brownformer.stats.calibration import calibrate_fitted, run_calibration
-    from brownformer.stats.gates import SIZE_GOAL
-    from brownformer.stats.pooling import markov_threshold, smoothed_size
-    from brownformer.stats.shapes import CalibrationShape
+    from brownformer.stats.core.calibration import calibrate_fitted, run_calibration
+    from brownformer.stats.core.gates import SIZE_GOAL
+    from brownformer.stats.core.pooling import markov_threshold, smoothed_size
+    from brownformer.stats.core.shapes import CalibrationShape
     from brownformer.stats_stage.run_stats import trajectory_file_stats
     from brownformer.stats_stage.trajectory_io import fit_file_null
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])

@@ -18,7 +18,7 @@ from brownformer.config import load_config
 from brownformer.report.context import ReportContext
 from brownformer.report.section_controls import controls_appendix
 from brownformer.results import Results
-from brownformer.stats import positive_controls_claims12 as controls12
+from brownformer.stats.controls import positive_controls_claims12 as controls12
 
 
 def main() -> None:

@@ -13,7 +13,7 @@ Protocol (one run, same seeds for every optimizer; the tuning's own machinery, b
   every setting runs all its seeds (one parallel job per optimizer and setting; the table is rewritten as each ends);
 - the chosen setting per optimizer is the one with the smallest restricted mean steps to the target
   over the seeds (brownformer.tuning.search.outcome_of), then its per-seed steps, Kaplan-Meier median
-  and the ratio of medians to AdamW and to kfac-pytorch with a bootstrap interval (stats/survival.py).
+  and the ratio of medians to AdamW and to kfac-pytorch with a bootstrap interval (stats/comparison/survival.py).
   Tuned and measured on the same seeds: the selection bias is the same for every optimizer.
 - ``--tuned`` (claim 4's protocol): ours and AdamW at the config's tuned setting, chosen on the tuning
   seeds (100, 101), one setting each; kfac-pytorch at the best of its grid (lr x damping x ``--kl-clips``)
@@ -41,7 +41,7 @@ import yaml
 
 from brownformer.config import from_dict
 from brownformer.io import to_jsonable
-from brownformer.stats.survival import km_median, median_ratio
+from brownformer.stats.comparison.survival import km_median, median_ratio
 from brownformer.tuning.run import dataset_dir
 from brownformer.tuning.trial import run_trial
 

@@ -13,7 +13,7 @@ mean) or an evaluated validation loss/metric was NaN or inf, and the first logge
 the optimizer's counters at the end (every ``opt_*_total`` of the metrics row, e.g. CG fallbacks,
 skipped steps, dropped factors, preconditioning skipped: K-FAC creates a counter when it first fires,
 so an absent one never fired), its damping at the end and at most; the final validation metric; and
-whether the run "did not train" (brownformer.stats.training_status, against the val split's chance
+whether the run "did not train" (brownformer.stats.core.training_status, against the val split's chance
 level). A run that raises is recorded with its error and counted apart.
 
 Writes OUT/stability.json (settings, date, torch version, every run) and OUT/stability.md.
@@ -37,7 +37,7 @@ from _runs import KFAC, base_parser, grid_pairs, load_raw, model_steps, one_run,
 from brownformer.config import from_dict  # noqa: E402
 from brownformer.io import to_jsonable  # noqa: E402
 from brownformer.metrics import val_metric  # noqa: E402
-from brownformer.stats.training_status import training_status  # noqa: E402
+from brownformer.stats.core.training_status import training_status  # noqa: E402
 from brownformer.stats_stage.chance_baseline import chance_baseline  # noqa: E402
 
 log = logging.getLogger("stability_sweep")
@@ -145,7 +145,7 @@ def markdown(rows: pd.DataFrame, settings: dict) -> str:
              f"learning rates per K-FAC variant on every model. Seeds {settings['seeds']}; lr = the model's tuned lr x "
              f"{[round(f, 4) for f in settings['lr_factors']]}; steps: {settings['steps_note']}; no probes; "
              f"torch {settings['torch']}. Non-finite: a logged training loss or an evaluated validation value was "
-             "NaN/inf. Did not train: brownformer.stats.training_status (diverged, crashed, or at the val split's "
+             "NaN/inf. Did not train: brownformer.stats.core.training_status (diverged, crashed, or at the val split's "
              "chance level). Counters: summed over seeds; damping_max: the largest damping any seed reached.\n"]
     for model, g in rows.groupby("model", sort=False):
         table = model_table(g).to_markdown(index=False, floatfmt=".4g")

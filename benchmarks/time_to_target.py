@@ -3,7 +3,7 @@
     python benchmarks/time_to_target.py --config config/config.yaml --models vit-pre vit-post lm-pre \
         --seeds 0 1 2 3 4 5 6 7 --workers 2 --out benchmarks/results/time_to_target.md
 
-Protocol (brownformer.stats.time_to_target, issue 11 item 4):
+Protocol (brownformer.stats.comparison.time_to_target, issue 11 item 4):
 1. per model, one long AdamW run (``--reference-factor`` x the model's steps, seed 0, the config's
    tuned settings) fixes the target: ``reference_target(fraction=--fraction)``;
 2. every optimizer of ``--optimizers`` runs ``--seeds`` seeds with the config's tuned settings and
@@ -39,7 +39,7 @@ from _runs import base_parser, load_raw, model_steps, prepare_data, run_jobs  # 
 from brownformer.config import from_dict  # noqa: E402
 from brownformer.io import to_jsonable  # noqa: E402
 from brownformer.stats.claims import optimizer_claim  # noqa: E402
-from brownformer.stats.time_to_target import reference_target  # noqa: E402
+from brownformer.stats.comparison.time_to_target import reference_target  # noqa: E402
 
 WHOLE_SPLIT = 100_000  # eval batches: more than any split holds, so evaluation covers the whole split
 

@@ -58,8 +58,8 @@ def test_output_roots_default_in_one_place():
 
 def test_schema_margin_keys_are_the_ones_the_statistics_use():
     """Every margin key of the schema has its default there (DEFAULT_MARGINS) and is one a statistic reads."""
-    from brownformer.stats.rule import MARGIN_KEYS
-    from brownformer.stats.sphere_distance import SPHERE_MARGIN_KEYS
+    from brownformer.stats.diffusion.rule import MARGIN_KEYS
+    from brownformer.stats.sphere.sphere_distance import SPHERE_MARGIN_KEYS
 
     schema_keys = set(PROPS["stats"]["properties"]["margins"]["properties"])
     assert schema_keys == set(C.DEFAULT_MARGINS)

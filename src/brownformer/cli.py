@@ -81,14 +81,14 @@ def _cmd_stats(args) -> None:
     else:
         stats = cfg.stats
     if args.stats_cmd == "attention":
-        from brownformer.stats.attention_capture import summary_text
+        from brownformer.stats.markov.attention_capture import summary_text
         from brownformer.terminal import attention_table, emit
         result = stages.stats_attention(args.file, args.out, stats=stats, features=args.features, wq=args.wq,
                                         wk=args.wk, n_heads=args.heads)
         log.info("%s:\n%s", args.file, summary_text(result))
         emit(attention_table(str(args.file), result), result, as_json=args.json, quiet=args.quiet)
     elif args.stats_cmd == "trajectory":
-        from brownformer.stats.trajectory_summary import summary_text
+        from brownformer.stats.diffusion.trajectory_summary import summary_text
         from brownformer.terminal import emit, trajectory_table
         result = stages.stats_trajectory(args.file, args.out, stats=stats, kind=args.kind, calibrate=args.calibrate)
         log.info("%s:\n%s", args.file, summary_text(result))

@@ -1,7 +1,7 @@
 """Metrics-only runs that stop at claim 4's target (grid blocks with ``stop_at_target: true``).
 
 Claim 4 reads a run's first evaluation whose smoothed value (:func:`smoothed`, the running median the target
-itself is read on) is at or past ``report.targets[model]`` (stats/time_to_target.py); a
+itself is read on) is at or past ``report.targets[model]`` (stats/comparison/time_to_target.py); a
 run that only serves that claim needs nothing after it, so it stops there (``ExperimentConfig.stop_target``
 says which runs do: every block naming the run asks for it, and no probes). Its metrics say so in two
 columns, written on every row of such a run and absent from every other run:

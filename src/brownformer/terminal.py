@@ -97,7 +97,7 @@ def _inside(e: dict) -> bool | None:
 def _deciding_effect(result: dict) -> tuple[str, dict] | None:
     """The key effect that decided a battery verdict: the first outside its margin ("not brownian"), the first not
     inside it ("inconclusive"), else the window exponent (the effect claim 3 rests on)."""
-    from brownformer.stats.window_reading import window_effects
+    from brownformer.stats.diffusion.window_reading import window_effects
 
     effects = {n: e for n, e in window_effects(result).items() if n in (result.get("key_effects") or ())}
     if not effects:
@@ -134,7 +134,7 @@ def groups_for_power(power: float, groups: int, *, goal: float, alpha: float) ->
 
 def _low_power_hint(result: dict) -> str:
     """For an inconclusive verdict whose calibration misses the power goal: how many walkers would meet it."""
-    from brownformer.stats.calibration import POWER_GOAL
+    from brownformer.stats.core.calibration import POWER_GOAL
 
     cal = result.get("calibration") or {}
     power = cal.get("power_lower") or {}

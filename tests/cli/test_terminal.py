@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from brownformer.cli import main
-from brownformer.stats.calibration import POWER_GOAL
+from brownformer.stats.core.calibration import POWER_GOAL
 from brownformer.terminal import (VerdictRow, VerdictTable, attention_table, emit, format_table, groups_for_power,
                                   trajectory_table)
 

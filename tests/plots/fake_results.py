@@ -132,7 +132,7 @@ def _sphere(tensor: str, **about_per_layer) -> SphereSummary:
 
 
 def _attention_stats(rng, run: str) -> AttentionStats:
-    """Attention statistics (stats/markov_chain.py analyze_attention + null models) from the contract's constructor."""
+    """Attention statistics (stats/markov/markov_chain.py analyze_attention + null models) from the contract's constructor."""
     shape = [L, 2, 2, 4, 4]
     n_mat = L * 2 * 2
     per = {k: (base + 0.05 * rng.standard_normal(n_mat)).tolist() for k, base in
@@ -245,7 +245,7 @@ def _write_claims(root: Path, cfg) -> None:
     rows = [{"run": r, "file": "depth/ln_c0.npy", "category": "depth", "quantity": "msd_exponent", "estimate": 0.7,
              "ci_low": 0.4, "ci_high": 1.0, "pvalue": 0.2, "rejected": False} for r in runs]
     pd.DataFrame(rows).to_parquet(root / "stats" / "summary.parquet", index=False)
-    cal = []  # the layout of brownformer.stats.calibration.run_calibration: per-test rows and the rule's row
+    cal = []  # the layout of brownformer.stats.core.calibration.run_calibration: per-test rows and the rule's row
     for process in ("brownian", "ou", "fbm_0.3", "iid_sphere"):
         null = process == "brownian"
         rates = ({"rate_brownian": 0.9, "rate_not_brownian": 0.04, "rate_inconclusive": 0.06} if null else

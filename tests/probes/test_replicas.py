@@ -12,7 +12,7 @@ from brownformer.data import draw_batch, load_prepared
 from brownformer.probes.capture import MATRICES
 from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.replicas import extract_replicas, replica_contrasts, replica_mean
-from brownformer.stats.brownian import analyze_trajectory
+from brownformer.stats.diffusion.brownian import analyze_trajectory
 from brownformer.train import train_run
 
 R = 4

@@ -6,7 +6,7 @@ import numpy as np
 from brownformer.config import StatsConfig
 from brownformer.report.section_claims12 import criteria_table, markov_text, sphere_text
 from brownformer.stats.claims import sphere_claim
-from brownformer.stats.sphere_distance import tensor_sphere_summary
+from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
 from brownformer.verdicts import ClaimsFile
 
 
@@ -20,7 +20,7 @@ def _claim1():
     x = rng.standard_normal((1, 8 * 6, 12))
     z = (x - x.mean(-1, keepdims=True)) / x.std(-1, keepdims=True)
     files = []
-    for seed in range(3):  # claim 1 decides over seeds (stats/pooling.py MIN_SEEDS)
+    for seed in range(3):  # claim 1 decides over seeds (stats/core/pooling.py MIN_SEEDS)
         for tensor, arr in (("ln_raw", z), ("ln_affine", z * np.exp(rng.uniform(0, np.log(100), 12)))):
             s = tensor_sphere_summary(arr, tensor=tensor, z_raw=z, n_inputs=8, n_tokens=6, n_resamples=99)
             s.update(ln="post", step=100)

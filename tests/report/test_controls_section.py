@@ -13,8 +13,8 @@ from brownformer.config import from_dict
 from brownformer.report import section_controls
 from brownformer.report.context import ReportContext
 from brownformer.results import Results
-from brownformer.stats import positive_controls_claims12 as controls12
-from brownformer.stats.positive_controls_claims12 import ControlResult
+from brownformer.stats.controls import positive_controls_claims12 as controls12
+from brownformer.stats.controls.positive_controls_claims12 import ControlResult
 
 
 def _ctx(tmp_path, raw_config, **stats_changes) -> ReportContext:
@@ -36,7 +36,7 @@ CLAIM3_ROWS = section_controls._claim3_rows
 
 @pytest.fixture(autouse=True)
 def claims12_only(monkeypatch):
-    """The claim-1/2 tests read only those controls; claim 3's (stats/positive_controls.py) are tested below."""
+    """The claim-1/2 tests read only those controls; claim 3's (stats/controls/positive_controls.py) are tested below."""
     monkeypatch.setattr(section_controls, "_claim3_rows", lambda: ([], None))
 
 
@@ -109,7 +109,7 @@ def test_no_results_folder_is_created_for_the_cache(tmp_path, raw_config, monkey
 
 
 def test_the_real_claim3_controls_come_out_as_expected(tmp_path, raw_config, monkeypatch):
-    """The claim-3 controls of stats/positive_controls.py, through the appendix (their field is "role")."""
+    """The claim-3 controls of stats/controls/positive_controls.py, through the appendix (their field is "role")."""
     monkeypatch.setattr(section_controls, "_claim3_rows", CLAIM3_ROWS)
     monkeypatch.setattr(controls12, "positive_controls_claims12", lambda stats, **kw: [])
     rows = _rows(section_controls.controls_appendix(_ctx(tmp_path, raw_config)))

@@ -93,7 +93,7 @@ def test_appendix_fields(report):
         assert f"<td>{package}</td>" in html
     assert "torch=0" in html and "probes=1234" in html  # per-run seeds from the manifests
     assert "train_model" in html and "12.5" in html  # stage wall time from the benchmark files
-    # the controls appendix: claims 1 and 2's rules can say yes (stats/positive_controls_claims12.py)
+    # the controls appendix: claims 1 and 2's rules can say yes (stats/controls/positive_controls_claims12.py)
     assert "Can the rules say yes?" in html and "controls came out as expected" in html
 
 

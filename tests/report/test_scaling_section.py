@@ -9,7 +9,7 @@ import pandas as pd
 
 from brownformer.report.context import ReportContext
 from brownformer.report.section_scaling import scaling_text
-from brownformer.stats.scaling import STUDY_COMMAND
+from brownformer.stats.claims.scaling import STUDY_COMMAND
 from brownformer.verdicts import ClaimsFile
 
 ROOT = Path(__file__).resolve().parents[2]

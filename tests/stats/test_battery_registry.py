@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_MARGINS
-from brownformer.stats import rule
-from brownformer.stats.battery_registry import KINDS, STATISTICS, batch_statistics
-from brownformer.stats.brownian import analyze_trajectory, battery_batch
-from brownformer.stats.simulate import simulate_batch
+from brownformer.stats.diffusion import rule
+from brownformer.stats.diffusion.battery_registry import KINDS, STATISTICS, batch_statistics
+from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
+from brownformer.stats.diffusion.simulate import simulate_batch
 
 TIMES = np.arange(12, dtype=float)
 N_WALKERS = 48

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from brownformer.stats.bootstrap import ClusterBootstrap, group_labels
-from brownformer.stats.brownian import analyze_trajectory
-from brownformer.stats.descriptive import drift_test, hill_estimator
-from brownformer.stats.simulate import simulate, simulate_batch
+from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
+from brownformer.stats.diffusion.brownian import analyze_trajectory
+from brownformer.stats.diffusion.descriptive import drift_test, hill_estimator
+from brownformer.stats.diffusion.simulate import simulate, simulate_batch
 
 EXPONENT_TOL = 0.05  # |alpha_hat - alpha| at (T=40, N=256, d=8)
 LOG_TIMES_TOL = 0.1  # issue 10: Brownian motion at log-spaced times gets exponent 1 +- 0.1

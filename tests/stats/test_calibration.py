@@ -4,8 +4,8 @@ import json
 import numpy as np
 import pytest
 
-from brownformer.stats.calibration import processes_for, run_calibration
-from brownformer.stats.shapes import (DECAY_DECORRELATED, CalibrationShape, calibration_for, select_walkers,
+from brownformer.stats.core.calibration import processes_for, run_calibration
+from brownformer.stats.core.shapes import (DECAY_DECORRELATED, CalibrationShape, calibration_for, select_walkers,
                                       shape_of)
 
 N_REP = 40
@@ -93,7 +93,7 @@ def test_select_walkers_keeps_every_group_and_thins_within():
 def test_thinned_replica_file_is_decided_and_its_shape_matches_the_data():
     """5 groups x 136 walkers with max_walkers 512: all 5 groups reach the rule (not "inconclusive: 3 groups"),
     and the calibration shape records the thinned sizes (G = 5, N = 510) the data were analysed at."""
-    from brownformer.stats.brownian import analyze_trajectory
+    from brownformer.stats.diffusion.brownian import analyze_trajectory
     rng = np.random.default_rng(1)
     X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0)
     out = analyze_trajectory(X, kind="euclidean", groups=np.repeat(np.arange(5), 136), max_walkers=512,
@@ -115,7 +115,7 @@ def test_replica_contrast_file_keeps_all_five_contrasts_through_the_file_stage(t
     import json as _json
 
     from brownformer.config import StatsConfig
-    from brownformer.stats.trajectory_inputs import analysis_inputs
+    from brownformer.stats.diffusion.trajectory_inputs import analysis_inputs
     from brownformer.stats_stage.run_stats import trajectory_file_stats
     from brownformer.stats_stage.trajectory_io import load_trajectory
     rng = np.random.default_rng(2)

@@ -10,7 +10,7 @@ import pytest
 
 from brownformer.config import StatsConfig
 from brownformer.stats.claims import claim3_brownian
-from brownformer.stats.pooling import MIN_SEEDS
+from brownformer.stats.core.pooling import MIN_SEEDS
 from brownformer.verdicts import NOT_SUPPORTED, ClaimRecord, Estimate
 
 STATS = StatsConfig()

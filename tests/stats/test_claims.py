@@ -4,12 +4,12 @@ import pytest
 from statsmodels.stats.weightstats import DescrStatsW
 
 from brownformer.config import StatsConfig
-from brownformer.stats.attention_capture import _exact_vmf_alternative
+from brownformer.stats.markov.attention_capture import _exact_vmf_alternative
 from brownformer.stats.claims import markov_claim, sphere_claim
 from brownformer.stats.claims.common import equivalence_pvalue, equivalence_verdict, unit_mean_interval
-from brownformer.stats.markov_chain import analyze_attention, attention_null_models, weight_isotropy
-from brownformer.stats.pooling import MIN_SEEDS
-from brownformer.stats.sphere_distance import tensor_sphere_summary
+from brownformer.stats.markov.markov_chain import analyze_attention, attention_null_models, weight_isotropy
+from brownformer.stats.core.pooling import MIN_SEEDS
+from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
 
 STATS = StatsConfig(n_resamples=199)
 B_INPUTS, N_TOKENS, D = 8, 6, 12
@@ -221,7 +221,7 @@ def _attention_result(M, step, rng, L=1, H=2, n=10, d=6, heads=None, scale=3.0):
     """analyze_attention output with its nulls, shapes (L, H, B, n, n): every head's logits u_i^T M u_j, or with
     `heads` = (W_Q, W_K) each head's own, scale (W_Q,h u_i).(W_K,h u_j), as the model computes them; the heads'
     kernels and the fit in each head's subspace are then attached as head_kernels (as the stage does)."""
-    from brownformer.stats.markov_chain import head_subspace_vmf
+    from brownformer.stats.markov.markov_chain import head_subspace_vmf
     U = rng.standard_normal((L, B_INPUTS, n, d))
     U /= np.linalg.norm(U, axis=-1, keepdims=True)
     if heads is None:
@@ -329,7 +329,7 @@ def test_markov_margins_are_fixed_before_the_data():
 def test_the_whole_sphere_fit_never_decides_when_heads_are_narrower_than_the_model():
     """Heads isotropic in their subspaces (d_h < d) fail a whole-sphere fit: without the per-head fit the criterion
     is undefined, not "not supported"; with it, supported."""
-    from brownformer.stats.markov_chain import head_subspace_vmf
+    from brownformer.stats.markov.markov_chain import head_subspace_vmf
     rng = np.random.default_rng(8)
     d, H, n = 6, 2, 10
 

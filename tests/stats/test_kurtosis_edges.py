@@ -5,9 +5,9 @@ import pytest
 from scipy import stats as sps
 
 from brownformer.config import DEFAULT_MARGINS
-from brownformer.stats import edges
-from brownformer.stats.battery import kurtosis
-from brownformer.stats.bootstrap import ClusterBootstrap
+from brownformer.stats.diffusion import edges
+from brownformer.stats.diffusion.battery import kurtosis
+from brownformer.stats.core.bootstrap import ClusterBootstrap
 
 N_DRAWS = 4_000_000  # t_16's sample kurtosis has sd ~ sqrt(mu_8 / n) ~ 0.03 here (mu_8 ~ 4200)
 

@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from brownformer.stats.battery import autocorrelation, kurtosis, levels, variance_ratio
-from brownformer.stats.bootstrap import ClusterBootstrap
-from brownformer.stats.descriptive import hill_estimator, normality_test
-from brownformer.stats.sphere_distance import sphere_geometry
+from brownformer.stats.diffusion.battery import autocorrelation, kurtosis, levels, variance_ratio
+from brownformer.stats.core.bootstrap import ClusterBootstrap
+from brownformer.stats.diffusion.descriptive import hill_estimator, normality_test
+from brownformer.stats.sphere.sphere_distance import sphere_geometry
 
 EXACT = 1e-10  # the same formula evaluated two ways
 

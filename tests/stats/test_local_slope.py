@@ -3,10 +3,10 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
-from brownformer.stats.local_slope import (fit_offset_power, fitting_window, local_slopes, storage_offset,
+from brownformer.stats.diffusion.local_slope import (fit_offset_power, fitting_window, local_slopes, storage_offset,
                                              walker_slopes)
-from brownformer.stats.simulate import fgn_increments, spherical_brownian_motion
-from brownformer.stats.window_reading import window_effects, window_reading
+from brownformer.stats.diffusion.simulate import fgn_increments, spherical_brownian_motion
+from brownformer.stats.diffusion.window_reading import window_effects, window_reading
 
 T, G, N_PER, D = 40, 8, 16, 16
 N = G * N_PER
@@ -140,7 +140,7 @@ def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate
            "power": {"clock_0.9": 0.95}, "rates": {}, "n_replicates": 400}
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
     from brownformer.config import DEFAULT_MARGINS
-    from brownformer.stats.rule import KEY_EFFECTS, MARGIN_KEYS
+    from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS
 
     def inside(test):  # every other key effect (the battery's registry) well inside its margin
         lo, hi = DEFAULT_MARGINS[MARGIN_KEYS[test]]

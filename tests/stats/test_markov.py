@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from brownformer.stats import analyze_attention, attention_null_models, weight_isotropy
-from brownformer.stats.markov_chain import chain_statistics, dobrushin, fit_vmf_kernel
+from brownformer.stats.markov.markov_chain import chain_statistics, dobrushin, fit_vmf_kernel
 
 EXACT = 1e-10
 KAPPA_TOL = 1e-3
@@ -166,7 +166,7 @@ def test_anisotropic_bilinear_kernel_has_a_large_output_error(features):
 
 def test_output_error_equals_its_definition_on_one_matrix(features):
     """||(B - P_vMF) U|| / ||(B - P_unif) U|| computed by hand (diagonal removed, rows renormalised)."""
-    from brownformer.stats.kernel_fit import fit_vmf_kernel
+    from brownformer.stats.markov.kernel_fit import fit_vmf_kernel
     rng = np.random.default_rng(8)
     U = features[0]
     A = _softmax(np.einsum("id,de,je->ij", U, 2.0 * rng.standard_normal((6, 6)), U))
@@ -208,7 +208,7 @@ def test_batched_kappa_equals_scalar_minimisation():
     """The vectorised Newton fit against scipy's bounded scalar minimiser on attention that is not vMF."""
     from scipy import optimize
 
-    from brownformer.stats.kernel_fit import _kernel_kl, _offdiagonal_rows, fit_vmf_kernels
+    from brownformer.stats.markov.kernel_fit import _kernel_kl, _offdiagonal_rows, fit_vmf_kernels
     rng = np.random.default_rng(6)
     U = rng.standard_normal((4, 9, 5))
     U /= np.linalg.norm(U, axis=-1, keepdims=True)
@@ -238,7 +238,7 @@ def test_heads_isotropic_in_their_subspace_fit_exactly_there_and_not_on_the_whol
     """W_Q = W_K = c x (the head's block of the identity), rotated: each head attends exactly as
     softmax(kappa <P u_i, P u_j>), so the fit in its subspace has zero output error; one kappa on the whole sphere
     cannot reproduce it (d_h < d)."""
-    from brownformer.stats.markov_chain import head_subspace_vmf
+    from brownformer.stats.markov.markov_chain import head_subspace_vmf
     rng = np.random.default_rng(0)
     d, H = 8, 2
     Q, _ = np.linalg.qr(rng.standard_normal((d, d)))  # heads in a rotated frame: the subspaces are not coordinates

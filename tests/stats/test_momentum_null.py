@@ -13,8 +13,8 @@ import pytest
 from brownformer.config import DEFAULT_STATS, ProbeConfig, momentum_gap
 from brownformer.io import sidecar_path
 from brownformer.probes.schedule import capture_schedule
-from brownformer.stats.local_slope import sidecar_window
-from brownformer.stats.simulate import fgn_increments, heavy_ball_brownian
+from brownformer.stats.diffusion.local_slope import sidecar_window
+from brownformer.stats.diffusion.simulate import fgn_increments, heavy_ball_brownian
 from brownformer.stats_stage.run_stats import trajectory_file_stats
 
 BETA = 0.9
@@ -116,8 +116,8 @@ def test_heavy_ball_null_matches_the_filter_it_claims():
 def test_calibration_at_a_momentum_shape_simulates_the_momentum_null(tmp_path):
     """The calibration simulates the file's rule at its shape with its momentum: heavy-ball Brownian motion is not
     rejected (size), and the exponent edge t^1.1 through the same momentum is rarely certified (power)."""
-    from brownformer.stats.calibration import run_calibration
-    from brownformer.stats.shapes import CalibrationShape
+    from brownformer.stats.core.calibration import run_calibration
+    from brownformer.stats.core.shapes import CalibrationShape
     out = trajectory_file_stats(_file(tmp_path, "heavy_ball"), stats=DEFAULT_STATS)
     shape = CalibrationShape.from_dict(out["calibration_shape"])
     assert shape.window.momentum == BETA

@@ -10,7 +10,7 @@ import torch
 
 from brownformer.config import ProbeConfig
 from brownformer.probes.schedule import capture_schedule
-from brownformer.stats import positive_controls as pc
+from brownformer.stats.controls import positive_controls as pc
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,10 @@
 """Can the rules of claims 1 and 2 say yes? Every positive control is "supported", every negative control is not,
-and claim 2 has power where it is true but not trivially true (stats/positive_controls_claims12.py)."""
+and claim 2 has power where it is true but not trivially true (stats/controls/positive_controls_claims12.py)."""
 import pytest
 
 from brownformer.config import StatsConfig
-from brownformer.stats.pooling import MIN_SEEDS
-from brownformer.stats.positive_controls_claims12 import claim1_controls, positive_controls_claims12
+from brownformer.stats.core.pooling import MIN_SEEDS
+from brownformer.stats.controls.positive_controls_claims12 import claim1_controls, positive_controls_claims12
 
 STATS = StatsConfig(n_resamples=199)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
-from brownformer.stats.simulate import spherical_brownian_motion
+from brownformer.stats.diffusion.simulate import spherical_brownian_motion
 from brownformer.stats_stage.run_stats import trajectory_file_stats
 
 T, N, D = 40, 128, 16
@@ -72,9 +72,9 @@ def test_rate_strata_keep_the_harmonic_edge_at_the_margin():
     """Strata ranked by each walker's median tangent step: the uniform resets of the harmonic-ratio edge are rare
     jumps, which must not sort walkers (ranked by the mean step, the edge 0.9 read 0.93 at 4 strata)."""
     from brownformer.config import DEFAULT_MARGINS
-    from brownformer.stats.brownian import battery_batch
-    from brownformer.stats.simulate import simulate_batch
-    from brownformer.stats.sphere_battery import RATE_STRATA
+    from brownformer.stats.diffusion.brownian import battery_batch
+    from brownformer.stats.diffusion.simulate import simulate_batch
+    from brownformer.stats.sphere.sphere_battery import RATE_STRATA
     times = np.arange(30.0)
     labels = np.repeat(np.arange(16), 4)  # 64 walkers: RATE_STRATA strata of 16
     X = simulate_batch("harmonic_low", times=times, labels=labels, d=8, kind="sphere", replicates=30, rng=5,

@@ -3,9 +3,9 @@ import numpy as np
 
 from brownformer.config import StatsConfig
 from brownformer.probes.replicas import replica_contrasts
-from brownformer.stats.brownian import analyze_trajectory
+from brownformer.stats.diffusion.brownian import analyze_trajectory
 from brownformer.stats.claims.claim3_brownian import brownian_family_claim
-from brownformer.stats.replica_sets import base_run, calibrated_files, replica_set_key, split_by_unit
+from brownformer.stats.diffusion.replica_sets import base_run, calibrated_files, replica_set_key, split_by_unit
 
 STATS = StatsConfig(n_resamples=99)
 BASE = "vit-pre__adamw__s0"

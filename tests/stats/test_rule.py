@@ -4,10 +4,10 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_MARGINS, StatsConfig
-from brownformer.stats import rule
-from brownformer.stats.brownian import analyze_trajectory, battery_batch
-from brownformer.stats.rule import KEY_EFFECTS, Effect, decide, decide_one
-from brownformer.stats.simulate import simulate_batch
+from brownformer.stats.diffusion import rule
+from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
+from brownformer.stats.diffusion.rule import KEY_EFFECTS, Effect, decide, decide_one
+from brownformer.stats.diffusion.simulate import simulate_batch
 
 ALPHA = 0.05
 N_RESAMPLES = 199  # bootstrap resamples of these batteries (enough for the rates checked here, and fast)
@@ -106,9 +106,9 @@ def test_walker_resampling_would_undercover_grouped_walkers():
 
 def test_claims_and_calibration_call_the_same_rule(monkeypatch, tmp_path):
     """A spy on rule.decide sees the calibration's verdicts and the claim's verdict go through it."""
-    from brownformer.stats.calibration import run_calibration
+    from brownformer.stats.core.calibration import run_calibration
     from brownformer.stats.claims.claim3_brownian import file_verdict
-    from brownformer.stats.shapes import CalibrationShape
+    from brownformer.stats.core.shapes import CalibrationShape
     calls = []
     original = rule.decide
 

@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from brownformer.config import load_config
-from brownformer.stats.scaling import (claim_points, pooled_by_model, series_of, training_table, trends,
+from brownformer.stats.claims.scaling import (claim_points, pooled_by_model, series_of, training_table, trends,
                                        verdict_flips)
 from brownformer.verdicts import ClaimsFile
 

@@ -1,4 +1,4 @@
-"""Seeds as the unit of inference (stats/pooling.py seed_pool): the interval over seeds, the minimum, the power,
+"""Seeds as the unit of inference (stats/core/pooling.py seed_pool): the interval over seeds, the minimum, the power,
 and what the claims make of it (what is nested inside a seed cannot narrow the interval)."""
 import numpy as np
 import pytest
@@ -6,8 +6,8 @@ from scipy import stats as sps
 
 from brownformer.config import StatsConfig
 from brownformer.stats.claims import sphere_claim
-from brownformer.stats.pooling import MIN_SEEDS, seed_interval_power, seed_pool
-from brownformer.stats.sphere_distance import tensor_sphere_summary
+from brownformer.stats.core.pooling import MIN_SEEDS, seed_interval_power, seed_pool
+from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
 
 STATS = StatsConfig(n_resamples=199)
 

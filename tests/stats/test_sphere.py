@@ -32,7 +32,7 @@ def test_sphere_summary_refuses_bad_input():
 
 def test_geometry_separates_raw_affine_and_residual():
     """Raw LN output: on the sphere (CV ~ 0, offset ~ 0); after gamma/beta: spread and shift with CIs away from 0."""
-    from brownformer.stats.sphere_distance import sphere_geometry
+    from brownformer.stats.sphere.sphere_distance import sphere_geometry
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 32 * 5, 16)) * 3 + 1
     z = _layernorm(x)
@@ -49,7 +49,7 @@ def test_geometry_separates_raw_affine_and_residual():
 
 
 def test_tensor_summary_keeps_the_sphere_summary_shape():
-    from brownformer.stats.sphere_distance import tensor_sphere_summary
+    from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
     z = _layernorm(np.random.default_rng(2).standard_normal((2, 40, 8)))
     out = tensor_sphere_summary(z, tensor="ln_raw", n_resamples=49)
     assert out["definitional"] and out["distribution"]["fraction_on_sphere"] == 1.0
@@ -59,11 +59,11 @@ def test_tensor_summary_keeps_the_sphere_summary_shape():
         tensor_sphere_summary(z, tensor="weights")
 
 
-# ---------- after the affine map (stats/sphere_fit.py) ----------
+# ---------- after the affine map (stats/sphere/sphere_fit.py) ----------
 
 def test_gaussian_null_spread_matches_simulation():
     """s_0 = sqrt(tr S^2 / 2) / tr S against the radius CV of a large Gaussian sample (first order in 1/d)."""
-    from brownformer.stats.sphere_fit import gaussian_null_spread
+    from brownformer.stats.sphere.sphere_fit import gaussian_null_spread
     rng = np.random.default_rng(3)
     for scales in (np.ones(64), np.exp(rng.uniform(0, np.log(5), 64))):
         x = rng.standard_normal((200_000, 64)) * scales
@@ -74,7 +74,7 @@ def test_gaussian_null_spread_matches_simulation():
 def test_affine_map_fit_recovers_gamma_beta_and_the_wielandt_bound():
     """gamma, beta exact from (z, y) pairs; the Wielandt bound (k^2 - 1)/(k^2 + 1) is the cosine the map gives
     the orthogonal pair e_1 +- e_2 when gamma_1/gamma_2 = k is the extreme ratio."""
-    from brownformer.stats.sphere_fit import affine_map_fit
+    from brownformer.stats.sphere.sphere_fit import affine_map_fit
     rng = np.random.default_rng(4)
     z = _layernorm(rng.standard_normal((2, 60, 10)))
     gamma, beta = np.linspace(0.5, 2.0, 10), rng.standard_normal(10)
@@ -89,7 +89,7 @@ def test_affine_map_fit_recovers_gamma_beta_and_the_wielandt_bound():
 
 
 def test_sphere_about_separates_sphere_ellipsoid_offset_and_gaussian_cloud():
-    from brownformer.stats.sphere_fit import sphere_about
+    from brownformer.stats.sphere.sphere_fit import sphere_about
     rng = np.random.default_rng(5)
     z = _layernorm(rng.standard_normal((1, 40 * 6, 24)), eps=0.0)
     kw = {"n_inputs": 40, "n_tokens": 6, "confidence_level": 0.95, "n_resamples": 199, "rng": 0}
@@ -106,7 +106,7 @@ def test_sphere_about_separates_sphere_ellipsoid_offset_and_gaussian_cloud():
 def test_spread_ratio_of_an_evenly_sampled_ellipsoid_matches_its_formula(spread):
     """Tokens uniform on the sphere of radius sqrt(d), mapped by gamma: s / s_0 = v sqrt(d/(d+2)) / sqrt(1 + v^2),
     v = CV of gamma^2 over dimensions (docs/methods/claims12.md), to first order."""
-    from brownformer.stats.sphere_fit import sphere_about
+    from brownformer.stats.sphere.sphere_fit import sphere_about
     rng = np.random.default_rng(6)
     d = 32
     u = rng.standard_normal((8_000, d))

@@ -1,4 +1,4 @@
-"""Censored-time statistics (brownformer.stats.survival) against hand-computed examples and scipy."""
+"""Censored-time statistics (brownformer.stats.comparison.survival) against hand-computed examples and scipy."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from brownformer.stats.survival import (bounded_ratio, json_number, km_median, km_median_bounded, logrank_test,
+from brownformer.stats.comparison.survival import (bounded_ratio, json_number, km_median, km_median_bounded, logrank_test,
                                        median_ratio, ratio_interval, scaled_logrank)
 
 

@@ -1,4 +1,4 @@
-"""The one time-to-target rule of claim 4 (brownformer.stats.time_to_target) on runs with known answers."""
+"""The one time-to-target rule of claim 4 (brownformer.stats.comparison.time_to_target) on runs with known answers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 
 from brownformer.config import DEFAULT_STATS, ReportConfig
-from brownformer.stats.time_to_target import reference_target, time_to_target, times_to_target
+from brownformer.stats.comparison.time_to_target import reference_target, time_to_target, times_to_target
 
 
 def _settings(**stats) -> dict:
@@ -82,7 +82,7 @@ def test_half_the_steps_at_the_same_step_cost_is_supported():
     ratio = result.ratios["adamw"]["steps"]
     # Kaplan-Meier median of 8 uncensored times: the 4th smallest (S drops to 1/2 there)
     lower_median = lambda x: np.sort(x)[3]
-    # each time read at the middle of its 5-step evaluation interval (stats/survival.py: scaled_logrank)
+    # each time read at the middle of its 5-step evaluation interval (stats/comparison/survival.py: scaled_logrank)
     expected = ((lower_median([_crossing(100 + 5 * s) for s in SEEDS]) - 2.5)
                 / (lower_median([_crossing(200 + 10 * s) for s in SEEDS]) - 2.5))
     assert ratio.estimate == pytest.approx(expected) and ratio.bound is None

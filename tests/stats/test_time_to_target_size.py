@@ -1,4 +1,4 @@
-"""Simulated error rates of claim 4's rule (brownformer.stats.time_to_target_size)."""
+"""Simulated error rates of claim 4's rule (brownformer.stats.comparison.time_to_target_size)."""
 from __future__ import annotations
 
 import math
@@ -6,7 +6,7 @@ import math
 from brownformer.config import DEFAULT_STATS
 import pytest
 
-from brownformer.stats.time_to_target_size import MAX_SIZE, MIN_LOG_SD, log_time_law, rule_error_rates
+from brownformer.stats.comparison.time_to_target_size import MAX_SIZE, MIN_LOG_SD, log_time_law, rule_error_rates
 
 
 def test_size_on_the_margin_is_at_most_five_percent_and_power_is_high_far_from_it():

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from brownformer.metrics import val_metric
-from brownformer.stats.training_status import CHANCE_SE_MULTIPLE, did_not_train, reached_plateau, training_status
+from brownformer.stats.core.training_status import CHANCE_SE_MULTIPLE, did_not_train, reached_plateau, training_status
 from brownformer.stats_stage.chance_baseline import chance_baseline
 
 N_VAL, N_CLASSES = 270, 10

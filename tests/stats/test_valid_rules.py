@@ -6,14 +6,14 @@ import pytest
 from scipy import stats as sps
 
 from brownformer.config import DEFAULT_MARGINS
-from brownformer.stats import edges
-from brownformer.stats.brownian import analyze_trajectory, battery_batch
+from brownformer.stats.diffusion import edges
+from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
 from brownformer.stats.claims.claim3_brownian import _trustworthy
-from brownformer.stats.fitted_null import fit_null, simulate_fitted, storage_precision
-from brownformer.stats.gates import POWER_GOAL, cp_bounds
-from brownformer.stats.pooling import (independent_threshold, markov_threshold, poisson_binomial_tail)
-from brownformer.stats.rule import MIN_GROUPS
-from brownformer.stats.simulate import simulate, simulate_batch
+from brownformer.stats.diffusion.fitted_null import fit_null, simulate_fitted, storage_precision
+from brownformer.stats.core.gates import POWER_GOAL, cp_bounds
+from brownformer.stats.core.pooling import (independent_threshold, markov_threshold, poisson_binomial_tail)
+from brownformer.stats.diffusion.rule import MIN_GROUPS
+from brownformer.stats.diffusion.simulate import simulate, simulate_batch
 from brownformer.stats_stage.trajectory_io import load_trajectory
 
 ALPHA = 0.05

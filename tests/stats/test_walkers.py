@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from brownformer.stats.walkers import andi_diagnostics, token_types, walker_reading
+from brownformer.stats.diffusion.walkers import andi_diagnostics, token_types, walker_reading
 
 R, T, N, D = 32, 30, 200, 4
 TIMES = np.arange(T, dtype=float)
@@ -88,7 +88,7 @@ def test_walker_reading_separates_spread_rates_from_mixtures():
 
 
 def test_row_quantiles_match_numpy():
-    from brownformer.stats.walkers import row_quantiles
+    from brownformer.stats.diffusion.walkers import row_quantiles
     x = np.random.default_rng(5).standard_normal((6, 11))
     x[1, 3:] = np.nan
     x[2] = np.nan

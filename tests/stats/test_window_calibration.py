@@ -5,11 +5,11 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
-from brownformer.stats import rule
-from brownformer.stats.brownian import battery_batch
-from brownformer.stats.calibration import run_calibration
-from brownformer.stats.shapes import CalibrationShape
-from brownformer.stats.simulate import simulate_batch
+from brownformer.stats.diffusion import rule
+from brownformer.stats.diffusion.brownian import battery_batch
+from brownformer.stats.core.calibration import run_calibration
+from brownformer.stats.core.shapes import CalibrationShape
+from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats_stage.run_stats import trajectory_file_stats
 
 STATS = StatsConfig(n_resamples=99, window={**DEFAULT_WINDOW, "start_step": 10, "envelope_replicates": 19})
@@ -72,8 +72,8 @@ def test_windowed_and_full_range_rules_are_calibrated_apart():
                 hyperplane=False, drift="common", rho=0.2, decay=0.0)
     X = simulate_batch("brownian", times=np.asarray(STEPS, float), labels=labels, d=D, kind="euclidean",
                        replicates=1, rng=3, rho=0.2)[0]
-    from brownformer.stats.local_slope import fitting_window
-    from brownformer.stats.window_reading import window_spec
+    from brownformer.stats.diffusion.local_slope import fitting_window
+    from brownformer.stats.diffusion.window_reading import window_spec
     spec = window_spec(X, fitting_window(STEPS, STEPS, start_step=10, min_lag_steps=5), kind="euclidean", rho=0.2,
                        stats=STATS)
     full, windowed = CalibrationShape(**base), CalibrationShape(**base, window=spec)

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_STATS
-from brownformer.stats import local_slope
-from brownformer.stats.simulate import fgn_increments
+from brownformer.stats.diffusion import local_slope
+from brownformer.stats.diffusion.simulate import fgn_increments
 from brownformer.stats_stage.run_stats import trajectory_file_stats
 
 
@@ -59,7 +59,7 @@ def test_saturating_spherical_brownian_motion_is_brownian_as_kind_sphere(tmp_pat
     is "brownian" with `--kind sphere`: the sphere's exponent is read on psi = -ln(mean cos)/(k - 1), which is
     linear in t for spherical BM, not on the saturating chord; the calibration shape records kind, decay and
     hyperplane."""
-    from brownformer.stats.simulate import simulate_batch
+    from brownformer.stats.diffusion.simulate import simulate_batch
     from brownformer.stats_stage.stages import stats_trajectory
     X = simulate_batch("brownian", times=np.arange(60.0), labels=np.arange(256), d=16, kind="sphere", replicates=1,
                        rng=1, decay=1.5)[0]

@@ -61,7 +61,7 @@ def test_nulls_destroy_the_kernel(attention_dir):
 
 def test_head_kernels_come_from_the_weights_at_the_files_capture(tmp_path):
     """attention/c<k>.npy's sidecar names capture k; W_Q, W_K are read from weights/l<l>_<q|k>.npy at k's row."""
-    from brownformer.stats.markov_chain import weight_isotropy
+    from brownformer.stats.markov.markov_chain import weight_isotropy
     rng = np.random.default_rng(7)
     att = tmp_path / "attention"
     att.mkdir()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from brownformer.config import DEFAULT_WINDOW, StatsConfig
-from brownformer.stats.simulate import simulate_batch
+from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats_stage.stages import calibration_shapes, stats_calibrate, stats_run
 
 # the window from the first capture with every lag (stats_run's default min_lag_steps 0: no momentum time): this

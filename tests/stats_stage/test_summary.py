@@ -7,9 +7,9 @@ import pytest
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.io import write_json
-from brownformer.stats.markov_chain import analyze_attention, attention_null_models, weight_isotropy
-from brownformer.stats.sphere_distance import tensor_sphere_summary
-from brownformer.stats.training_status import ChanceBaseline
+from brownformer.stats.markov.markov_chain import analyze_attention, attention_null_models, weight_isotropy
+from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
+from brownformer.stats.core.training_status import ChanceBaseline
 from brownformer.stats_stage.summary import summarize
 from brownformer.statsfile import AttentionStats, RunStatsSummary, SphereStats, SphereSummary, SummaryRow
 from brownformer.verdicts import read_claims
@@ -17,7 +17,7 @@ from brownformer.verdicts import read_claims
 STATS = StatsConfig(n_resamples=199)
 REPORT = ReportConfig(target_optimizer="adamw", proposed="kfac-iterative")
 TRAINED, AT_CHANCE = "vit-pre__adamw__s0", "vit-pre__sgd__s0"
-#: claims 1 and 2 decide over seeds (stats/pooling.py MIN_SEEDS): the trained configuration has three
+#: claims 1 and 2 decide over seeds (stats/core/pooling.py MIN_SEEDS): the trained configuration has three
 TRAINED_SEEDS = (TRAINED, "vit-pre__adamw__s1", "vit-pre__adamw__s2")
 CHANCE = ChanceBaseline("val_accuracy", 0.1, 0.05, "10 balanced classes")
 

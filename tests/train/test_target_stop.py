@@ -13,8 +13,8 @@ import pandas as pd
 import pytest
 
 from brownformer.config import DEFAULT_STATS, ReportConfig, ConfigError, from_dict
-from brownformer.stats.time_to_target import time_to_target as time_to_target_rule
-from brownformer.stats.training_status import reached_plateau
+from brownformer.stats.comparison.time_to_target import time_to_target as time_to_target_rule
+from brownformer.stats.core.training_status import reached_plateau
 from brownformer.target_stop import BUDGET, STOPPED, smoothed, stopped_at_target
 from brownformer.train import train_run
 

@@ -222,7 +222,7 @@ DEFAULT_MARGINS: dict[str, tuple[float, float]] = {
     ["properties"].items() if "default" in prop}
 
 
-# Claim 3's fitting window, fixed before the data (stats/local_slope.py): displacements start at the first capture at
+# Claim 3's fitting window, fixed before the data (stats/diffusion/local_slope.py): displacements start at the first capture at
 # or after `start_step` (None: train.warmup_steps), and only lags of at least the run's momentum time are used
 # (stats.momentum_times x 1/(1 - beta) of its own optimizer: ExperimentConfig.analysis_window).
 DEFAULT_WINDOW: dict[str, Any] = {

@@ -45,11 +45,11 @@ def mean_cosine_from_start(X: np.ndarray) -> np.ndarray:
 def gram_offdiagonal(X: np.ndarray) -> np.ndarray:
     """Mean off-diagonal cosine between walkers at each time; X (T, N, d) -> (T,), NaN for one walker.
 
-    The statistic is the statistics stage's (brownformer.stats.sphere_distance.gram_offdiagonal, O(T N d));
+    The statistic is the statistics stage's (brownformer.stats.sphere.sphere_distance.gram_offdiagonal, O(T N d));
     this only normalises the rows first, since the figures also draw non-unit arrays.
     """
     # Imported here so that only the figures that need it depend on the statistics package importing.
-    from brownformer.stats.sphere_distance import gram_offdiagonal as unit_gram_offdiagonal
+    from brownformer.stats.sphere.sphere_distance import gram_offdiagonal as unit_gram_offdiagonal
 
     T, N, _ = np.shape(X)
     return unit_gram_offdiagonal(unit(X)) if N > 1 else np.full(T, np.nan)

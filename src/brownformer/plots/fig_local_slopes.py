@@ -1,6 +1,6 @@
 """Claim 3 on its pre-fixed window: local slopes against the null envelope, window exponents, walkers.
 
-Reads the "local_slopes" and "walkers" blocks of the per-file statistics (stats/window_reading.py);
+Reads the "local_slopes" and "walkers" blocks of the per-file statistics (stats/diffusion/window_reading.py);
 draws, never decides.
 """
 from __future__ import annotations

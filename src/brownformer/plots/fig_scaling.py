@@ -7,7 +7,7 @@ import numpy as np
 
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.results import Results
-from brownformer.stats.scaling import SCALING_CLAIMS, STUDY_COMMAND, claim_points, pooled_by_model, series_of
+from brownformer.stats.claims.scaling import SCALING_CLAIMS, STUDY_COMMAND, claim_points, pooled_by_model, series_of
 
 __all__ = ["plot_scaling"]
 

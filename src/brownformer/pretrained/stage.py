@@ -112,7 +112,7 @@ def unavailable_result(req: PretrainedRequest, reason: str) -> dict:
 def _calibrate(tmp: Path, stats, replicates: int, jobs: int, echo: Callable[[str], None]) -> tuple[Path | None, dict]:
     """calibration.parquet at the shapes of the decided files (none decided: None), with the cost estimate first:
     the worst case (every process to its cap) and the usual one (every gate decided after its first chunk)."""
-    from brownformer.stats.calibration import CHUNK, processes_for
+    from brownformer.stats.core.calibration import CHUNK, processes_for
     from brownformer.stats_stage.stages import decided_files, stats_calibrate
     from brownformer.stats_stage.user_calibration import PROBE_REPLICATES, cost_estimate
     summary = tmp / "stats" / "summary.json"

@@ -31,7 +31,7 @@ def calibration_text(row: pd.Series) -> str:
     if not row["calibrated"]:
         return "not calibrated"
     size = rate_text(row["size"], row["size_se"], row["n_replicates"])
-    if row.get("fitted_files"):  # claim 3: the rule's size under both nulls (stats/fitted_null.py)
+    if row.get("fitted_files"):  # claim 3: the rule's size under both nulls (stats/diffusion/fitted_null.py)
         size += (f" under the idealised null, {fmt(row['size_fitted'])} under the fitted null "
                  f"({row['fitted_files']} files fitted)" if math.isfinite(row["size_fitted"]) else
                  f" under the idealised null, fitted null not simulated ({row['fitted_files']} files fitted)")

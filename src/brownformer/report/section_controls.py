@@ -2,8 +2,8 @@
 
 A rule that can never return "supported" makes every "not supported" meaningless, so each claim's rule is run on
 data where the claim holds by construction (positive controls: must be "supported") and where it fails (negative
-controls: must not be). Claims 1 and 2 come from stats/positive_controls_claims12.py; claims 3a-3c from
-`brownformer.stats.positive_controls.claim3_controls` where that module exists in this build (else the appendix
+controls: must not be). Claims 1 and 2 come from stats/controls/positive_controls_claims12.py; claims 3a-3c from
+`brownformer.stats.controls.positive_controls.claim3_controls` where that module exists in this build (else the appendix
 says they are not available).
 
 Cost: the claim-1/2 controls take ~20 s on one core (benchmarks/results/controls_cost.md), so they are computed once
@@ -24,7 +24,7 @@ import pandas as pd
 from brownformer.io import write_json
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, md_table
-from brownformer.stats import positive_controls_claims12 as controls12
+from brownformer.stats.controls import positive_controls_claims12 as controls12
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ __all__ = ["controls_appendix", "control_rows", "CACHE_FILE", "CLAIM3_MODULE"]
 #: where the computed controls are cached, relative to the results folder
 CACHE_FILE = Path("report_cache") / "controls.json"
 #: the module (and its function `claim3_controls`) with claim 3's controls, when this build has it
-CLAIM3_MODULE = "brownformer.stats.positive_controls"
+CLAIM3_MODULE = "brownformer.stats.controls.positive_controls"
 _STATS_CODE = Path(controls12.__file__).resolve().parent  # brownformer/stats: every rule the controls run through
 _HEADING = "## Appendix: Can the rules say yes?"
 

@@ -166,7 +166,7 @@ def optimizer_comparison(ctx: ReportContext) -> str:
     parts = ["## 4. Optimizer comparison (claim 4)", "",
              "Target: claim 4's fixed target of each model variant's validation metric (accuracy for images, "
              "bits per character for text): the config's `report.targets`, else a fixed share of the improvement "
-             f"of {target_opt}'s mean curve (brownformer.stats.time_to_target.reference_target). {figs} show the "
+             f"of {target_opt}'s mean curve (brownformer.stats.comparison.time_to_target.reference_target). {figs} show the "
              "curves, the steps and seconds to the target and K-FAC's time per step.", ""]
     parts += claim_lines(ctx, ("4",)) + [""]
     parts += claim4_inference(ctx)

@@ -1,4 +1,4 @@
-"""The report's Scaling section: claims against depth and width (brownformer.stats.scaling's tables)."""
+"""The report's Scaling section: claims against depth and width (brownformer.stats.claims.scaling's tables)."""
 from __future__ import annotations
 
 import math
@@ -7,7 +7,7 @@ import pandas as pd
 
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, fmt_ci, md_table
-from brownformer.stats.scaling import (SCALING_CLAIMS, STUDY_COMMAND, claim_points, pooled_by_model, series_of,
+from brownformer.stats.claims.scaling import (SCALING_CLAIMS, STUDY_COMMAND, claim_points, pooled_by_model, series_of,
                                        training_table, trends, verdict_flips)
 
 __all__ = ["scaling_text"]
@@ -64,7 +64,7 @@ def scaling_text(ctx: ReportContext) -> str:
     parts = [f"Depth series at d_model = {ctx.cfg.scaling['width']}, width series at "
              f"{ctx.cfg.scaling['depth']} layers. Each point pools a model's seeds per optimizer: the mean of "
              "the per-run estimates, with a CI that adds each run's own uncertainty to the spread between seeds "
-             "(brownformer.stats.scaling). A trend is Spearman's rank correlation of the per-run estimates with "
+             "(brownformer.stats.claims.scaling). A trend is Spearman's rank correlation of the per-run estimates with "
              f"size (called a trend at p < {ctx.cfg.stats.alpha}, the config's test level); a verdict flips where the "
              "majority verdict of a size's runs differs from the previous size's.", ""]
     if points.empty:
@@ -76,7 +76,7 @@ def scaling_text(ctx: ReportContext) -> str:
         parts += ["", "Key statistic per claim (seed-pooled estimate and CI):", "",
                   md_table(_estimates_table(pooled_by_model(points)))]
     n_plateau, n_runs = int(train["reached_plateau"].sum()), int(train["runs"].sum())
-    parts += ["", f"Training status (brownformer.stats.training_status): {n_plateau} of {n_runs} runs reached a "
+    parts += ["", f"Training status (brownformer.stats.core.training_status): {n_plateau} of {n_runs} runs reached a "
               "plateau (< 1% relative improvement of the validation metric over the last 20% of steps); "
               f"{int(train['did_not_train'].sum())} did not train.", "", md_table(train)]
     return "\n".join(parts)

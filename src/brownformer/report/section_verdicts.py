@@ -7,7 +7,7 @@ import pandas as pd
 from brownformer.report.context import ReportContext
 from brownformer.report.deciding import deciding
 from brownformer.report.markdown import md_table
-from brownformer.stats.scaling import SCALING_CLAIMS
+from brownformer.stats.claims.scaling import SCALING_CLAIMS
 
 __all__ = ["HEADLINE_CLAIMS", "KEY_FIGURE", "verdict_table", "results_first"]
 

@@ -8,7 +8,7 @@ from brownformer.results.reader import Results
 
 __all__ = ["time_to_target_table", "calibration_matrix", "goal_text", "replicates_text"]
 
-#: the calibration table's row for the whole decision rule (stats/calibration.py)
+#: the calibration table's row for the whole decision rule (stats/core/calibration.py)
 RULE_ROW = "verdict"
 
 
@@ -28,7 +28,7 @@ def _times_from_claims(res: Results) -> pd.DataFrame:
 def _times_from_rule(res: Results) -> pd.DataFrame:
     """Claim 4's rule applied to the runs' metrics (when claims.json does not carry the times)."""
     from brownformer.stats.claims.claim4_optimizer import claim4_targets
-    from brownformer.stats.time_to_target import time_to_target as time_to_target_rule
+    from brownformer.stats.comparison.time_to_target import time_to_target as time_to_target_rule
 
     by_run = res.metrics_by_run()
     if not by_run:
@@ -44,7 +44,7 @@ def time_to_target_table(res: Results) -> pd.DataFrame:
     """Steps and seconds each run needs to reach its model's claim-4 target.
 
     The numbers are the ones claim 4's verdict used (claims.json, per model variant); without them
-    in claims.json, claim 4's own rule (brownformer.stats.time_to_target) applied to the metrics.
+    in claims.json, claim 4's own rule (brownformer.stats.comparison.time_to_target) applied to the metrics.
     The figure and the report's optimizer comparison both quote this table.
 
     Returns:
@@ -73,7 +73,7 @@ def time_to_target_table(res: Results) -> pd.DataFrame:
 
 def goal_text() -> str:
     """The calibration goals of the decision rule, as the statistics stage defines them, in words."""
-    from brownformer.stats.calibration import GATE_CONFIDENCE, POWER_GOAL, SIZE_GOAL
+    from brownformer.stats.core.calibration import GATE_CONFIDENCE, POWER_GOAL, SIZE_GOAL
 
     lo, hi = SIZE_GOAL
     size = f"size at most {hi:.0%}" if lo <= 0 else f"size within [{lo:.0%}, {hi:.0%}]"
@@ -83,7 +83,7 @@ def goal_text() -> str:
 
 def replicates_text(n_null: int) -> str:
     """How many replicates the calibration simulates per shape, as the statistics stage decides it, in words."""
-    from brownformer.stats.calibration import CHUNK, POWER_GOAL, SIZE_GOAL, max_power_replicates
+    from brownformer.stats.core.calibration import CHUNK, POWER_GOAL, SIZE_GOAL, max_power_replicates
 
     return (f"each null and each alternative stops after {CHUNK}, {2 * CHUNK}, ... replicates (at most {n_null} for a "
             f"null, {max_power_replicates(n_null)} for an alternative) once the Clopper–Pearson bounds decide its gate "

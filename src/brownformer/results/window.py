@@ -13,7 +13,7 @@ FAMILIES = {"depth": "3a", "training": "3b", "weights": "3c"}
 
 
 def window_table(res: Results) -> pd.DataFrame:
-    """One row per battery file with a window block (stats/window_reading.py): run, optimizer, claim, file,
+    """One row per battery file with a window block (stats/diffusion/window_reading.py): run, optimizer, claim, file,
     clock, window start step and minimum lag, reading, window / ensemble / full-range exponents, walkers; unit:
     "replica" for a replica set's contrast files (they decide 3b/3c where present), "path" for a run's own files."""
     rows = []

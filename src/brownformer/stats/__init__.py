@@ -13,10 +13,10 @@ pandas, statsmodels or the Markov and claims code it does not use.
 import importlib
 
 _EXPORTS = {
-    "validate_trajectory": "trajectory_inputs", "analyze_trajectory": "brownian", "analyze_noise": "descriptive",
-    "analyze_attention": "markov_chain", "attention_null_models": "markov_chain", "weight_isotropy": "markov_chain",
-    "sphere_summary": "sphere_distance", "run_calibration": "calibration", "simulate": "simulate",
-    "optimizer_claim": "claims", "TestResult": "batch_stat",
+    "validate_trajectory": "diffusion.trajectory_inputs", "analyze_trajectory": "diffusion.brownian", "analyze_noise": "diffusion.descriptive",
+    "analyze_attention": "markov.markov_chain", "attention_null_models": "markov.markov_chain", "weight_isotropy": "markov.markov_chain",
+    "sphere_summary": "sphere.sphere_distance", "run_calibration": "core.calibration", "simulate": "diffusion.simulate",
+    "optimizer_claim": "claims", "TestResult": "core.batch_stat",
 }
 
 __all__ = sorted(_EXPORTS)

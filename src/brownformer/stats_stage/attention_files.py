@@ -15,8 +15,8 @@ from pathlib import Path
 import numpy as np
 
 from brownformer.io import find_sidecar, sha256_file
-from brownformer.stats.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
-from brownformer.stats.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
+from brownformer.stats.markov.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
+from brownformer.stats.markov.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
                                             validate_attention)
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ def _head_axis(meta: dict) -> int | None:
 def _pre_ln_gains(path: Path, captures: list) -> np.ndarray | None:
     """(L, d) LN1 gains of a pre-LN capture, recovered from the run's depth/ln_c<k>, lnaff_c<k> pair (claim 2 folds
     them into W_Q^T W_K: stats/claims/claim1_sphere.py, the gauge); None for other placements or missing files."""
-    from brownformer.stats.sphere_fit import affine_map_fit
+    from brownformer.stats.sphere.sphere_fit import affine_map_fit
     depth = path.parent.parent / "depth"
     raw, aff = (depth / f"{stem}_c{captures[0]}.npy" for stem in ("ln", "lnaff")) if len(captures) == 1 else (None,) * 2
     if raw is None or not (raw.exists() and aff.exists()) or _read_sidecar(raw).get("ln") != "pre":
@@ -54,7 +54,7 @@ def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
     """Per layer, `weight_isotropy` of W_Q, W_K at this attention file's capture, read from the run's
     weights/l<l>_<q|k>.npy trajectories (unprojected only), with a pre-LN block's gamma folded in; None when they
     are missing or projected."""
-    from brownformer.stats.markov_chain import weight_isotropy
+    from brownformer.stats.markov.markov_chain import weight_isotropy
     captures = (meta.get("source") or {}).get("captures") or []
     gains = _pre_ln_gains(path, captures)
     wdir = path.parent.parent / "weights"
@@ -165,7 +165,7 @@ def attention_file_stats(path: str | Path, *, features: str | Path | None = None
     """
     from brownformer.config import StatsConfig
 
-    from brownformer.stats.markov_chain import weight_isotropy
+    from brownformer.stats.markov.markov_chain import weight_isotropy
     stats = stats or StatsConfig()
     path = Path(path)
     if (wq is None) != (wk is None) or (wq is not None and not n_heads):

@@ -1,5 +1,5 @@
 """The chance level of a prepared dataset's val split, read from its files (rules 2 and 3 of
-brownformer.stats.training_status, which decides with it)."""
+brownformer.stats.core.training_status, which decides with it)."""
 from __future__ import annotations
 
 import json
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from brownformer.stats.training_status import CHANCE_SE_MULTIPLE, ChanceBaseline
+from brownformer.stats.core.training_status import CHANCE_SE_MULTIPLE, ChanceBaseline
 
 __all__ = ["chance_baseline"]
 

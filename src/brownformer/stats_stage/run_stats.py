@@ -26,7 +26,7 @@ has "schema_version", "run_id", "category", "entry" (its index.json entry) and "
   "within_group_correlation", "calibration_shape" {id, kind, T, N, d, G, rho, decay, times, group_sizes}.
   The calibration stage simulates the shapes of the decided files; the claims (stats/claims/claim3_brownian.py)
   look each file's shape up in calibration.parquet and cite size and power at exactly that shape.
-- Claim 3's window reading (stats/window_reading.py, docs/methods/claim3-local-slopes.md) on every battery file:
+- Claim 3's window reading (stats/diffusion/window_reading.py, docs/methods/claim3-local-slopes.md) on every battery file:
   "local_slopes" {window, tau, curve, local_slope, envelope {low, median, high}, effect (the window exponent with
   its null size), curvature, ensemble_exponent, classification, description} and "walkers" {reading, rates,
   quantiles overall / by_type / by_position, diagnostics {eb, ergodicity_ratio, ageing_ratio, vacf_q1/2/4, alpha2}
@@ -45,8 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from brownformer.io import find_sidecar, progress, sha256_file, write_json
-from brownformer.stats.batch_stat import to_jsonable
-from brownformer.stats.window_verdict import trajectory_verdict
+from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.stats.diffusion.window_verdict import trajectory_verdict
 from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, parse_stats_file
 
 from .trajectory_io import load_calibration, load_trajectory
@@ -75,8 +75,8 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
     X, meta = load_trajectory(path, kind=kind)
     out = trajectory_verdict(X, meta, stats=stats, calibration=load_calibration(calibration),
                              min_lag_steps=min_lag_steps)
-    from brownformer.stats.fitted_null import fitted_id
-    from brownformer.stats.shapes import fitted_calibration_for
+    from brownformer.stats.diffusion.fitted_null import fitted_id
+    from brownformer.stats.core.shapes import fitted_calibration_for
     out["time"] = meta.get("time")
     out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
     out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
@@ -98,7 +98,7 @@ def _depth_tensor(entry: dict, path: Path) -> str:
 
 def _sphere_part(entry: dict, path: Path, stats) -> dict:
     """Claim 1 on one depth file, independent of the battery (any number of layers)."""
-    from brownformer.stats.sphere_distance import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
+    from brownformer.stats.sphere.sphere_distance import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
     X = np.load(path, allow_pickle=False)
     if X.ndim != 3:
         raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
@@ -127,7 +127,7 @@ def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, 
         from .attention_files import analyze_attention_file
         return analyze_attention_file(path, stats, init_attention)
     if cat == "gradnoise":
-        from brownformer.stats.descriptive import analyze_noise
+        from brownformer.stats.diffusion.descriptive import analyze_noise
         return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
     if cat != "depth":
         return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration,
@@ -200,7 +200,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
         result = to_jsonable(parse_stats_file(to_jsonable(result), f"{rel_out}").to_dict())
         write_json(out_dir / rel_out, result)
         row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
-        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/replica_sets.py)
+        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/diffusion/replica_sets.py)
             row["unit"] = entry["unit"]
         for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
             if k in result:

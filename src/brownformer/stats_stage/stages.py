@@ -56,7 +56,7 @@ def _through_contract(result: dict, where: str) -> dict:
     """The result as brownformer.statsfile writes it (schema_version, checked keys)."""
     from brownformer.statsfile import SCHEMA_VERSION, parse_stats_file
 
-    from brownformer.stats.batch_stat import to_jsonable
+    from brownformer.stats.core.batch_stat import to_jsonable
     return to_jsonable(parse_stats_file(to_jsonable({**result, "schema_version": SCHEMA_VERSION}), where).to_dict())
 
 
@@ -72,7 +72,7 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
 
     A file whose verdict is "inconclusive" stays so whatever the calibration says (it can only certify or
     downgrade a decision), so its shape is simulated only when some decided file shares it. Where replica files
-    decide a family (claims 3b, 3c), its single-path files are not simulated (stats/replica_sets.py).
+    decide a family (claims 3b, 3c), its single-path files are not simulated (stats/diffusion/replica_sets.py).
     """
     return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
 
@@ -80,9 +80,9 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
 def decided_files(run_summaries: list[Path]) -> list[tuple]:
     """(shape, trajectory path, verdict, category, replica) of every decided battery file of the runs'
     stats/summary.json files, leaving out the single-path files of families that replica files decide
-    (stats/replica_sets.py); replica: whether the file holds replica contrasts."""
-    from brownformer.stats.replica_sets import calibrated_files, is_replica_file
-    from brownformer.stats.shapes import CalibrationShape
+    (stats/diffusion/replica_sets.py); replica: whether the file holds replica contrasts."""
+    from brownformer.stats.diffusion.replica_sets import calibrated_files, is_replica_file
+    from brownformer.stats.core.shapes import CalibrationShape
     from .run_stats import BATTERY_CATEGORIES
     pairs = []
     for path in run_summaries:
@@ -105,7 +105,7 @@ def decided_files(run_summaries: list[Path]) -> list[tuple]:
 
 
 def _cell(job):
-    from brownformer.stats.calibration import calibrate_fitted, run_calibration
+    from brownformer.stats.core.calibration import calibrate_fitted, run_calibration
     what, item, process, kwargs, stats = job
     if what == "shape":
         return run_calibration([item], processes=[process], **kwargs)
@@ -134,7 +134,7 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
 
     from brownformer.io import atomic_path, progress
 
-    from brownformer.stats.calibration import processes_for
+    from brownformer.stats.core.calibration import processes_for
     files = decided_files(run_summaries)
     shapes = {s.id: s for s, *_ in files}
     certify = {s.id for s, _, v, *_ in files if v == "brownian"}

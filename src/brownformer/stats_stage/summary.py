@@ -3,7 +3,7 @@
 claims.json follows brownformer.verdicts (ClaimsFile): claims "1" (sphere), "2" (Markov),
 "3a"/"3b"/"3c" (Brownian over depth / training / weights) and "4" (optimizer), each with an
 estimate and interval, margin, reason, calibration and a Holm-adjusted p-value across the headline
-claims; "did_not_train" lists the runs every claim leaves out (stats/training_status.py), with
+claims; "did_not_train" lists the runs every claim leaves out (stats/core/training_status.py), with
 the reason. training_status.json holds every run's status (trained or not, plateau, final metric,
 chance level) for the report; summary.parquet one row per (run, file, quantity).
 """
@@ -18,11 +18,11 @@ import pandas as pd
 
 from brownformer.config import RunSpec
 from brownformer.io import atomic_path, sha256_file, write_json
-from brownformer.stats.batch_stat import to_jsonable
+from brownformer.stats.core.batch_stat import to_jsonable
 from brownformer.stats.claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim,
                                       optimizer_claim, sphere_claim)
-from brownformer.stats.replica_sets import base_run, replica_set_key
-from brownformer.stats.training_status import RULES, ChanceBaseline, training_status
+from brownformer.stats.diffusion.replica_sets import base_run, replica_set_key
+from brownformer.stats.core.training_status import RULES, ChanceBaseline, training_status
 from brownformer.statsfile import AttentionStats, BatteryStats, RunStatsFile, RunStatsSummary, parse_stats_file
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
@@ -59,7 +59,7 @@ def _rows_for(run: str, rel: str, res: RunStatsFile) -> list[dict]:
     rows = []
     if isinstance(res, BatteryStats):
         rows += [_row(base, t.name, t.estimate, t.confidence_interval, t.pvalue, t.rejected) for t in res.tests]
-        if res.local_slopes is not None:  # claim 3's window exponent (stats/window_reading.py), the verdict's MSD effect
+        if res.local_slopes is not None:  # claim 3's window exponent (stats/diffusion/window_reading.py), the verdict's MSD effect
             win = res.local_slopes.effect
             rows.append(_row(base, "window_exponent", win.estimate, win.confidence_interval, win.pvalue))
         rows.append(_row(base, "brownian", float(res.brownian), None))

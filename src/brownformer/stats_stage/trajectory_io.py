@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from brownformer.io import find_sidecar, sha256_file
-from brownformer.stats.trajectory_inputs import analysis_inputs, validate_trajectory
+from brownformer.stats.diffusion.trajectory_inputs import analysis_inputs, validate_trajectory
 
 log = logging.getLogger(__name__)
 
@@ -74,8 +74,8 @@ def load_calibration(calibration):
 
 def fit_file_null(path, *, stats, kind: str | None = None):
     """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
-    from brownformer.stats.fitted_null import fit_null, fitted_id
-    from brownformer.stats.window_verdict import momentum_captures
+    from brownformer.stats.diffusion.fitted_null import fit_null, fitted_id
+    from brownformer.stats.diffusion.window_verdict import momentum_captures
     X, meta = momentum_captures(*load_trajectory(path, kind=kind), stats)  # the captures the verdict reads
     Xs, labels, times, inputs = analysis_inputs(X, meta, stats)
     null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],

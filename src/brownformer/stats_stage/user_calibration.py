@@ -19,9 +19,9 @@ PROBE_REPLICATES = 4
 
 def cost_estimate(shape, *, stats) -> dict:
     """Seconds of a PROBE_REPLICATES-replicate null chunk and the worst case of the whole calibration."""
-    from brownformer.stats.brownian import battery_batch
-    from brownformer.stats.calibration import max_power_replicates, processes_for
-    from brownformer.stats.simulate import simulate_batch
+    from brownformer.stats.diffusion.brownian import battery_batch
+    from brownformer.stats.core.calibration import max_power_replicates, processes_for
+    from brownformer.stats.diffusion.simulate import simulate_batch
     t0 = time.perf_counter()
     times, labels = np.asarray(shape.times), shape.labels()
     X = simulate_batch("brownian", times=times, labels=labels, d=shape.d, kind=shape.kind,
@@ -43,10 +43,10 @@ def calibrate_result(file, result: dict, *, stats, kind: str | None = None, echo
     """`result` (trajectory_file_stats) with the calibration at its own shape and the gated verdict."""
     import pandas as pd
 
-    from brownformer.stats.calibration import calibrate_fitted, run_calibration
+    from brownformer.stats.core.calibration import calibrate_fitted, run_calibration
     from brownformer.stats.claims.claim3_brownian import file_verdict
-    from brownformer.stats.rule import MIN_TIME_POINTS
-    from brownformer.stats.shapes import CalibrationShape, calibration_for, fitted_calibration_for
+    from brownformer.stats.diffusion.rule import MIN_TIME_POINTS
+    from brownformer.stats.core.shapes import CalibrationShape, calibration_for, fitted_calibration_for
     from .trajectory_io import fit_file_null
     echo = echo or (lambda msg: print(msg, file=sys.stderr))
     shape = CalibrationShape.from_dict(result["calibration_shape"])

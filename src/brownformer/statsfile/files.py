@@ -12,7 +12,7 @@ __all__ = ["LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "Atten
 
 @dataclass(frozen=True)
 class LocalSlopes(_Record):
-    """Claim 3's reading on the window fixed before the data (stats/window_reading.py)."""
+    """Claim 3's reading on the window fixed before the data (stats/diffusion/window_reading.py)."""
 
     classification: str
     description: str
@@ -34,7 +34,7 @@ class LocalSlopes(_Record):
 
 @dataclass(frozen=True)
 class SphereSummary(_Record):
-    """Claim 1 on one depth file (stats/sphere_distance.py tensor_sphere_summary and the capture it came from)."""
+    """Claim 1 on one depth file (stats/sphere/sphere_distance.py tensor_sphere_summary and the capture it came from)."""
 
     tensor: str  # "ln_raw" | "ln_affine" | "resid"
     distribution: dict
@@ -135,7 +135,7 @@ class SphereStats(_Record):
 
 @dataclass(frozen=True)
 class AttentionStats(_Record):
-    """Markov-chain statistics of attention matrices (stats/markov_chain.py analyze_attention, the null models and the
+    """Markov-chain statistics of attention matrices (stats/markov/markov_chain.py analyze_attention, the null models and the
     step-0 comparison of stats_stage/attention_files.py); `verdicts` only in `stats attention` output.
     aggregate: {quantity: {"mean", "confidence_interval", "median", "sd", "n"}}; per_matrix: {quantity: [...]}."""
 
@@ -165,7 +165,7 @@ class AttentionStats(_Record):
 
 @dataclass(frozen=True)
 class NoiseCapture(_Record):
-    """Tails and Gaussianity of one capture's gradient noise (stats/descriptive.py analyze_noise)."""
+    """Tails and Gaussianity of one capture's gradient noise (stats/diffusion/descriptive.py analyze_noise)."""
 
     capture: int
     n: int

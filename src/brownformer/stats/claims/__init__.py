@@ -3,7 +3,7 @@
 - claim1_sphere.py: claim 1 (LayerNorm output on S^(d-2));
 - claim2_markov.py: claim 2 (attention isotropic and reversible);
 - claim3_brownian.py: claims 3a/3b/3c (Brownian over depth / training / weights), the calibrated battery rule;
-- claim4_optimizer.py: claim 4 (time to target, stats/time_to_target.py's rule);
+- claim4_optimizer.py: claim 4 (time to target, stats/comparison/time_to_target.py's rule);
 - common.py: the shared equivalence rule, intervals over units, pooling and Holm.
 """
 from .claim1_sphere import sphere_claim

@@ -15,7 +15,7 @@ pre-LN the quantity decided on is the geometry of z about the origin: the claim 
 The after-affine geometry of a pre-LN block is reported as gauge-dependent description. In a post-LN block the
 LN output is the residual stream itself (it is added to the next sublayer's output), so a per-dimension gamma is
 no gauge there (only a common scalar is, with fc1 / fc2 rescaled: both criteria are scale-free); it is decided
-after the affine map, about the centre beta (stats/sphere_fit.py):
+after the affine map, about the centre beta (stats/sphere/sphere_fit.py):
   - radius_spread_ratio = sd|y - c| / E|y - c| over the Gaussian-cloud null s_0 = sqrt(tr S^2 / 2) / tr S:
     0 on a sphere, ~1 for a cloud no rounder than a Gaussian of the same covariance; margin
     `radius_spread_ratio` (upper 0.5: norms at least twice as concentrated as concentration of measure alone
@@ -24,7 +24,7 @@ after the affine map, about the centre beta (stats/sphere_fit.py):
     (upper 0.25: an offset o adds a common cosine ~ o^2/(1 + o^2) <= 0.06 between tokens seen from the origin,
     a third of the chance-level cosine 1/sqrt(32) at the default width).
 
-Seeds as the unit (stats/pooling.py `seed_pool`). Per seed (one training run) and layer, each quantity is the
+Seeds as the unit (stats/core/pooling.py `seed_pool`). Per seed (one training run) and layer, each quantity is the
 mean over the captures of the trained model (second half of training, step 0 excluded) of its value over all
 probe inputs and tokens: one number per (seed, layer). Per configuration (model, optimizer) and layer, the
 t-interval over seeds; a criterion is supported when every layer's interval lies inside its margin, not
@@ -50,8 +50,8 @@ import numpy as np
 
 from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
 
-from ..pooling import NESTING, seed_pool
-from ..rule_history import claim_rule_history
+from brownformer.stats.core.pooling import NESTING, seed_pool
+from brownformer.stats.core.rule_history import claim_rule_history
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     se_from_interval, seed_unit, seed_verdict)

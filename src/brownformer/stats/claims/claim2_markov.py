@@ -3,7 +3,7 @@
 Row-stochasticity holds by construction, so the testable content (three criteria, each with its margin):
   - head isotropy, from the weights: per head M = W_Q^T W_K / sqrt(d_h) (with the pre-LN gamma folded in where
     the stage passes it: `weight_isotropy(gain=...)`, the form on the z the model computes on) and iota_relative =
-    (tr M)^2 / (d_h ||M||_F^2) (stats/markov_chain.py `weight_isotropy`). rank(M) <= d_h caps the identity fraction
+    (tr M)^2 / (d_h ||M||_F^2) (stats/markov/markov_chain.py `weight_isotropy`). rank(M) <= d_h caps the identity fraction
     (tr M)^2/(d ||M||_F^2) at d_h/d, so no head with d_h < d is isotropic on the whole sphere; iota_relative = 1
     iff the head is isotropic within its d_h-dimensional subspace (M = c P), the best a head can be. Margin
     `head_isotropy` (lower 0.9: anisotropic logits carry at most 1/9 of the isotropic logits' variance). Per seed
@@ -25,7 +25,7 @@ Row-stochasticity holds by construction, so the testable content (three criteria
     reversible (pi_i ~ Z_i); the per-head asymmetry ||M - M^T||_F / ||M + M^T||_F is reported beside it. Under a
     causal mask token 1 is absorbing (pi = e_1): reversibility is undefined, so a causal LM is at best inconclusive.
 
-Seeds as the unit (stats/pooling.py `seed_pool`). Attention matrices of one probe input (all layers and heads)
+Seeds as the unit (stats/core/pooling.py `seed_pool`). Attention matrices of one probe input (all layers and heads)
 are dependent and all inputs of one run share its weights, so per seed (one training run) each quantity is one
 number: the mean over probe inputs of the per-input means over layers and heads, averaged over the captures
 after initialisation (the worst head for isotropy). Per configuration (model, optimizer) the t-interval over
@@ -44,7 +44,7 @@ Calibration. Size: the attention-level rule on the row-shuffled, shuffled-key an
 (a null that passes counts against the rule). Power at a point where the claim is true but not trivially true:
 each criterion's true value halfway between its ideal (0, or 1 for isotropy) and its margin edge, the seeds'
 observed spread, at this configuration's number of seeds and at POWER_DESIGN_SEEDS (noncentral t,
-`seed_interval_power`); the positive controls (stats/positive_controls_claims12.py) simulate it end to end.
+`seed_interval_power`); the positive controls (stats/controls/positive_controls_claims12.py) simulate it end to end.
 """
 from __future__ import annotations
 
@@ -53,8 +53,8 @@ from dataclasses import replace
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
 
-from ..pooling import MIN_SEEDS, seed_interval_power, seed_pool
-from ..rule_history import claim_rule_history
+from brownformer.stats.core.pooling import MIN_SEEDS, seed_interval_power, seed_pool
+from brownformer.stats.core.rule_history import claim_rule_history
 from .claim2_seed import TITLE, combine, fmt_value, per_input_values, seed_record, upper_margin
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,

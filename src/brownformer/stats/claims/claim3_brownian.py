@@ -1,19 +1,19 @@
 """Claims 3a/3b/3c: token states over depth, token states over training, and weights move as Brownian motion.
 
-Per file the verdict is the calibrated rule itself (stats/rule.py `decide`, the function the calibration
+Per file the verdict is the calibrated rule itself (stats/diffusion/rule.py `decide`, the function the calibration
 simulates through): it is re-applied here to the file's stored key effects with this StatsConfig's
-margins and alpha, the MSD exponent being the window exponent (stats/window_reading.py: the mean
+margins and alpha, the MSD exponent being the window exponent (stats/diffusion/window_reading.py: the mean
 per-walker log-log slope inside the window fixed in the config before the data, after the warm-up and
 beyond the momentum time); a verdict also needs that exponent's own rule to keep its size on the
 Brownian motions simulated at the file's shape over the window. A file counts only where the calibration
-simulated its exact shape (stats/shapes.py) and the gates (stats/gates.py) pass for the verdict it gives,
+simulated its exact shape (stats/core/shapes.py) and the gates (stats/core/gates.py) pass for the verdict it gives,
 each verdict held to its own false-positive rate: "not brownian" needs the upper bound of the rule's size
 (rate of "not brownian" on Brownian motion) at most SIZE_GOAL under the idealised null and, where it was
-simulated, under the file's fitted null (stats/fitted_null.py); "brownian" needs that too and, at every
+simulated, under the file's fitted null (stats/diffusion/fitted_null.py); "brownian" needs that too and, at every
 alternative (margin edges, OU, i.i.d. points), a lower bound of the rate of a verdict other than "brownian"
 above POWER_GOAL. Without that the file is "inconclusive", never evidence for "supported".
 
-Pooling (stats/pooling.py), with the size of each count rule stated in the record:
+Pooling (stats/core/pooling.py), with the size of each count rule stated in the record:
 - run (the files of one family: layers, or layers x weight matrices; dependent): "supported" when every file
   is a certified "brownian" (intersection-union); "not supported" when at least k_run files are certified "not
   brownian", k_run the smallest count whose Markov bound sum_i s_i / k (any dependence between files) is at most
@@ -26,7 +26,7 @@ Pooling (stats/pooling.py), with the size of each count rule stated in the recor
   and the runs' Markov p-values are Benjamini-Hochberg adjusted within the claim. Runs that did not train are
   left out.
 
-Claims 3b and 3c over replicas (stats/replica_sets.py): where the family has replica-contrast files, a "run" is a
+Claims 3b and 3c over replicas (stats/diffusion/replica_sets.py): where the family has replica-contrast files, a "run" is a
 replica set (keyed by its base run), each file's intervals are over independent replica contrasts and the drift
 (the replica-mean path) is removed exactly; every run's single-path files are then description only.
 """
@@ -36,15 +36,15 @@ import math
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
-from ..gates import POWER_GOAL, SIZE_GOAL, cp_bounds
-from ..multiple import bh_adjust
-from ..pooling import (MIN_SEEDS, independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail,
+from brownformer.stats.core.gates import POWER_GOAL, SIZE_GOAL, cp_bounds
+from brownformer.stats.core.multiple import bh_adjust
+from brownformer.stats.core.pooling import (MIN_SEEDS, independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail,
                        smoothed_size)
-from ..replica_sets import is_replica_file, split_by_unit
-from ..rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
-from ..rule_history import rule_history
-from ..shapes import CalibrationShape, calibration_for, fitted_calibration_for
-from ..window_reading import window_effects
+from brownformer.stats.diffusion.replica_sets import is_replica_file, split_by_unit
+from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
+from brownformer.stats.core.rule_history import rule_history
+from brownformer.stats.core.shapes import CalibrationShape, calibration_for, fitted_calibration_for
+from brownformer.stats.diffusion.window_reading import window_effects
 from .common import configuration_pools, did_not_train_record, independent_mean_interval, seed_unit, unit_mean_interval
 
 __all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
@@ -299,7 +299,7 @@ def _runs_estimate(records: dict[str, ClaimRecord], stats, name: str):
 
 def _single_path_description(files: list[dict], stats) -> dict:
     """Per run, the single-path files of a family decided on replicas: the uncalibrated rule's verdicts and the mean
-    MSD exponent, as description (conditional on one training path; stats/replica_sets.py)."""
+    MSD exponent, as description (conditional on one training path; stats/diffusion/replica_sets.py)."""
     out: dict[str, dict] = {}
     for f in files:
         v, _ = decide_one(window_effects(f["result"]), kind=f["result"]["kind"], margins=dict(stats.margins),
@@ -320,7 +320,7 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
 
     Args:
         key: the claim id; files: [{"run", "path", "result": per-file battery JSON}] of that family (a replica
-            set's files under its stats key, stats/replica_sets.py: they decide 3b/3c, keyed by their base run).
+            set's files under its stats key, stats/diffusion/replica_sets.py: they decide 3b/3c, keyed by their base run).
         stats: StatsConfig (margins, alpha, confidence level, seed).
         calibration: the calibration table (calibration.parquet as the stage reads it, stats_stage.trajectory_io
             load_calibration; None: every verdict is "inconclusive").

@@ -1,6 +1,6 @@
 """Claim 4: iterative K-FAC reaches the target in fewer steps than the best first-order optimizer.
 
-The rule is stats/time_to_target.py's: per model variant and per baseline (``report.baselines``:
+The rule is stats/comparison/time_to_target.py's: per model variant and per baseline (``report.baselines``:
 AdamW, Muon, SGD) the ratio of Kaplan-Meier median steps to a fixed target (proposed / baseline; a
 bound "< x" or "> x" when a median is censored) with the accelerated-failure-time log-rank test at
 the margins (steps ``time_to_target_steps_ratio``, 0.75; seconds ``time_to_target_seconds_ratio``,
@@ -10,7 +10,7 @@ claims/common.py). The scope is fixed in the config before evaluation: a model i
 the protocol (seeds, evaluation spacing, a target, a baseline) is inconclusive and so is the claim.
 
 Size gate: every decisive verdict of a comparison carries the rule's simulated error rates at that
-comparison's own shape (stats/time_to_target_size.py: seeds, censoring, budget, evaluation grid); a
+comparison's own shape (stats/comparison/time_to_target_size.py: seeds, censoring, budget, evaluation grid); a
 "supported" needs P(supported | ratio on the margin) <= MAX_SIZE (5%) for every baseline, a "not
 supported" P(not supported | ratio on the margin) <= MAX_SIZE for the baseline that decides it;
 otherwise the model is inconclusive, with the rates in the reason.
@@ -20,7 +20,7 @@ Targets: ``report.targets[model]`` is the deciding target, the largest share of 
 the same start (the median first evaluation of the model's runs, before any optimizer acts). Without a
 configured target, ``reference_target`` of the mean curve of the runs of ``report.target_optimizer``
 (flagged in the reason). The final metric at the fixed budget is reported per optimizer. Runs that did
-not train (stats/training_status.py) are censored at their budget, not dropped, and named.
+not train (stats/core/training_status.py) are censored at their budget, not dropped, and named.
 """
 from __future__ import annotations
 
@@ -33,10 +33,10 @@ from brownformer.config import RunSpec
 from brownformer.metrics import val_metric
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord, Estimate
 
-from ..batch_stat import to_jsonable
-from ..rule_history import claim_rule_history
-from ..time_to_target import level_targets, reference_target, time_to_target
-from ..time_to_target_size import MAX_SIZE, log_time_law, rule_error_rates
+from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.stats.core.rule_history import claim_rule_history
+from brownformer.stats.comparison.time_to_target import level_targets, reference_target, time_to_target
+from brownformer.stats.comparison.time_to_target_size import MAX_SIZE, log_time_law, rule_error_rates
 from .common import finite_or_none, pool_runs
 
 __all__ = ["optimizer_claim", "claim4_targets", "claim4_scope", "TITLE"]

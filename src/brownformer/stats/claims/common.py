@@ -4,7 +4,7 @@ One decision rule for claims 1, 2 and 4 (the Brownian claims use the calibrated 
 an effect's confidence interval (StatsConfig.confidence_level, over independent units: probe inputs
 within a run, seeds, or runs) lies inside its margin -> "supported"; entirely outside -> "not
 supported"; otherwise "inconclusive". A run pools into a claim only when it trained
-(stats/training_status.py). Across runs the claims are universal statements ("every trained model's
+(stats/core/training_status.py). Across runs the claims are universal statements ("every trained model's
 LayerNorm output is on the sphere"), so the pooled verdict is an intersection-union test:
 supported when every run is supported (its p-value is the largest per-run p-value), not supported
 when some run is not supported, else inconclusive.
@@ -21,10 +21,10 @@ from brownformer.config import ConfigError, RunSpec
 from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate,
                                   SeedUnit)
 
-from ..bootstrap import ClusterBootstrap
-from ..multiple import holm_adjust
-from ..pooling import MIN_SEEDS, NESTING, SeedPoolResult, seed_pool
-from ..replica_sets import base_run
+from brownformer.stats.core.bootstrap import ClusterBootstrap
+from brownformer.stats.core.multiple import holm_adjust
+from brownformer.stats.core.pooling import MIN_SEEDS, NESTING, SeedPoolResult, seed_pool
+from brownformer.stats.diffusion.replica_sets import base_run
 
 __all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
            "headline_holm", "did_not_train_record", "finite_or_none", "configuration_of", "seed_unit",
@@ -52,7 +52,7 @@ def finite_or_none(x) -> float | None:
 
 
 def unit_mean_interval(values, *, stats, name: str) -> tuple[Estimate, float]:
-    """Mean over independent units with its cluster-bootstrap t-interval (stats/bootstrap.py).
+    """Mean over independent units with its cluster-bootstrap t-interval (stats/core/bootstrap.py).
 
     Args:
         values: one number per unit (NaN units are dropped).
@@ -206,7 +206,7 @@ def seed_unit(n_seeds: dict[str, int], *, nesting: str = NESTING,
 
 def configuration_pools(values_by_run: dict[str, float], *, confidence_level: float,
                         nesting: str = NESTING) -> dict[str, SeedPoolResult]:
-    """Per configuration, the seed-level pool (stats/pooling.py `seed_pool`) of one estimate per run.
+    """Per configuration, the seed-level pool (stats/core/pooling.py `seed_pool`) of one estimate per run.
 
     The entry point every claim shares for seeds as the unit: `values_by_run` holds each run's (or replica
     set's) own estimate with everything inside it already nested; runs group by `configuration_of`.

@@ -1,0 +1,1 @@
+"""Claim 4: censored times to a target, the time-to-target rule and its size."""

@@ -1,0 +1,332 @@
+"""The one time-to-target rule of claim 4 (iterative K-FAC trains faster than the best first-order optimizer).
+
+Protocol: every run evaluates on the whole validation split every ``max_eval_every`` (5) steps or
+more often; each model has a *fixed* target, taken once from a long tuned run (:func:`reference_target`),
+never from the runs being compared; the proposed optimizer and every baseline have at least
+``min_seeds`` (:data:`MIN_SEEDS`, 8) seeds, none of them a tuning seed. A run's time to the target is
+the step (and the training wall-clock) of its first evaluation whose running median
+(brownformer.target_stop.smoothed, the smoothing the target is read on) is at least as good as the
+target; a run that never gets there, or that did not train (stats/core/training_status.py), is
+right-censored at its budget: censored, never dropped.
+
+Inference for censored times (stats/comparison/survival.py): per optimizer the Kaplan-Meier median steps (a
+median not reached is the bound "> budget"); against each baseline the ratio of medians (proposed /
+baseline, a bound when a median is censored) and the accelerated-failure-time log-rank test, which
+scales the proposed times by ``1 / margin`` and asks whether they still reach the target sooner;
+its inversion over the ratio gives the interval. Verdict per baseline (pre-registered margins):
+``supported`` when the one-sided test at the steps margin (the upper end of
+``stats.margins.time_to_target_steps_ratio``) rejects "ratio >= margin" and the seconds test at
+``time_to_target_seconds_ratio`` does too, each at level ``(1 - confidence_level) / 2``;
+``not supported`` when either rejects "ratio <= margin"; otherwise ``inconclusive``. Across the
+baselines (``report.baselines``: AdamW, Muon, SGD) the model's verdict is the intersection-union
+one: supported when K-FAC beats every baseline, so the best of them; not supported when some
+baseline is at least as fast; the best baseline (smallest KM median) is the one reported as the
+comparator. A protocol that is not met (a baseline missing or with too few seeds, evaluations too
+sparse, no target) makes the model ``inconclusive`` with a reason. The rule's size at the real shape
+is simulated by :func:`brownformer.stats.comparison.time_to_target_size.rule_error_rates` (claims/claim4_optimizer.py
+gates the verdict on it).
+
+Seconds are reported as steps x measured step cost (:func:`_ratios`): the seconds ratio is the steps
+ratio times the ratio of the optimizers' median training seconds per step (``wall_time`` minus
+evaluation and probe time, over the steps), so the runs need not have run side by side.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Mapping
+
+import numpy as np
+import pandas as pd
+
+from brownformer.config import ReportConfig, StatsConfig
+from brownformer.metrics import METRIC_PREFERENCE, val_metric
+from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
+
+from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
+
+__all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "reference_target", "level_targets",
+           "time_to_target", "times_to_target", "censoring_times"]
+
+#: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
+NOT_TRAINING_TIME = ("eval_wall_time", "probe_wall_time")
+#: fewest seeds per compared optimizer for a verdict (issue 18: at least 8 per optimizer)
+MIN_SEEDS = 8
+#: widest spacing of evaluations (steps) for a verdict: the protocol evaluates the compared runs every 5 steps
+MAX_EVAL_EVERY = 5
+
+
+def _metric(df: pd.DataFrame, metric: str | None):
+    m = next((m for m in METRIC_PREFERENCE if m.column == metric), None) if metric else val_metric(df)
+    if m is None:
+        raise ValueError(f"unknown metric {metric!r}; known: {[m.column for m in METRIC_PREFERENCE]}")
+    return m
+
+
+def reference_target(reference: pd.DataFrame, *, fraction: float = 0.9, metric: str | None = None) -> float:
+    """Fixed target of one model from a long tuned run: ``start + fraction (best - start)``.
+
+    ``start`` is the run's first evaluation (about chance), ``best`` the best value of its running
+    median (brownformer.target_stop.smoothed, robust to one lucky evaluation; the crossing is read on the
+    same smoothing). With ``fraction < 1`` a target sits on the steep part of every optimizer's curve
+    rather than on the noisy plateau.
+
+    Raises:
+        ValueError: On a fraction outside (0, 1] or a run with fewer than 3 evaluations.
+    """
+    if not 0 < fraction <= 1:
+        raise ValueError(f"fraction must be in (0, 1], got {fraction}")
+    m = _metric(reference, metric)
+    curve = reference.dropna(subset=[m.column]).sort_values("step")[m.column].to_numpy(float)
+    if curve.size < 3:
+        raise ValueError(f"reference run has {curve.size} evaluations of {m.column}; need >= 3")
+    smooth = smoothed(curve).to_numpy()
+    best = smooth.max() if m.higher_is_better else smooth.min()
+    return float(curve[0] + fraction * (best - curve[0]))
+
+
+def level_targets(main: float, start: float, levels, main_level: float) -> dict[float, float]:
+    """Targets at shares ``levels`` of the improvement whose share ``main_level`` is the target ``main``:
+    ``start + (f / main_level) (main - start)`` (:func:`reference_target`'s line through the same start)."""
+    return {float(f): float(start + (f / main_level) * (main - start)) for f in levels}
+
+
+def times_to_target(df: pd.DataFrame, target: float, *, metric: str, higher_is_better: bool) -> tuple[float, float]:
+    """``(steps, seconds)`` at the first evaluation whose running median reaches ``target``; ``inf`` if never.
+
+    Seconds are training wall-clock: ``wall_time - eval_wall_time - probe_wall_time``, each when the
+    metrics carry it (evaluating every 5 steps on the whole split, and capturing probes on some runs
+    but not others, must not count as training time).
+    """
+    d = df.dropna(subset=[metric]).sort_values("step").reset_index(drop=True)
+    s = smoothed(d[metric].to_numpy(float))
+    hit = d[(s >= target) if higher_is_better else (s <= target)]
+    if hit.empty:
+        return np.inf, np.inf
+    row = hit.iloc[0]
+    return float(row["step"]), _training_seconds(row)
+
+
+def _training_seconds(row) -> float:
+    seconds = float(row["wall_time"]) if "wall_time" in row and pd.notna(row["wall_time"]) else np.nan
+    for not_training in NOT_TRAINING_TIME:
+        if not_training in row and pd.notna(row[not_training]):
+            seconds -= float(row[not_training])
+    return seconds
+
+
+def censoring_times(df: pd.DataFrame, *, metric: str) -> tuple[float, float]:
+    """``(step, seconds)`` of a run's last evaluation: where a run that never reaches the target is censored."""
+    d = df.dropna(subset=[metric]).sort_values("step")
+    if d.empty:
+        return np.nan, np.nan
+    return float(d["step"].iat[-1]), _training_seconds(d.iloc[-1])
+
+
+@dataclass(frozen=True)
+class TimeToTargetResult:
+    """Claim-4 outcome for one model at one target: per-run times, medians, ratios and verdicts per baseline.
+
+    ``baseline`` is the comparator reported first: the best baseline (smallest KM median steps); the
+    verdict is the intersection-union one over every baseline of ``baselines`` (module docstring).
+    """
+
+    model: str
+    metric: str
+    higher_is_better: bool
+    target: float
+    proposed: str
+    baseline: str
+    runs: pd.DataFrame = field(repr=False)  # optimizer, seed, run, steps, seconds, reached, final, censored_at, ...
+    medians: Mapping[str, CensoredMedian]  # optimizer -> KM median steps ("> budget" when not reached)
+    ratios: Mapping[str, Mapping[str, MedianRatioResult]]  # other optimizer -> {"steps", "seconds"}
+    verdict: str
+    reason: str
+    protocol_met: bool  # target, every baseline, min_seeds each, evaluations close enough
+    baselines: tuple[str, ...]  # report.baselines
+    verdicts: Mapping[str, tuple[str, str]]  # baseline -> (verdict, reason)
+    final: Mapping[str, Mapping]  # optimizer -> final metric at the budget
+
+    def to_dict(self) -> dict:
+        runs = self.runs.replace([np.inf], None).to_dict("records")
+        return {"model": self.model, "metric": self.metric, "higher_is_better": self.higher_is_better,
+                "target": self.target, "proposed": self.proposed, "baseline": self.baseline,
+                "baselines": list(self.baselines), "runs": runs,
+                "km_median_steps": {o: m.to_dict() for o, m in self.medians.items()},
+                "ratios": {o: {u: r.to_dict() for u, r in v.items()} for o, v in self.ratios.items()},
+                "verdicts": {b: {"verdict": v, "reason": r} for b, (v, r) in self.verdicts.items()},
+                "final_at_budget": {o: dict(v) for o, v in self.final.items()},
+                "verdict": self.verdict, "reason": self.reason, "protocol_met": self.protocol_met}
+
+
+def _fmt_ci(r: MedianRatioResult) -> str:
+    return "[" + ", ".join(f"{c:.3g}" for c in r.confidence_interval) + "]"
+
+
+def _verdict(ratio: Mapping[str, MedianRatioResult]) -> tuple[str, str]:
+    """One baseline's verdict from the one-sided AFT log-rank tests at the margins (module docstring)."""
+    steps, seconds = ratio["steps"], ratio["seconds"]
+    level = (1 - steps.confidence_level) / 2
+    text = (f"steps ratio {steps.text()} CI {_fmt_ci(steps)} (margin {steps.margin:g}, one-sided p "
+            f"{steps.pvalue:.3g}), seconds ratio {seconds.text()} CI {_fmt_ci(seconds)} (margin "
+            f"{seconds.margin:g}, p {seconds.pvalue:.3g})")
+    if steps.pvalue_slower < level or seconds.pvalue_slower < level:
+        return "not supported", text + f": at least as slow as a margin allows (p < {level:g})"
+    if steps.pvalue < level and seconds.pvalue < level:
+        return "supported", text + f": faster than both margins (p < {level:g})"
+    return "inconclusive", text + ": not decided at the margins"
+
+
+def _pooled(verdicts: Mapping[str, tuple[str, str]]) -> tuple[str, str]:
+    """Intersection-union over the baselines: supported iff every one is; not supported iff some one is."""
+    names = sorted(verdicts)
+    if any(verdicts[b][0] == "not supported" for b in names):
+        b = next(b for b in names if verdicts[b][0] == "not supported")
+        return "not supported", f"not faster than {b}: {verdicts[b][1]}"
+    if all(verdicts[b][0] == "supported" for b in names):
+        return "supported", "; ".join(f"vs {b}: {verdicts[b][1]}" for b in names)
+    b = next(b for b in names if verdicts[b][0] != "supported")
+    return "inconclusive", f"vs {b}: {verdicts[b][1]}"
+
+
+def _run_rows(runs: Mapping[str, pd.DataFrame], specs, target: float, col: str, higher: bool,
+              excluded: Mapping[str, str]) -> pd.DataFrame:
+    rows = []
+    for r, df in runs.items():
+        steps, seconds = (times_to_target(df, target, metric=col, higher_is_better=higher)
+                          if np.isfinite(target) else (np.inf, np.inf))
+        last_step, last_seconds = censoring_times(df, metric=col)
+        step_cost = last_seconds / last_step if last_step and np.isfinite(last_seconds) else np.nan
+        final = df[col].dropna()
+        evals = df.dropna(subset=[col])["step"].sort_values().to_numpy()
+        stopped = stopped_at_target(df)
+        if stopped:  # censored_at: where it would have been censored; no final value (module docstring)
+            last_step, final = float(df[BUDGET].iat[-1]), final.iloc[:0]
+        if r in excluded:  # did not train: censored at its budget, whatever its curve touched
+            steps, seconds = np.inf, np.inf
+        rows.append({"optimizer": specs[r].optimizer, "seed": specs[r].seed, "run": r, "steps": steps,
+                     "seconds": seconds, "reached": bool(np.isfinite(steps)), "censored_at": last_step,
+                     "censored_seconds": last_seconds, "final": float(final.iat[-1]) if len(final) else np.nan,
+                     "step_cost": step_cost,
+                     "eval_spacing": float(np.diff(evals).max()) if evals.size > 1 else np.inf, "stopped": stopped,
+                     "did_not_train": excluded.get(r)})
+    return pd.DataFrame(rows)
+
+
+def _censored(g: pd.DataFrame, unit: str) -> tuple[np.ndarray, np.ndarray]:
+    """(times, reached) of one optimizer's runs in ``unit``; a censored run at its own last time."""
+    reached = g["reached"].to_numpy(bool)
+    times = g[unit].to_numpy(float)
+    last = g["censored_at" if unit == "steps" else "censored_seconds"].to_numpy(float)
+    seen = np.concatenate([times[reached], last])
+    seen = seen[np.isfinite(seen)]
+    # metrics without a wall clock: censored after every time seen (no run of the group is known to be faster)
+    last = np.where(np.isfinite(last), last, seen.max() if seen.size else 0.0)
+    return np.where(reached, times, last), reached
+
+
+def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float], confidence_level: float,
+            grid: float) -> dict[str, MedianRatioResult]:
+    """Steps ratio, and seconds as steps x measured step cost (module docstring).
+
+    Seconds ratio = steps ratio x ``c``, ``c`` the ratio of the optimizers' median training seconds per step
+    (each run's training seconds at its last evaluation over its steps): "seconds ratio <= m" is "steps ratio
+    <= m / c", so the seconds test is the steps test at that margin, its interval the steps interval times ``c``.
+    Per-run wall-clocks of runs that did not run side by side carry the machine's load of the moment; the
+    median cost per step over 8 runs does much less."""
+    steps = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["steps"],
+                         confidence_level=confidence_level, grid=grid)
+    c = float(np.nanmedian(mine["step_cost"]) / np.nanmedian(other["step_cost"])) if (
+        mine["step_cost"].notna().any() and other["step_cost"].notna().any()) else np.nan
+    if not (np.isfinite(c) and c > 0):
+        nan = float("nan")
+        return {"steps": steps, "seconds": dataclasses.replace(
+            steps, estimate=nan, bound=None, confidence_interval=(nan, nan), margin=margins["seconds"],
+            statistic=nan, pvalue=nan, pvalue_slower=nan, method="no wall clock: undefined")}
+    at = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["seconds"] / c,
+                      confidence_level=confidence_level, grid=grid)
+    lo, hi = steps.confidence_interval
+    seconds = dataclasses.replace(at, estimate=steps.estimate * c, confidence_interval=(lo * c, hi * c),
+                                  margin=margins["seconds"],
+                                  method=f"steps ratio x step-cost ratio {c:.3g} (median training seconds per step); "
+                                         f"test: the steps test at margin {margins['seconds']:g} / {c:.3g}")
+    return {"steps": steps, "seconds": seconds}
+
+
+def _final(g: pd.DataFrame) -> dict:
+    """Final metric at the fixed budget: median over the runs that trained their whole budget."""
+    full = g.loc[~g["stopped"], "final"].dropna()
+    return {"median": json_number(full.median()) if len(full) else None, "n": int(len(full))}
+
+
+def _protocol(table: pd.DataFrame, target: float, model: str, proposed: str, baselines, min_seeds: int,
+              max_eval_every: int) -> str | None:
+    """Why the protocol is not met on this model (None: it is)."""
+    seeds = table.groupby("optimizer")["seed"].nunique().to_dict()
+    if not np.isfinite(target):
+        return f"no target for model {model!r}"
+    missing = [o for o in (proposed, *baselines) if o not in seeds]
+    if missing:
+        return f"needs runs of {proposed!r} and every baseline {list(baselines)}; missing {missing}"
+    few = {o: seeds[o] for o in (proposed, *baselines) if seeds[o] < min_seeds}
+    if few:
+        return f"fewer than {min_seeds} seeds per compared optimizer ({few})"
+    if table.loc[table["optimizer"].isin([proposed, *baselines]), "eval_spacing"].max() > max_eval_every:
+        return f"evaluations more than {max_eval_every} steps apart"
+    return None
+
+
+def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[str, float], *, stats: StatsConfig,
+                   report: ReportConfig, min_seeds: int = MIN_SEEDS, max_eval_every: int = MAX_EVAL_EVERY,
+                   excluded: Mapping[str, str] | None = None) -> dict[str, TimeToTargetResult]:
+    """Claim 4 per model at one target per model under the one time-to-target rule (module docstring).
+
+    Args:
+        metrics_by_run: run id ``<model>__<optimizer>__s<seed>`` -> metrics with columns ``step``,
+            ``wall_time`` (optional ``eval_wall_time``, ``probe_wall_time``) and val_accuracy | val_bpc | val_loss.
+        targets: model -> fixed target value.
+        stats: margins ``time_to_target_steps_ratio`` and ``time_to_target_seconds_ratio`` (upper ends),
+            ``confidence_level``.
+        report: ``proposed`` and ``baselines`` (the first-order optimizers it must beat).
+        min_seeds: Fewest seeds per compared optimizer for a verdict other than inconclusive.
+        max_eval_every: Widest spacing between evaluations (steps) for a verdict.
+        excluded: run -> reason, for runs that did not train: censored at their budget.
+
+    Returns:
+        model -> :class:`TimeToTargetResult`.
+    """
+    from brownformer.config import RunSpec  # config imports nothing from stats: no cycle
+
+    excluded = dict(excluded or {})
+    proposed = report.proposed
+    margins = {"steps": float(stats.margins["time_to_target_steps_ratio"][1]),
+               "seconds": float(stats.margins["time_to_target_seconds_ratio"][1])}
+    specs = {r: RunSpec.parse(r) for r in metrics_by_run}
+    out: dict[str, TimeToTargetResult] = {}
+    for model in sorted({s.model for s in specs.values()}):
+        runs = {r: df for r, df in sorted(metrics_by_run.items()) if specs[r].model == model}
+        m = val_metric(next(iter(runs.values())))
+        target = float(targets.get(model, np.nan))
+        table = _run_rows(runs, specs, target, m.column, m.higher_is_better, excluded)
+        by_opt = {o: g for o, g in table.groupby("optimizer", sort=True)}
+        medians = {o: km_median_bounded(*_censored(g, "steps")) for o, g in by_opt.items()}
+        # steps are read on the evaluation grid (module docstring of stats/survival.scaled_logrank)
+        grid = {"steps": float(table["eval_spacing"].replace(np.inf, np.nan).max())}
+        grid["steps"] = grid["steps"] if np.isfinite(grid["steps"]) else 0.0
+        ratios = {other: _ratios(by_opt[proposed], g, margins, stats.confidence_level, grid["steps"])
+                  for other, g in by_opt.items() if other != proposed and proposed in by_opt}
+        baselines = tuple(report.baselines)
+        present = [b for b in baselines if b in medians]
+        best = min(present, key=lambda b: (medians[b].bound is not None, medians[b].estimate)) if present else ""
+        why = _protocol(table, target, model, proposed, baselines, min_seeds, max_eval_every)
+        verdicts = {b: _verdict(ratios[b]) for b in present if b in ratios}
+        if why is None:
+            verdict, reason = _pooled(verdicts)
+        else:
+            verdict, reason = "inconclusive", why
+        out[model] = TimeToTargetResult(model=model, metric=m.column, higher_is_better=m.higher_is_better,
+                                        target=target, proposed=proposed, baseline=best, runs=table,
+                                        medians=medians, ratios=ratios, verdict=verdict, reason=reason,
+                                        protocol_met=why is None, baselines=baselines, verdicts=verdicts,
+                                        final={o: _final(g) for o, g in by_opt.items()})
+    return out

@@ -1,0 +1,1 @@
+"""Positive and negative controls: can each claim's rule say yes?."""

@@ -1,0 +1,1 @@
+"""Estimators, bootstrap, pooling, gates, calibration: what every claim's rule is built from."""

@@ -1,0 +1,1 @@
+"""Claim 2: attention as a Markov chain, kernel fits, attention captures."""
