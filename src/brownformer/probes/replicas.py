@@ -41,8 +41,9 @@ MIN_REPLICAS = 4  # 3 contrasts: the fewest a t-interval over units (G - 1 degre
 
 _DRIFT_REASON = ("none: the drift is the replica-mean path and the contrasts are orthogonal to it, so any path the "
                  "replicas share (a drift linear in lr_sum, lr_sq_sum or neither) cancels exactly")
-_SPHERE_NOTE = ("ambient contrasts of points of radius ~1: the sphere is locally flat while final_spread << 1 "
-                "(contrasts of unrelated unit vectors have a mean squared norm of 1)")
+_SPHERE_NOTE = ("ambient contrasts of points of radius ~1 in LayerNorm's hyperplane: they saturate (contrasts of "
+                "unrelated unit vectors have a mean squared norm of 1), so claim 3's null is the contrasts of "
+                "n_replicas spherical Brownian motions from a common start (contrast_of: sphere)")
 _CLOCK_REASON = ("sum of lr^2: SGD noise adds a variance proportional to lr^2 per step, so under the Brownian null "
                  "the noise part of the weights (and of the tokens they move) diffuses linearly in this clock; "
                  "step and lr_sum ride along in 'clocks' as checks")
@@ -164,7 +165,8 @@ def extract_replicas(cfg: ExperimentConfig, base_run: str, run_dirs: list[str | 
     with staged_folder(out_dir) as tmp:
         for l in range(meta["n_layers"]):
             entries.append(_write_contrast(tmp, f"training/ln_l{l}.npy", tokens[:, :, l], {
-                **common, "source": source(l, "ln"), "sphere_note": _SPHERE_NOTE,
+                **common, "source": source(l, "ln"), "sphere_note": _SPHERE_NOTE, "contrast_of": "sphere",
+                "sum_zero": True,
                 "walkers": f"contrast c of {R} replicas (Helmert), walker c*{B * n} + i*{n} + t: token t of probe "
                            f"input i ({B} inputs x {n} tokens; LN output before the affine / sqrt(d))"}))
         for l in range(meta["n_layers"]):

@@ -177,7 +177,8 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = DEFAU
                 return simulate_batch(process, times=times, labels=labels, d=shape.d, kind=shape.kind, replicates=R,
                                       rng=g, rho=shape.rho, hyperplane=shape.hyperplane, decay=shape.decay,
                                       drift=shape.drift, margins=margins, momentum=w.momentum if w else 0.0,
-                                      steps=w.steps if w else None)
+                                      steps=w.steps if w else None, replicas=w.replicas if w else 0,
+                                      replica_start=w.replica_start if w else 0.0)
 
             cell = _one_cell(sim, kind=shape.kind, times=times, labels=labels, drift=shape.drift,
                              hyperplane=shape.hyperplane, seed=[base_seed, int(shape.id, 16) % 2**32, p_i],

@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-__all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "SIGNIFICANT", "RHO_MAX",
+__all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "sphere_decay", "SIGNIFICANT", "RHO_MAX",
            "DECAY_DECORRELATED"]
 
 #: significant digits kept of every real-valued shape parameter (a shape id must not depend on float noise)
@@ -41,7 +41,7 @@ class CalibrationShape:
     hyperplane: bool
     drift: str
     rho: float
-    decay: float  # sphere only (0 for euclidean)
+    decay: float  # sphere, and the walks of a sphere replica-contrast file (window.replicas): their total decay; else 0
     #: the fitting window the verdict's MSD effect is read on (window_reading.WindowSpec); None: the full-range
     #: exponent (a shape without a window reading)
     window: object = None
@@ -57,10 +57,16 @@ class CalibrationShape:
     def labels(self) -> np.ndarray:
         return np.repeat(np.arange(len(self.group_sizes)), self.group_sizes)
 
+    @property
+    def geometry(self) -> str:
+        """Where the null's walkers live: "sphere" (a sphere file, or the walks behind a sphere replica-contrast
+        file: window.replicas), else "euclidean"."""
+        return "sphere" if self.kind == "sphere" or getattr(self.window, "replicas", 0) else "euclidean"
+
     def to_dict(self, *, full: bool = True) -> dict:
-        """Summary fields (id, kind, T, N, d, G, ...) and, when `full`, the times and group sizes
+        """Summary fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
         `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
-        out = {"id": self.id, "kind": self.kind, "T": len(self.times), "N": self.n_walkers, "d": self.d,
+        out = {"id": self.id, "kind": self.kind, "geometry": self.geometry, "T": len(self.times), "N": self.n_walkers, "d": self.d,
                "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
                "decay": self.decay, "window": self.window.to_dict() if self.window is not None else None}
         if full:
@@ -112,11 +118,14 @@ def shape_of(*, kind: str, times, labels: np.ndarray, d: int, hyperplane: bool, 
     sizes = np.bincount(labels)
     r = _generating_rho(float(np.nan_to_num(rho)), G=sizes.size, N=int(labels.size)) if drift == "common" else rho
     r = _sig(float(np.clip(np.nan_to_num(r), 0.0, RHO_MAX)))
-    dec = 0.0
-    if kind == "sphere":
-        dec = DECAY_DECORRELATED if decay is None or not np.isfinite(decay) or decay <= 0 else _sig(float(decay))
+    dec = sphere_decay(decay) if kind == "sphere" else 0.0
     return CalibrationShape(kind, _relative_times(np.asarray(times, float)), tuple(sorted(sizes.tolist(), reverse=True)),
                             int(d), bool(hyperplane), drift, r, dec, window)
+
+
+def sphere_decay(decay: float | None) -> float:
+    """A sphere walk's total decay as a shape records it: SIGNIFICANT digits, DECAY_DECORRELATED when undefined."""
+    return DECAY_DECORRELATED if decay is None or not np.isfinite(decay) or decay <= 0 else _sig(float(decay))
 
 
 def select_walkers(labels: np.ndarray, max_walkers: int, rng) -> np.ndarray:

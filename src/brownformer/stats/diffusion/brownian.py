@@ -111,8 +111,10 @@ def momentum_bias(times, spec, labels, *, d: int, kind: str, k: int, hyperplane:
     Brownian motion. {} without momentum. Heavy-ball momentum correlates increments a few momentum times apart
     (lag-1 correlation 0.52 at 10-step increments for beta = 0.9), which is the optimizer, not the walk; so the rule
     reads these effects as departures from what momentum alone gives (parametric-bootstrap bias correction, Efron &
-    Tibshirani 1993, ch. 10), the same correction and the same simulations as the window exponent's."""
-    if not spec.momentum:
+    Tibshirani 1993, ch. 10), the same correction and the same simulations as the window exponent's. A replica-contrast
+    file of tokens on the sphere is corrected alike by what its null's saturation alone gives (the contrasts of
+    spherical Brownian motions from a common start, stats/sphere/replica_null.py), momentum included."""
+    if not spec.carries_physics:
         return {}
     from brownformer.stats.diffusion.window_reading import null_walks  # window_reading imports this module's users; keep it lazy
     null = null_walks(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
@@ -134,7 +136,7 @@ def momentum_corrected(effects: dict, times, window, labels, *, d: int, kind: st
     """Key effects (rule.Effect) less what the window's momentum alone gives them (brownian.momentum_bias);
     the window exponent, which corrects its own bias, is left as it is. Unchanged without momentum. The data's
     reading (stats_stage/run_stats.py) and the calibration (battery_batch with a window) both call this."""
-    if window is None or not window.momentum:
+    if window is None or not window.carries_physics:
         return effects
     bias = momentum_bias(times, window, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift,
                          margins=margins, alpha=alpha, n_resamples=n_resamples)

@@ -20,7 +20,7 @@ from scipy import stats
 from brownformer.stats.diffusion.battery import walk_levels
 
 __all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
-           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian"]
+           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian", "momentum_filtered"]
 
 #: process name -> short description; the calibration simulates all of them.
 PROCESSES = {
@@ -253,7 +253,7 @@ def _heavy_ball_chunk(x, v, m: int, beta: float, var: float, rng, labels, rho: f
 
 
 def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: int, rng, momentum: float,
-                        rho: float = 0.0, hyperplane: bool = False, decay: float = 1.0) -> np.ndarray:
+                        rho: float = 0.0, hyperplane: bool = False, decay: float = 1.0, start=None) -> np.ndarray:
     """Brownian motion passed through heavy-ball momentum, seen at the captures: (R, T, N, d).
 
     At every training step s the noise e_s (variance the clock's increment per step, the clock taken linear in
@@ -268,7 +268,7 @@ def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: 
 
     Args:
         times: (T,) the captures' clock; steps: (T,) their training steps (increasing integers); momentum: beta.
-        labels, d, kind, replicates, rng, rho, hyperplane, decay: as simulate_batch.
+        labels, d, kind, replicates, rng, rho, hyperplane, decay, start: as simulate_batch.
     """
     t, st = np.asarray(times, float), np.asarray(steps, np.int64)
     if st.shape != t.shape or np.any(np.diff(st) <= 0):
@@ -281,8 +281,7 @@ def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: 
     s = (t - t[0]) / (t[-1] - t[0])  # elapsed share of the clock, 0..1
     D = decay / max(k - 1, 1) if kind == "sphere" else 0.5  # euclidean: unit variance per unit of s
     out = np.empty((R, T, N, k), dtype=np.float32)
-    x = (_normalize(rng.standard_normal((R, N, k), dtype=np.float32)) if kind == "sphere"
-         else np.zeros((R, N, k), np.float32))
+    x = (_sphere_start(start, rng, R, N, k) if kind == "sphere" else np.zeros((R, N, k), np.float32))
     v = np.zeros((R, N, k), np.float32)
     # the buffer starts empty at step 0 (at most WARMUP_MOMENTUM_TIMES momentum times before the first capture: by
     # then beta^steps is below 1e-9 and v is stationary); the clock runs at the first interval's rate meanwhile
@@ -308,9 +307,76 @@ def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: 
     return out @ _hyperplane_basis(d).T.astype(np.float32) if k < d else out
 
 
+def _sphere_start(start, rng, R: int, N: int, k: int) -> np.ndarray:
+    """(R, N, k) first points of sphere walks: `start` broadcast (in the walk's own k coordinates), else uniform."""
+    if start is None:
+        return _normalize(rng.standard_normal((R, N, k), dtype=np.float32))
+    start = np.asarray(start, np.float32)
+    if start.shape[-2:] != (N, k):
+        raise ValueError(f"start must have shape (..., {N}, {k}) (walkers, the walk's own dimensions); got {start.shape}")
+    return np.broadcast_to(_normalize(start), (R, N, k)).copy()
+
+
+def momentum_filtered(X: np.ndarray, *, steps, momentum: float, labels, rng) -> np.ndarray:
+    """Levels X (R, T, N, d) of a process seen at training steps `steps`, passed through heavy-ball momentum.
+
+    Each capture interval's increment dX_i is spread evenly over its n_i training steps, e_s = dX_i / n_i, and
+    filtered as the optimizer filters gradients, v_s = beta v_{s-1} + (1 - beta) e_s, x_s = x_{s-1} + v_s (Polyak
+    1964). With e constant over an interval the n steps have a closed form: the displacement is
+    v_0 beta (1 - beta^n)/(1 - beta) + e (n - beta (1 - beta^n)/(1 - beta)) and v_n = beta^n v_0 + (1 - beta^n) e,
+    so the filter costs O(T). The buffer is warmed up over min(steps[0], WARMUP_MOMENTUM_TIMES / (1 - beta)) steps of
+    Gaussian noise at the first interval's variance per step (an optimizer's buffer is running when a thinned file
+    starts). At lags well past 1/(1 - beta) steps the process is unchanged; at shorter ones it is smoothed, as the
+    data's are: the alternatives of a momentum shape then carry the same filter as its null (issue 30).
+    """
+    st = np.asarray(steps, np.int64)
+    if st.size != X.shape[1] or np.any(np.diff(st) <= 0):
+        raise ValueError("momentum filter: steps must be strictly increasing, one per capture")
+    if not 0 <= momentum < 1:
+        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    b = float(momentum)
+    inc = np.diff(np.asarray(X, np.float32), axis=1)  # (R, T - 1, N, d)
+    n = np.diff(st).astype(float)
+    v = np.zeros_like(inc[:, 0])
+    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - b))))
+    if warm and b > 0:
+        var0 = float(np.mean(inc[:, 0] ** 2)) / n[0]
+        _, v = _heavy_ball_chunk(np.zeros_like(v), v, warm, b, (1 - b) ** 2 * var0, rng, np.asarray(labels), 0.0)
+    out = np.empty_like(inc)
+    for i in range(inc.shape[1]):
+        e = inc[:, i] / np.float32(n[i])
+        g = b * (1 - b ** n[i]) / (1 - b) if b > 0 else 0.0
+        out[:, i] = np.float32(g) * v + np.float32(n[i] - g) * e
+        v = np.float32(b ** n[i]) * v + np.float32(1 - b ** n[i]) * e
+    return np.concatenate([np.asarray(X[:, :1], np.float32), X[:, :1] + np.cumsum(out, axis=1)], axis=1)
+
+
+def _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, margins) -> np.ndarray:
+    """Levels (R, T, N, d) of a euclidean CALIBRATION_PROCESSES / edges process (simulate_batch's arguments)."""
+    from brownformer.stats.diffusion import edges
+    T, N = t.size, labels.size
+    if process == "iid":
+        return rng.standard_normal((R, T, N, d), dtype=np.float32)
+    if process == "ou_edge":
+        theta = ou_rate_at_exponent(s, 0.9, drift)
+        xi = _shared_noise(rng, R, T, labels, d, rho)
+        out = np.empty((R, T, N, d), dtype=np.float32)
+        out[:, 0] = xi[:, 0] / np.sqrt(2 * theta)
+        for i in range(1, T):
+            a = np.exp(-theta * (s[i] - s[i - 1]))
+            out[:, i] = a * out[:, i - 1] + np.sqrt((1 - a * a) / (2 * theta)) * xi[:, i]
+        return out
+    if process in edges.EDGE_PROCESSES:
+        return walk_levels(edges.edge_increments(process, times=t, labels=labels, d=d, replicates=R, rng=rng,
+                                                 rho=rho, drift=drift, margins=margins))
+    inc = _shared_noise(rng, R, T - 1, labels, d, rho) * np.sqrt(np.diff(clock)).astype(np.float32)[None, :, None, None]
+    return walk_levels(inc)
+
+
 def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates: int, rng, rho: float = 0.0,
                    hyperplane: bool = False, decay: float = 1.0, drift: str = "common",
-                   margins: dict | None = None, momentum: float = 0.0, steps=None) -> np.ndarray:
+                   margins: dict | None = None, momentum: float = 0.0, steps=None, replicas: int = 0,
+                   replica_start: float = 0.0, start=None) -> np.ndarray:
     """R replicates of a CALIBRATION_PROCESSES process at a real file's shape: (R, T, N, d).
 
     Args:
@@ -323,20 +389,33 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
         drift: the battery's drift handling; "ou_edge" is placed at the margin edge as the battery sees it.
         margins: StatsConfig.margins, for the margin-edge processes of edges.py (default config.DEFAULT_MARGINS).
         momentum, steps: the optimizer's heavy-ball beta and the captures' training steps: "brownian" is then
-            Brownian motion passed through that momentum (`heavy_ball_brownian`), the null of a training file.
+            Brownian motion passed through that momentum (`heavy_ball_brownian`), the null of a training file; the
+            euclidean alternatives pass through the same momentum (`momentum_filtered`).
+        replicas, replica_start: a replica-contrast file of tokens on the sphere (kind "euclidean": Helmert contrasts
+            of `replicas` walks on the unit sphere from a common start): "brownian" and the exponent edges are then
+            the contrasts of that many spherical Brownian motions from a common start at clock 0, the first capture
+            at `replica_start` of the clock and `decay` their first harmonic's decay from the start to the last
+            capture (stats/sphere/replica_null.py); saturation is part of that null.
+        start: sphere only: the walkers' first points (..., N, k) in the walk's own coordinates (default uniform).
     """
     from brownformer.stats.diffusion import edges
+    if replicas and (process == "brownian" or process.startswith("clock_")):
+        from brownformer.stats.sphere.replica_null import sphere_replica_contrasts
+        return sphere_replica_contrasts(process, times=times, labels=labels, d=d, replicas=replicas,
+                                        replicates=replicates, rng=rng, rho=rho, hyperplane=hyperplane, decay=decay,
+                                        replica_start=replica_start, momentum=momentum, steps=steps)
     if momentum and (process == "brownian" or process.startswith("clock_")):
         if steps is None:
             raise ValueError("a momentum null needs the captures' training steps")
         # the exponent edges too: Brownian motion on the clock t^0.9 / t^1.1 through the same momentum (the other
-        # alternatives are simulated without it: their power at a momentum shape is optimistic)
+        # euclidean alternatives pass through it below, `momentum_filtered`; the sphere's harmonic edge does not:
+        # its power at a momentum shape is optimistic)
         t = np.asarray(times, float)
         clock = t if process == "brownian" else t[0] + (t[-1] - t[0]) * (
             (t - t[0]) / (t[-1] - t[0])) ** float(process.split("_")[1])
         return heavy_ball_brownian(times=clock, steps=steps, labels=labels, d=d, kind=kind, replicates=replicates,
                                    rng=np.random.default_rng(rng), momentum=momentum, rho=rho, hyperplane=hyperplane,
-                                   decay=decay)
+                                   decay=decay, start=start)
     if process not in CALIBRATION_PROCESSES and process not in edges.EDGE_PROCESSES:
         raise ValueError(f"unknown process {process!r}; known: {sorted(CALIBRATION_PROCESSES) + sorted(edges.EDGE_PROCESSES)}")
     if margins is None:
@@ -350,27 +429,15 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
     R, T, N = int(replicates), t.size, labels.size
     k = d - 1 if (kind == "sphere" and hyperplane) else d
     if kind == "euclidean":
-        if process == "iid":
-            return rng.standard_normal((R, T, N, d), dtype=np.float32)
-        if process == "ou_edge":
-            theta = ou_rate_at_exponent(s, 0.9, drift)
-            xi = _shared_noise(rng, R, T, labels, d, rho)
-            out = np.empty((R, T, N, d), dtype=np.float32)
-            out[:, 0] = xi[:, 0] / np.sqrt(2 * theta)
-            for i in range(1, T):
-                a = np.exp(-theta * (s[i] - s[i - 1]))
-                out[:, i] = a * out[:, i - 1] + np.sqrt((1 - a * a) / (2 * theta)) * xi[:, i]
-            return out
-        if process in edges.EDGE_PROCESSES:
-            return walk_levels(edges.edge_increments(process, times=t, labels=labels, d=d, replicates=R, rng=rng,
-                                                     rho=rho, drift=drift, margins=margins))
-        inc = _shared_noise(rng, R, T - 1, labels, d, rho) * np.sqrt(np.diff(clock)).astype(np.float32)[None, :, None, None]
-        return walk_levels(inc)
+        X = _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, margins)
+        if momentum and steps is not None:  # the alternatives at the data's physics: through the same momentum
+            X = momentum_filtered(X, steps=steps, momentum=momentum, labels=labels, rng=rng)
+        return X
     if kind != "sphere":
         raise ValueError(f"kind must be 'euclidean' or 'sphere', got {kind!r}")
     if process == "ou_edge" or (process in edges.EDGE_PROCESSES and process not in edges.edge_processes("sphere")):
         raise ValueError(f"{process} is simulated for euclidean trajectories only")
-    u = _normalize(rng.standard_normal((R, N, k), dtype=np.float32))
+    u = _sphere_start(start, rng, R, N, k)
     if process == "iid":
         V = _normalize(rng.standard_normal((R, T, N, k), dtype=np.float32))
     else:

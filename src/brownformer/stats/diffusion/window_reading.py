@@ -59,6 +59,20 @@ class WindowSpec:
     #: steps of all its captures: the null is then Brownian motion through that momentum (simulate.heavy_ball_brownian)
     momentum: float = 0.0
     steps: tuple[int, ...] | None = None
+    #: a replica-contrast file of tokens on the sphere: R (0: none) and the share of the clock from the replicas'
+    #: common start elapsed at the first capture; the null is then the contrasts of R spherical Brownian motions from
+    #: a common start (stats/sphere/replica_null.py), null_decay their decay from the start to the last capture
+    replicas: int = 0
+    replica_start: float = 0.0
+    #: the replicas' sphere lies in LayerNorm's hyperplane sum(z) = 0 (S^(d-2)); the contrast file's own kind is
+    #: euclidean, so its battery has no hyperplane of its own
+    replica_hyperplane: bool = False
+
+    @property
+    def carries_physics(self) -> bool:
+        """Whether the null differs from plain Brownian motion in a way every key effect must be corrected for
+        (momentum, the sphere of a replica-contrast file): brownian.null_bias."""
+        return bool(self.momentum or self.replicas)
 
     def window(self) -> FittingWindow:
         return FittingWindow(self.start, np.asarray(self.used, np.int64), None, 0, "calibration shape")
@@ -73,7 +87,9 @@ class WindowSpec:
         steps = d.get("steps")
         return cls(int(d["start"]), tuple(int(i) for i in d["used"]), float(d["null_rho"]), float(d["null_decay"]),
                    int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]),
-                   float(d.get("momentum") or 0.0), None if steps is None else tuple(int(i) for i in steps))
+                   float(d.get("momentum") or 0.0), None if steps is None else tuple(int(i) for i in steps),
+                   int(d.get("replicas") or 0), float(d.get("replica_start") or 0.0),
+                   bool(d.get("replica_hyperplane") or False))
 
 
 def _null_rho(rho: float) -> float:
@@ -85,20 +101,37 @@ def _null_decay(X: np.ndarray, win: FittingWindow) -> float:
     U = X / np.linalg.norm(X, axis=-1, keepdims=True)
     with np.errstate(all="ignore"):
         dec = -np.log(np.mean(np.sum(U[win.start] * U[-1], -1)))
-    decay = float(np.clip(dec, *_DECAY_RANGE)) if np.isfinite(dec) and dec > 0 else _DECAY_RANGE[1]
+    return _grid_decay(dec)
+
+
+def _grid_decay(decay: float | None) -> float:
+    """A decay on the 19% grid inside _DECAY_RANGE (files of one run share simulations); None: decorrelated."""
+    decay = float(np.clip(decay, *_DECAY_RANGE)) if decay is not None and np.isfinite(decay) and decay > 0 \
+        else _DECAY_RANGE[1]
     return float(2.0 ** (np.round(4 * np.log2(decay)) / 4))
 
 
 def window_spec(X: np.ndarray, win: FittingWindow, *, kind: str, rho: float, stats, momentum: float = 0.0,
-                steps=None) -> WindowSpec:
+                steps=None, replicas: int = 0, times=None, replica_hyperplane: bool = False) -> WindowSpec:
     """The WindowSpec of one trajectory X (T, N, d) on its window `win`; `momentum` (with the captures' `steps`):
-    the optimizer's beta, which the null then carries (without steps there is no step clock to filter on)."""
+    the optimizer's beta, which the null then carries (without steps there is no step clock to filter on);
+    `replicas` (with the file's `times`, counted from the replicas' common start): a replica-contrast file of
+    tokens on the sphere, whose null is the contrasts of that many spherical Brownian motions."""
+    from brownformer.stats.sphere.replica_null import contrast_decay, replica_start_share
     w = stats.window
     carry = bool(momentum) and steps is not None
-    return WindowSpec(int(win.start), tuple(int(i) for i in win.used), _null_rho(rho),
-                      _null_decay(np.asarray(X), win) if kind == "sphere" else 1.0, int(w["envelope_replicates"]),
-                      float(w["local_decades"]), int(stats.seed), float(momentum) if carry else 0.0,
-                      tuple(int(i) for i in steps) if carry else None)
+    if replicas:
+        decay, start = _grid_decay(contrast_decay(np.asarray(X))), replica_start_share(times)
+    else:
+        decay, start = (_null_decay(np.asarray(X), win) if kind == "sphere" else 1.0), 0.0
+    return WindowSpec(int(win.start), tuple(int(i) for i in win.used), _null_rho(rho), decay,
+                      int(w["envelope_replicates"]), float(w["local_decades"]), int(stats.seed),
+                      float(momentum) if carry else 0.0, tuple(int(i) for i in steps) if carry else None,
+                      int(replicas), _sig_share(start), bool(replicas and replica_hyperplane))
+
+
+def _sig_share(x: float) -> float:
+    return float(f"{x:.4g}")
 
 
 def _walkers(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, stored: bool = True):
@@ -140,14 +173,16 @@ def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, h
     rel = (tw - tw[0]) / (tw[-1] - tw[0])
     key = (tuple(np.round(rel, 6)), tuple(win.used - win.start), np.asarray(labels).tobytes(), d, kind, k,
            hyperplane, drift, spec.null_decay, spec.null_rho, spec.envelope_replicates, spec.local_decades, spec.seed,
-           spec.momentum, spec.steps, tuple(np.round((t_all - t_all[0]) / (t_all[-1] - t_all[0]), 6)))
+           spec.momentum, spec.steps, tuple(np.round((t_all - t_all[0]) / (t_all[-1] - t_all[0]), 6)),
+           spec.replicas, spec.replica_start, spec.replica_hyperplane)
     if key not in _NULL_CACHE:
         g = np.random.default_rng([spec.seed, 7])
-        if spec.momentum:  # the optimizer's buffer starts at the first capture: simulate it all, read the window
+        if spec.carries_physics:  # the optimizer's buffer (the replicas' start) precedes the window: simulate it all
             full = simulate_batch("brownian", times=t_all, labels=labels, d=d, kind=kind,
                                   replicates=spec.envelope_replicates, rng=g, rho=spec.null_rho,
-                                  hyperplane=hyperplane, decay=spec.null_decay, momentum=spec.momentum,
-                                  steps=spec.steps)
+                                  hyperplane=spec.replica_hyperplane if spec.replicas else hyperplane,
+                                  decay=spec.null_decay, momentum=spec.momentum, steps=spec.steps,
+                                  replicas=spec.replicas, replica_start=spec.replica_start)
             Xs = full[:, win.start:]
         else:
             full, Xs = None, simulate_batch("brownian", times=tw, labels=labels, d=d, kind=kind,
@@ -275,7 +310,10 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     win = fitting_window(times, steps, start_step=w["start_step"] if start_step is None else start_step,
                          min_lag_steps=min_lag_steps)
     block = {"window": win.to_dict(times, steps)}
-    spec = window_spec(X, win, kind=kind, rho=rho, stats=stats, momentum=momentum, steps=steps)
+    from brownformer.stats.sphere.replica_null import sphere_contrasts_of
+    replicas, rep_hyper = sphere_contrasts_of(meta, X) if kind == "euclidean" else (0, False)
+    spec = window_spec(X, win, kind=kind, rho=rho, stats=stats, momentum=momentum, steps=steps, replicas=replicas,
+                       times=times, replica_hyperplane=rep_hyper)
     block["spec"] = spec.to_dict()
     if win.n_points < MIN_WINDOW_POINTS:
         why = f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}"

@@ -121,7 +121,7 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
                  "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
                             "why_undefined": why}}
     spec = WindowSpec.from_dict(block.get("spec"))
-    if spec is not None and spec.momentum and block.get("effect", {}).get("estimate") is not None:
+    if spec is not None and spec.carries_physics and block.get("effect", {}).get("estimate") is not None:
         block["momentum_bias"] = {name: {"bias": b, "null_value": nv} for name, (b, nv) in momentum_bias(
             out["times"], spec, sub_labels, d=X.shape[-1], kind=out["kind"], k=out["span_dimension"],
             hyperplane=out["hyperplane"], drift=inputs["drift"] if out["kind"] == "euclidean" else "none",
@@ -130,6 +130,11 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
     out["local_slopes"] = block
     if block.get("spec") and out.get("calibration_shape"):
         out["calibration_shape"] = {**out["calibration_shape"], "window": block["spec"]}
+        if spec is not None and spec.replicas:  # the sphere the contrasted walks live on: the null's decay and plane
+            from brownformer.stats.sphere.replica_null import contrast_decay
+            from brownformer.stats.core.shapes import sphere_decay
+            out["calibration_shape"].update(decay=sphere_decay(contrast_decay(X[:, idx])),
+                                            hyperplane=spec.replica_hyperplane)
         out["calibration_shape"]["id"] = CalibrationShape.from_dict(out["calibration_shape"]).id
     if block.get("momentum_bias"):
         out["effects"] = _momentum_shifted(out.get("effects") or {}, block["momentum_bias"],
