@@ -75,9 +75,13 @@ def load_calibration(calibration):
 def fit_file_null(path, *, stats, kind: str | None = None):
     """(fitted-null id, fitted_null.FittedNull) of one trajectory file, on the walkers the battery analyses."""
     from brownformer.stats.diffusion.fitted_null import fit_null, fitted_id
+    from brownformer.stats.diffusion.local_slope import sidecar_window
     from brownformer.stats.diffusion.window_verdict import momentum_captures
     X, meta = momentum_captures(*load_trajectory(path, kind=kind), stats)  # the captures the verdict reads
     Xs, labels, times, inputs = analysis_inputs(X, meta, stats)
+    steps = (meta.get("clocks") or {}).get("step")
+    beta = sidecar_window(meta, start_step=stats.window["start_step"], momentum_times=stats.momentum_times)[2]
     null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
-                    drift=inputs["drift"] if meta["kind"] == "euclidean" else "none")
+                    drift=inputs["drift"] if meta["kind"] == "euclidean" else "none", momentum=beta,
+                    steps=steps if steps is not None and len(steps) == X.shape[0] else None, meta=meta)
     return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null

@@ -145,8 +145,10 @@ def _kurtotic(shape, excess: float, rng) -> np.ndarray:
 
 
 def edge_increments(process: str, *, times, labels, d: int, replicates: int, rng, rho: float, drift: str,
-                    margins: dict) -> np.ndarray:
-    """Increments (R, n, N, d) of a euclidean margin-edge process, within-group correlation rho."""
+                    margins: dict, kurtosis_share: float = 1.0) -> np.ndarray:
+    """Increments (R, n, N, d) of a euclidean margin-edge process, within-group correlation rho; `kurtosis_share`:
+    the share of the increments' excess kurtosis the battery will see (simulate.momentum_kurtosis_share, after the
+    optimizer's momentum filter), so a kurtosis edge is drawn at edge / share."""
     if process not in _EUCLIDEAN:
         raise ValueError(f"{process!r} is not a euclidean margin-edge process; known: {list(_EUCLIDEAN)}")
     times = np.asarray(times, float)
@@ -156,6 +158,7 @@ def edge_increments(process: str, *, times, labels, d: int, replicates: int, rng
     G = int(labels.max()) + 1
     target = edge_value(process, margins)
     if process.startswith("kurtosis_"):
+        target /= kurtosis_share
         # the shared and own parts carry the same non-Gaussian law: the sum's excess is (rho^2 + (1-rho)^2) x each
         each = target / (rho**2 + (1 - rho) ** 2) if rho > 0 else target
         noise = np.sqrt(1 - rho) * _kurtotic((R, n, N, d), each, rng)

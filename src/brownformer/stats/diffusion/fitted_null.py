@@ -15,7 +15,12 @@ fitted null keeps everything of the data that Brownian motion may have and the i
   can take; the fitted values are recorded);
 - the clock: the file's own capture times (real clock values);
 - storage precision: when the stored values are float16 numbers (after a scale f of 1 or sqrt(d): the LN files
-  store LN output / sqrt(d) from float16 captures), the simulated file is rounded the same way.
+  store LN output / sqrt(d) from float16 captures), the simulated file is rounded the same way;
+- the physics of the idealised null (issue 30): a file whose sidecar declares its optimizer's momentum has its fitted
+  euclidean walk passed through the same heavy-ball filter at its training steps (simulate.momentum_filtered); a
+  replica-contrast file of tokens on the sphere is simulated as the contrasts of R spherical Brownian motions from a
+  common start (stats/sphere/replica_null.py) at its own clock, decay, hyperplane, momentum and fitted within-group
+  correlation (one rate per token: the contrasts' per-walker rates are those of saturating walks, not a fit).
 """
 from __future__ import annotations
 
@@ -50,6 +55,11 @@ class FittedNull:
     storage: str = "float64"
     storage_factor: float = 1.0
     radius: float = 1.0
+    #: the optimizer's heavy-ball beta and the captures' training steps (euclidean: the walk passes through it)
+    momentum: float = 0.0
+    steps: tuple[int, ...] | None = None
+    #: a sphere replica-contrast file: {"replicas", "replica_start", "decay", "hyperplane"} (replica_null.py)
+    contrast: dict | None = None
 
     def summary(self) -> dict:
         """JSON-ready description (no arrays of walkers)."""
@@ -58,7 +68,8 @@ class FittedNull:
                 "walker_rate_spread": float(np.max(ws) / np.min(ws)) if np.min(ws) > 0 else None,
                 "walker_rate_cv": float(np.std(ws) / np.mean(ws)) if np.mean(ws) > 0 else None,
                 "anisotropy": float(np.max(self.coord_scale) / max(np.min(self.coord_scale), 1e-12)),
-                "storage": self.storage, "storage_factor": self.storage_factor}
+                "storage": self.storage, "storage_factor": self.storage_factor, "momentum": self.momentum,
+                "contrast": self.contrast}
 
 
 def storage_precision(X: np.ndarray) -> tuple[str, float]:
@@ -101,8 +112,25 @@ def _clamp(rw: float, rb: float) -> tuple[float, float]:
     return rw, float(np.clip(np.nan_to_num(rb), 0.0, rw))
 
 
-def fit_null(X: np.ndarray, *, kind: str, times, labels, hyperplane: bool, drift: str) -> FittedNull:
-    """Fit the Brownian model of the module docstring to X (T, N, d) (the walkers the battery analysed)."""
+def fit_null(X: np.ndarray, *, kind: str, times, labels, hyperplane: bool, drift: str, momentum: float = 0.0,
+             steps=None, meta: dict | None = None) -> FittedNull:
+    """Fit the Brownian model of the module docstring to X (T, N, d) (the walkers the battery analysed); `momentum`
+    with the captures' `steps`: the optimizer's beta the null carries; `meta`: the sidecar (a sphere replica-contrast
+    file, replica_null.sphere_contrasts_of)."""
+    from dataclasses import replace
+
+    from brownformer.stats.sphere.replica_null import contrast_decay, replica_start_share, sphere_contrasts_of
+    from brownformer.stats.core.shapes import sphere_decay
+    null = _fit(X, kind=kind, times=times, labels=labels, hyperplane=hyperplane, drift=drift)
+    carry = bool(momentum) and steps is not None and kind == "euclidean"
+    replicas, hyper = sphere_contrasts_of(meta, X) if kind == "euclidean" else (0, False)
+    contrast = None if not replicas else {"replicas": replicas, "replica_start": replica_start_share(times),
+                                          "decay": sphere_decay(contrast_decay(X)), "hyperplane": hyper}
+    return replace(null, momentum=float(momentum) if carry else 0.0,
+                   steps=tuple(int(s) for s in steps) if carry else None, contrast=contrast)
+
+
+def _fit(X: np.ndarray, *, kind: str, times, labels, hyperplane: bool, drift: str) -> FittedNull:
     X = np.asarray(X, np.float64)
     times = np.asarray(times, float)
     labels = np.asarray(labels)
@@ -171,9 +199,21 @@ def simulate_fitted(null: FittedNull, *, replicates: int, rng) -> np.ndarray:
     R, T = int(replicates), null.times.size
     dt = np.diff(null.times)
     N, d = null.labels.size, null.coord_scale.size
+    if null.contrast:
+        from brownformer.stats.diffusion.simulate import simulate_batch
+        c = null.contrast
+        Y = simulate_batch("brownian", times=null.times, labels=null.labels, d=d, kind="euclidean", replicates=R,
+                           rng=rng, rho=null.rho_within, hyperplane=c["hyperplane"], decay=c["decay"],
+                           momentum=null.momentum, steps=null.steps, replicas=c["replicas"],
+                           replica_start=c["replica_start"])
+        return _store(Y, null)
     if null.kind == "euclidean":
         scale = (np.sqrt(dt)[:, None, None] * null.walker_scale[None, :, None] * null.coord_scale[None, None, :])
         inc = _noise(rng, R, null, T - 1) * scale.astype(np.float32)[None]
+        if null.momentum:  # through the optimizer's heavy-ball filter, as the idealised null
+            from brownformer.stats.diffusion.simulate import momentum_filtered
+            inc = np.diff(momentum_filtered(B.walk_levels(inc), steps=null.steps, momentum=null.momentum,
+                                            labels=null.labels, rng=rng), axis=1)
         Y = B.walk_levels(inc) + null.path.astype(np.float32)[None]
         return _store(Y, null)
     k = d - 1 if null.hyperplane else d

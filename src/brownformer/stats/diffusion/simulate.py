@@ -20,7 +20,8 @@ from scipy import stats
 from brownformer.stats.diffusion.battery import walk_levels
 
 __all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
-           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian", "momentum_filtered"]
+           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian", "momentum_filtered",
+           "momentum_kurtosis_share"]
 
 #: process name -> short description; the calibration simulates all of them.
 PROCESSES = {
@@ -320,38 +321,82 @@ def _sphere_start(start, rng, R: int, N: int, k: int) -> np.ndarray:
 def momentum_filtered(X: np.ndarray, *, steps, momentum: float, labels, rng) -> np.ndarray:
     """Levels X (R, T, N, d) of a process seen at training steps `steps`, passed through heavy-ball momentum.
 
-    Each capture interval's increment dX_i is spread evenly over its n_i training steps, e_s = dX_i / n_i, and
-    filtered as the optimizer filters gradients, v_s = beta v_{s-1} + (1 - beta) e_s, x_s = x_{s-1} + v_s (Polyak
-    1964). With e constant over an interval the n steps have a closed form: the displacement is
-    v_0 beta (1 - beta^n)/(1 - beta) + e (n - beta (1 - beta^n)/(1 - beta)) and v_n = beta^n v_0 + (1 - beta^n) e,
-    so the filter costs O(T). The buffer is warmed up over min(steps[0], WARMUP_MOMENTUM_TIMES / (1 - beta)) steps of
-    Gaussian noise at the first interval's variance per step (an optimizer's buffer is running when a thinned file
-    starts). At lags well past 1/(1 - beta) steps the process is unchanged; at shorter ones it is smoothed, as the
-    data's are: the alternatives of a momentum shape then carry the same filter as its null (issue 30).
+    The optimizer filters per-step noise e_s as v_s = beta v_{s-1} + (1 - beta) e_s, x_s = x_{s-1} + v_s (Polyak
+    1964), so x_s = W_s - b_s: the unfiltered walk W (partial sums of e) less a lag b_s = sum_{j<=s} beta^(s-j+1) e_j,
+    with b_{s+n} = beta^n b_s + L, L = beta sum_{q<n} beta^q e_{s+n-q}. Each capture interval's increment dX_i
+    (n_i steps) is taken as the sum of n_i white per-step noises of variance sigma_i^2 = E dX_i^2 / n_i (per interval
+    and walker, averaged over replicates and coordinates), and L is drawn from its Gaussian law given that sum:
+    mean c dX_i, c = beta (1 - beta^n)/((1 - beta) n), variance sigma^2 [beta^2 (1 - beta^2n)/(1 - beta^2) -
+    beta^2 (1 - beta^n)^2/((1 - beta)^2 n)]. So the capture-level increments keep the process's law (edges stay at
+    their margins at lags well past 1/(1 - beta)), and at shorter lags are smoothed exactly as white noise through
+    the optimizer would be, in O(T). The lag at the first capture has min(steps[0], WARMUP_MOMENTUM_TIMES /
+    (1 - beta)) steps of noise at the first interval's variance behind it (a thinned file starts with the buffer
+    running): the alternatives of a momentum shape carry the same filter as its null (issue 30).
     """
     st = np.asarray(steps, np.int64)
     if st.size != X.shape[1] or np.any(np.diff(st) <= 0):
         raise ValueError("momentum filter: steps must be strictly increasing, one per capture")
     if not 0 <= momentum < 1:
         raise ValueError(f"momentum must be in [0, 1), got {momentum}")
+    X = np.asarray(X, np.float32)
     b = float(momentum)
-    inc = np.diff(np.asarray(X, np.float32), axis=1)  # (R, T - 1, N, d)
+    if b == 0:
+        return X
+    inc = np.diff(X, axis=1)  # (R, T - 1, N, d)
     n = np.diff(st).astype(float)
-    v = np.zeros_like(inc[:, 0])
+    pooled = inc.shape[0] * inc.shape[-1] >= 32  # enough values per (interval, walker) for its own variance
+    var = (np.mean(inc ** 2, axis=(0, 3), keepdims=True)[0] if pooled
+           else np.mean(inc ** 2, axis=(0, 2, 3), keepdims=True)[0]) / n[:, None, None]  # (T - 1, N or 1, 1)
+    sd = np.sqrt(var).astype(np.float32)
     warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - b))))
-    if warm and b > 0:
-        var0 = float(np.mean(inc[:, 0] ** 2)) / n[0]
-        _, v = _heavy_ball_chunk(np.zeros_like(v), v, warm, b, (1 - b) ** 2 * var0, rng, np.asarray(labels), 0.0)
-    out = np.empty_like(inc)
+    lag = np.zeros_like(X)  # (R, T, N, d)
+    z = rng.standard_normal(X.shape, dtype=np.float32)
+    lag[:, 0] = z[:, 0] * sd[0] * np.float32(b * np.sqrt((1 - b ** (2 * warm)) / (1 - b * b)))
     for i in range(inc.shape[1]):
-        e = inc[:, i] / np.float32(n[i])
-        g = b * (1 - b ** n[i]) / (1 - b) if b > 0 else 0.0
-        out[:, i] = np.float32(g) * v + np.float32(n[i] - g) * e
-        v = np.float32(b ** n[i]) * v + np.float32(1 - b ** n[i]) * e
-    return np.concatenate([np.asarray(X[:, :1], np.float32), X[:, :1] + np.cumsum(out, axis=1)], axis=1)
+        m = n[i]
+        c = b * (1 - b ** m) / ((1 - b) * m)
+        v = b * b * (1 - b ** (2 * m)) / (1 - b * b) - b * b * (1 - b ** m) ** 2 / ((1 - b) ** 2 * m)
+        lag[:, i + 1] = (np.float32(b ** m) * lag[:, i] + np.float32(c) * inc[:, i]
+                         + z[:, i + 1] * sd[i] * np.float32(np.sqrt(max(v, 0.0))))
+    return X - lag
 
 
-def _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, margins) -> np.ndarray:
+def momentum_kurtosis_share(steps, times, momentum: float) -> float:
+    """The share of an increment's excess kurtosis left after `momentum_filtered`, averaged over the intervals.
+
+    The filtered displacement of interval i is D_i = sum_j a_ij dX_j + g_i (g Gaussian: the per-step noise inside
+    the intervals), so for independent dX_j of equal excess kappa, excess(D_i) = kappa sum_j a_ij^4 v_j^2 /
+    Var(D_i)^2, v_j the variance of dX_j (proportional to its share of the clock). The coefficients come from the
+    filter's own recursion run on unit inputs. A kurtosis edge at a momentum shape is drawn with the margin edge
+    divided by this share, so that the battery, which pools the intervals' standardised increments, sees the edge.
+    """
+    st, t = np.asarray(steps, np.int64), np.asarray(times, float)
+    b = float(momentum)
+    if b == 0:
+        return 1.0
+    n, v = np.diff(st).astype(float), np.diff(t) / (t[-1] - t[0])
+    I = v.size
+    sig2 = v / n  # per-step variance of each interval's noise
+    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - b))))
+    lag_a, lag_g = np.zeros(I), b * b * (1 - b ** (2 * warm)) / (1 - b * b) * sig2[0]  # lag = lag_a . dX + N(0, g)
+    share = []
+    for i in range(I):
+        m = n[i]
+        c = b * (1 - b ** m) / ((1 - b) * m)
+        gv = sig2[i] * (b * b * (1 - b ** (2 * m)) / (1 - b * b) - b * b * (1 - b ** m) ** 2 / ((1 - b) ** 2 * m))
+        new_a = b ** m * lag_a
+        new_a[i] += c
+        new_g = b ** (2 * m) * lag_g + max(gv, 0.0)
+        a = lag_a - new_a  # D_i = dX_i - lag_i + lag_{i-1}
+        a[i] += 1.0
+        var = float(np.sum(a * a * v) + lag_g + new_g - 2 * b ** m * lag_g)  # the old lag's Gaussian part partly cancels
+        share.append(float(np.sum(a ** 4 * v ** 2)) / var ** 2)
+        lag_a, lag_g = new_a, new_g
+    return float(np.mean(share))
+
+
+def _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, margins,
+                           kurtosis_share: float = 1.0) -> np.ndarray:
     """Levels (R, T, N, d) of a euclidean CALIBRATION_PROCESSES / edges process (simulate_batch's arguments)."""
     from brownformer.stats.diffusion import edges
     T, N = t.size, labels.size
@@ -368,7 +413,7 @@ def _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, 
         return out
     if process in edges.EDGE_PROCESSES:
         return walk_levels(edges.edge_increments(process, times=t, labels=labels, d=d, replicates=R, rng=rng,
-                                                 rho=rho, drift=drift, margins=margins))
+                                                 rho=rho, drift=drift, margins=margins, kurtosis_share=kurtosis_share))
     inc = _shared_noise(rng, R, T - 1, labels, d, rho) * np.sqrt(np.diff(clock)).astype(np.float32)[None, :, None, None]
     return walk_levels(inc)
 
@@ -429,10 +474,10 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
     R, T, N = int(replicates), t.size, labels.size
     k = d - 1 if (kind == "sphere" and hyperplane) else d
     if kind == "euclidean":
-        X = _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, margins)
-        if momentum and steps is not None:  # the alternatives at the data's physics: through the same momentum
-            X = momentum_filtered(X, steps=steps, momentum=momentum, labels=labels, rng=rng)
-        return X
+        carry = bool(momentum) and steps is not None  # the alternatives at the data's physics: the same momentum
+        share = momentum_kurtosis_share(steps, t, momentum) if carry and process.startswith("kurtosis_") else 1.0
+        X = _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, margins, share)
+        return momentum_filtered(X, steps=steps, momentum=momentum, labels=labels, rng=rng) if carry else X
     if kind != "sphere":
         raise ValueError(f"kind must be 'euclidean' or 'sphere', got {kind!r}")
     if process == "ou_edge" or (process in edges.EDGE_PROCESSES and process not in edges.edge_processes("sphere")):
