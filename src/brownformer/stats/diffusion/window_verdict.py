@@ -135,7 +135,7 @@ def _add_window(out: dict, X: np.ndarray, meta: dict, stats, min_lag_steps: int 
             from brownformer.stats.core.shapes import sphere_decay
             out["calibration_shape"].update(decay=sphere_decay(contrast_decay(X[:, idx])),
                                             hyperplane=spec.replica_hyperplane)
-        out["calibration_shape"]["id"] = CalibrationShape.from_dict(out["calibration_shape"]).id
+        out["calibration_shape"] = CalibrationShape.from_dict(out["calibration_shape"]).to_dict()  # id, geometry
     if block.get("momentum_bias"):
         out["effects"] = _momentum_shifted(out.get("effects") or {}, block["momentum_bias"],
                                            n_groups=int(out.get("n_groups") or 0), alpha=stats.alpha)
