@@ -130,7 +130,7 @@ def test_calibration_at_a_momentum_shape_simulates_the_momentum_null(tmp_path):
 
 # --- the alternatives and the fitted null carry the data's momentum (issue 30, item 1, with the rule's gates) ---
 # A null's size and power are only quoted at the data's physics if the margin-edge alternatives and the fitted null
-# pass through the same filter as the null (simulate.momentum_filtered). Checked: the filter against the exact
+# pass through the same filter as the null (momentum_filter.momentum_filtered). Checked: the filter against the exact
 # moments of heavy-ball Brownian motion, the kurtosis edges at a momentum shape against their margins, and the gated
 # verdict (`stats trajectory --calibrate`: idealised null, every alternative and the fitted null at the file's own
 # shape): heavy-ball Brownian motion is not rejected and its fitted null is clean; fBm H = 0.75 and OU through the same
@@ -140,7 +140,8 @@ import dataclasses  # noqa: E402
 from brownformer.config import AnalysisWindow  # noqa: E402
 from brownformer.stats.core.bootstrap import ClusterBootstrap  # noqa: E402
 from brownformer.stats.diffusion import battery as B  # noqa: E402
-from brownformer.stats.diffusion.simulate import momentum_filtered, simulate_batch  # noqa: E402
+from brownformer.stats.diffusion.momentum_filter import momentum_filtered  # noqa: E402
+from brownformer.stats.diffusion.simulate import simulate_batch  # noqa: E402
 from brownformer.stats_stage.user_calibration import calibrate_result  # noqa: E402
 
 #: replicates per calibration cell (a size of 1 in 40 leaves an upper bound of 0.11 > 0.08: undecided)

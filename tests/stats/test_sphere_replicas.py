@@ -17,8 +17,8 @@ from scipy.linalg import helmert
 
 from brownformer.config import DEFAULT_STATS
 from brownformer.io import sidecar_path
-from brownformer.stats.sphere.replica_null import contrast_decay, sphere_contrasts_of
-from brownformer.stats.diffusion.simulate import fgn_increments, simulate_batch
+from brownformer.stats.sphere.replica_null import contrast_decay, simulate_null, sphere_contrasts_of
+from brownformer.stats.diffusion.simulate import fgn_increments
 from brownformer.stats.diffusion.window_verdict import trajectory_verdict
 
 R, M, D = 6, 24, 17  # replicas, tokens, ambient dimension (the walks live on S^15 inside sum(z) = 0)
@@ -99,7 +99,7 @@ def test_the_null_contrasts_saturate_as_spherical_brownian_motion_does():
     back from the last capture (replica_null.contrast_decay) is the one simulated."""
     labels = np.repeat(np.arange(R - 1), 40)
     t = np.linspace(0.25, 1.0, 8)
-    X = simulate_batch("brownian", times=t, labels=labels, d=D, kind="euclidean", replicates=6, rng=0, rho=0.2,
+    X = simulate_null("brownian", times=t, labels=labels, d=D, kind="euclidean", replicates=6, rng=0, rho=0.2,
                        hyperplane=True, decay=1.5, replicas=R, replica_start=0.25)
     ms = np.mean(np.sum(X.astype(float) ** 2, -1), axis=(0, 2))
     np.testing.assert_allclose(ms, 1 - np.exp(-2 * 1.5 * t), atol=0.03)

@@ -38,7 +38,8 @@ from brownformer.stats.diffusion.edges import edge_processes
 from brownformer.stats.core.gates import GATE_CONFIDENCE, POWER_GOAL, SIZE_GOAL, cp_bounds, power_decided, size_decided
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, MIN_TIME_POINTS
 from brownformer.stats.core.shapes import CalibrationShape
-from brownformer.stats.diffusion.simulate import CALIBRATION_PROCESSES, simulate_batch
+from brownformer.stats.diffusion.simulate import CALIBRATION_PROCESSES
+from brownformer.stats.sphere.replica_null import simulate_null
 
 log = logging.getLogger(__name__)
 
@@ -174,7 +175,7 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = DEFAU
 
             def sim(R, g, process=process):
                 w = shape.window  # a training file's momentum: its null is Brownian motion through it
-                return simulate_batch(process, times=times, labels=labels, d=shape.d, kind=shape.kind, replicates=R,
+                return simulate_null(process, times=times, labels=labels, d=shape.d, kind=shape.kind, replicates=R,
                                       rng=g, rho=shape.rho, hyperplane=shape.hyperplane, decay=shape.decay,
                                       drift=shape.drift, margins=margins, momentum=w.momentum if w else 0.0,
                                       steps=w.steps if w else None, replicas=w.replicas if w else 0,

@@ -22,7 +22,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 __all__ = ["EDGE_PROCESSES", "edge_processes", "edge_value", "expected_variance_ratio", "expected_excess_acf", "solve_edge",
-           "edge_increments", "harmonic_reset_rate"]
+           "edge_increments", "harmonic_reset_rate", "ou_rate_at_exponent"]
 
 EDGE_PROCESSES = {
     "vr_low": ("variance_ratio", 0, "AR(1) increments with the expected variance ratio at the lower margin edge"),
@@ -147,7 +147,7 @@ def _kurtotic(shape, excess: float, rng) -> np.ndarray:
 def edge_increments(process: str, *, times, labels, d: int, replicates: int, rng, rho: float, drift: str,
                     margins: dict, kurtosis_share: float = 1.0) -> np.ndarray:
     """Increments (R, n, N, d) of a euclidean margin-edge process, within-group correlation rho; `kurtosis_share`:
-    the share of the increments' excess kurtosis the battery will see (simulate.momentum_kurtosis_share, after the
+    the share of the increments' excess kurtosis the battery will see (momentum_filter.momentum_kurtosis_share, after the
     optimizer's momentum filter), so a kurtosis edge is drawn at edge / share."""
     if process not in _EUCLIDEAN:
         raise ValueError(f"{process!r} is not a euclidean margin-edge process; known: {list(_EUCLIDEAN)}")
@@ -180,3 +180,38 @@ def harmonic_reset_rate(k: int, target: float) -> float:
     """
     T = 2 * k / (k - 1)
     return T * (1 - target) / (target * T - 1)
+
+
+def _ou_msd(theta: float, s: np.ndarray, drift: str) -> tuple[np.ndarray, np.ndarray]:
+    """(times used, expected MSD the battery fits) of a stationary OU process with rate theta at times s (0..1).
+
+    C(u) = exp(-theta u)/(2 theta). "per_walker": Y_t = (X_t - X_0) - t (X_1 - X_0) divided by the bridge factor
+    1 - t, as battery.levels and battery.msd_exponent do; otherwise E|X_t - X_0|^2 = 2 (C(0) - C(t)).
+    """
+    c = lambda u: np.exp(-theta * u) / (2 * theta)  # noqa: E731
+    t = s[1:]
+    var_a = 2 * (c(0) - c(t))
+    if drift != "per_walker":
+        return t, var_a
+    t = t[:-1]
+    var_a = var_a[:-1]
+    var_b = 2 * (c(0) - c(1.0))
+    cov_ab = c(1.0 - t) - c(t) - c(1.0) + c(0)
+    return t, (var_a - 2 * t * cov_ab + t * t * var_b) / (1 - t)
+
+
+def ou_rate_at_exponent(s: np.ndarray, exponent: float, drift: str = "common") -> float:
+    """theta whose expected MSD, as the battery measures it after `drift` handling, has OLS log-slope
+    `exponent` over the capture times s (elapsed share of the clock, 0..1); bisection (the slope falls
+    from 1 as theta grows, so the root is unique)."""
+    from brownformer.stats.diffusion.battery import log_slope
+    s = np.asarray(s, float)
+    lo, hi = 1e-6, 1e4 / s[1]
+    for _ in range(200):
+        mid = np.sqrt(lo * hi)
+        t, m = _ou_msd(mid, s, drift)
+        if log_slope(t, m) > exponent:
+            lo = mid
+        else:
+            hi = mid
+    return float(np.sqrt(lo * hi))

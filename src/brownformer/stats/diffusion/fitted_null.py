@@ -17,7 +17,7 @@ fitted null keeps everything of the data that Brownian motion may have and the i
 - storage precision: when the stored values are float16 numbers (after a scale f of 1 or sqrt(d): the LN files
   store LN output / sqrt(d) from float16 captures), the simulated file is rounded the same way;
 - the physics of the idealised null (issue 30): a file whose sidecar declares its optimizer's momentum has its fitted
-  euclidean walk passed through the same heavy-ball filter at its training steps (simulate.momentum_filtered); a
+  euclidean walk passed through the same heavy-ball filter at its training steps (momentum_filter.momentum_filtered); a
   replica-contrast file of tokens on the sphere is simulated as the contrasts of R spherical Brownian motions from a
   common start (stats/sphere/replica_null.py) at its own clock, decay, hyperplane, momentum and fitted within-group
   correlation (one rate per token: the contrasts' per-walker rates are those of saturating walks, not a fit).
@@ -200,9 +200,9 @@ def simulate_fitted(null: FittedNull, *, replicates: int, rng) -> np.ndarray:
     dt = np.diff(null.times)
     N, d = null.labels.size, null.coord_scale.size
     if null.contrast:
-        from brownformer.stats.diffusion.simulate import simulate_batch
+        from brownformer.stats.sphere.replica_null import simulate_null
         c = null.contrast
-        Y = simulate_batch("brownian", times=null.times, labels=null.labels, d=d, kind="euclidean", replicates=R,
+        Y = simulate_null("brownian", times=null.times, labels=null.labels, d=d, kind="euclidean", replicates=R,
                            rng=rng, rho=null.rho_within, hyperplane=c["hyperplane"], decay=c["decay"],
                            momentum=null.momentum, steps=null.steps, replicas=c["replicas"],
                            replica_start=c["replica_start"])

@@ -18,10 +18,11 @@ import numpy as np
 from scipy import stats
 
 from brownformer.stats.diffusion.battery import walk_levels
+from brownformer.stats.diffusion.edges import ou_rate_at_exponent
+from brownformer.stats.diffusion.momentum_filter import WARMUP_MOMENTUM_TIMES, momentum_filtered, momentum_kurtosis_share
 
 __all__ = ["PROCESSES", "CALIBRATION_PROCESSES", "simulate", "simulate_batch", "spherical_brownian_motion",
-           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian", "momentum_filtered",
-           "momentum_kurtosis_share"]
+           "fgn_increments", "sphere_step_scale", "ou_rate_at_exponent", "heavy_ball_brownian"]
 
 #: process name -> short description; the calibration simulates all of them.
 PROCESSES = {
@@ -177,41 +178,6 @@ CALIBRATION_PROCESSES = {
 _SUBSTEP_DECAY, _MAX_SUBSTEPS = 0.02, 200
 
 
-def _ou_msd(theta: float, s: np.ndarray, drift: str) -> tuple[np.ndarray, np.ndarray]:
-    """(times used, expected MSD the battery fits) of a stationary OU process with rate theta at times s (0..1).
-
-    C(u) = exp(-theta u)/(2 theta). "per_walker": Y_t = (X_t - X_0) - t (X_1 - X_0) divided by the bridge factor
-    1 - t, as battery.levels and battery.msd_exponent do; otherwise E|X_t - X_0|^2 = 2 (C(0) - C(t)).
-    """
-    c = lambda u: np.exp(-theta * u) / (2 * theta)  # noqa: E731
-    t = s[1:]
-    var_a = 2 * (c(0) - c(t))
-    if drift != "per_walker":
-        return t, var_a
-    t = t[:-1]
-    var_a = var_a[:-1]
-    var_b = 2 * (c(0) - c(1.0))
-    cov_ab = c(1.0 - t) - c(t) - c(1.0) + c(0)
-    return t, (var_a - 2 * t * cov_ab + t * t * var_b) / (1 - t)
-
-
-def ou_rate_at_exponent(s: np.ndarray, exponent: float, drift: str = "common") -> float:
-    """theta whose expected MSD, as the battery measures it after `drift` handling, has OLS log-slope
-    `exponent` over the capture times s (elapsed share of the clock, 0..1); bisection (the slope falls
-    from 1 as theta grows, so the root is unique)."""
-    from brownformer.stats.diffusion.battery import log_slope
-    s = np.asarray(s, float)
-    lo, hi = 1e-6, 1e4 / s[1]
-    for _ in range(200):
-        mid = np.sqrt(lo * hi)
-        t, m = _ou_msd(mid, s, drift)
-        if log_slope(t, m) > exponent:
-            lo = mid
-        else:
-            hi = mid
-    return float(np.sqrt(lo * hi))
-
-
 def _shared_noise(rng, R: int, n: int, labels: np.ndarray, k: int, rho: float) -> np.ndarray:
     """(R, n, N, k) standard normal noise, correlation rho between walkers of one group."""
     G = int(labels.max()) + 1
@@ -230,8 +196,6 @@ def _hyperplane_basis(d: int) -> np.ndarray:
     return q[:, 1:]
 
 
-#: a heavy-ball null's buffer is warmed up over at most this many momentum times before the first capture
-WARMUP_MOMENTUM_TIMES = 20
 
 
 def _heavy_ball_chunk(x, v, m: int, beta: float, var: float, rng, labels, rho: float):
@@ -318,83 +282,6 @@ def _sphere_start(start, rng, R: int, N: int, k: int) -> np.ndarray:
     return np.broadcast_to(_normalize(start), (R, N, k)).copy()
 
 
-def momentum_filtered(X: np.ndarray, *, steps, momentum: float, labels, rng) -> np.ndarray:
-    """Levels X (R, T, N, d) of a process seen at training steps `steps`, passed through heavy-ball momentum.
-
-    The optimizer filters per-step noise e_s as v_s = beta v_{s-1} + (1 - beta) e_s, x_s = x_{s-1} + v_s (Polyak
-    1964), so x_s = W_s - b_s: the unfiltered walk W (partial sums of e) less a lag b_s = sum_{j<=s} beta^(s-j+1) e_j,
-    with b_{s+n} = beta^n b_s + L, L = beta sum_{q<n} beta^q e_{s+n-q}. Each capture interval's increment dX_i
-    (n_i steps) is taken as the sum of n_i white per-step noises of variance sigma_i^2 = E dX_i^2 / n_i (per interval
-    and walker, averaged over replicates and coordinates), and L is drawn from its Gaussian law given that sum:
-    mean c dX_i, c = beta (1 - beta^n)/((1 - beta) n), variance sigma^2 [beta^2 (1 - beta^2n)/(1 - beta^2) -
-    beta^2 (1 - beta^n)^2/((1 - beta)^2 n)]. So the capture-level increments keep the process's law (edges stay at
-    their margins at lags well past 1/(1 - beta)), and at shorter lags are smoothed exactly as white noise through
-    the optimizer would be, in O(T). The lag at the first capture has min(steps[0], WARMUP_MOMENTUM_TIMES /
-    (1 - beta)) steps of noise at the first interval's variance behind it (a thinned file starts with the buffer
-    running): the alternatives of a momentum shape carry the same filter as its null (issue 30).
-    """
-    st = np.asarray(steps, np.int64)
-    if st.size != X.shape[1] or np.any(np.diff(st) <= 0):
-        raise ValueError("momentum filter: steps must be strictly increasing, one per capture")
-    if not 0 <= momentum < 1:
-        raise ValueError(f"momentum must be in [0, 1), got {momentum}")
-    X = np.asarray(X, np.float32)
-    b = float(momentum)
-    if b == 0:
-        return X
-    inc = np.diff(X, axis=1)  # (R, T - 1, N, d)
-    n = np.diff(st).astype(float)
-    pooled = inc.shape[0] * inc.shape[-1] >= 32  # enough values per (interval, walker) for its own variance
-    var = (np.mean(inc ** 2, axis=(0, 3), keepdims=True)[0] if pooled
-           else np.mean(inc ** 2, axis=(0, 2, 3), keepdims=True)[0]) / n[:, None, None]  # (T - 1, N or 1, 1)
-    sd = np.sqrt(var).astype(np.float32)
-    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - b))))
-    lag = np.zeros_like(X)  # (R, T, N, d)
-    z = rng.standard_normal(X.shape, dtype=np.float32)
-    lag[:, 0] = z[:, 0] * sd[0] * np.float32(b * np.sqrt((1 - b ** (2 * warm)) / (1 - b * b)))
-    for i in range(inc.shape[1]):
-        m = n[i]
-        c = b * (1 - b ** m) / ((1 - b) * m)
-        v = b * b * (1 - b ** (2 * m)) / (1 - b * b) - b * b * (1 - b ** m) ** 2 / ((1 - b) ** 2 * m)
-        lag[:, i + 1] = (np.float32(b ** m) * lag[:, i] + np.float32(c) * inc[:, i]
-                         + z[:, i + 1] * sd[i] * np.float32(np.sqrt(max(v, 0.0))))
-    return X - lag
-
-
-def momentum_kurtosis_share(steps, times, momentum: float) -> float:
-    """The share of an increment's excess kurtosis left after `momentum_filtered`, averaged over the intervals.
-
-    The filtered displacement of interval i is D_i = sum_j a_ij dX_j + g_i (g Gaussian: the per-step noise inside
-    the intervals), so for independent dX_j of equal excess kappa, excess(D_i) = kappa sum_j a_ij^4 v_j^2 /
-    Var(D_i)^2, v_j the variance of dX_j (proportional to its share of the clock). The coefficients come from the
-    filter's own recursion run on unit inputs. A kurtosis edge at a momentum shape is drawn with the margin edge
-    divided by this share, so that the battery, which pools the intervals' standardised increments, sees the edge.
-    """
-    st, t = np.asarray(steps, np.int64), np.asarray(times, float)
-    b = float(momentum)
-    if b == 0:
-        return 1.0
-    n, v = np.diff(st).astype(float), np.diff(t) / (t[-1] - t[0])
-    I = v.size
-    sig2 = v / n  # per-step variance of each interval's noise
-    warm = int(min(st[0], np.ceil(WARMUP_MOMENTUM_TIMES / (1 - b))))
-    lag_a, lag_g = np.zeros(I), b * b * (1 - b ** (2 * warm)) / (1 - b * b) * sig2[0]  # lag = lag_a . dX + N(0, g)
-    share = []
-    for i in range(I):
-        m = n[i]
-        c = b * (1 - b ** m) / ((1 - b) * m)
-        gv = sig2[i] * (b * b * (1 - b ** (2 * m)) / (1 - b * b) - b * b * (1 - b ** m) ** 2 / ((1 - b) ** 2 * m))
-        new_a = b ** m * lag_a
-        new_a[i] += c
-        new_g = b ** (2 * m) * lag_g + max(gv, 0.0)
-        a = lag_a - new_a  # D_i = dX_i - lag_i + lag_{i-1}
-        a[i] += 1.0
-        var = float(np.sum(a * a * v) + lag_g + new_g - 2 * b ** m * lag_g)  # the old lag's Gaussian part partly cancels
-        share.append(float(np.sum(a ** 4 * v ** 2)) / var ** 2)
-        lag_a, lag_g = new_a, new_g
-    return float(np.mean(share))
-
-
 def _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, margins,
                            kurtosis_share: float = 1.0) -> np.ndarray:
     """Levels (R, T, N, d) of a euclidean CALIBRATION_PROCESSES / edges process (simulate_batch's arguments)."""
@@ -420,8 +307,7 @@ def _euclidean_alternative(process, t, s, clock, labels, d, R, rng, rho, drift, 
 
 def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates: int, rng, rho: float = 0.0,
                    hyperplane: bool = False, decay: float = 1.0, drift: str = "common",
-                   margins: dict | None = None, momentum: float = 0.0, steps=None, replicas: int = 0,
-                   replica_start: float = 0.0, start=None) -> np.ndarray:
+                   margins: dict | None = None, momentum: float = 0.0, steps=None, start=None) -> np.ndarray:
     """R replicates of a CALIBRATION_PROCESSES process at a real file's shape: (R, T, N, d).
 
     Args:
@@ -436,19 +322,9 @@ def simulate_batch(process: str, *, times, labels, d: int, kind: str, replicates
         momentum, steps: the optimizer's heavy-ball beta and the captures' training steps: "brownian" is then
             Brownian motion passed through that momentum (`heavy_ball_brownian`), the null of a training file; the
             euclidean alternatives pass through the same momentum (`momentum_filtered`).
-        replicas, replica_start: a replica-contrast file of tokens on the sphere (kind "euclidean": Helmert contrasts
-            of `replicas` walks on the unit sphere from a common start): "brownian" and the exponent edges are then
-            the contrasts of that many spherical Brownian motions from a common start at clock 0, the first capture
-            at `replica_start` of the clock and `decay` their first harmonic's decay from the start to the last
-            capture (stats/sphere/replica_null.py); saturation is part of that null.
         start: sphere only: the walkers' first points (..., N, k) in the walk's own coordinates (default uniform).
     """
     from brownformer.stats.diffusion import edges
-    if replicas and (process == "brownian" or process.startswith("clock_")):
-        from brownformer.stats.sphere.replica_null import sphere_replica_contrasts
-        return sphere_replica_contrasts(process, times=times, labels=labels, d=d, replicas=replicas,
-                                        replicates=replicates, rng=rng, rho=rho, hyperplane=hyperplane, decay=decay,
-                                        replica_start=replica_start, momentum=momentum, steps=steps)
     if momentum and (process == "brownian" or process.startswith("clock_")):
         if steps is None:
             raise ValueError("a momentum null needs the captures' training steps")

@@ -30,6 +30,7 @@ from brownformer.stats.diffusion.local_slope import (MIN_WINDOW_POINTS, FittingW
                           local_slopes, storage_offset, walker_curves, walker_slopes, window_features)
 from brownformer.stats.diffusion.rule import Effect
 from brownformer.stats.diffusion.simulate import simulate_batch
+from brownformer.stats.sphere.replica_null import simulate_null
 from brownformer.stats.diffusion.walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
 
 __all__ = ["window_reading", "window_effects", "window_classification", "window_exponent", "window_spec",
@@ -59,13 +60,10 @@ class WindowSpec:
     #: steps of all its captures: the null is then Brownian motion through that momentum (simulate.heavy_ball_brownian)
     momentum: float = 0.0
     steps: tuple[int, ...] | None = None
-    #: a replica-contrast file of tokens on the sphere: R (0: none) and the share of the clock from the replicas'
-    #: common start elapsed at the first capture; the null is then the contrasts of R spherical Brownian motions from
-    #: a common start (stats/sphere/replica_null.py), null_decay their decay from the start to the last capture
+    #: a replica-contrast file of tokens on the sphere (stats/sphere/replica_null.py): R (0: none), the clock's share
+    #: from the common start at the first capture, the sphere in LayerNorm's hyperplane; null_decay: from the start
     replicas: int = 0
     replica_start: float = 0.0
-    #: the replicas' sphere lies in LayerNorm's hyperplane sum(z) = 0 (S^(d-2)); the contrast file's own kind is
-    #: euclidean, so its battery has no hyperplane of its own
     replica_hyperplane: bool = False
 
     @property
@@ -127,11 +125,7 @@ def window_spec(X: np.ndarray, win: FittingWindow, *, kind: str, rho: float, sta
     return WindowSpec(int(win.start), tuple(int(i) for i in win.used), _null_rho(rho), decay,
                       int(w["envelope_replicates"]), float(w["local_decades"]), int(stats.seed),
                       float(momentum) if carry else 0.0, tuple(int(i) for i in steps) if carry else None,
-                      int(replicas), _sig_share(start), bool(replicas and replica_hyperplane))
-
-
-def _sig_share(x: float) -> float:
-    return float(f"{x:.4g}")
+                      int(replicas), float(f"{start:.4g}"), bool(replicas and replica_hyperplane))
 
 
 def _walkers(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, stored: bool = True):
@@ -178,7 +172,7 @@ def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, h
     if key not in _NULL_CACHE:
         g = np.random.default_rng([spec.seed, 7])
         if spec.carries_physics:  # the optimizer's buffer (the replicas' start) precedes the window: simulate it all
-            full = simulate_batch("brownian", times=t_all, labels=labels, d=d, kind=kind,
+            full = simulate_null("brownian", times=t_all, labels=labels, d=d, kind=kind,
                                   replicates=spec.envelope_replicates, rng=g, rho=spec.null_rho,
                                   hyperplane=spec.replica_hyperplane if spec.replicas else hyperplane,
                                   decay=spec.null_decay, momentum=spec.momentum, steps=spec.steps,

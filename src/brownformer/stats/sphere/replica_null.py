@@ -21,11 +21,23 @@ from scipy.linalg import helmert
 
 from brownformer.stats.diffusion.simulate import heavy_ball_brownian, simulate_batch
 
-__all__ = ["sphere_replica_contrasts", "contrast_decay", "replica_start_share", "sphere_contrasts_of",
+__all__ = ["simulate_null", "sphere_replica_contrasts", "contrast_decay", "replica_start_share", "sphere_contrasts_of",
            "SPHERE_CONTRAST"]
 
 #: the sidecar value of "contrast_of" that marks a replica-contrast file of points on the unit sphere
 SPHERE_CONTRAST = "sphere"
+
+
+def simulate_null(process: str, *, replicas: int = 0, replica_start: float = 0.0, **kw) -> np.ndarray:
+    """simulate.simulate_batch(process, **kw), except at a sphere replica-contrast shape (`replicas` > 0), where the
+    null and the exponent edges are the contrasts of `replicas` spherical Brownian motions from a common start
+    (`sphere_replica_contrasts`; saturation is part of that null) and the other alternatives stay simulate_batch's
+    euclidean ones (their power at such a shape is that of flat walks)."""
+    if replicas and (process == "brownian" or process.startswith("clock_")):
+        keep = ("times", "labels", "d", "replicates", "rng", "rho", "hyperplane", "decay", "momentum", "steps")
+        return sphere_replica_contrasts(process, replicas=replicas, replica_start=replica_start,
+                                        **{k: v for k, v in kw.items() if k in keep})
+    return simulate_batch(process, **kw)
 
 
 def sphere_contrasts_of(meta: dict | None, X: np.ndarray) -> tuple[int, bool]:
