@@ -110,9 +110,9 @@ def controls() -> None:
         print(f"{'OK ' if c.passed else 'NO '} control {c.claim} {c.name} ({c.role}): {c.verdict} "
               f"(expected {c.expected}; window exponent {c.window_exponent})")
     for c in positive_controls_claims12():
-        d = c.to_dict() if hasattr(c, "to_dict") else c
-        print(f"{'OK ' if d.get('passed') else 'NO '} control {d.get('claim')} {d.get('name')} ({d.get('role')}): "
-              f"{d.get('verdict')} (expected {d.get('expected')})")
+        ok = c.ok() if callable(c.ok) else c.ok
+        print(f"{'OK ' if ok else 'NO '} control {c.claim} {c.name} ({c.kind}): {c.verdict} (expected {c.expected}"
+              f"{'' if c.value is None else f'; value {c.value:.2f}'})")
 
 
 def main() -> None:
