@@ -102,6 +102,12 @@ def test_whole_dag_on_ci_config(tmp_path):
         assert index["files"] and all(f["unit"] == "replica" for f in index["files"])
         assert all((work / "results" / "runs" / r.run_id / "metrics.parquet").exists() for r in reps)
         assert (work / "results" / "replicas" / base / "stats" / "summary.json").stat().st_size > 100
+        tokens = [f for f in index["files"] if f["category"] == "training"]  # 3b: analysed on the sphere (issue 30)
+        for f in tokens:
+            res = json.loads((work / "results" / "replicas" / base / "stats" / f["path"]).with_suffix(".json")
+                             .read_text())
+            shape = res["calibration_shape"]
+            assert shape["geometry"] == "sphere" and shape["hyperplane"] and shape["window"]["replicas"] == len(reps)
     claims = json.loads((work / "results" / "stats" / "claims.json").read_text())
     assert claims
     for name in FIGURES:
