@@ -261,7 +261,10 @@ def heavy_ball_brownian(*, times, steps, labels, d: int, kind: str, replicates: 
         # on the sphere the walk turns between chunks of at most _SUBSTEP_DECAY of decay (the ambient displacement of
         # a chunk projected onto the tangent plane); in R^d one chunk per capture interval is exact
         per_step = (k - 1) * D * (s[i] - s[i - 1]) / n_steps if kind == "sphere" else 0.0
-        chunk = n_steps if per_step == 0 else max(1, min(n_steps, int(_SUBSTEP_DECAY / per_step)))
+        # at most _MAX_SUBSTEPS chunks over the file, as simulate_batch's spherical substeps (a decorrelating walk
+        # costs no more than one of decay 4)
+        chunk = n_steps if per_step == 0 else max(1, min(n_steps, int(max(_SUBSTEP_DECAY, decay / _MAX_SUBSTEPS)
+                                                                      / per_step)))
         done = 0
         while done < n_steps:
             m = min(chunk, n_steps - done)
