@@ -18,13 +18,14 @@ import yaml
 
 from brownformer.config.checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
                                       apply_overrides, validate_dict)
+from brownformer.config.plan import RunPlan, RunSeeds
 from brownformer.config.run_spec import AnalysisWindow, ReplicaBlock, RunSpec, momentum_gap, momentum_steps
 from brownformer.config.tuned import TunedConfig, read_tuned
 
 __all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
-           "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict", "config_hash",
-           "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "DEFAULT_MARGINS",
-           "DEFAULT_STATS"]
+           "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "RunPlan", "RunSeeds", "GridBlock", "load_config",
+           "validate_dict", "config_hash", "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow",
+           "momentum_steps", "momentum_gap", "DEFAULT_MARGINS", "DEFAULT_STATS"]
 
 
 @dataclass(frozen=True)
@@ -248,12 +249,27 @@ class ExperimentConfig:
             return None
         return float(self.report.targets[RunSpec.parse(run_id).model])
 
-    def for_run(self, run_id: str) -> "ExperimentConfig":
-        """This config as one run sees it: the run's model may override `train.steps`, its grid block
-        `train.eval_every`."""
+    def plan(self, run_id: str) -> RunPlan:
+        """Everything one run's training reads from this config, resolved once (brownformer.config.plan).
+
+        Raises:
+            ConfigError: `run_id` is not a run of the grid or the replicas.
+        """
+        spec = self.run(run_id)
+        model = self.models[spec.model]
+        dataset = self.datasets[model.dataset]
+        seeds = RunSeeds(init=spec.seed, data=spec.data_seed, noise=spec.noise_seed, split=dataset.split_seed,
+                         probes=self.probes.seed, offset=self.seed_offset)
+        return RunPlan(spec=spec, model=model, dataset=dataset, optimizer=self.optimizer_for(spec.model, spec.optimizer),
+                       train=self._train_of(run_id), probes=self.probes, probed=self.probed(run_id),
+                       stop_target=self.stop_target(run_id), seeds=seeds, device=self.device, config_hash=self.hash,
+                       run_hash=self.run_hash(run_id))
+
+    def _train_of(self, run_id: str) -> TrainConfig:
+        """The train settings one run trains with (RunPlan.train, the one place they are resolved for a run): its
+        model may override `train.steps`, its grid blocks `train.eval_every`."""
         steps = self.models[self.run(run_id).model].steps or self.train.steps
-        train = dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id))
-        return self if train == self.train else dataclasses.replace(self, train=train)
+        return dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id))
 
     def dataset_of(self, model: str) -> DatasetConfig:
         return self.datasets[self.models[model].dataset]
