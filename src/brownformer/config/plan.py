@@ -9,12 +9,8 @@ checkpoints and manifest carry.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from brownformer.config.run_spec import RunSpec
-
-if TYPE_CHECKING:  # the dataclasses live in brownformer.config, which builds plans
-    from brownformer.config import DatasetConfig, ModelConfig, OptimizerConfig, ProbeConfig, TrainConfig
 
 __all__ = ["RunPlan", "RunSeeds"]
 
@@ -60,6 +56,7 @@ class RunPlan:
         run_hash: hash of the run's slice of the config (ExperimentConfig.run_hash): checkpoints and the
             manifest carry it, and a checkpoint of another hash does not resume.
     """
+    # The section types are brownformer.config's dataclasses, named and not imported: that package builds plans.
     spec: RunSpec
     model: ModelConfig
     dataset: DatasetConfig
