@@ -1,5 +1,8 @@
 """Training loop: one run = (model variant, optimizer, seed), with the trajectory probes if asked.
 
+A run reads its settings from its `RunPlan` (ExperimentConfig.plan: the config is asked about the run once), and
+`train_plan` goes through four steps: open (device, data, model, optimizer, batches), resume (the checkpoint),
+the step loop (logging, evaluation, checkpoints, claim 4's target) and finish (the callbacks' last call, outputs).
 Deterministic on CPU (seeded init, stateless batches indexed by step, deterministic kernels), so a
 killed run resumed from its last checkpoint ends with the same numbers as an uninterrupted one.
 The dataset is loaded once; the training split and the validation batches are moved to the device

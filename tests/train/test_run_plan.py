@@ -80,9 +80,10 @@ def test_training_asks_the_config_nothing_once_planned(raw_config, digits_dir, t
     run = "vit-pre__kfac-iterative__s0__r1"  # a replica: its own data and noise seeds
     expected = train_run(cfg, run, digits_dir, tmp_path / "by_config", probes=True, progress=False)
     plan = cfg.plan(run)
-    for name in ("plan", "run", "optimizer_for", "tuned_for", "probed", "stop_target", "eval_every", "run_slice",
-                 "run_hash", "dataset_of"):
+    for name in ("plan", "run", "optimizer_for", "tuned_for", "probed", "probed_runs", "replica_sets", "stop_target",
+                 "eval_every", "run_slice", "run_hash", "dataset_of", "analysis_window"):
         monkeypatch.setattr(ExperimentConfig, name, lambda *a, _n=name, **k: pytest.fail(f"asked the config {_n}"))
+    monkeypatch.setattr(ExperimentConfig, "hash", property(lambda self: pytest.fail("asked the config its hash")))
     metrics = train_plan(plan, digits_dir, tmp_path / "by_plan", probes=True, progress=False)
     cols = [c for c in expected.columns if "time" not in c and not c.endswith("_per_s")]
     pd.testing.assert_frame_equal(expected[cols], metrics[cols], check_exact=True)
