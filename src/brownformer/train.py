@@ -45,7 +45,8 @@ from brownformer.train_step import LossTracker, TrainStep
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train_run", "train_plan", "open_run", "lr_factor", "resolve_device", "model_of", "model_for_data", "StepCallback"]
+__all__ = ["train_run", "train_plan", "open_run", "lr_factor", "resolve_device", "model_of", "model_for_data",
+           "StepCallback"]
 
 
 class StepCallback(Protocol):
