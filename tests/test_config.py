@@ -115,8 +115,8 @@ def test_block_eval_every_overrides_train_eval_every_smallest_wins(raw_config):
                           {"models": ["vit-pre"], "optimizers": ["adamw"], "eval_every": 10}]
     cfg = from_dict(raw_config)
     assert cfg.eval_every("vit-pre__adamw__s0") == 5 and cfg.eval_every("vit-pre__kfac-iterative__s0") == 25
-    assert cfg.for_run("vit-pre__adamw__s0").train.eval_every == 5
-    assert cfg.for_run("vit-pre__kfac-iterative__s0").train.eval_every == 25
+    assert cfg.plan("vit-pre__adamw__s0").train.eval_every == 5
+    assert cfg.plan("vit-pre__kfac-iterative__s0").train.eval_every == 25
     # the evaluation schedule shapes the metrics: it is part of the run's hash
     other = dict(raw_config, grid=[{"models": ["vit-pre"], "optimizers": ["adamw", "kfac-iterative"]}])
     assert from_dict(other).run_hash("vit-pre__adamw__s0") != cfg.run_hash("vit-pre__adamw__s0")

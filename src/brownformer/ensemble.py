@@ -33,7 +33,7 @@ from torch.func import functional_call, stack_module_state, vmap
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from tqdm.auto import tqdm
 
-from brownformer.config import ExperimentConfig, RunSpec
+from brownformer.config import ExperimentConfig, RunPlan
 from brownformer.config.ensembles import ensemble_key
 from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
 from brownformer.metrics import val_metric_for_kind
@@ -41,8 +41,8 @@ from brownformer.models import loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.target_stop import STOPPED, on_smoothed_target
 from brownformer.run_folder import resume_state, save_checkpoint, write_run_outputs
-from brownformer.train import (StepCallback, lr_factor, open_run, resolve_device, set_determinism, timed_callbacks,
-                               val_summary)
+from brownformer.train import StepCallback, lr_factor, open_run, resolve_device, set_determinism, timed_callbacks
+from brownformer.train_rows import val_summary
 from brownformer.train_step import LossTracker
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class _Member:
     """One run of the ensemble: its config, seeds, sampler, probes, and where its training stands."""
 
     run_id: str
-    cfg: ExperimentConfig  # as the run sees it (ExperimentConfig.for_run)
+    plan: RunPlan  # the run resolved once (ExperimentConfig.plan)
     out_dir: Path
     model: nn.Module  # the member's own weights between steps: probes, evaluation of one, checkpoints
     sampler: DeviceSampler
@@ -99,16 +99,16 @@ def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Pa
     """
     if not run_ids or len(set(run_ids)) != len(run_ids):
         raise ValueError(f"an ensemble needs distinct runs, got {list(run_ids)}")
-    keys = {run_id: ensemble_key(cfg, cfg.run(run_id)) for run_id in run_ids}
+    plans = {run_id: cfg.plan(run_id) for run_id in run_ids}
+    keys = {run_id: ensemble_key(cfg, plan) for run_id, plan in plans.items()}
     if None in keys.values() or len(set(keys.values())) > 1:
         raise ValueError(f"runs {list(run_ids)} cannot train as one ensemble: it takes runs of one model and one "
                          "AdamW or SGD optimizer, without dropout, with one training schedule")
-    device = resolve_device(cfg.device)
-    first = cfg.for_run(run_ids[0])
-    flags = set_determinism(first.train, device)
+    device = resolve_device(plans[run_ids[0]].device)
+    flags = set_determinism(plans[run_ids[0]].train, device)
     data = load_prepared(data_dir)
     callbacks = callbacks or {}
-    members = [_open_member(cfg, run_id, Path(runs_dir) / run_id, data, device, probes=probes,
+    members = [_open_member(plans[run_id], Path(runs_dir) / run_id, data, device, probes=probes,
                             callbacks=callbacks.get(run_id, [])) for run_id in run_ids]
     out: dict[str, pd.DataFrame] = {}
     # members at one step train together (after a kill between checkpoint writes they may stand apart)
@@ -118,20 +118,17 @@ def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Pa
     return {run_id: out[run_id] for run_id in run_ids if run_id in out}
 
 
-def _open_member(cfg: ExperimentConfig, run_id: str, out_dir: Path, data: PreparedData, device: torch.device, *,
+def _open_member(plan: RunPlan, out_dir: Path, data: PreparedData, device: torch.device, *,
                  probes: bool, callbacks: list[StepCallback]) -> _Member:
     """A member as `train_run` starts its run: a rerun's checkpoint dropped, probes, init, sampler, resume."""
-    run_cfg = cfg.for_run(run_id)
-    spec: RunSpec = run_cfg.run(run_id)
-    tcfg, mcfg = run_cfg.train, run_cfg.models[spec.model]
-    seq_len = mcfg.seq_len if data.kind == "text" else None
-    model, callbacks, probing = open_run(run_cfg, run_id, spec, data, out_dir, device, probes=probes,
-                                         callbacks=callbacks)
-    sampler = DeviceSampler(data, "train", device, seed=spec.data_seed, batch_size=tcfg.batch_size, seq_len=seq_len,
-                            augment=run_cfg.dataset_of(spec.model).augment)
-    member = _Member(run_id, run_cfg, out_dir, model, sampler, LossTracker(device), callbacks, probing,
+    run_id, tcfg = plan.run_id, plan.train
+    seq_len = plan.model.seq_len if data.kind == "text" else None
+    model, callbacks, probing = open_run(plan, data, out_dir, device, probes=probes, callbacks=callbacks)
+    sampler = DeviceSampler(data, "train", device, seed=plan.seeds.data, batch_size=tcfg.batch_size, seq_len=seq_len,
+                            augment=plan.dataset.augment)
+    member = _Member(run_id, plan, out_dir, model, sampler, LossTracker(device), callbacks, probing,
                      torch.get_rng_state())
-    state = resume_state(out_dir / "checkpoints" / "last.pt", run_cfg, run_id, device)
+    state = resume_state(out_dir / "checkpoints" / "last.pt", plan, device)
     if state is not None:
         model.load_state_dict(state["model"])
         member.optimizer_state, member.rng = state["optimizer"], state["rng"]
@@ -155,9 +152,7 @@ class _Stack:
         self.params = {k: nn.Parameter(v) for k, v in params.items()}  # (E, *shape) each
         self.buffers = buffers
         self.base = copy.deepcopy(members[0].model).to("meta")  # the architecture only; weights come stacked
-        run_cfg = members[0].cfg
-        spec = run_cfg.run(members[0].run_id)
-        ocfg = run_cfg.optimizer_for(spec.model, spec.optimizer)
+        ocfg = members[0].plan.optimizer
         flags = implementation_flags(ocfg.type, device, cuda_graphs=False)
         self.optimizer = build_optimizer(nn.ParameterList(self.params.values()), ocfg.type, ocfg.lr,
                                          {**ocfg.params, **flags})
@@ -234,13 +229,12 @@ def _evaluate_members(stack: _Stack, batches, kind: str) -> list[dict]:
 def _train_together(members: list[_Member], data: PreparedData, device: torch.device, flags: dict,
                     ensemble: list[str], *, stop_after: int | None, progress: bool) -> dict[str, pd.DataFrame]:
     """Train members that stand at one step to the end of the budget (each stops at its claim-4 target)."""
-    run_cfg = members[0].cfg
-    tcfg, n = run_cfg.train, len(members)
-    seq_len = run_cfg.models[run_cfg.run(members[0].run_id).model].seq_len if data.kind == "text" else None
+    tcfg, n = members[0].plan.train, len(members)
+    seq_len = members[0].plan.model.seq_len if data.kind == "text" else None
     stack = _Stack(members, device)
     val = eval_batches_on(eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches,
                                       seq_len=seq_len), device)
-    targets = [m.cfg.stop_target(m.run_id) for m in members]
+    targets = [m.plan.stop_target for m in members]
     target_metric = val_metric_for_kind(data.kind)
     n_train = int(data.meta["sizes"]["train"])
     tokens_per_example = seq_len or (getattr(members[0].model, "n_patches", 0) + 1)
@@ -329,7 +323,7 @@ def _save_member(stack: _Stack, i: int, m: _Member, done: int, elapsed: float) -
         "model": m.model.state_dict(), "optimizer": stack.member_optimizer_state(i), "rng": m.rng,
         "step": done, "lr_sum": m.lr_sum, "lr_sq_sum": m.lr_sq_sum, "wall_time": m.wall + elapsed,
         "eval_wall_time": m.eval_wall, "probe_wall_time": m.probe_wall, "metrics_rows": m.rows,
-        "loss_tracker": m.tracker.state(), "config_hash": m.cfg.run_hash(m.run_id), "run_id": m.run_id,
+        "loss_tracker": m.tracker.state(), "config_hash": m.plan.run_hash, "run_id": m.run_id,
         STOPPED: m.stopped})
 
 
@@ -340,6 +334,6 @@ def _finish(stack: _Stack, i: int, m: _Member, end_step: int, elapsed: float, da
     for cb in m.callbacks:
         cb(end_step, m.model, m.lr_sum, m.lr_sq_sum)
     m.done = True
-    return write_run_outputs(m.cfg, m.run_id, m.out_dir, m.rows, kind=data.kind, probing=m.probing, stopped=m.stopped,
+    return write_run_outputs(m.plan, m.out_dir, m.rows, kind=data.kind, probing=m.probing, stopped=m.stopped,
                       end_step=end_step, wall=m.wall + elapsed, flags=flags, device=device,
                       n_parameters=sum(p.numel() for p in m.model.parameters()), ensemble=ensemble)

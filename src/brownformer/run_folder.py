@@ -14,7 +14,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from brownformer.config import ExperimentConfig
+from brownformer.config import RunPlan
 from brownformer.io import atomic_path, write_json
 from brownformer.manifest import build_manifest, device_description
 from brownformer.metrics import val_metric_for_kind
@@ -52,16 +52,16 @@ def restart_if_probe_store_incomplete(out_dir: Path, run_id: str) -> None:
         shutil.rmtree(out_dir / "probes", ignore_errors=True)
 
 
-def resume_state(ckpt_path: Path, cfg: ExperimentConfig, run_id: str, device: torch.device) -> dict | None:
+def resume_state(ckpt_path: Path, plan: RunPlan, device: torch.device) -> dict | None:
     """The run's checkpoint to resume from, or None when there is none.
 
     Raises:
-        RuntimeError: the checkpoint was written under another run slice (`ExperimentConfig.run_hash`).
+        RuntimeError: the checkpoint was written under another run slice (`RunPlan.run_hash`).
     """
     if not ckpt_path.exists():
         return None
     state = torch.load(ckpt_path, map_location=device, weights_only=False)
-    if state["config_hash"] != cfg.run_hash(run_id):
+    if state["config_hash"] != plan.run_hash:
         raise RuntimeError(f"{ckpt_path} was written with another config (hash {state['config_hash'][:12]}); "
                            "delete the run folder to start over")
     return state
@@ -85,18 +85,15 @@ def restart_if_rerun(out_dir: Path, run_id: str, steps: int) -> None:
         shutil.rmtree(out_dir / "probes", ignore_errors=True)
 
 
-def write_run_outputs(cfg: ExperimentConfig, run_id: str, out_dir: Path, rows: list[dict], *, kind: str, probing: bool,
+def write_run_outputs(plan: RunPlan, out_dir: Path, rows: list[dict], *, kind: str, probing: bool,
                       stopped: bool, end_step: int, wall: float, flags: dict, device: torch.device,
                       n_parameters: int, ensemble: list[str] | None = None) -> pd.DataFrame:
     """A finished run's outputs: metrics.parquet, the (empty, when not probing) probe index and manifest.json.
 
-    `cfg` is the config as the run sees it (`ExperimentConfig.for_run`), `kind` its data's ("image", "text");
-    `ensemble` names the runs it trained
-    with in one batched model (brownformer.ensemble), None when it trained alone.
+    `plan` is the run's (`ExperimentConfig.plan`), `kind` its data's ("image", "text"); `ensemble` names the runs
+    it trained with in one batched model (brownformer.ensemble), None when it trained alone.
     """
-    spec = cfg.run(run_id)
-    tcfg, ocfg, mcfg = cfg.train, cfg.optimizer_for(spec.model, spec.optimizer), cfg.models[spec.model]
-    target, target_metric = cfg.stop_target(run_id), val_metric_for_kind(kind)
+    spec, tcfg, target, target_metric = plan.spec, plan.train, plan.stop_target, val_metric_for_kind(kind)
     if target is not None:  # brownformer.target_stop: every row of such a run says whether it stopped early
         rows = [{**row, STOPPED: stopped, BUDGET: tcfg.steps} for row in rows]
     metrics = pd.DataFrame(rows)
@@ -104,15 +101,15 @@ def write_run_outputs(cfg: ExperimentConfig, run_id: str, out_dir: Path, rows: l
     if not probing:  # the pipeline declares the index a training output; an existing one keeps its rows
         CaptureStore(out_dir / "probes").write_index()
     write_json(out_dir / "manifest.json", build_manifest(
-        run_id=run_id, run={"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed, "replica": spec.replica},
-        config_hash=cfg.hash, run_hash=cfg.run_hash(run_id), config={"model": asdict(mcfg), "optimizer": asdict(ocfg), "train": asdict(tcfg)},
-        seeds={"torch": spec.seed, "data": spec.data_seed, "noise": spec.noise_seed,
-               "split": cfg.dataset_of(spec.model).split_seed, "probes": cfg.probes.seed,
-               "offset": cfg.seed_offset},
+        run_id=plan.run_id, run={"model": spec.model, "optimizer": spec.optimizer, "seed": spec.seed,
+                                 "replica": spec.replica},
+        config_hash=plan.config_hash, run_hash=plan.run_hash,
+        config={"model": asdict(plan.model), "optimizer": asdict(plan.optimizer), "train": asdict(tcfg)},
+        seeds=plan.seeds.manifest(),
         determinism=flags, device=device_description(device), wall_time_s=wall,
         steps=tcfg.steps, steps_trained=end_step,
         stopped_at_target=({"step": end_step, "target": target, "metric": target_metric.column} if stopped else None),
         n_parameters=n_parameters, **({"ensemble": ensemble} if ensemble else {}),
         final={k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in rows[-1].items()} if rows else {}))
-    log.info("%s: done in %.1fs, final %s", run_id, wall, rows[-1] if rows else {})
+    log.info("%s: done in %.1fs, final %s", plan.run_id, wall, rows[-1] if rows else {})
     return metrics

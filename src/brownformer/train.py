@@ -1,5 +1,8 @@
 """Training loop: one run = (model variant, optimizer, seed), with the trajectory probes if asked.
 
+A run reads its settings from its `RunPlan` (ExperimentConfig.plan: the config is asked about the run once), and
+`train_plan` goes through four steps: open (device, data, model, optimizer, batches), resume (the checkpoint),
+the step loop (logging, evaluation, checkpoints, claim 4's target) and finish (the callbacks' last call, outputs).
 Deterministic on CPU (seeded init, stateless batches indexed by step, deterministic kernels), so a
 killed run resumed from its last checkpoint ends with the same numbers as an uninterrupted one.
 The dataset is loaded once; the training split and the validation batches are moved to the device
@@ -19,6 +22,7 @@ import logging
 import math
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -27,20 +31,22 @@ import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
-from brownformer.config import ExperimentConfig, RunSpec, TrainConfig
+from brownformer.config import ExperimentConfig, ModelConfig, RunPlan, TrainConfig
 from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
 from brownformer.metrics import val_metric_for_kind
-from brownformer.models import build_model, loss_fn
+from brownformer.models import build_model
 from brownformer.optim import build_optimizer, implementation_flags
 from brownformer.probes import ProbeRecorder
 from brownformer.run_folder import (restart_if_probe_store_incomplete, restart_if_rerun, resume_state, save_checkpoint,
                                     write_run_outputs)
 from brownformer.target_stop import STOPPED, on_smoothed_target
+from brownformer.train_rows import evaluate, optimizer_row, speed_row, synced_clock
 from brownformer.train_step import LossTracker, TrainStep
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train_run", "lr_factor", "resolve_device", "model_for_data", "StepCallback"]
+__all__ = ["train_run", "train_plan", "open_run", "lr_factor", "resolve_device", "model_of", "model_for_data",
+           "StepCallback"]
 
 
 class StepCallback(Protocol):
@@ -65,13 +71,6 @@ def lr_factor(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def model_for_data(cfg: ExperimentConfig, model_name: str, data: PreparedData) -> torch.nn.Module:
-    mcfg = cfg.models[model_name]
-    if data.kind == "image":
-        return build_model(mcfg, n_classes=int(data.meta["n_classes"]), image_shape=tuple(data.meta["image_shape"]))
-    return build_model(mcfg, vocab_size=int(data.meta["vocab_size"]))
-
-
 def set_determinism(train: TrainConfig, device: torch.device) -> dict:
     if device.type == "cuda":
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -89,86 +88,101 @@ def set_determinism(train: TrainConfig, device: torch.device) -> dict:
             "cublas_workspace": os.environ.get("CUBLAS_WORKSPACE_CONFIG")}
 
 
-@torch.no_grad()
-def _evaluate(model, batches, kind: str, autocast) -> dict:
-    """Validation loss (and accuracy or bits per character) over fixed batches already on the device.
-
-    Per-batch results stay on the device until one transfer at the end; the sums are then formed on
-    the host in float64, batch by batch, as `loss.item() * n` always was.
-    """
-    model.eval()
-    losses, corrects, counts = [], [], []
-    for x, y in batches:
-        with autocast():
-            logits = model(x)
-        losses.append(loss_fn(logits, y).float())
-        if kind == "image":
-            corrects.append((logits.argmax(-1) == y).sum())
-        counts.append(y.numel())
-    model.train()
-    return val_summary(torch.stack(losses).tolist(), counts, kind,
-                       correct=int(torch.stack(corrects).sum()) if kind == "image" else None)
+def model_of(mcfg: ModelConfig, data: PreparedData) -> torch.nn.Module:
+    """A fresh model of the variant `mcfg` sized for `data` (its classes and image shape, or its vocabulary)."""
+    if data.kind == "image":
+        return build_model(mcfg, n_classes=int(data.meta["n_classes"]), image_shape=tuple(data.meta["image_shape"]))
+    return build_model(mcfg, vocab_size=int(data.meta["vocab_size"]))
 
 
-def val_summary(losses: list[float], counts: list[int], kind: str, *, correct: int | None = None) -> dict:
-    """The validation row from per-batch mean losses and sizes, summed on the host in float64 batch by batch
-    (as `loss.item() * n` always was), and the number of correct predictions (images)."""
-    total, count = 0.0, 0
-    for loss, n in zip(losses, counts):
-        total += loss * n
-        count += n
-    val_loss = total / count
-    if kind == "image":
-        return {"val_loss": val_loss, "val_accuracy": correct / count}
-    return {"val_loss": val_loss, "val_bpc": val_loss / math.log(2)}
+def model_for_data(cfg: ExperimentConfig, model_name: str, data: PreparedData) -> torch.nn.Module:
+    """A fresh model of the config's variant `model_name` sized for `data` (`model_of`)."""
+    return model_of(cfg.models[model_name], data)
 
 
-def _optimizer_row(optimizer) -> dict:
-    """The optimizer's own diagnostics for a log row: numbers and 0-d tensors (fetched together)."""
-    stats = getattr(optimizer, "last_stats", None) or {}  # read only here: K-FAC's costs a host sync
-    row = {f"opt_{k}": float(v) for k, v in stats.items() if isinstance(v, (int, float))}
-    tensors = {k: v for k, v in stats.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
-    if tensors:
-        values = torch.stack([v.reshape(()).double() for v in tensors.values()]).tolist()
-        row.update({f"opt_{k}": v for k, v in zip(tensors, values)})
-    for key, value in (getattr(optimizer, "timings", None) or {}).items():
-        row[f"opt_time_{key}_total"] = float(value)  # cumulative seconds; figures take differences
-    return row
-
-
-def open_run(cfg: ExperimentConfig, run_id: str, spec: RunSpec, data, out_dir: Path, device: torch.device, *,
-             probes: bool, callbacks) -> tuple[torch.nn.Module, list, bool]:
+def open_run(plan: RunPlan, data: PreparedData, out_dir: Path, device: torch.device, *, probes: bool,
+             callbacks) -> tuple[torch.nn.Module, list, bool]:
     """What a run's training starts with, alone (train_run) or as an ensemble member (brownformer.ensemble):
     a rerun's finished checkpoint dropped, the probe recorder where the run is probed, and the model initialised
     from the run's seed (a replica then reseeds with its own noise seed). Returns (model, callbacks, probing)."""
     callbacks = list(callbacks)
-    probing = probes and cfg.probed(run_id)  # probes.enabled and some grid block probes the run
-    restart_if_rerun(out_dir, run_id, cfg.train.steps)
+    probing = probes and plan.probed  # probes.enabled and some grid block probes the run
+    restart_if_rerun(out_dir, plan.run_id, plan.train.steps)
     if probing:
-        restart_if_probe_store_incomplete(out_dir, run_id)
-        callbacks.append(ProbeRecorder(cfg, spec, data, out_dir / "probes", device,
-                                       model_factory=lambda: model_for_data(cfg, spec.model, data).to(device)))
-    torch.manual_seed(spec.seed)
-    model = model_for_data(cfg, spec.model, data).to(device)
-    if spec.noise_seed is not None:  # a replica: the run's initialisation, its own dropout/sampling noise from here
-        torch.manual_seed(spec.noise_seed)
+        restart_if_probe_store_incomplete(out_dir, plan.run_id)
+        callbacks.append(ProbeRecorder(plan, data, out_dir / "probes", device,
+                                       model_factory=lambda: model_of(plan.model, data).to(device)))
+    torch.manual_seed(plan.seeds.init)
+    model = model_of(plan.model, data).to(device)
+    if plan.seeds.noise is not None:  # a replica: the run's initialisation, its own dropout/sampling noise from here
+        torch.manual_seed(plan.seeds.noise)
     return model, callbacks, probing
+
+
+@dataclass
+class _Run:
+    """A run opened for training: its plan, where it writes, and what the step loop works with."""
+    plan: RunPlan
+    out_dir: Path
+    device: torch.device
+    flags: dict  # the determinism settings (the manifest records them)
+    data: PreparedData
+    model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    callbacks: list[StepCallback]
+    probing: bool
+    sampler: DeviceSampler
+    val: list  # the validation batches, on the device
+    tracker: LossTracker
+    tokens_per_example: int
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out_dir / "checkpoints" / "last.pt"
+
+    @functools.cached_property
+    def synced_steps(self) -> set[int]:
+        """The steps where a callback works (a recorder's captures): the clock syncs there on CUDA."""
+        return set().union(*(getattr(cb, "schedule", ()) for cb in self.callbacks))
+
+
+@dataclass
+class _Progress:
+    """Where a run's training stands: what its checkpoint carries besides weights, optimizer state and RNG."""
+    step: int = 0  # updates done
+    start_step: int = 0  # where this process started (the resumed step): throughput counts from here
+    lr_sum: float = 0.0
+    lr_sq_sum: float = 0.0
+    wall_offset: float = 0.0  # wall time of the earlier processes of this run
+    eval_wall: float = 0.0  # cumulative seconds in evaluate: training wall-clock is wall_time - eval_wall_time
+    probe_wall: float = 0.0  # cumulative seconds in the callbacks (probe captures): not training time either
+    rows: list[dict] = field(default_factory=list)
+    stopped: bool = False  # stopped at claim 4's target (brownformer.target_stop)
+    t0: float = 0.0  # perf_counter origin of the run's wall time (now - wall_offset when the loop starts)
 
 
 def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir: str | Path, *,
               probes: bool = False, callbacks: list[StepCallback] | None = None,
               stop_after: int | None = None, stop_when=None, progress: bool = True) -> pd.DataFrame:
-    """Train one run of the grid; resume from out_dir/checkpoints/last.pt when it exists (a finished one
+    """Train one run of the grid: `train_plan` of the run's plan (`ExperimentConfig.plan`, the one time the
+    config is asked about the run). run_id is "<model>__<optimizer>__s<seed>", a run of cfg's grid, or
+    "...__r<k>", replica k of one (`replicas:`; same initialisation, its own data order and noise)."""
+    return train_plan(cfg.plan(run_id), data_dir, out_dir, probes=probes, callbacks=callbacks,
+                      stop_after=stop_after, stop_when=stop_when, progress=progress)
+
+
+def train_plan(plan: RunPlan, data_dir: str | Path, out_dir: str | Path, *, probes: bool = False,
+               callbacks: list[StepCallback] | None = None, stop_after: int | None = None, stop_when=None,
+               progress: bool = True) -> pd.DataFrame:
+    """Train the run of `plan`; resume from out_dir/checkpoints/last.pt when it exists (a finished one
     without metrics.parquet is a rerun: it trains again from step 0, `restart_if_rerun`).
 
     Args:
-        cfg: the validated experiment config.
-        run_id: "<model>__<optimizer>__s<seed>", a run of cfg's grid, or "...__r<k>", replica k of one
-            (`replicas:`; same initialisation, its own data order and noise: RunSpec.data_seed, noise_seed).
+        plan: the run, resolved from the validated config (`ExperimentConfig.plan`).
         data_dir: the prepared dataset of the run's model (results/data/<dataset>), loaded once.
         out_dir: the run folder (results/runs/<run_id>).
         probes: record the trajectory probes into out_dir/probes when the config probes the run
-            (`ExperimentConfig.probed`: probes enabled and a grid block that probes it); otherwise
+            (`RunPlan.probed`: probes enabled and a grid block that probes it); otherwise
             out_dir/probes/index.parquet is left empty (an earlier run's captures there are kept).
         callbacks: called as cb(step, model, lr_sum, lr_sq_sum) before each update and once at the end;
             their time is the metrics' probe_wall_time (a callback's `schedule`, the steps it works
@@ -180,103 +194,135 @@ def train_run(cfg: ExperimentConfig, run_id: str, data_dir: str | Path, out_dir:
     Returns:
         The metrics table (also written to out_dir/metrics.parquet when training completes).
     """
-    cfg = cfg.for_run(run_id)  # the run's model may override train.steps
-    spec: RunSpec = cfg.run(run_id)
-    tcfg, ocfg, mcfg = cfg.train, cfg.optimizer_for(spec.model, spec.optimizer), cfg.models[spec.model]
-    out_dir = Path(out_dir)
-    ckpt_path = out_dir / "checkpoints" / "last.pt"
-    device = resolve_device(cfg.device)
+    run = _open(plan, Path(data_dir), Path(out_dir), probes=probes, callbacks=callbacks or [])
+    at = _resume(run)
+    # Built after the resume: a captured step turns the restored learning rates into device tensors.
+    step_fn = TrainStep(run.model, run.optimizer, device=run.device, grad_clip=plan.train.grad_clip,
+                        # a compiled forward function, not module: state_dict keys stay plain (no "_orig_mod."),
+                        # so checkpoints load into an uncompiled model for probes and extraction
+                        forward=torch.compile(run.model) if plan.train.compile else run.model,
+                        bf16=plan.train.precision == "bf16", cuda_graphs=plan.train.cuda_graphs)
+    if not _train_steps(run, at, step_fn, stop_after=stop_after, stop_when=stop_when, progress=progress):
+        return pd.DataFrame(at.rows)  # cut short (stop_after, stop_when): no outputs written
+    return _finish(run, at)
+
+
+def _open(plan: RunPlan, data_dir: Path, out_dir: Path, *, probes: bool, callbacks: list[StepCallback]) -> _Run:
+    """The run's device (determinism set), data, model (`open_run`), optimizer, batches and loss tracker."""
+    tcfg, ocfg = plan.train, plan.optimizer
+    device = resolve_device(plan.device)
     flags = set_determinism(tcfg, device)
     data = load_prepared(data_dir)
-    seq_len = mcfg.seq_len if data.kind == "text" else None
-    model, callbacks, probing = open_run(cfg, run_id, spec, data, out_dir, device, probes=probes,
-                                         callbacks=callbacks or [])
+    seq_len = plan.model.seq_len if data.kind == "text" else None
+    model, callbacks, probing = open_run(plan, data, out_dir, device, probes=probes, callbacks=callbacks)
     opt_params = {**ocfg.params, **implementation_flags(ocfg.type, device, cuda_graphs=tcfg.cuda_graphs)}
     optimizer = build_optimizer(model, ocfg.type, ocfg.lr, opt_params)
-    sampler = DeviceSampler(data, "train", device, seed=spec.data_seed, batch_size=tcfg.batch_size, seq_len=seq_len,
-                            augment=cfg.dataset_of(spec.model).augment)
+    sampler = DeviceSampler(data, "train", device, seed=plan.seeds.data, batch_size=tcfg.batch_size, seq_len=seq_len,
+                            augment=plan.dataset.augment)
     val = eval_batches_on(eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches,
                                        seq_len=seq_len), device)
-    tracker = LossTracker(device)
-    target = cfg.stop_target(run_id)  # None: the whole budget
-    target_metric = val_metric_for_kind(data.kind)
-    stopped = False
-    rows: list[dict] = []
-    start_step, lr_sum, lr_sq_sum, wall_offset = 0, 0.0, 0.0, 0.0
-    eval_wall = 0.0  # cumulative seconds in _evaluate: training wall-clock is wall_time - eval_wall_time
-    probe_wall = 0.0  # cumulative seconds in the callbacks (probe captures): not training time either
-    state = resume_state(ckpt_path, cfg, run_id, device)
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        torch.set_rng_state(state["rng"])
-        start_step, lr_sum, lr_sq_sum = state["step"], state["lr_sum"], state["lr_sq_sum"]
-        wall_offset, rows = state["wall_time"], state["metrics_rows"]
-        # absent in checkpoints written before they existed: earlier evaluations and captures then count as training
-        eval_wall, probe_wall = state.get("eval_wall_time", 0.0), state.get("probe_wall_time", 0.0)
-        if "loss_tracker" in state:  # absent in checkpoints written before the tracker existed
-            tracker.load(state["loss_tracker"])
-        stopped = bool(state.get(STOPPED, False))  # it stopped at the target there: nothing left to train
-        log.info("resuming %s from step %d", run_id, start_step)
-    # Compile a forward function, not the module: state_dict keys stay plain (no "_orig_mod.") so
-    # checkpoints load into an uncompiled model for probes and extraction.
-    step_fn = TrainStep(model, optimizer, device=device, forward=torch.compile(model) if tcfg.compile else model,
-                        grad_clip=tcfg.grad_clip, bf16=tcfg.precision == "bf16", cuda_graphs=tcfg.cuda_graphs)
+    return _Run(plan=plan, out_dir=out_dir, device=device, flags=flags, data=data, model=model, optimizer=optimizer,
+                callbacks=callbacks, probing=probing, sampler=sampler, val=val, tracker=LossTracker(device),
+                tokens_per_example=seq_len or (getattr(model, "n_patches", 0) + 1))
 
-    n_train = int(data.meta["sizes"]["train"])
-    tokens_per_example = seq_len or (getattr(model, "n_patches", 0) + 1)
-    model.train()
-    synced_steps = set().union(*(getattr(cb, "schedule", ()) for cb in callbacks))
-    t0 = time.perf_counter() - wall_offset
-    end_step = start_step if stopped else tcfg.steps
-    bar = tqdm(range(start_step, end_step), desc=run_id, disable=not progress, mininterval=5)
+
+def _resume(run: _Run) -> _Progress:
+    """Load the run's checkpoint into its model, optimizer, RNG and loss tracker; where training stands."""
+    state = resume_state(run.ckpt_path, run.plan, run.device)
+    if state is None:
+        return _Progress()
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    torch.set_rng_state(state["rng"])
+    if "loss_tracker" in state:  # absent in checkpoints written before the tracker existed
+        run.tracker.load(state["loss_tracker"])
+    log.info("resuming %s from step %d", run.plan.run_id, state["step"])
+    # absent in checkpoints written before they existed: earlier evaluations and captures then count as training
+    return _Progress(step=state["step"], start_step=state["step"], lr_sum=state["lr_sum"],
+                     lr_sq_sum=state["lr_sq_sum"], wall_offset=state["wall_time"], rows=state["metrics_rows"],
+                     eval_wall=state.get("eval_wall_time", 0.0), probe_wall=state.get("probe_wall_time", 0.0),
+                     stopped=bool(state.get(STOPPED, False)))  # stopped at the target there: nothing left to train
+
+
+def _train_steps(run: _Run, at: _Progress, step_fn: TrainStep, *, stop_after: int | None, stop_when,
+                 progress: bool) -> bool:
+    """The step loop, from `at.step` to the budget's end or claim 4's target, checkpointing on the way.
+
+    Returns:
+        True when the run ended (budget or target), False when `stop_after` or `stop_when` cut it short.
+    """
+    tcfg, target = run.plan.train, run.plan.stop_target  # target None: the whole budget
+    run.model.train()
+    at.t0 = time.perf_counter() - at.wall_offset
+    end_step = at.step if at.stopped else tcfg.steps
+    bar = tqdm(range(at.step, end_step), desc=run.plan.run_id, disable=not progress, mininterval=5)
     for step in bar:
-        probe_wall += timed_callbacks(callbacks, step, model, lr_sum, lr_sq_sum, device, synced_steps)
+        at.probe_wall += timed_callbacks(run.callbacks, step, run.model, at.lr_sum, at.lr_sq_sum, run.device,
+                                         run.synced_steps)
         lr = step_fn.set_lr(lr_factor(step, tcfg))
-        tracker.add(step_fn(*sampler.batch(step)))  # no host sync in here: the loss stays on the device
-        lr_sum += lr
-        lr_sq_sum += lr * lr
-        done = step + 1
+        run.tracker.add(step_fn(*run.sampler.batch(step)))  # no host sync in here: the loss stays on the device
+        at.lr_sum += lr
+        at.lr_sq_sum += lr * lr
+        at.step = done = step + 1
         if done % tcfg.log_every == 0 or done % tcfg.eval_every == 0 or done == tcfg.steps:
-            train_loss, train_loss_mean = tracker.read()
-            row = {"step": done, "epoch": done * tcfg.batch_size / n_train, "lr": lr, "lr_sum": lr_sum,
-                   "train_loss": train_loss, "train_loss_mean": train_loss_mean,
-                   "val_loss": np.nan, "val_accuracy": np.nan, "val_bpc": np.nan}
-            if done % tcfg.eval_every == 0 or done == tcfg.steps:
-                eval_start = _synced_clock(device)
-                row.update(_evaluate(model, val, data.kind, step_fn.autocast))
-                eval_wall += _synced_clock(device) - eval_start
-            row.update(_speed_row(device, t0, wall_offset, tcfg.batch_size * (done - start_step), tokens_per_example))
-            row["eval_wall_time"], row["probe_wall_time"] = eval_wall, probe_wall
-            row.update(_optimizer_row(optimizer))
-            rows.append(row)
-            if not (math.isfinite(row["train_loss"]) and math.isfinite(row["train_loss_mean"])):
-                log.warning("%s: non-finite training loss by step %d", run_id, done)
+            row = _log_row(run, at, lr, step_fn.autocast)
             bar.set_postfix(loss=f"{row['train_loss']:.3f}")
             if stop_when is not None and stop_when(row):
-                return pd.DataFrame(rows)
+                return False
             # on target before the budget's end (at the last step the run is a full one)
-            stopped = target is not None and done < tcfg.steps and on_smoothed_target(rows, target, target_metric)
-        if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after or stopped:
-            save_checkpoint(ckpt_path, {
-                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "rng": torch.get_rng_state(),
-                "step": done, "lr_sum": lr_sum, "lr_sq_sum": lr_sq_sum, "wall_time": time.perf_counter() - t0,
-                "eval_wall_time": eval_wall, "probe_wall_time": probe_wall, "metrics_rows": rows,
-                "loss_tracker": tracker.state(), "config_hash": cfg.run_hash(run_id), "run_id": run_id,
-                STOPPED: stopped})
-        if stopped:
-            end_step = done
-            log.info("%s: stopped at step %d, the first evaluation on claim 4's target %s", run_id, done, target)
-            break
+            at.stopped = (target is not None and done < tcfg.steps
+                          and on_smoothed_target(at.rows, target, val_metric_for_kind(run.data.kind)))
+        if done % tcfg.checkpoint_every == 0 or done == tcfg.steps or done == stop_after or at.stopped:
+            _save(run, at)
+        if at.stopped:
+            log.info("%s: stopped at step %d, the first evaluation on claim 4's target %s", run.plan.run_id, done,
+                     target)
+            return True
         if stop_after is not None and done >= stop_after:
-            log.info("%s: stopping after %d steps as asked", run_id, done)
-            return pd.DataFrame(rows)
-    for cb in callbacks:
-        cb(end_step, model, lr_sum, lr_sq_sum)
-    wall = time.perf_counter() - t0
-    return write_run_outputs(cfg, run_id, out_dir, rows, kind=data.kind, probing=probing, stopped=stopped,
-                             end_step=end_step, wall=wall, flags=flags, device=device,
-                             n_parameters=sum(p.numel() for p in model.parameters()))
+            log.info("%s: stopping after %d steps as asked", run.plan.run_id, done)
+            return False
+    return True
+
+
+def _log_row(run: _Run, at: _Progress, lr: float, autocast) -> dict:
+    """The metrics row of step `at.step` (validation too at evaluation steps), appended to `at.rows`."""
+    tcfg, done = run.plan.train, at.step
+    train_loss, train_loss_mean = run.tracker.read()
+    row = {"step": done, "epoch": done * tcfg.batch_size / int(run.data.meta["sizes"]["train"]), "lr": lr,
+           "lr_sum": at.lr_sum, "train_loss": train_loss, "train_loss_mean": train_loss_mean,
+           "val_loss": np.nan, "val_accuracy": np.nan, "val_bpc": np.nan}
+    if done % tcfg.eval_every == 0 or done == tcfg.steps:
+        eval_start = synced_clock(run.device)
+        row.update(evaluate(run.model, run.val, run.data.kind, autocast))
+        at.eval_wall += synced_clock(run.device) - eval_start
+    row.update(speed_row(run.device, at.t0, at.wall_offset, tcfg.batch_size * (done - at.start_step),
+                          run.tokens_per_example))
+    row["eval_wall_time"], row["probe_wall_time"] = at.eval_wall, at.probe_wall
+    row.update(optimizer_row(run.optimizer))
+    at.rows.append(row)
+    if not (math.isfinite(row["train_loss"]) and math.isfinite(row["train_loss_mean"])):
+        log.warning("%s: non-finite training loss by step %d", run.plan.run_id, done)
+    return row
+
+
+def _save(run: _Run, at: _Progress) -> None:
+    """The run's checkpoint at `at.step` (the format brownformer.ensemble writes too: either resumes the other)."""
+    save_checkpoint(run.ckpt_path, {
+        "model": run.model.state_dict(), "optimizer": run.optimizer.state_dict(), "rng": torch.get_rng_state(),
+        "step": at.step, "lr_sum": at.lr_sum, "lr_sq_sum": at.lr_sq_sum, "wall_time": time.perf_counter() - at.t0,
+        "eval_wall_time": at.eval_wall, "probe_wall_time": at.probe_wall, "metrics_rows": at.rows,
+        "loss_tracker": run.tracker.state(), "config_hash": run.plan.run_hash, "run_id": run.plan.run_id,
+        STOPPED: at.stopped})
+
+
+def _finish(run: _Run, at: _Progress) -> pd.DataFrame:
+    """The callbacks' last call (at the end step) and the run's outputs (metrics, probe index, manifest)."""
+    for cb in run.callbacks:
+        cb(at.step, run.model, at.lr_sum, at.lr_sq_sum)
+    wall = time.perf_counter() - at.t0
+    return write_run_outputs(run.plan, run.out_dir, at.rows, kind=run.data.kind, probing=run.probing,
+                             stopped=at.stopped, end_step=at.step, wall=wall, flags=run.flags, device=run.device,
+                             n_parameters=sum(p.numel() for p in run.model.parameters()))
 
 
 def timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Module, lr_sum: float,
@@ -289,32 +335,8 @@ def timed_callbacks(callbacks: list[StepCallback], step: int, model: torch.nn.Mo
     """
     if not callbacks:
         return 0.0
-    clock = functools.partial(_synced_clock, device) if step in synced_steps else time.perf_counter
+    clock = functools.partial(synced_clock, device) if step in synced_steps else time.perf_counter
     start = clock()
     for cb in callbacks:
         cb(step, model, lr_sum, lr_sq_sum)
     return clock() - start
-
-
-def _synced_clock(device: torch.device) -> float:
-    """perf_counter once the device has finished its queued work (so training kernels still in
-    flight are not billed to evaluation, nor evaluation kernels to training)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
-def _speed_row(device: torch.device, t0: float, wall_offset: float, examples: int, tokens_per_example: int) -> dict:
-    """Wall time, throughput since this process started, and (CUDA) memory and utilisation."""
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    wall = time.perf_counter() - t0
-    row = {"wall_time": wall, "examples_per_s": examples / max(wall - wall_offset, 1e-9)}
-    row["tokens_per_s"] = row["examples_per_s"] * tokens_per_example
-    if device.type == "cuda":
-        row["gpu_mem_mib"] = torch.cuda.max_memory_allocated(device) / 2**20
-        try:
-            row["gpu_utilization"] = float(torch.cuda.utilization(device))
-        except Exception:  # needs pynvml; utilisation is informative only
-            pass
-    return row

@@ -20,7 +20,7 @@ SOURCE_KEYS = {"run", "layer", "head", "tensor", "captures"}
 
 def _run(cfg, run_id, data_dir, run_dir):
     spec, data = RunSpec.parse(run_id), load_prepared(data_dir)
-    rec = ProbeRecorder(cfg, spec, data, run_dir / "probes", torch.device("cpu"),
+    rec = ProbeRecorder(cfg.plan(run_id), data, run_dir / "probes", torch.device("cpu"),
                         lambda: model_for_data(cfg, spec.model, data))
     train_run(cfg, run_id, data_dir, run_dir, callbacks=[rec], progress=False)
     return run_dir

@@ -14,7 +14,7 @@ from brownformer.train import model_for_data, train_run
 
 def _recorder(cfg, run_id, data, store_dir):
     spec = RunSpec.parse(run_id)
-    return ProbeRecorder(cfg, spec, data, store_dir, torch.device("cpu"),
+    return ProbeRecorder(cfg.plan(run_id), data, store_dir, torch.device("cpu"),
                          lambda: model_for_data(cfg, spec.model, data))
 
 

@@ -136,7 +136,7 @@ def test_a_rerun_of_a_finished_run_trains_again_and_a_killed_one_resumes(raw_con
         (out / name).unlink(missing_ok=True)
     counter = _StepCounter()
     again = train_run(cfg, RUN, digits_dir, out, callbacks=[counter], progress=False)
-    steps = cfg.for_run(RUN).train.steps
+    steps = cfg.plan(RUN).train.steps
     assert counter.calls == 1 + steps - (stopped_after or 0)  # finished: every step again; killed: the rest only
     cols = ["step", "train_loss", "val_loss"]
     pd.testing.assert_frame_equal(first[cols], again[cols].iloc[:len(first)], check_exact=True)

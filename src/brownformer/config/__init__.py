@@ -8,6 +8,7 @@ divide the width, ...) are checked in brownformer.config.checks and reported wit
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -18,13 +19,14 @@ import yaml
 
 from brownformer.config.checks import (DEFAULT_MARGINS, DEFAULT_WINDOW, FAST_SAFE_LOADER, SCHEMA_PATH, ConfigError,
                                       apply_overrides, validate_dict)
+from brownformer.config.plan import RunPlan, RunSeeds
 from brownformer.config.run_spec import AnalysisWindow, ReplicaBlock, RunSpec, momentum_gap, momentum_steps
 from brownformer.config.tuned import TunedConfig, read_tuned
 
 __all__ = ["ConfigError", "ExperimentConfig", "DatasetConfig", "ModelConfig", "OptimizerConfig", "TunedConfig", "TrainConfig",
-           "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "GridBlock", "load_config", "validate_dict", "config_hash",
-           "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow", "momentum_steps", "momentum_gap", "DEFAULT_MARGINS",
-           "DEFAULT_STATS"]
+           "ProbeConfig", "StatsConfig", "ReportConfig", "RunSpec", "RunPlan", "RunSeeds", "GridBlock", "load_config",
+           "validate_dict", "config_hash", "apply_overrides", "SCHEMA_PATH", "ReplicaBlock", "AnalysisWindow",
+           "momentum_steps", "momentum_gap", "DEFAULT_MARGINS", "DEFAULT_STATS"]
 
 
 @dataclass(frozen=True)
@@ -218,8 +220,21 @@ class ExperimentConfig:
 
     def probed(self, run_id: str) -> bool:
         """Whether the run captures probes (`probed_runs`, and the replica runs when probes are enabled)."""
-        return run_id in {r.run_id for r in self.probed_runs()} or (
-            self.probes.enabled and run_id in {r.run_id for reps in self.replica_sets().values() for r in reps})
+        return run_id in self._probed_ids
+
+    # Gathered once per config (it is frozen): plan() of every run asks each, and each is a scan over all runs.
+    @functools.cached_property
+    def _run_ids(self) -> frozenset[str]:
+        return frozenset(r.run_id for r in (*self.runs(), *self.replica_runs()))
+
+    @functools.cached_property
+    def _probed_ids(self) -> frozenset[str]:
+        replicas = {r.run_id for reps in self.replica_sets().values() for r in reps} if self.probes.enabled else ()
+        return frozenset({r.run_id for r in self.probed_runs()}.union(replicas))
+
+    @functools.cached_property
+    def _blocks_naming(self) -> dict[str, tuple[GridBlock, ...]]:
+        return {r.run_id: tuple(b for b in self.grid if r in b.runs()) for r in self.runs()}
 
     def pair_seeds(self) -> dict[tuple[str, str], tuple[int, ...]]:
         """The seeds each (model, optimizer) pair of the grid runs with, in run order (blocks may differ)."""
@@ -230,30 +245,43 @@ class ExperimentConfig:
 
     def run(self, run_id: str) -> RunSpec:
         spec = RunSpec.parse(run_id)
-        if spec.run_id not in {r.run_id for r in self.runs()} | {r.run_id for r in self.replica_runs()}:
+        if spec.run_id not in self._run_ids:
             raise ConfigError(f"run {run_id!r} is not in the config's grid or replicas")
         return spec
 
     def eval_every(self, run_id: str) -> int:
         """How often the run evaluates: the smallest `eval_every` of the blocks naming it, else `train.eval_every`."""
-        values = [b.eval_every or self.train.eval_every for b in self.grid
-                  if run_id in {r.run_id for r in b.runs()}]
+        values = [b.eval_every or self.train.eval_every for b in self._blocks_naming.get(run_id, ())]
         return min(values) if values else self.train.eval_every
 
     def stop_target(self, run_id: str) -> float | None:
         """`report.targets[model]` when the run stops at claim 4's target (brownformer.target_stop): every block
         naming it asks for it and the run captures no probes; else None (it trains its whole budget)."""
-        blocks = [b for b in self.grid if run_id in {r.run_id for r in b.runs()}]
+        blocks = self._blocks_naming.get(run_id, ())
         if not blocks or not all(b.stop_at_target for b in blocks) or self.probed(run_id):
             return None
         return float(self.report.targets[RunSpec.parse(run_id).model])
 
-    def for_run(self, run_id: str) -> "ExperimentConfig":
-        """This config as one run sees it: the run's model may override `train.steps`, its grid block
-        `train.eval_every`."""
+    def plan(self, run_id: str) -> RunPlan:
+        """Everything one run's training reads from this config, resolved once (brownformer.config.plan).
+
+        Raises:
+            ConfigError: `run_id` is not a run of the grid or the replicas.
+        """
+        spec = self.run(run_id)
+        dataset = self.dataset_of(spec.model)
+        seeds = RunSeeds(init=spec.seed, data=spec.data_seed, noise=spec.noise_seed, split=dataset.split_seed,
+                         probes=self.probes.seed, offset=self.seed_offset)
+        return RunPlan(spec=spec, model=self.models[spec.model], dataset=dataset,
+                       optimizer=self.optimizer_for(spec.model, spec.optimizer),
+                       train=self._train_of(run_id), probes=self.probes, probed=self.probed(run_id),
+                       stop_target=self.stop_target(run_id), seeds=seeds, device=self.device, config_hash=self.hash,
+                       run_hash=self.run_hash(run_id))
+
+    def _train_of(self, run_id: str) -> TrainConfig:
+        """A run's train settings (RunPlan.train, resolved here only): its model's `steps`, its blocks' `eval_every`."""
         steps = self.models[self.run(run_id).model].steps or self.train.steps
-        train = dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id))
-        return self if train == self.train else dataclasses.replace(self, train=train)
+        return dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id))
 
     def dataset_of(self, model: str) -> DatasetConfig:
         return self.datasets[self.models[model].dataset]
@@ -272,8 +300,8 @@ class ExperimentConfig:
         """The tuned settings of (model, optimizer), or None when the config's `tuned` has none."""
         return self.tuned.get(model, {}).get(optimizer)
 
-    @property
-    def hash(self) -> str:
+    @functools.cached_property
+    def hash(self) -> str:  # computed once per config: every run's plan carries it
         return config_hash(self.raw)
 
     def run_slice(self, run_id: str) -> dict[str, Any]:

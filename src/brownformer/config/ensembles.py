@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from brownformer.config import ExperimentConfig, RunSpec
+from brownformer.config import ExperimentConfig, RunPlan, RunSpec
 
 __all__ = ["ENSEMBLE_OPTIMIZERS", "Ensemble", "ensemble_key", "ensembles"]
 
@@ -34,13 +34,14 @@ class Ensemble:
         return f"{self.runs[0]}__e{len(self.runs)}"
 
 
-def ensemble_key(cfg: ExperimentConfig, spec: RunSpec) -> tuple | None:
+def ensemble_key(cfg: ExperimentConfig, plan: RunPlan) -> tuple | None:
     """What the members of one ensemble share (model, optimizer, the run's training settings, its claim-4 stop
-    target), or None when the run trains alone (an optimizer or model that stacking would change)."""
-    opt = cfg.optimizer_for(spec.model, spec.optimizer)
-    if opt.type not in ENSEMBLE_OPTIMIZERS or cfg.models[spec.model].dropout or _timed_by_claim4(cfg, spec):
+    target), or None when the run (`plan`, a run of `cfg`) trains alone (an optimizer or model that stacking would
+    change)."""
+    spec = plan.spec
+    if plan.optimizer.type not in ENSEMBLE_OPTIMIZERS or plan.model.dropout or _timed_by_claim4(cfg, spec):
         return None
-    return spec.model, spec.optimizer, cfg.for_run(spec.run_id).train, cfg.stop_target(spec.run_id)
+    return spec.model, spec.optimizer, plan.train, plan.stop_target
 
 
 def _timed_by_claim4(cfg: ExperimentConfig, spec: RunSpec) -> bool:
@@ -59,7 +60,7 @@ def ensembles(cfg: ExperimentConfig) -> list[Ensemble]:
         return []
     groups: dict[tuple, list[str]] = {}
     for spec in (*cfg.runs(), *cfg.replica_runs()):
-        key = ensemble_key(cfg, spec)
+        key = ensemble_key(cfg, cfg.plan(spec.run_id))
         if key is not None:
             groups.setdefault(key, []).append(spec.run_id)
     out = []

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from brownformer.config import ExperimentConfig, RunSpec
+from brownformer.config import RunPlan
 from brownformer.data import PreparedData, probe_inputs, sample_batch
 from brownformer.probes.capture import (MATRICES, attention_weights, capture_activations, gradient_noise,
                                         projection_matrix)
@@ -40,23 +40,22 @@ class ProbeRecorder:
     """Callback `rec(step, model, lr_sum, lr_sq_sum)` capturing probes at `capture_schedule` steps.
 
     Args:
-        cfg: the experiment config (probes, train.steps, train.batch_size, the model's ln placement).
-        spec: the run.
+        plan: the run's plan (ExperimentConfig.plan: probes, train.steps, train.batch_size, the model).
         data: the run's prepared dataset (probe inputs from "val", noise batches from "train").
         store_dir: the capture store folder (results/runs/<R>/probes).
         device: where the probe model runs.
         model_factory: builds a fresh model of the run's configuration (weights are overwritten).
     """
 
-    def __init__(self, cfg: ExperimentConfig, spec: RunSpec, data: PreparedData, store_dir: str | Path,
-                 device: torch.device, model_factory: Callable[[], nn.Module]):
-        self.cfg, self.spec, self.data = cfg, spec, data
-        self.probes = cfg.probes
+    def __init__(self, plan: RunPlan, data: PreparedData, store_dir: str | Path, device: torch.device,
+                 model_factory: Callable[[], nn.Module]):
+        self.plan, self.spec, self.data = plan, plan.spec, data
+        self.probes = plan.probes
         self.device = torch.device(device)
         self.model_factory = model_factory
-        self.mcfg = cfg.models[spec.model]
+        self.mcfg = plan.model
         self.seq_len = self.mcfg.seq_len if data.kind == "text" else None
-        self.schedule = capture_schedule(self.probes, cfg.train.steps)
+        self.schedule = capture_schedule(self.probes, plan.train.steps)
         self._capture_of_step = {s: k for k, s in enumerate(self.schedule)}
         self.inputs = probe_inputs(data, n=self.probes.n_inputs, seed=self.probes.seed, seq_len=self.seq_len)
         self.store = CaptureStore(store_dir)
@@ -83,11 +82,11 @@ class ProbeRecorder:
     def _describe(self) -> dict:
         m, dtype = self.mcfg, self.probes.dtype
         return {
-            "run": self.spec.run_id, "config_hash": self.cfg.hash, "arch": m.arch, "ln": m.ln,
+            "run": self.spec.run_id, "config_hash": self.plan.config_hash, "arch": m.arch, "ln": m.ln,
             "causal": m.arch == "lm", "n_layers": m.n_layers, "d_model": m.d_model, "n_heads": m.n_heads,
             "n_inputs": int(self.inputs.shape[0]), "n_tokens": self._n_tokens(),
             "cls_index": 0 if m.arch == "vit" else None, "dataset_kind": self.data.kind,
-            "steps": self.cfg.train.steps, "batch_size": self.cfg.train.batch_size,
+            "steps": self.plan.train.steps, "batch_size": self.plan.train.batch_size,
             "schedule": self.schedule, "noise_captures": noise_captures(len(self.schedule), self.probes.noise_every),
             "probes": asdict(self.probes), "projection": self._projection_info(m.d_model)[1],
             "probe_inputs": "probe_inputs(data, n=probes.n_inputs, seed=probes.seed): validation split",
@@ -137,7 +136,7 @@ class ProbeRecorder:
 
     def _noise_batches(self, k: int):
         seed = self.probes.seed + NOISE_SEED_OFFSET + k
-        bs, M = self.cfg.train.batch_size, self.probes.noise_samples
+        bs, M = self.plan.train.batch_size, self.probes.noise_samples
         batches = [sample_batch(self.data, "train", step=j, seed=seed, batch_size=bs, seq_len=self.seq_len)
                    for j in range(M)]
         large = sample_batch(self.data, "train", step=M, seed=seed, batch_size=self.probes.noise_large_batch,

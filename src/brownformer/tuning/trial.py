@@ -74,7 +74,7 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
     hit = evals[value >= target] if m.higher_is_better else evals[value <= target]
     last = evals.iloc[-1] if len(evals) else None
     steps_run = int(metrics["step"].iat[-1]) if len(metrics) else 0
-    budget = cfg.for_run(run_id).train.steps
+    budget = cfg.plan(run_id).train.steps
     diverged = bool(len(metrics)) and not math.isfinite(float(metrics["train_loss"].iat[-1]))
     value = float(last[m.column]) if last is not None else math.nan
     sign = 1.0 if m.higher_is_better else -1.0
