@@ -193,11 +193,15 @@ def main(argv=None):
     ap.add_argument("--results", type=Path, default=None, help="the finished run's results folder (benchmarks/)")
     ap.add_argument("--cost", action="append", default=[], metavar="STEM=CPU_S",
                     help="a job's CPU seconds by its benchmark stem (rule/name), for jobs the results lack")
+    ap.add_argument("--cost-file", type=Path, default=None, help="lines STEM=CPU_S, as --cost ('#' comments)")
     ap.add_argument("--cores", type=int, default=2)
     ap.add_argument("--title", default="Cost of the run")
     ap.add_argument("--out", type=Path, default=None, help="append the markdown here (default: print)")
     args = ap.parse_args(argv)
-    extra = {k: float(v) for k, v in (c.split("=", 1) for c in args.cost)}
+    costs = list(args.cost)
+    if args.cost_file is not None:
+        costs += [ln.split("#", 1)[0].strip() for ln in args.cost_file.read_text().splitlines()]
+    extra = {k.strip(): float(v) for k, v in (c.split("=", 1) for c in costs if c)}
     jobs = parse_log(args.log)
     missing = attach_costs(jobs, args.results, extra)
     if missing:
