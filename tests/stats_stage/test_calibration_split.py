@@ -76,3 +76,10 @@ def test_merging_no_rows_gives_the_empty_table(tmp_path):
     pd.DataFrame(columns=["shape_id", "process", "test", "rejection_rate"]).to_parquet(tmp_path / "e.parquet")
     merged = stages.merge_calibrations([tmp_path / "e.parquet"], tmp_path / "m.parquet")
     assert merged.empty and list(merged.columns)[:3] == list(KEY_COLUMNS)
+
+
+def test_summaries_and_tables_to_merge_are_one_or_the_other(summaries, tmp_path):
+    with pytest.raises(ValueError, match="not both"):
+        stages.stats_calibrate([summaries["a"]], tmp_path / "x.parquet", stats=STATS, merge=[tmp_path / "y.parquet"])
+    with pytest.raises(ValueError, match="--run-stats"):
+        stages.stats_calibrate([], tmp_path / "x.parquet", stats=STATS)

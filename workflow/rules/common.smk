@@ -129,7 +129,8 @@ def replica_set_stats(wildcards):
 
 def all_run_calibrations(wildcards):
     """The calibration table of every probed run and replica set, in the order of all_run_stats."""
-    return [path.replace("/summary.json", "/calibration.parquet") for path in all_run_stats(wildcards)]
+    return (expand(in_results("runs/{run}/stats/calibration.parquet"), run=PROBED_RUNS)
+            + expand(in_results("replicas/{rset}/stats/calibration.parquet"), rset=list(REPLICA_SETS)))
 
 
 def replica_probe_indexes(wildcards):
