@@ -77,16 +77,22 @@ def _seeds(record) -> str:
         ", ".join(f"{k}: {n}" for k, n in sorted(counts.items()))
 
 
-def _row(label: str, a, b, offsets: tuple[int, int]) -> dict:
+def _model_seeds(record, model: str) -> str:
+    """A model variant's seed count, from its claim's `seeds.n_seeds` (its own record carries none)."""
+    n = record.seeds.n_seeds.get(model) if record is not None and record.seeds is not None else None
+    return "-" if n is None else str(n)
+
+
+def _row(label: str, a, b, offsets: tuple[int, int], seeds: tuple[str, str] | None = None) -> dict:
     ia, ib = _interval(a), _interval(b)
     overlap = None if ia is None or ib is None else max(ia[0], ib[0]) <= min(ia[1], ib[1])
     return {"claim": label,
             f"verdict (offset {offsets[0]})": a.verdict if a else "-",
             f"estimate [95% CI] (offset {offsets[0]})": _spelled(a),
-            f"seeds (offset {offsets[0]})": _seeds(a),
+            f"seeds (offset {offsets[0]})": seeds[0] if seeds else _seeds(a),
             f"verdict (offset {offsets[1]})": b.verdict if b else "-",
             f"estimate [95% CI] (offset {offsets[1]})": _spelled(b),
-            f"seeds (offset {offsets[1]})": _seeds(b),
+            f"seeds (offset {offsets[1]})": seeds[1] if seeds else _seeds(b),
             "verdicts agree": bool(a and b and a.verdict == b.verdict),
             "intervals overlap": "-" if overlap is None else overlap}
 
@@ -100,7 +106,7 @@ def compare(first: ClaimsFile, second: ClaimsFile, offsets: tuple[int, int]) -> 
         rows.append(_row(claim, a, b, offsets))
         models = sorted(set(a.per_model if a else {}) | set(b.per_model if b else {}))
         rows += [_row(f"{claim} / {m}", a.per_model.get(m) if a else None, b.per_model.get(m) if b else None,
-                      offsets) for m in models if len(models) > 1]
+                      offsets, (_model_seeds(a, m), _model_seeds(b, m))) for m in models if len(models) > 1]
     return pd.DataFrame(rows)
 
 

@@ -74,7 +74,7 @@ def test_two_tables_with_the_seeds_and_a_row_per_model_of_a_pooled_claim(replica
     table = replication.compare(pooled(0.2, 0.3), pooled(0.25, 0.9), (0, 1000)).set_index("claim")
     assert list(table.index) == ["1", "1 / lm-pre", "1 / vit-pre"]
     assert not table.loc["1 / lm-pre", "intervals overlap"] and table.loc["1", "intervals overlap"]
-    assert table.loc["1", "seeds (offset 0)"] == "lm-pre: 5, vit-pre: 5"
+    assert table.loc["1", "seeds (offset 0)"] == "lm-pre: 5, vit-pre: 5" and table.loc["1 / lm-pre", "seeds (offset 0)"] == "5"
     text = replication.report(table.reset_index(), "config/config.yaml", (0, 1000), {0: 600.0, 1000: 660.0})
     assert "## Verdicts" in text and "## Intervals" in text and "offset 1000 11.0 min" in text
     # the headline agrees and overlaps; one model variant's intervals do not, and the table shows it
