@@ -98,7 +98,7 @@ def _cmd_stats(args) -> None:
         lag = _momentum_lag(cfg, args.run_id)
         stages.stats_run(args.traj_dir, args.out, stats=stats, run_id=args.run_id, min_lag_steps=lag)
     elif args.stats_cmd == "calibrate":
-        stages.stats_calibrate(args.run_stats, args.out, stats=stats, replicates=args.replicates, jobs=args.jobs)
+        stages.stats_calibrate(args.run_stats, args.out, stats=stats, replicates=args.replicates, jobs=args.jobs, context=args.context, merge=args.merge)
 
 
 def _momentum_lag(cfg, run_id: str) -> int:
@@ -169,8 +169,9 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     p.add_argument("--out", type=Path, required=True)
     p = sub.add_parser("calibrate", help="size and power of the Brownian rule at the shapes of the runs' files")
     _common(p)
-    p.add_argument("--run-stats", type=Path, nargs="+", required=True,
-                   help="runs' stats/summary.json files; the shapes of their battery files are simulated")
+    p.add_argument("--run-stats", type=Path, nargs="+", default=[], help="runs' stats/summary.json: their files' shapes are simulated")
+    p.add_argument("--context", type=Path, nargs="+", default=[], help="summaries that only choose the --run-stats files (replica sets')")
+    p.add_argument("--merge", type=Path, nargs="+", default=[], help="instead of --run-stats: the tables of single runs to merge")
     p.add_argument("--replicates", type=int, default=None, help="default: stats.calibration_replicates")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (one shape and process each at a time)")
     p.add_argument("--out", type=Path, required=True)

@@ -56,3 +56,27 @@ def test_a_dry_run_plans_both_offsets_with_shifted_run_ids(replication, tmp_path
     planned = capfd.readouterr().out
     assert "vit-pre__adamw__s0" in planned and "vit-pre__adamw__s1000" in planned
     assert (tmp_path / "offset_1000" / "config.yaml").is_file()
+
+
+def test_two_tables_with_the_seeds_and_a_row_per_model_of_a_pooled_claim(replication):
+    from brownformer.verdicts import SeedUnit
+
+    def pooled(value, lm_value):
+        seeds = SeedUnit({"vit-pre": 5, "lm-pre": 5}, 5, "inputs within seeds", "over seeds")
+        models = {"vit-pre": ClaimRecord(claim="1", title="1", verdict="supported",
+                                         estimate=Estimate("offset", value, (value - 0.1, value + 0.1))),
+                  "lm-pre": ClaimRecord(claim="1", title="1", verdict="supported",
+                                        estimate=Estimate("offset", lm_value, (lm_value - 0.1, lm_value + 0.1)))}
+        return ClaimsFile(claims={"1": ClaimRecord(claim="1", title="1", verdict="supported", seeds=seeds,
+                                                   estimate=Estimate("offset", value, (value - 0.1, value + 0.1)),
+                                                   per_model=models)})
+
+    table = replication.compare(pooled(0.2, 0.3), pooled(0.25, 0.9), (0, 1000)).set_index("claim")
+    assert list(table.index) == ["1", "1 / lm-pre", "1 / vit-pre"]
+    assert not table.loc["1 / lm-pre", "intervals overlap"] and table.loc["1", "intervals overlap"]
+    assert table.loc["1", "seeds (offset 0)"] == "lm-pre: 5, vit-pre: 5" and table.loc["1 / lm-pre", "seeds (offset 0)"] == "5"
+    text = replication.report(table.reset_index(), "config/config.yaml", (0, 1000), {0: 600.0, 1000: 660.0})
+    assert "## Verdicts" in text and "## Intervals" in text and "offset 1000 11.0 min" in text
+    # the headline agrees and overlaps; one model variant's intervals do not, and the table shows it
+    assert "Every verdict agrees: yes" in text and "Every pair of intervals overlaps: yes" in text
+    assert "| 1 / lm-pre" in text

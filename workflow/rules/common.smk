@@ -122,6 +122,17 @@ def all_run_stats(wildcards):
             + expand(in_results("replicas/{rset}/stats/summary.json"), rset=list(REPLICA_SETS)))
 
 
+def replica_set_stats(wildcards):
+    """The replica sets' statistics: they choose which single-run files a run's calibration simulates."""
+    return expand(in_results("replicas/{rset}/stats/summary.json"), rset=list(REPLICA_SETS))
+
+
+def all_run_calibrations(wildcards):
+    """The calibration table of every probed run and replica set, in the order of all_run_stats."""
+    return (expand(in_results("runs/{run}/stats/calibration.parquet"), run=PROBED_RUNS)
+            + expand(in_results("replicas/{rset}/stats/calibration.parquet"), rset=list(REPLICA_SETS)))
+
+
 def replica_probe_indexes(wildcards):
     return expand(in_results("runs/{run}/probes/index.parquet"), run=REPLICA_SETS[wildcards.rset])
 

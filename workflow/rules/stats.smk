@@ -42,16 +42,59 @@ rule compute_replica_stats:
 
 
 # The calibration simulates the exact shapes (capture times, groups, correlation) of the battery files,
-# which the per-run statistics record; the claims then cite size and power at each file's shape.
+# which the per-run statistics record; the claims then cite size and power at each file's shape. Each run and
+# replica set is calibrated as soon as its statistics exist (beside the training of the others, and a rerun of one
+# run recalibrates only it); calibrate_tests merges the tables.
+rule calibrate_run:
+    input:
+        config=config_slice("stats"),
+        summary=in_results("runs/{run}/stats/summary.json"),
+        context=replica_set_stats,
+    output:
+        table=in_results("runs/{run}/stats/calibration.parquet"),
+    params:
+        config=CONFIG_FILE,
+    threads: CFG.resources["calibrate_threads"]
+    log:
+        in_results("logs/calibrate_run/{run}.log"),
+    benchmark:
+        in_results("benchmarks/calibrate_run/{run}.tsv")
+    conda:
+        ENV
+    shell:
+        "brownformer stats calibrate --config {params.config} --run-stats {input.summary} "
+        "--context {input.context} --jobs {threads} --out {output.table} 2>> {log}"
+
+
+rule calibrate_replica_set:
+    input:
+        config=config_slice("stats"),
+        summary=in_results("replicas/{rset}/stats/summary.json"),
+        context=replica_set_stats,
+    output:
+        table=in_results("replicas/{rset}/stats/calibration.parquet"),
+    params:
+        config=CONFIG_FILE,
+    threads: CFG.resources["calibrate_threads"]
+    log:
+        in_results("logs/calibrate_replica_set/{rset}.log"),
+    benchmark:
+        in_results("benchmarks/calibrate_replica_set/{rset}.tsv")
+    conda:
+        ENV
+    shell:
+        "brownformer stats calibrate --config {params.config} --run-stats {input.summary} "
+        "--context {input.context} --jobs {threads} --out {output.table} 2>> {log}"
+
+
 rule calibrate_tests:
     input:
         config=config_slice("stats"),
-        stats=all_run_stats,
+        parts=all_run_calibrations,
     output:
         table=in_results("stats/calibration.parquet"),
     params:
         config=CONFIG_FILE,
-    threads: CFG.resources["calibrate_threads"]
     log:
         in_results("logs/calibrate_tests/calibrate_tests.log"),
     benchmark:
@@ -59,8 +102,7 @@ rule calibrate_tests:
     conda:
         ENV
     shell:
-        "brownformer stats calibrate --config {params.config} --run-stats {input.stats} "
-        "--jobs {threads} --out {output.table} 2>> {log}"
+        "brownformer stats calibrate --config {params.config} --merge {input.parts} --out {output.table} 2>> {log}"
 
 
 rule summarize_stats:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-__all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "calibration_shapes"]
+__all__ = ["stats_trajectory", "stats_attention", "stats_run", "stats_calibrate", "merge_calibrations",
+           "calibration_shapes"]
 
 
 def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = None, calibrate: bool = False,
@@ -77,26 +78,28 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
     return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
 
 
-def decided_files(run_summaries: list[Path]) -> list[tuple]:
+def decided_files(run_summaries: list[Path], context: list[Path] = ()) -> list[tuple]:
     """(shape, trajectory path, verdict, category, replica) of every decided battery file of the runs'
     stats/summary.json files, leaving out the single-path files of families that replica files decide
-    (stats/diffusion/replica_sets.py); replica: whether the file holds replica contrasts."""
+    (stats/diffusion/replica_sets.py); replica: whether the file holds replica contrasts. The `context` summaries (the
+    replica sets', when one run is calibrated on its own) take part in that choice; their files are not listed."""
     from brownformer.stats.diffusion.replica_sets import calibrated_files, is_replica_file
     from brownformer.stats.core.shapes import CalibrationShape
     from .run_stats import BATTERY_CATEGORIES
+    own = {Path(p) for p in run_summaries}
     pairs = []
-    for path in run_summaries:
+    for path in [*run_summaries, *(p for p in context if Path(p) not in own)]:
         path = Path(path)
         try:
             summary = json.loads(path.read_text())
             files = summary["files"]
         except (OSError, json.JSONDecodeError, KeyError) as exc:
             raise ValueError(f"{path}: not a run's stats summary ({exc})") from None
-        pairs += [(f, Path(summary.get("traj_dir", "."))) for f in files]
-    kept = {id(f) for f in calibrated_files([f for f, _ in pairs])}
+        pairs += [(f, Path(summary.get("traj_dir", ".")), path in own) for f in files]
+    kept = {id(f) for f in calibrated_files([f for f, *_ in pairs])}
     out = []
-    for f, traj in pairs:
-        if (id(f) in kept and f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
+    for f, traj, listed in pairs:
+        if (listed and id(f) in kept and f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
                 and f.get("verdict") in ("brownian", "not brownian")):
             rel = Path(f["path"])
             out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
@@ -115,7 +118,7 @@ def _cell(job):
 
 
 def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: int | None = None,
-                    jobs: int = 1):
+                    jobs: int = 1, context: list[Path] = (), merge: list[Path] = ()):
     """Size and power of the Brownian rule at every shape of the runs' battery files -> calibration.parquet.
 
     The idealised null is simulated at every decided file's exact shape, the alternatives only at shapes where some
@@ -129,13 +132,25 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
         stats: StatsConfig (calibration_replicates, alpha, margins, seed, n_resamples: the data's own count).
         replicates: overrides stats.calibration_replicates (the null's cap).
         jobs: worker processes, one cell each at a time; results do not depend on it.
+        context: summaries that take part in choosing the files (decided_files) but are not calibrated: the
+            pipeline calibrates each run on its own with the replica sets as context, then merges the tables
+            (merge_calibrations); every cell's numbers depend only on its shape and process, so the merge holds
+            the rows of one job over all runs.
+        merge: instead of simulating, the tables of single runs to merge into `out` (merge_calibrations).
+
+    Raises:
+        ValueError: neither run summaries nor tables to merge, or both.
     """
+    if bool(run_summaries) == bool(merge):
+        raise ValueError("stats calibrate: give run summaries (--run-stats) or tables to merge (--merge), not both")
+    if merge:
+        return merge_calibrations(merge, out)
     import pandas as pd
 
     from brownformer.io import atomic_path, progress
 
     from brownformer.stats.core.calibration import processes_for
-    files = decided_files(run_summaries)
+    files = decided_files(run_summaries, context)
     shapes = {s.id: s for s, *_ in files}
     certify = {s.id for s, _, v, *_ in files if v == "brownian"}
     n = int(replicates or stats.calibration_replicates)
@@ -156,6 +171,26 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
     parts = [p for p in parts if len(p)]
     table = pd.concat(parts, ignore_index=True) if parts else pd.DataFrame(
         columns=["shape_id", "process", "test", "rejection_rate"])
+    with atomic_path(Path(out)) as tmp:
+        table.to_parquet(tmp, index=False)
+    return table
+
+
+def merge_calibrations(parts: list[Path], out: Path):
+    """The calibration tables of single runs (stats_calibrate on each) -> one calibration.parquet.
+
+    A shape that several runs share was simulated in each with the same numbers (its cells' streams come from
+    the shape and the process), so its rows are kept once: the first part's, in the order given.
+    """
+    import pandas as pd
+
+    from brownformer.io import atomic_path
+
+    from brownformer.stats.core.calibration import KEY_COLUMNS
+    tables = [pd.read_parquet(p) for p in parts]
+    tables = [t for t in tables if len(t)]
+    table = (pd.concat(tables, ignore_index=True).drop_duplicates(list(KEY_COLUMNS), ignore_index=True) if tables
+             else pd.DataFrame(columns=["shape_id", "process", "test", "rejection_rate"]))
     with atomic_path(Path(out)) as tmp:
         table.to_parquet(tmp, index=False)
     return table

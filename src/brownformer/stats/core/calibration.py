@@ -44,9 +44,11 @@ from brownformer.stats.sphere.replica_null import simulate_null
 log = logging.getLogger(__name__)
 
 __all__ = ["run_calibration", "calibrate_fitted", "processes_for", "power_decided", "size_decided", "cp_bounds",
-           "max_power_replicates", "SIZE_GOAL", "POWER_GOAL", "GATE_CONFIDENCE", "CHUNK"]
+           "max_power_replicates", "SIZE_GOAL", "POWER_GOAL", "GATE_CONFIDENCE", "CHUNK", "KEY_COLUMNS"]
 
 CHUNK = 40
+#: a row of the table is one (shape or fitted file, process, test): tables of several runs merge on it
+KEY_COLUMNS = ("shape_id", "process", "test")
 #: alternatives get this share of the null's replicates at most: power near 0.9-1 needs fewer than a size near 0.05
 POWER_REPLICATES_SHARE = 0.5
 
