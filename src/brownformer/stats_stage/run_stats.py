@@ -45,7 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from brownformer.io import find_sidecar, progress, sha256_file, write_json
-from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.io import to_jsonable
 from brownformer.stats.diffusion.window_verdict import trajectory_verdict
 from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, parse_stats_file
 

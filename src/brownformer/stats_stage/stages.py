@@ -56,7 +56,7 @@ def _through_contract(result: dict, where: str) -> dict:
     """The result as brownformer.statsfile writes it (schema_version, checked keys)."""
     from brownformer.statsfile import SCHEMA_VERSION, parse_stats_file
 
-    from brownformer.stats.core.batch_stat import to_jsonable
+    from brownformer.io import to_jsonable
     return to_jsonable(parse_stats_file(to_jsonable({**result, "schema_version": SCHEMA_VERSION}), where).to_dict())
 
 

@@ -18,7 +18,7 @@ import pandas as pd
 
 from brownformer.config import RunSpec
 from brownformer.io import atomic_path, sha256_file, write_json
-from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.io import to_jsonable
 from brownformer.stats.claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim,
                                       optimizer_claim, sphere_claim)
 from brownformer.stats.diffusion.replica_sets import base_run, replica_set_key

@@ -5,6 +5,8 @@ import math
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Callable, ClassVar
 
+from brownformer.io import to_jsonable
+
 __all__ = ["SCHEMA_VERSION", "TestResult", "EffectEstimate"]
 
 SCHEMA_VERSION = 2
@@ -14,11 +16,6 @@ _NAN2 = (math.nan, math.nan)
 def _float(x: Any) -> float:
     """A JSON number as float; null (how the writer stores NaN) as NaN."""
     return math.nan if x is None else float(x)
-
-
-def _json_float(x: Any) -> Any:
-    """A float as JSON stores it: NaN and inf as null."""
-    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def _pair(x: Any) -> tuple[float, float] | None:
@@ -131,8 +128,8 @@ class TestResult(_Record):
     def to_dict(self) -> dict:
         """Plain JSON: NaN (undefined) as null, the intervals as lists."""
         out = _plain(self, skip_none=False)
-        out.update({k: _json_float(out[k]) for k in ("statistic", "pvalue", "estimate", "null_value")})
-        out.update({k: [_json_float(float(x)) for x in out[k]] for k in ("confidence_interval", "tost_interval")})
+        out.update({k: to_jsonable(out[k]) for k in ("statistic", "pvalue", "estimate", "null_value")})
+        out.update({k: [to_jsonable(float(x)) for x in out[k]] for k in ("confidence_interval", "tost_interval")})
         return out
 
     @classmethod

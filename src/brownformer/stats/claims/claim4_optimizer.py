@@ -33,7 +33,7 @@ from brownformer.config import RunSpec
 from brownformer.metrics import val_metric
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord, Estimate
 
-from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.io import to_jsonable
 from brownformer.stats.core.rule_history import claim_rule_history
 from brownformer.stats.comparison.time_to_target import level_targets, reference_target, time_to_target
 from brownformer.stats.comparison.time_to_target_size import MAX_SIZE, log_time_law, rule_error_rates

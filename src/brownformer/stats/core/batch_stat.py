@@ -1,10 +1,10 @@
-"""Result objects in the shape of scipy.stats results, and JSON helpers.
+"""Result objects in the shape of scipy.stats results.
 
 `TestResult` is one test on one data set (scipy.stats' shape: `statistic`, `pvalue`, `estimate`,
 `confidence_interval`, ...); it lives in the per-run statistics contract (brownformer.statsfile) that the
 readers share, and is re-exported here. `BatchStat` is one statistic of the battery on R trajectories at once
 (the calibration analyses hundreds of simulated trajectories in one call); `BatchStat.result(r, ...)`
-turns replicate r into a TestResult.
+turns replicate r into a TestResult. JSON goes through the one converter, brownformer.io.to_jsonable.
 """
 from __future__ import annotations
 
@@ -13,21 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from brownformer.io import to_jsonable as _plain
 from brownformer.statsfile import TestResult
 
-__all__ = ["TestResult", "BatchStat", "to_jsonable"]
-
-
-def to_jsonable(obj: Any) -> Any:
-    """brownformer.io.to_jsonable that also unpacks objects with a `to_dict()` (result objects)."""
-    if hasattr(obj, "to_dict") and callable(obj.to_dict):
-        return to_jsonable(obj.to_dict())
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    return _plain(obj)
+__all__ = ["TestResult", "BatchStat"]
 
 
 @dataclass(frozen=True)

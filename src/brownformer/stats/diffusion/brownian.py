@@ -22,7 +22,8 @@ from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 from brownformer.stats.diffusion import battery as B
 from brownformer.stats.sphere import sphere_battery as S
 from brownformer.stats.diffusion import rule
-from brownformer.stats.core.batch_stat import BatchStat, to_jsonable
+from brownformer.io import to_jsonable
+from brownformer.stats.core.batch_stat import BatchStat
 from brownformer.stats.diffusion.battery_registry import STATISTICS, TrajectoryInputs, batch_statistics, euclidean_inputs, sphere_inputs
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, Effect, margins_for

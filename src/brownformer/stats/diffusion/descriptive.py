@@ -147,7 +147,7 @@ def analyze_noise(G, *, confidence_level: float, n_surrogates: int = TAIL_SURROG
     against matched Gaussian surrogates (Simsekli et al. 2019 report heavy tails; others report
     Gaussian noise at large batch).
     """
-    from brownformer.stats.core.batch_stat import to_jsonable
+    from brownformer.io import to_jsonable
     G = np.asarray(G, dtype=float)
     if G.ndim != 3 or not np.all(np.isfinite(G)):
         raise ValueError(f"gradient noise must be a finite array (captures, samples, params); got shape {G.shape}")
