@@ -47,11 +47,12 @@ def _check_version(d: Any, where: str) -> None:
 
 
 def _plain(obj, skip_none: bool = True) -> dict:
-    """Fields as a dict: nested contract objects through their to_dict; optional fields left out when None."""
+    """Fields as a dict: nested contract objects through their to_dict; optional fields left out when undefined
+    (None, or a number JSON stores as null: the producer's NaN)."""
     out = {}
     for f in fields(obj):
         v = getattr(obj, f.name)
-        if v is None and skip_none and f.default is None:
+        if skip_none and f.default is None and not isinstance(v, (dict, list, tuple)) and to_jsonable(v) is None:
             continue
         out[f.name] = _out(v)
     return out
@@ -86,7 +87,10 @@ class _Record:
 
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None):
-        """The record from its JSON (ValueError naming `where` and any unknown or missing key)."""
+        """The record from its JSON or from the producer's mapping (ValueError naming `where` and any unknown or
+        missing key); a record of this type is taken as it is."""
+        if isinstance(d, cls):
+            return d
         return _build(cls, d, where or cls.__name__, cls._nested)
 
 
@@ -134,6 +138,8 @@ class TestResult(_Record):
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "test") -> TestResult:
+        if isinstance(d, cls):
+            return d
         if isinstance(d, dict):  # JSON null is how the writer stores NaN
             d = {**d, **{k: _float(d[k]) for k in ("statistic", "pvalue", "estimate", "null_value") if k in d},
                  **{k: _pair(d[k]) or _NAN2 for k in ("confidence_interval", "tost_interval") if k in d}}
