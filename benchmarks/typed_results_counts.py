@@ -10,7 +10,7 @@ converters.
 - string_key_lookups: ``x["key"]`` read (a subscript by a string constant, load context) and ``x.get("key")`` calls
   under stats/ and stats_stage/.
 - dict_fields: annotated class fields under statsfile/ whose annotation names ``dict``, ``Dict`` or ``Mapping``.
-- effect_types: classes named TestResult, EffectEstimate or Estimate, or subclassing a result base, are listed;
+- effect_types: classes named TestResult, EffectEstimate, Estimate (the three before) or EffectResult (the one after);
   json_converters: functions with "json" in their name that are no reader or writer (``to_jsonable``,
   ``_json_float``, ``json_number``).
 """
@@ -21,7 +21,7 @@ import ast
 from pathlib import Path
 
 DICT_NAMES = {"dict", "Dict", "Mapping", "MutableMapping"}
-EFFECT_TYPE_NAMES = {"TestResult", "EffectEstimate", "Estimate"}
+EFFECT_TYPE_NAMES = {"TestResult", "EffectEstimate", "Estimate", "EffectResult"}
 
 
 def _modules(root: Path, *subdirs: str):

@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._results import SCHEMA_VERSION, EffectEstimate, TestResult, _check_version, _list, _map, _Record
+from ._results import SCHEMA_VERSION, EffectResult, _check_version, _list, _map, _Record
 
 __all__ = ["LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
@@ -16,7 +16,7 @@ class LocalSlopes(_Record):
 
     classification: str
     description: str
-    effect: EffectEstimate
+    effect: EffectResult
     window: dict | None = None
     curvature: dict | None = None
     ensemble_exponent: dict | None = None
@@ -29,7 +29,7 @@ class LocalSlopes(_Record):
     spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
     momentum_bias: dict | None = None  # key effect -> {bias, null_value}: what the file's momentum alone gives it
 
-    _nested = {"effect": EffectEstimate.from_dict}
+    _nested = {"effect": EffectResult.effect_from_dict}
 
 
 @dataclass(frozen=True)
@@ -68,10 +68,10 @@ class BatteryStats(_Record):
     hyperplane: bool
     times: list
     drift_removed: str
-    msd_exponent: EffectEstimate
-    diffusion_coefficient: EffectEstimate
-    tests: list[TestResult]
-    effects: dict[str, EffectEstimate]
+    msd_exponent: EffectResult
+    diffusion_coefficient: EffectResult
+    tests: list[EffectResult]
+    effects: dict[str, EffectResult]
     key_effects: list[str]
     verdict: str  # "brownian" | "not brownian" | "inconclusive"
     reason: str
@@ -86,7 +86,7 @@ class BatteryStats(_Record):
     schema_version: int = SCHEMA_VERSION
     calibration_note: str | None = None
     classification_note: str | None = None
-    clock_check: dict[str, EffectEstimate] | None = None
+    clock_check: dict[str, EffectResult] | None = None
     sphere_normalisation: dict | None = None
     local_slopes: LocalSlopes | None = None
     walkers: dict | None = None
@@ -105,13 +105,13 @@ class BatteryStats(_Record):
     entry: dict | None = None
     sphere: SphereSummary | None = None
 
-    def test(self, name: str) -> TestResult | None:
+    def test(self, name: str) -> EffectResult | None:
         return next((t for t in self.tests if t.name == name), None)
 
     _nested = {
-            "msd_exponent": EffectEstimate.from_dict, "diffusion_coefficient": EffectEstimate.from_dict,
-            "tests": _list(TestResult.from_dict), "effects": _map(EffectEstimate.from_dict),
-            "clock_check": _map(EffectEstimate.from_dict), "local_slopes": LocalSlopes.from_dict,
+            "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
+            "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
+            "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict}
 
 
@@ -172,9 +172,9 @@ class NoiseCapture(_Record):
     excess_kurtosis: float | None = None
     normaltest_statistic: float | None = None
     normaltest_pvalue: float | None = None
-    tail_index: TestResult | None = None
+    tail_index: EffectResult | None = None
 
-    _nested = {"tail_index": TestResult.from_dict}
+    _nested = {"tail_index": EffectResult.from_dict}
 
 
 @dataclass(frozen=True)
@@ -229,13 +229,13 @@ class SummaryRow(_Record):
     verdict: str | None = None
     classification: str | None = None
     brownian: bool | None = None
-    msd_exponent: EffectEstimate | None = None
+    msd_exponent: EffectResult | None = None
     battery_error: str | None = None
     calibration_shape: dict | None = None
     window_exponent: float | None = None
     sphere_tensor: str | None = None
 
-    _nested = {"msd_exponent": EffectEstimate.from_dict}
+    _nested = {"msd_exponent": EffectResult.effect_from_dict}
 
 
 @dataclass(frozen=True)

@@ -250,7 +250,7 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
     Returns:
         JSON-ready dict in brownformer.statsfile's BatteryStats layout: kind, n_times, n_walkers, dim, msd_exponent
         {estimate, confidence_interval, tost_interval, pvalue}, diffusion_coefficient {estimate, confidence_interval},
-        tests [TestResult: name, statistic, pvalue, rejected, estimate, ...], effects (key effects with margins),
+        tests [EffectResult: name, statistic, pvalue, rejected, estimate, ...], effects (key effects with margins),
         verdict, reason, brownian, classification, flags, within_group_correlation, calibration_shape, calibration.
 
     Raises:
