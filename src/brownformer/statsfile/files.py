@@ -6,8 +6,18 @@ from typing import Any
 
 from ._results import SCHEMA_VERSION, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["InputFile", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
+
+
+@dataclass(frozen=True)
+class InputFile(_Record):
+    """The array a statistics file was computed from: its path and sha256 (and, from `stats trajectory`, whether a
+    sidecar was read with it)."""
+
+    path: str
+    sha256: str
+    sidecar: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -95,7 +105,7 @@ class BatteryStats(_Record):
     classification_full_range: str | None = None
     time: str | None = None
     clock: dict | None = None
-    input: dict | None = None
+    input: InputFile | None = None
     fitted_null: dict | None = None
     rule_verdict: str | None = None  # `stats trajectory --calibrate`: the rule's verdict before the gates
     rule_reason: str | None = None
@@ -112,7 +122,7 @@ class BatteryStats(_Record):
             "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
             "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
             "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
-            "sphere": SphereSummary.from_dict}
+            "sphere": SphereSummary.from_dict, "input": InputFile.from_dict}
 
 
 @dataclass(frozen=True)
@@ -128,9 +138,9 @@ class SphereStats(_Record):
     run_id: str | None = None
     category: str | None = None
     entry: dict | None = None
-    input: dict | None = None
+    input: InputFile | None = None
 
-    _nested = {"sphere": SphereSummary.from_dict}
+    _nested = {"sphere": SphereSummary.from_dict, "input": InputFile.from_dict}
 
 
 @dataclass(frozen=True)
@@ -151,7 +161,7 @@ class AttentionStats(_Record):
     uniform_reference: dict | None = None
     head_averaged: dict | None = None
     head_kernels: dict | None = None
-    features_input: dict | None = None
+    features_input: InputFile | None = None  # the token features the attention acts on
     step: int | None = None
     null_models: dict | None = None
     null_models_info: dict | None = None
@@ -160,7 +170,9 @@ class AttentionStats(_Record):
     run_id: str | None = None
     category: str | None = None
     entry: dict | None = None
-    input: dict | None = None
+    input: InputFile | None = None
+
+    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict}
 
 
 @dataclass(frozen=True)
@@ -190,9 +202,9 @@ class NoiseStats(_Record):
     run_id: str | None = None
     category: str | None = None
     entry: dict | None = None
-    input: dict | None = None
+    input: InputFile | None = None
 
-    _nested = {"per_capture": _list(NoiseCapture.from_dict)}
+    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict}
 
 
 RunStatsFile = BatteryStats | SphereStats | AttentionStats | NoiseStats
