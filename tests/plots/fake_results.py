@@ -14,9 +14,8 @@ import pandas as pd
 
 from brownformer.config import from_dict
 from brownformer.io import write_json
-from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, LocalSlopes, NoiseCapture, NoiseStats,
-                                   RunStatsSummary, SphereStats, SphereSummary, SummaryRow)
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
+                                   NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow)
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 RAW_CONFIG = {
@@ -107,10 +106,11 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
     effect = EffectResult.effect(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08), 0.4,
                                  margin=(0.9, 1.1), key=True, null={"size": 0.04, "n_replicates": 19})
     window = LocalSlopes(classification="brownian" if brownian else "crossover", description="fake", effect=effect,
-                         window={"start_index": 1, "n_points": T - 1, "start_step": 5, "min_lag_steps": 5},
+                         window=SlopeWindow(start_index=1, used_indices=list(range(2, T)), n_points=T - 1,
+                                            start_step=5, min_lag_steps=5, start_clock=0.01, why="fake"),
                          tau=tau.tolist(), local_slope=local.tolist(), curve=(tau**exponent).tolist(),
-                         envelope={"low": (0.8 + 0 * tau).tolist(), "median": (1 + 0 * tau).tolist(),
-                                   "high": (1.2 + 0 * tau).tolist(), "n_replicates": 19})
+                         envelope=Envelope(low=(0.8 + 0 * tau).tolist(), median=(1 + 0 * tau).tolist(),
+                                           high=(1.2 + 0 * tau).tolist(), n_replicates=19, level=0.95))
     walkers = {"reading": "brownian-like", "rates": "spread",
                "by_type": {t: {"n": 3, "exponent_quantiles": [exponent - 0.3, exponent - 0.1, exponent,
                                                               exponent + 0.1, exponent + 0.3],

@@ -46,7 +46,7 @@ import numpy as np
 
 from brownformer.io import find_sidecar, progress, sha256_file, write_json
 from brownformer.stats.diffusion.window_verdict import trajectory_verdict
-from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, SummaryRow, parse_stats_file
+from brownformer.statsfile import SCHEMA_VERSION, FileError, RunStatsSummary, SummaryRow, parse_stats_file
 
 from .trajectory_io import load_calibration, load_trajectory
 
@@ -191,7 +191,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
             result = _analyze_entry(entry, path, stats, cal, init, min_lag_steps)
         except (ValueError, OSError) as exc:
             log.warning("%s: %s", path, exc)
-            errors.append({"path": str(rel), "error": str(exc)})
+            errors.append(FileError(path=str(rel), error=str(exc)))
             continue
         result.update({"run_id": run_id, "category": entry.get("category"), "entry": entry,
                        "input": {"path": str(path), "sha256": sha256_file(path)}, "schema_version": SCHEMA_VERSION})

@@ -6,7 +6,7 @@ from typing import Any
 
 from ._results import SCHEMA_VERSION, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["InputFile", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -21,25 +21,52 @@ class InputFile(_Record):
 
 
 @dataclass(frozen=True)
+class SlopeWindow(_Record):
+    """Where claim 3's window lies (stats/diffusion/local_slope.py FittingWindow): its first capture and the lags it
+    fits, in captures, steps and the file's clock; `why` says how the start was chosen."""
+
+    start_index: int
+    used_indices: list
+    n_points: int
+    start_step: int | None
+    min_lag_steps: int | None
+    start_clock: float | None
+    why: str | None
+    lag_range: list | None = None  # [first, last] lag on the file's clock (a window with lags)
+    step_range: list | None = None  # [start, last] step (a training file)
+
+
+@dataclass(frozen=True)
+class Envelope(_Record):
+    """The Brownian null's pointwise band of the local slope: quantiles over simulated replicates at each lag."""
+
+    low: list
+    median: list
+    high: list
+    n_replicates: int
+    level: float
+
+
+@dataclass(frozen=True)
 class LocalSlopes(_Record):
     """Claim 3's reading on the window fixed before the data (stats/diffusion/window_reading.py)."""
 
     classification: str
     description: str
     effect: EffectResult
-    window: dict | None = None
+    window: SlopeWindow | None = None
     curvature: dict | None = None
     ensemble_exponent: dict | None = None
     storage_offset: float | None = None
     tau: list | None = None
     curve: list | None = None
     local_slope: list | None = None
-    envelope: dict | None = None
+    envelope: Envelope | None = None
     null_decay: float | None = None
     spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
     momentum_bias: dict | None = None  # key effect -> {bias, null_value}: what the file's momentum alone gives it
 
-    _nested = {"effect": EffectResult.effect_from_dict}
+    _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict}
 
 
 @dataclass(frozen=True)
@@ -251,18 +278,26 @@ class SummaryRow(_Record):
 
 
 @dataclass(frozen=True)
+class FileError(_Record):
+    """A trajectory file `stats run` could not analyse, and why."""
+
+    path: str
+    error: str
+
+
+@dataclass(frozen=True)
 class RunStatsSummary(_Record):
-    """A run's stats/summary.json: the files analysed (rows) and the files that failed ({"path", "error"})."""
+    """A run's stats/summary.json: the files analysed (rows) and the files that failed."""
 
     run_id: str
     traj_dir: str
     index_sha256: str
     n_files: int
     files: list[SummaryRow]
-    errors: list[dict]
+    errors: list[FileError]
     schema_version: int = SCHEMA_VERSION
 
-    _nested = {"files": _list(SummaryRow.from_dict)}
+    _nested = {"files": _list(SummaryRow.from_dict), "errors": _list(FileError.from_dict)}
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "summary.json") -> RunStatsSummary:
