@@ -46,7 +46,7 @@ import numpy as np
 
 from brownformer.io import find_sidecar, progress, sha256_file, write_json
 from brownformer.stats.diffusion.window_verdict import trajectory_verdict
-from brownformer.statsfile import SCHEMA_VERSION, FileError, RunStatsSummary, SummaryRow, parse_stats_file
+from brownformer.statsfile import SCHEMA_VERSION, Clock, FileError, RunStatsSummary, SummaryRow, parse_stats_file
 
 from .trajectory_io import load_calibration, load_trajectory
 
@@ -77,7 +77,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
     from brownformer.stats.diffusion.fitted_null import fitted_id
     from brownformer.stats.core.shapes import fitted_calibration_for
     out["time"] = meta.get("time")
-    out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
+    out["clock"] = Clock(time=meta.get("time"), why=meta.get("clock_reason"), warmup=meta.get("warmup"))
     out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
     fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
     out["fitted_null"] = {"id": fid, "calibration": fitted_calibration_for(load_calibration(calibration), fid)}

@@ -6,7 +6,7 @@ from typing import Any
 
 from ._results import SCHEMA_VERSION, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["Clock", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -18,6 +18,28 @@ class InputFile(_Record):
     path: str
     sha256: str
     sidecar: bool | None = None
+
+
+@dataclass(frozen=True)
+class Clock(_Record):
+    """The clock a training-time file is analysed on (its sidecar's "time"), why, and the warm-up it skips."""
+
+    time: str | None
+    why: str | None
+    warmup: Any
+
+
+@dataclass(frozen=True)
+class SphereNormalisation(_Record):
+    """What `kind="sphere"` did to the vectors (stats/diffusion/brownian.py): the norms found, and a note when they
+    were rescaled to unit length."""
+
+    rescaled_to_unit_length: bool
+    norm_min: float
+    norm_max: float
+    norm_mean: float
+    tolerance: float
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -124,14 +146,14 @@ class BatteryStats(_Record):
     calibration_note: str | None = None
     classification_note: str | None = None
     clock_check: dict[str, EffectResult] | None = None
-    sphere_normalisation: dict | None = None
+    sphere_normalisation: SphereNormalisation | None = None
     local_slopes: LocalSlopes | None = None
     walkers: dict | None = None
     verdict_full_range: str | None = None
     reason_full_range: str | None = None
     classification_full_range: str | None = None
     time: str | None = None
-    clock: dict | None = None
+    clock: Clock | None = None
     input: InputFile | None = None
     fitted_null: dict | None = None
     rule_verdict: str | None = None  # `stats trajectory --calibrate`: the rule's verdict before the gates
@@ -149,7 +171,8 @@ class BatteryStats(_Record):
             "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
             "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
             "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
-            "sphere": SphereSummary.from_dict, "input": InputFile.from_dict}
+            "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
+            "sphere_normalisation": SphereNormalisation.from_dict}
 
 
 @dataclass(frozen=True)
