@@ -65,7 +65,7 @@ def _spelled(record) -> str:
         return "-"
     est = record.estimate
     lo, hi = est.confidence_interval
-    return f"{est.name} {est.value:.3g} [{lo:.3g}, {hi:.3g}]"
+    return f"{est.name} {est.estimate:.3g} [{lo:.3g}, {hi:.3g}]"
 
 
 def _seeds(record) -> str:

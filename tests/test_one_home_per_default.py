@@ -144,12 +144,10 @@ def test_the_value_check_finds_a_second_home():
 
 
 def test_the_contracts_result_default_level_is_the_schemas():
-    """brownformer.statsfile sits below config (it imports nothing of the package), so its TestResult states the
+    """brownformer.statsfile sits below config (it imports nothing of the package), so its EffectResult states the
     confidence level once more; this keeps that copy equal to the schema's."""
-    import dataclasses
-
     from brownformer.config import DEFAULT_STATS
-    from brownformer.statsfile import TestResult
+    from brownformer.statsfile._results import _TEST_DEFAULTS
 
-    level = {f.name: f.default for f in dataclasses.fields(TestResult)}["confidence_level"]
+    level = _TEST_DEFAULTS["confidence_level"]  # what a test that names no level gets
     assert level == DEFAULT_STATS.confidence_level

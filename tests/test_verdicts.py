@@ -6,11 +6,12 @@ import math
 
 import pytest
 
-from brownformer.verdicts import SCHEMA_VERSION, ClaimRecord, ClaimsFile, Estimate, read_claims
+from brownformer.verdicts import SCHEMA_VERSION, ClaimRecord, ClaimsFile, read_claims
+from brownformer.statsfile import EffectResult
 
 
 def _file() -> ClaimsFile:
-    run = ClaimRecord("1", "t", "not supported", "r", estimate=Estimate("x", 0.5, (0.25, math.inf), 0.95),
+    run = ClaimRecord("1", "t", "not supported", "r", estimate=EffectResult.headline("x", 0.5, (0.25, math.inf), 0.95),
                       tests=[{"name": "tost", "statistic": 0.5, "pvalue": 0.2, "rejected": False}],
                       details={"pvalue": 0.2, "criteria": {"offset": {"confidence_interval": [0.1, 0.3]}}})
     head = ClaimRecord("1", "t", "not supported", "r", estimate=run.estimate, pvalue_holm=0.4,

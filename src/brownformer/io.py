@@ -102,9 +102,12 @@ def staged_folder(out: str | Path, *, merge: bool = False, last: str | None = No
 
 
 def to_jsonable(obj: Any) -> Any:
-    """Plain-JSON view of numpy scalars/arrays, tuples, paths; NaN and inf become None."""
+    """Plain-JSON view of result objects (through their `to_dict()`), numpy scalars/arrays, tuples, paths; NaN and
+    inf become None. The package's one JSON converter: every writer and every `to_dict` goes through it."""
     import numpy as np
 
+    if hasattr(obj, "to_dict") and callable(obj.to_dict) and not isinstance(obj, type):
+        return to_jsonable(obj.to_dict())
     if isinstance(obj, dict):
         return {str(k): to_jsonable(v) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):

@@ -11,7 +11,8 @@ claims.json (written by `brownformer stats summary`) is::
 Each ClaimRecord::
 
     {"claim": "3b", "title": "...", "verdict": one of VERDICTS, "reason": "one sentence",
-     "estimate": {"name", "value", "confidence_interval": [lo, hi], "confidence_level"} | null,
+     "estimate": {"name", "value", "confidence_interval": [lo, hi], "confidence_level"} | null,  # EffectResult
+                                                 # in its "headline" layout (brownformer.statsfile)
      "margin": [lo, hi] | null,                  # equivalence margin the verdict used
      "calibration": {"shape", "size", "size_se", "power": {alternative: value}, "n_replicates"} | null,
      "pvalue_holm": float | null,
@@ -42,13 +43,14 @@ that still spells them would otherwise be read as "no p-value"), and so is a fil
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from brownformer.statsfile import EffectResult
+
 __all__ = ["VERDICTS", "Verdict", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
-           "Estimate", "SeedUnit", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
+           "SeedUnit", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 3
 #: schema 2's spellings, refused anywhere in a record
@@ -66,34 +68,6 @@ def _old_names(obj: Any, where: str = "") -> list[str]:
     if isinstance(obj, (list, tuple)):
         return [p for i, v in enumerate(obj) for p in _old_names(v, f"{where}{i}.")]
     return []
-
-
-def _num(x: Any) -> float:
-    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else math.nan
-
-
-@dataclass(frozen=True)
-class Estimate:
-    """An effect size with its confidence interval."""
-    name: str
-    value: float
-    confidence_interval: tuple[float, float]
-    confidence_level: float | None = None
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> Estimate | None:
-        if not d:
-            return None
-        ci = d.get("confidence_interval") or [None, None]
-        return cls(str(d.get("name", "")), _num(d.get("value")), (_num(ci[0]), _num(ci[1])),
-                   d.get("confidence_level"))
-
-    def to_dict(self) -> dict:
-        def clean(x):
-            return x if isinstance(x, float) and math.isfinite(x) else None
-        lo, hi = self.confidence_interval
-        return {"name": self.name, "value": clean(self.value), "confidence_interval": [clean(lo), clean(hi)],
-                "confidence_level": self.confidence_level}
 
 
 @dataclass(frozen=True)
@@ -129,7 +103,7 @@ class ClaimRecord:
     title: str
     verdict: Verdict
     reason: str = ""
-    estimate: Estimate | None = None
+    estimate: EffectResult | None = None  # the "headline" layout
     margin: tuple[float, float] | None = None
     calibration: dict | None = None
     pvalue_holm: float | None = None
@@ -157,7 +131,7 @@ class ClaimRecord:
         margin = d.get("margin")
         return cls(
             claim=cid, title=ttl, verdict=d["verdict"], reason=str(d.get("reason") or ""),
-            estimate=Estimate.from_dict(d.get("estimate")),
+            estimate=EffectResult.from_dict(d.get("estimate"), f"claim {cid}.estimate", form="headline"),
             margin=(float(margin[0]), float(margin[1])) if margin else None,
             calibration=d.get("calibration"), pvalue_holm=d.get("pvalue_holm"),
             tests=list(d.get("tests") or []),

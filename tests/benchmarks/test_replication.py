@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from brownformer.config import from_dict
-from brownformer.verdicts import ClaimRecord, ClaimsFile, Estimate
+from brownformer.verdicts import ClaimRecord, ClaimsFile
+from brownformer.statsfile import EffectResult
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -24,7 +25,7 @@ def _claims(**records) -> ClaimsFile:
     """claim -> (verdict, value, low, high) or (verdict, None) for a claim without an estimate."""
     out = {}
     for claim, (verdict, *est) in records.items():
-        estimate = Estimate("slope", est[0], (est[1], est[2])) if est and est[0] is not None else None
+        estimate = EffectResult.headline("slope", est[0], (est[1], est[2])) if est and est[0] is not None else None
         out[claim] = ClaimRecord(claim=claim, title=claim, verdict=verdict, estimate=estimate)
     return ClaimsFile(claims=out)
 

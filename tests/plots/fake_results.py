@@ -14,9 +14,9 @@ import pandas as pd
 
 from brownformer.config import from_dict
 from brownformer.io import write_json
-from brownformer.statsfile import (AttentionStats, BatteryStats, EffectEstimate, LocalSlopes, NoiseCapture, NoiseStats,
-                                   RunStatsSummary, SphereStats, SphereSummary, SummaryRow, TestResult)
-from brownformer.verdicts import ClaimRecord, ClaimsFile, Estimate
+from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
+                                   NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow)
+from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 RAW_CONFIG = {
     "seeds": [0, 1],
@@ -95,7 +95,7 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
     exponent = 1.0 + 0.05 * rng.standard_normal() if brownian else 0.6
 
     def test(name, est, lo, hi, null):
-        return TestResult(name, statistic=0.3, pvalue=0.4, estimate=est, confidence_interval=(lo, hi),
+        return EffectResult(name, statistic=0.3, pvalue=0.4, estimate=est, confidence_interval=(lo, hi),
                           null_value=null, method="fake", n=N, rejected=False)
 
     tests = [test("msd_exponent", exponent, exponent - 0.1, exponent + 0.1, 1.0),
@@ -103,13 +103,14 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
              test("tail_index", 0.97, 0.85, 1.1, 1.0)]
     tau = np.geomspace(0.01, 1.0, T - 1)
     local = exponent + 0.05 * rng.standard_normal(T - 1)
-    effect = EffectEstimate(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08), 0.4,
-                            margin=(0.9, 1.1), key=True, null={"size": 0.04, "n_replicates": 19})
+    effect = EffectResult.effect(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08), 0.4,
+                                 margin=(0.9, 1.1), key=True, null={"size": 0.04, "n_replicates": 19})
     window = LocalSlopes(classification="brownian" if brownian else "crossover", description="fake", effect=effect,
-                         window={"start_index": 1, "n_points": T - 1, "start_step": 5, "min_lag_steps": 5},
+                         window=SlopeWindow(start_index=1, used_indices=list(range(2, T)), n_points=T - 1,
+                                            start_step=5, min_lag_steps=5, start_clock=0.01, why="fake"),
                          tau=tau.tolist(), local_slope=local.tolist(), curve=(tau**exponent).tolist(),
-                         envelope={"low": (0.8 + 0 * tau).tolist(), "median": (1 + 0 * tau).tolist(),
-                                   "high": (1.2 + 0 * tau).tolist(), "n_replicates": 19})
+                         envelope=Envelope(low=(0.8 + 0 * tau).tolist(), median=(1 + 0 * tau).tolist(),
+                                           high=(1.2 + 0 * tau).tolist(), n_replicates=19, level=0.95))
     walkers = {"reading": "brownian-like", "rates": "spread",
                "by_type": {t: {"n": 3, "exponent_quantiles": [exponent - 0.3, exponent - 0.1, exponent,
                                                               exponent + 0.1, exponent + 0.3],
@@ -118,8 +119,8 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
     return BatteryStats(
         kind=kind, n_times=T, n_walkers=N, n_walkers_total=N, n_groups=N, dim=D, span_dimension=D, hyperplane=False,
         times=list(range(T)), drift_removed="common", tests=tests, effects={"msd_exponent": effect},
-        msd_exponent=EffectEstimate(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08)),
-        diffusion_coefficient=EffectEstimate(0.01, (0.008, 0.012)), key_effects=["msd_exponent"], verdict=verdict,
+        msd_exponent=EffectResult.effect(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08)),
+        diffusion_coefficient=EffectResult.effect(0.01, (0.008, 0.012)), key_effects=["msd_exponent"], verdict=verdict,
         reason="fake", brownian=brownian, classification="brownian" if brownian else "subdiffusive", flags=[],
         within_group_correlation=0.0, calibration_shape={}, curves={}, settings={}, calibration=None,
         local_slopes=window, walkers=walkers, time="lr_sq_sum", run_id=run, category=entry["category"], entry=entry)
@@ -146,7 +147,7 @@ def _attention_stats(rng, run: str) -> AttentionStats:
 
 
 def _noise_stats(run: str) -> NoiseStats:
-    tail = TestResult("tail_index", statistic=0.9, pvalue=0.3, estimate=0.9, confidence_interval=(0.8, 1.0))
+    tail = EffectResult("tail_index", statistic=0.9, pvalue=0.3, estimate=0.9, confidence_interval=(0.8, 1.0))
     return NoiseStats(kind="gradient_noise", n_captures=3, n_samples=16, n_params=D, run_id=run, category="gradnoise",
                       per_capture=[NoiseCapture(c, 128, excess_kurtosis=1.0, tail_index=tail) for c in range(3)])
 
@@ -227,18 +228,18 @@ def _write_claims(root: Path, cfg) -> None:
                            per_run={r: ClaimRecord(cid, title, v) for r, v in (per_run or {}).items()})
 
     claims = {
-        "1": rec("1", "tokens on the sphere", "supported", Estimate("fraction on the sphere", 1.0, (0.99, 1.0), 0.95),
+        "1": rec("1", "tokens on the sphere", "supported", EffectResult.headline("fraction on the sphere", 1.0, (0.99, 1.0), 0.95),
                  (0.99, 1.01), cal, "every LN output within the margin", {r: "supported" for r in trained}),
         "2": rec("2", "attention is a reversible isotropic kernel", "not supported",
-                 Estimate("reversibility residual", 0.2, (0.15, 0.25), 0.95), (0.0, 0.1), None,
+                 EffectResult.headline("reversibility residual", 0.2, (0.15, 0.25), 0.95), (0.0, 0.1), None,
                  "residual CI above the margin", {r: "not supported" for r in trained}),
-        "3a": rec("3a", "Brownian over depth", "inconclusive", Estimate("MSD exponent", 0.7, (0.4, 1.0), 0.9),
+        "3a": rec("3a", "Brownian over depth", "inconclusive", EffectResult.headline("MSD exponent", 0.7, (0.4, 1.0), 0.9),
                   (0.9, 1.1), cal, "fewer than 8 layers", {r: "inconclusive" for r in trained}),
         "4": rec("4", "iterative K-FAC trains faster", "did not train", reason="the K-FAC runs diverged"),
     }
     claims["4"] = dataclasses.replace(claims["4"], per_model={"vit-pre": ClaimRecord(
         "4", "iterative K-FAC trains faster", "inconclusive", reason="too few seeds for a CI",
-        estimate=Estimate("steps ratio", 0.75, (0.5, 1.1), 0.95), margin=(0.0, 0.75))})
+        estimate=EffectResult.headline("steps ratio", 0.75, (0.5, 1.1), 0.95), margin=(0.0, 0.75))})
     claims_file = ClaimsFile(claims, did_not_train=[{"run": DID_NOT_TRAIN_RUN, "reason": "diverged: loss NaN at step 20"}],
                              calibration={"available": True}, runs=runs)
     _write_json(root / "stats" / "claims.json", claims_file.to_dict())

@@ -20,7 +20,8 @@ import pandas as pd
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.stats.claims import optimizer_claim
-from brownformer.verdicts import ClaimRecord, ClaimsFile, Estimate
+from brownformer.verdicts import ClaimRecord, ClaimsFile
+from brownformer.statsfile import EffectResult
 
 RUN = "vit-pre__adamw__s0"
 BUDGET = 200
@@ -36,7 +37,7 @@ SPREAD = {"estimate": 0.44, "confidence_interval": [0.425, 0.455], "margin": [0.
 
 
 def _claim1() -> ClaimRecord:
-    spread = Estimate("radius spread / Gaussian-cloud null after the affine map (worst capture and layer)", 0.44,
+    spread = EffectResult.headline("radius spread / Gaussian-cloud null after the affine map (worst capture and layer)", 0.44,
                       (0.425, 0.455), 0.95)
     run = ClaimRecord("1", "tokens on the sphere", "not supported", "offset outside", estimate=spread,
                       margin=(0.0, 0.5), details={"criteria": {"radius_spread_ratio": SPREAD, "offset": OFFSET}})
@@ -48,7 +49,7 @@ def _claim1() -> ClaimRecord:
 def _claim3(cid: str, verdict: str, size: float) -> ClaimRecord:
     cal = {"shape": {"T": 7, "N": 6, "d": 8, "kind": "sphere"}, "size": size, "size_se": 0.0241,
            "power": {"ou": 0.82}, "equivalence_power": 0.144, "n_replicates": 400}
-    est = Estimate("window exponent", 1.02, (0.9, 1.2), 0.9)
+    est = EffectResult.headline("window exponent", 1.02, (0.9, 1.2), 0.9)
     runs = {RUN: ClaimRecord(cid, f"Brownian ({cid})", verdict, estimate=est, calibration=cal)}
     return ClaimRecord(cid, f"Brownian ({cid})", verdict, "power 0.82 < 0.9; a rejection needs 1 runs not supported",
                        estimate=est, margin=(0.9, 1.1), calibration=cal, per_run=runs)

@@ -14,7 +14,8 @@ import pytest
 from brownformer.metrics import val_metric
 from brownformer.results import (Results, calibration_fields, calibration_matrix, claims_frame, did_not_train_frame,
                                  time_to_target_table)
-from brownformer.verdicts import ClaimRecord, ClaimsFile, Estimate, read_claims
+from brownformer.verdicts import ClaimRecord, ClaimsFile, read_claims
+from brownformer.statsfile import EffectResult
 
 _spec = importlib.util.spec_from_file_location("fake_results", Path(__file__).parents[1] / "plots" / "fake_results.py")
 fake = importlib.util.module_from_spec(_spec)
@@ -106,7 +107,7 @@ def test_time_to_target_quotes_the_times_claim_4_used(tree):
              "reached": True, "final": 0.9},
             {"optimizer": "kfac-iterative", "seed": 0, "run": "vit-pre__kfac-iterative__s0", "steps": None,
              "seconds": None, "reached": False, "final": 0.5}]
-    model = ClaimRecord("4", "t", "inconclusive", estimate=Estimate("ratio", 1.0, (0.5, 2.0)),
+    model = ClaimRecord("4", "t", "inconclusive", estimate=EffectResult.headline("ratio", 1.0, (0.5, 2.0)),
                         details={"runs": runs, "metric": "val_accuracy", "target": 0.77, "higher_is_better": True})
     four = dataclasses.replace(claims.claims["4"], per_model={"vit-pre": model})
     path.write_text(json.dumps(ClaimsFile({**claims.claims, "4": four}, claims.did_not_train).to_dict()))

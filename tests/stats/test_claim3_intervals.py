@@ -14,14 +14,14 @@ STATS = StatsConfig()
 def test_independent_mean_interval_is_the_normal_interval_with_large_df():
     est, se, df = independent_mean_interval([1.0, 2.0, float("nan")], [0.1, 0.2, 0.3], [1e9, 1e9, 1e9], stats=STATS,
                                             name="x")
-    assert est.value == 1.5 and math.isclose(se, math.sqrt(0.1 ** 2 + 0.2 ** 2) / 2)  # the NaN run is dropped
+    assert est.estimate == 1.5 and math.isclose(se, math.sqrt(0.1 ** 2 + 0.2 ** 2) / 2)  # the NaN run is dropped
     half = sps.norm.ppf(0.5 + STATS.confidence_level / 2) * se
     assert np.allclose(est.confidence_interval, (1.5 - half, 1.5 + half), rtol=1e-6)
     # Welch-Satterthwaite: two runs with equal errors and df pool to twice the df
     assert math.isclose(independent_mean_interval([0, 1], [0.3, 0.3], [4, 4], stats=STATS, name="x")[2], 8.0)
     # a run with an estimate but no error leaves the interval undefined rather than too short
     est, se, _ = independent_mean_interval([0.0, 1.0], [0.1, None], [4, 4], stats=STATS, name="x")
-    assert est.value == 0.5 and all(math.isnan(c) for c in est.confidence_interval) and math.isnan(se)
+    assert est.estimate == 0.5 and all(math.isnan(c) for c in est.confidence_interval) and math.isnan(se)
 
 
 def _file(values: np.ndarray) -> dict:
@@ -45,8 +45,8 @@ def test_run_and_claim_intervals_cover_the_mean_over_runs():
             shared = rng.normal(0, 0.2, 5)  # the run's groups move every file together
             files = [_file(truth[r, f] + shared + rng.normal(0, 0.05, 5)) for f in range(truth.shape[1])]
             est, se, df = _run_estimate(files, STATS)
-            assert math.isclose(est.value, np.mean([f["effects"]["msd_exponent"]["estimate"] for f in files]))
-            runs.append((est.value, se, df))
+            assert math.isclose(est.estimate, np.mean([f["effects"]["msd_exponent"]["estimate"] for f in files]))
+            runs.append((est.estimate, se, df))
         est, _, _ = independent_mean_interval(*zip(*runs), stats=STATS, name="x")
         hits += est.confidence_interval[0] <= target <= est.confidence_interval[1]
     assert hits / n >= STATS.confidence_level - 2 * math.sqrt(0.05 * 0.95 / n)

@@ -11,13 +11,14 @@ import pytest
 from brownformer.config import StatsConfig
 from brownformer.stats.claims import claim3_brownian
 from brownformer.stats.core.pooling import MIN_SEEDS
-from brownformer.verdicts import NOT_SUPPORTED, ClaimRecord, Estimate
+from brownformer.verdicts import NOT_SUPPORTED, ClaimRecord
+from brownformer.statsfile import EffectResult
 
 STATS = StatsConfig()
 
 
 def _rejecting_run(key, run, files, stats, table):
-    est = Estimate("window MSD exponent", 0.5 + 0.01 * int(run.rsplit("s", 1)[1]), (0.4, 0.6), stats.confidence_level)
+    est = EffectResult.headline("window MSD exponent", 0.5 + 0.01 * int(run.rsplit("s", 1)[1]), (0.4, 0.6), stats.confidence_level)
     return ClaimRecord(claim=key, title="t", verdict=NOT_SUPPORTED, reason="fixed", estimate=est,
                        margin=tuple(stats.margins["msd_exponent"]),
                        details={"pooling": {"size_bound": 1e-4}, "estimate_se": 0.05, "estimate_df": 10.0})

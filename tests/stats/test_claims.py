@@ -263,7 +263,7 @@ def test_markov_claim_rule_over_seeds_and_step0_baseline():
     rec = markov_claim(good + base, STATS)
     conf = rec.per_model["vit-pre__adamw"]
     assert conf.verdict == rec.verdict == "supported", conf.reason
-    assert conf.estimate.value < 1e-6  # the exact vMF kernel moves tokens exactly as the attention does
+    assert conf.estimate.estimate < 1e-6  # the exact vMF kernel moves tokens exactly as the attention does
     assert rec.seeds.n_seeds == {"vit-pre__adamw": MIN_SEEDS}
     assert conf.margin[1] <= STATS.margins["vmf_output_error"][1]  # never above the configured ceiling
     assert conf.details["criteria"]["head_isotropy"]["estimate"] == pytest.approx(1.0)

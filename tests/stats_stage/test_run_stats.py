@@ -67,7 +67,7 @@ def _read(out, rel):
 
 def test_per_file_outputs(run_dir):
     root, out, summary = run_dir
-    assert summary["errors"] == [] and summary["n_files"] == 4
+    assert summary.errors == [] and summary.n_files == 4
     tr = _read(out, "training/ln_l0.json")
     assert tr["time"] == "lr_sq_sum" and tr["n_groups"] == B and tr["hyperplane"] and tr["span_dimension"] == D - 1
     assert set(tr["clock_check"]) == {"step", "lr_sum"} and tr["verdict"] in ("brownian", "inconclusive", "not brownian")
@@ -79,8 +79,8 @@ def test_per_file_outputs(run_dir):
     hr = next(t for t in dp["tests"] if t["name"] == "harmonic_ratio")  # clock-free: still reported
     assert hr["estimate"] is not None
     assert _read(out, "gradnoise/l0_q.json")["kind"] == "gradient_noise"
-    rows = {f["path"]: f for f in summary["files"]}
-    assert rows["training/ln_l0.npy"]["calibration_shape"]["times"][-1] == 1.0
+    rows = {f.path: f for f in summary.files}
+    assert rows["training/ln_l0.npy"].calibration_shape["times"][-1] == 1.0
 
 
 def test_calibration_at_the_files_shapes_and_the_claims_cite_it(run_dir, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from brownformer.statsfile import (SCHEMA_VERSION, AttentionStats, BatteryStats, NoiseStats, RunStatsSummary,
                                    SphereStats, parse_stats_file)
-from brownformer.statsfile import TestResult as Result  # not "Test*": pytest would try to collect it
+from brownformer.statsfile import EffectResult as Result
 
 RUN = "vit-pre__adamw__s0"
 TINY_STEPS = 30  # enough captures for a battery over training; the ci config's 60 would only cost time

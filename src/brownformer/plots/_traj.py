@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 
-from brownformer.statsfile import TestResult
+from brownformer.statsfile import EffectResult
 
 __all__ = ["unit", "mean_cosine_from_start", "gram_offdiagonal", "displacement_msd", "find_test", "capture_number",
            "clock_label"]
@@ -61,7 +61,7 @@ def displacement_msd(X: np.ndarray) -> np.ndarray:
     return ((X - X[:1]) ** 2).sum(-1).mean(axis=1) / X.shape[-1]
 
 
-def find_test(tests: list[TestResult], pattern: str) -> TestResult | None:
+def find_test(tests: list[EffectResult], pattern: str) -> EffectResult | None:
     """The first test whose name matches `pattern` and whose estimate is finite (None when there is none)."""
     rx = re.compile(pattern)
     return next((t for t in tests if rx.search(t.name) and np.isfinite(t.estimate)), None)

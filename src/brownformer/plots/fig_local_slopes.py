@@ -59,8 +59,8 @@ def _slopes_panel(ax, rows: list[dict], palette, family: str, title: str) -> Non
         faint = deciding and r["unit"] != "replica"
         b = r["block"]
         tau, ls = _arr(b.tau), _arr(b.local_slope)
-        env = b.envelope or {}
-        lo, hi = _arr(env.get("low")), _arr(env.get("high"))
+        env = b.envelope
+        lo, hi = (_arr(env.low), _arr(env.high)) if env is not None else (_arr(None), _arr(None))
         if lo.size == tau.size and not faint:
             ax.fill_between(tau, lo, hi, color="0.6", alpha=0.12, lw=0)
         ax.plot(tau, ls, color=palette[r["optimizer"]], lw=0.5 if faint else (1.4 if deciding else 0.7),

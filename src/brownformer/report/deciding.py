@@ -81,10 +81,10 @@ def _estimate_text(rec: ClaimRecord) -> str:
     if est is None:
         return "n/a"
     name = est.name.split(" (")[0]  # the quantity; how it was pooled is in Section 3
-    if not math.isfinite(_num(est.value)):
+    if not math.isfinite(_num(est.estimate)):
         return f"{name} undefined"
     interval = fmt_ci(*est.confidence_interval)
-    return f"{name} {fmt(est.value)}" + ("" if interval == "n/a" else f" {interval}{_level(est)}")
+    return f"{name} {fmt(est.estimate)}" + ("" if interval == "n/a" else f" {interval}{_level(est)}")
 
 
 def _margin_text(rec: ClaimRecord) -> str:

@@ -73,7 +73,7 @@ def _row(rec: ClaimRecord, scope: str, key: str | None) -> dict:
     est = rec.estimate
     row = {"claim": rec.claim, "title": rec.title, "scope": scope, "key": key, "model": None, "optimizer": None,
            "seed": None, "verdict": rec.verdict, "estimate_name": est.name if est else "",
-           "estimate": est.value if est else math.nan, "ci_low": est.confidence_interval[0] if est else math.nan,
+           "estimate": est.estimate if est else math.nan, "ci_low": est.confidence_interval[0] if est else math.nan,
            "ci_high": est.confidence_interval[1] if est else math.nan,
            "confidence_level": _num(est.confidence_level) if est else math.nan,
            "margin_low": rec.margin[0] if rec.margin else math.nan,

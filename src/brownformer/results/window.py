@@ -27,8 +27,9 @@ def window_table(res: Results) -> pd.DataFrame:
                 continue
             b = data.local_slopes
             rows.append({"run": spec.run_id, "optimizer": spec.optimizer, "claim": FAMILIES[fam], "unit": unit,
-                         "file": key, "clock": data.time, "start_step": dig(b.window, "start_step"),
-                         "min_lag_steps": dig(b.window, "min_lag_steps"), "n_lags": dig(b.window, "n_points"),
+                         "file": key, "clock": data.time, "start_step": b.window.start_step if b.window else None,
+                         "min_lag_steps": b.window.min_lag_steps if b.window else None,
+                         "n_lags": b.window.n_points if b.window else None,
                          "reading": b.classification, "description": b.description,
                          "window_exponent": b.effect.estimate, "window_null_size": dig(b.effect.null, "size"),
                          "ensemble_exponent": dig(b.ensemble_exponent, "estimate"),

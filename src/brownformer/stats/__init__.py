@@ -16,7 +16,7 @@ _EXPORTS = {
     "validate_trajectory": "diffusion.trajectory_inputs", "analyze_trajectory": "diffusion.brownian", "analyze_noise": "diffusion.descriptive",
     "analyze_attention": "markov.markov_chain", "attention_null_models": "markov.markov_chain", "weight_isotropy": "markov.markov_chain",
     "sphere_summary": "sphere.sphere_distance", "run_calibration": "core.calibration", "simulate": "diffusion.simulate",
-    "optimizer_claim": "claims", "TestResult": "core.batch_stat",
+    "optimizer_claim": "claims", "EffectResult": "core.batch_stat",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -45,9 +45,8 @@ from pathlib import Path
 import numpy as np
 
 from brownformer.io import find_sidecar, progress, sha256_file, write_json
-from brownformer.stats.core.batch_stat import to_jsonable
 from brownformer.stats.diffusion.window_verdict import trajectory_verdict
-from brownformer.statsfile import SCHEMA_VERSION, RunStatsSummary, parse_stats_file
+from brownformer.statsfile import SCHEMA_VERSION, Clock, FileError, RunStatsSummary, SummaryRow, parse_stats_file
 
 from .trajectory_io import load_calibration, load_trajectory
 
@@ -78,7 +77,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
     from brownformer.stats.diffusion.fitted_null import fitted_id
     from brownformer.stats.core.shapes import fitted_calibration_for
     out["time"] = meta.get("time")
-    out["clock"] = {"time": meta.get("time"), "why": meta.get("clock_reason"), "warmup": meta.get("warmup")}
+    out["clock"] = Clock(time=meta.get("time"), why=meta.get("clock_reason"), warmup=meta.get("warmup"))
     out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
     fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
     out["fitted_null"] = {"id": fid, "calibration": fitted_calibration_for(load_calibration(calibration), fid)}
@@ -192,28 +191,30 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
             result = _analyze_entry(entry, path, stats, cal, init, min_lag_steps)
         except (ValueError, OSError) as exc:
             log.warning("%s: %s", path, exc)
-            errors.append({"path": str(rel), "error": str(exc)})
+            errors.append(FileError(path=str(rel), error=str(exc)))
             continue
         result.update({"run_id": run_id, "category": entry.get("category"), "entry": entry,
                        "input": {"path": str(path), "sha256": sha256_file(path)}, "schema_version": SCHEMA_VERSION})
-        # through the contract: a field the readers do not know fails here, at the writer, not in a figure
-        result = to_jsonable(parse_stats_file(to_jsonable(result), f"{rel_out}").to_dict())
-        write_json(out_dir / rel_out, result)
-        row = {"path": str(rel), "output": str(rel_out), "category": entry.get("category")}
-        if entry.get("unit"):  # "replica": contrasts of a replica set (stats/diffusion/replica_sets.py)
-            row["unit"] = entry["unit"]
-        for k in ("kind", "verdict", "classification", "brownian", "msd_exponent", "battery_error", "calibration_shape"):
-            if k in result:
-                row[k] = result[k]
-        if isinstance(result.get("local_slopes"), dict):
-            row["window_exponent"] = result["local_slopes"]["effect"].get("estimate")
-        if "sphere" in result:
-            row["sphere_tensor"] = result["sphere"]["tensor"]
-        files.append(row)
-        log.info("%s: %s", rel, row.get("verdict", "done"))
-    summary = {"schema_version": SCHEMA_VERSION, "run_id": run_id, "traj_dir": str(traj_dir),
-               "index_sha256": sha256_file(traj_dir / "index.json"), "n_files": len(files), "files": files,
-               "errors": errors}
-    summary = to_jsonable(RunStatsSummary.from_dict(to_jsonable(summary)).to_dict())
+        # parsed once into the contract: a field the readers do not know fails here, at the writer, not in a figure
+        record = parse_stats_file(result, f"{rel_out}")
+        write_json(out_dir / rel_out, record)
+        files.append(_summary_row(entry, rel, rel_out, record))
+        log.info("%s: %s", rel, getattr(record, "verdict", None) or "done")
+    summary = RunStatsSummary(run_id=run_id, traj_dir=str(traj_dir), index_sha256=sha256_file(traj_dir / "index.json"),
+                              n_files=len(files), files=files, errors=errors)
     write_json(out_dir / "summary.json", summary)
     return summary
+
+
+def _summary_row(entry: dict, rel: Path, rel_out: Path, record) -> SummaryRow:
+    """A file's line in summary.json, read off its typed record (fields a record lacks stay None: not written)."""
+    slopes, sphere = getattr(record, "local_slopes", None), getattr(record, "sphere", None)
+    return SummaryRow(
+        path=str(rel), output=str(rel_out), category=entry.get("category"),
+        unit=entry.get("unit") or None,  # "replica": contrasts of a replica set (stats/diffusion/replica_sets.py)
+        kind=getattr(record, "kind", None), verdict=getattr(record, "verdict", None),
+        classification=getattr(record, "classification", None), brownian=getattr(record, "brownian", None),
+        msd_exponent=getattr(record, "msd_exponent", None), battery_error=getattr(record, "battery_error", None),
+        calibration_shape=getattr(record, "calibration_shape", None),
+        window_exponent=slopes.effect.estimate if slopes is not None else None,
+        sphere_tensor=sphere.tensor if sphere is not None else None)

@@ -24,41 +24,39 @@ def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = 
     fitted to it (fitted null); a cost estimate is passed to `echo` (default: stderr) first; "verdict" is then the
     rule's verdict after the gates (claims/claim3_brownian.py file_verdict), "rule_verdict" the rule's own.
     """
-    from brownformer.io import write_json
+    from brownformer.io import to_jsonable, write_json
 
     from .run_stats import trajectory_file_stats
     result = trajectory_file_stats(file, stats=stats, kind=kind)
     if calibrate:
         from .user_calibration import calibrate_result
         result = calibrate_result(file, result, stats=stats, kind=kind, echo=echo)
-    result = _through_contract(result, str(file))
+    record = _through_contract(result, str(file))
     if out is not None:
-        write_json(out, result)
-    return result
+        write_json(out, record)
+    return to_jsonable(record)  # what OUT.json holds: the CLI prints it
 
 
 def stats_attention(file: Path, out: Path | None, *, stats, features: Path | None = None, wq: Path | None = None,
                     wk: Path | None = None, n_heads: int | None = None) -> dict:
     """Markov-chain statistics of any (..., n, n) array (docs/ARTIFACTS.md, `stats attention`) with a verdict per claim-2
     criterion and its margin (claims/claim2_markov.py `file_verdicts`) -> OUT.json."""
-    from brownformer.io import write_json
+    from brownformer.io import to_jsonable, write_json
 
     from brownformer.stats.claims.claim2_markov import file_verdicts
     from .attention_files import attention_file_stats
     result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
     result["verdicts"] = file_verdicts(result, stats)
-    result = _through_contract(result, str(file))
+    record = _through_contract(result, str(file))
     if out is not None:
-        write_json(out, result)
-    return result
+        write_json(out, record)
+    return to_jsonable(record)  # what OUT.json holds: the CLI prints it
 
 
-def _through_contract(result: dict, where: str) -> dict:
-    """The result as brownformer.statsfile writes it (schema_version, checked keys)."""
+def _through_contract(result: dict, where: str):
+    """The result parsed once into its brownformer.statsfile record (schema_version, checked keys)."""
     from brownformer.statsfile import SCHEMA_VERSION, parse_stats_file
-
-    from brownformer.stats.core.batch_stat import to_jsonable
-    return to_jsonable(parse_stats_file(to_jsonable({**result, "schema_version": SCHEMA_VERSION}), where).to_dict())
+    return parse_stats_file({**result, "schema_version": SCHEMA_VERSION}, where)
 
 
 def stats_run(traj_dir: Path, out: Path, *, stats, run_id: str, min_lag_steps: int = 0) -> dict:

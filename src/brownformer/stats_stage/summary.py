@@ -18,7 +18,6 @@ import pandas as pd
 
 from brownformer.config import RunSpec
 from brownformer.io import atomic_path, sha256_file, write_json
-from brownformer.stats.core.batch_stat import to_jsonable
 from brownformer.stats.claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim,
                                       optimizer_claim, sphere_claim)
 from brownformer.stats.diffusion.replica_sets import base_run, replica_set_key
@@ -162,7 +161,7 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
                                      "available": calibration is not None,
                                      "sha256": sha256_file(calibration) if calibration else None},
                         runs=sorted({base_run(r) for r in run_stats_dirs} | set(metrics_by_run)))
-    write_json(out_dir / "claims.json", to_jsonable(result.to_dict()))
+    write_json(out_dir / "claims.json", result)  # write_json converts the record once
     return result
 
 

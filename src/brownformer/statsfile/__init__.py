@@ -4,8 +4,9 @@ figures and the report (readers).
 
 Every file carries "schema_version" (SCHEMA_VERSION). A JSON key is always the field's name, and result objects
 use scipy.stats' names: `statistic`, `pvalue`, `confidence_interval` (and `tost_interval`, the (1 - 2 alpha)
-interval the equivalence rule reads). `from_dict` rejects a file of another schema version and names any
-unknown or missing key; `to_dict` writes plain JSON (NaN and inf as null, by the writer's `to_jsonable`).
+interval the equivalence rule reads). `EffectResult` is the one effect type (a test, a key effect, an exponent, a
+claim's headline estimate), each in its JSON layout. `from_dict` rejects a file of another schema version and names any
+unknown or missing key; `to_dict` writes plain JSON (NaN and inf as null, by the one converter brownformer.io.to_jsonable).
 
 One file is one of (`parse_stats_file` picks by "category" and content):
 - `BatteryStats`: the Brownian battery of a depth, training or weights file, or of any array (`stats trajectory`);
@@ -21,10 +22,11 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 """
 from __future__ import annotations
 
-from ._results import SCHEMA_VERSION, EffectEstimate, TestResult
-from .files import (AttentionStats, BatteryStats, LocalSlopes, NoiseCapture, NoiseStats, RunStatsFile, RunStatsSummary,
-                    SphereStats, SphereSummary, SummaryRow, parse_stats_file)
+from ._results import SCHEMA_VERSION, EffectResult
+from .files import (AttentionStats, BatteryStats, Clock, Envelope, FileError, InputFile, LocalSlopes, NoiseCapture,
+                    NoiseStats, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation, SphereStats,
+                    SphereSummary, SummaryRow, parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "TestResult", "EffectEstimate", "LocalSlopes", "SphereSummary", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "Clock", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats",
            "SphereStats", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import math
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields, replace
 from typing import Any, Callable, ClassVar
 
-__all__ = ["SCHEMA_VERSION", "TestResult", "EffectEstimate"]
+from brownformer.io import to_jsonable
+
+__all__ = ["SCHEMA_VERSION", "EffectResult"]
 
 SCHEMA_VERSION = 2
 _NAN2 = (math.nan, math.nan)
@@ -16,9 +18,14 @@ def _float(x: Any) -> float:
     return math.nan if x is None else float(x)
 
 
-def _json_float(x: Any) -> Any:
-    """A float as JSON stores it: NaN and inf as null."""
-    return None if isinstance(x, float) and not math.isfinite(x) else x
+def _num(x: Any) -> float:
+    """A finite number as float, anything else (null, a string, a bool, inf) as NaN."""
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) else math.nan
+
+
+def _finite(x: Any) -> float | None:
+    """A finite float as it is; anything else (NaN, inf, a non-float) as null."""
+    return x if isinstance(x, float) and math.isfinite(x) else None
 
 
 def _pair(x: Any) -> tuple[float, float] | None:
@@ -50,11 +57,12 @@ def _check_version(d: Any, where: str) -> None:
 
 
 def _plain(obj, skip_none: bool = True) -> dict:
-    """Fields as a dict: nested contract objects through their to_dict; optional fields left out when None."""
+    """Fields as a dict: nested contract objects through their to_dict; optional fields left out when undefined
+    (None, or a number JSON stores as null: the producer's NaN)."""
     out = {}
     for f in fields(obj):
         v = getattr(obj, f.name)
-        if v is None and skip_none and f.default is None:
+        if skip_none and f.default is None and not isinstance(v, (dict, list, tuple)) and to_jsonable(v) is None:
             continue
         out[f.name] = _out(v)
     return out
@@ -89,80 +97,145 @@ class _Record:
 
     @classmethod
     def from_dict(cls, d: dict, where: str | None = None):
-        """The record from its JSON (ValueError naming `where` and any unknown or missing key)."""
+        """The record from its JSON or from the producer's mapping (ValueError naming `where` and any unknown or
+        missing key); a record of this type is taken as it is."""
+        if isinstance(d, cls):
+            return d
         return _build(cls, d, where or cls.__name__, cls._nested)
 
 
+#: JSON layouts of an EffectResult: (required keys, keys in the order written). "test": one hypothesis test, every
+#: key written (NaN as null); "effect": an estimate with what is known of it (a key effect with its margin, the MSD
+#: exponent, the window exponent), unset keys left out; "headline": a claim's effect size in claims.json, the
+#: estimate under the key "value".
+_TEST_KEYS = ("name", "statistic", "pvalue", "estimate", "confidence_interval", "confidence_level", "method", "n",
+              "null_value", "tost_interval", "why_undefined", "extra", "rejected")
+_EFFECT_KEYS = ("estimate", "confidence_interval", "tost_interval", "pvalue", "why_undefined", "margin", "key",
+                "method", "null", "bias_correction")
+_FORMS = {"test": ({"name", "statistic", "pvalue"}, _TEST_KEYS), "effect": ({"estimate"}, _EFFECT_KEYS),
+          "headline": (set(), ("name", "value", "confidence_interval", "confidence_level"))}
+_TEST_DEFAULTS = {"estimate": math.nan, "confidence_interval": _NAN2, "confidence_level": 0.95, "method": "", "n": 0,
+                  "null_value": math.nan, "tost_interval": _NAN2, "why_undefined": ""}
+_PAIRS = ("confidence_interval", "tost_interval", "margin")
+
+
 @dataclass(frozen=True)
-class TestResult(_Record):
-    """One hypothesis test with its effect size, in scipy.stats' shape.
+class EffectResult:
+    """One effect, in scipy.stats' shape: a test (`statistic`, `pvalue`), the effect size it is about (`estimate`,
+    `confidence_interval` at `confidence_level`) and what else is known of it. The one effect type of the package:
+    the battery's tests, its key effects, the MSD and window exponents and each claim's headline estimate.
 
     Attributes:
         name: short identifier (e.g. "variance_ratio"); statistic, pvalue: as scipy names them.
-        estimate: the effect size the test is about; confidence_interval: (low, high) at `confidence_level`.
+        estimate: the effect size; confidence_interval: (low, high) at `confidence_level`.
         method: the test and its null distribution; n: independent units (groups of walkers) used.
         null_value: the estimate under the null; tost_interval: the (1 - 2 alpha) interval the rule reads.
         why_undefined: why the estimate is undefined (empty when defined); extra: further plain-JSON values.
         rejected: the decision at the run's alpha, recorded when the battery writes it (None before).
+        margin: the equivalence margin of a key effect; key: whether it decides; null: the window exponent's own
+            rule on simulated Brownian motion; bias_correction: what was subtracted from the estimate.
+        form: its JSON layout (_FORMS): "test" (the default: a test fills scipy's defaults, NaN where undefined),
+            "effect" (None where unknown, left out of the JSON) or "headline" (claims.json's estimate).
     """
 
-    name: str
-    statistic: float
-    pvalue: float
-    estimate: float = math.nan
-    confidence_interval: tuple[float, float] = _NAN2
-    confidence_level: float = 0.95
-    method: str = ""
-    n: int = 0
-    null_value: float = math.nan
-    tost_interval: tuple[float, float] = _NAN2
-    why_undefined: str = ""
+    name: str | None = None
+    statistic: float | None = None
+    pvalue: float | None = None
+    estimate: float | None = None
+    confidence_interval: tuple | None = None
+    confidence_level: float | None = None
+    method: str | None = None
+    n: int | None = None
+    null_value: float | None = None
+    tost_interval: tuple | None = None
+    why_undefined: str | None = None
     extra: dict = field(default_factory=dict)
     rejected: bool | None = None
-
-    def reject(self, alpha: float) -> bool:
-        """True when the p-value is below `alpha` (False for a NaN p-value)."""
-        return bool(math.isfinite(self.pvalue) and self.pvalue < alpha)
-
-    def decided(self, alpha: float) -> TestResult:
-        """This result with `rejected` recorded at `alpha`."""
-        return TestResult(**{**{f.name: getattr(self, f.name) for f in fields(self)}, "rejected": self.reject(alpha)})
-
-    def to_dict(self) -> dict:
-        """Plain JSON: NaN (undefined) as null, the intervals as lists."""
-        out = _plain(self, skip_none=False)
-        out.update({k: _json_float(out[k]) for k in ("statistic", "pvalue", "estimate", "null_value")})
-        out.update({k: [_json_float(float(x)) for x in out[k]] for k in ("confidence_interval", "tost_interval")})
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict, where: str = "test") -> TestResult:
-        if isinstance(d, dict):  # JSON null is how the writer stores NaN
-            d = {**d, **{k: _float(d[k]) for k in ("statistic", "pvalue", "estimate", "null_value") if k in d},
-                 **{k: _pair(d[k]) or _NAN2 for k in ("confidence_interval", "tost_interval") if k in d}}
-        return _build(cls, d, where)
-
-
-@dataclass(frozen=True)
-class EffectEstimate(_Record):
-    """An estimate with its intervals: the MSD exponent, a key effect (with its margin), the window exponent.
-
-    JSON nulls stay None here (an undefined estimate is None, not NaN): readers test `estimate is None`.
-    """
-
-    estimate: float | None
-    confidence_interval: tuple | None = None
-    tost_interval: tuple | None = None
-    pvalue: float | None = None
-    why_undefined: str | None = None
     margin: tuple | None = None
     key: bool | None = None
-    method: str | None = None
-    null: dict | None = None  # the window exponent's own rule on simulated Brownian motion
+    null: dict | None = None
     bias_correction: float | None = None
+    form: str = field(default="test", kw_only=True)
+
+    def __post_init__(self):
+        if self.form not in _FORMS:
+            raise ValueError(f"EffectResult form {self.form!r} is not one of {sorted(_FORMS)}")
+        if self.form == "test":
+            for k, v in _TEST_DEFAULTS.items():
+                if getattr(self, k) is None:
+                    object.__setattr__(self, k, v)
+
+    @classmethod
+    def headline(cls, name: str, estimate: float, confidence_interval: tuple[float, float],
+                 confidence_level: float | None = None) -> EffectResult:
+        """A claim's headline effect size (claims.json "estimate")."""
+        return cls(name, estimate=estimate, confidence_interval=confidence_interval,
+                   confidence_level=confidence_level, form="headline")
+
+    @classmethod
+    def effect(cls, estimate: float | None, confidence_interval: tuple | None = None, tost_interval: tuple | None = None,
+               pvalue: float | None = None, **known) -> EffectResult:
+        """An estimate with what is known of it (the "effect" layout: unknown fields stay None, left out of JSON)."""
+        return cls(estimate=estimate, confidence_interval=confidence_interval, tost_interval=tost_interval,
+                   pvalue=pvalue, **known, form="effect")
 
     def interval(self) -> tuple[float, float]:
         """confidence_interval with undefined bounds as NaN."""
         return _pair(self.confidence_interval) or _NAN2
 
-    _nested = {k: (lambda v, _: tuple(v)) for k in ("confidence_interval", "tost_interval", "margin")}
+    def reject(self, alpha: float) -> bool:
+        """True when the p-value is below `alpha` (False for a NaN p-value)."""
+        return bool(self.pvalue is not None and math.isfinite(self.pvalue) and self.pvalue < alpha)
+
+    def decided(self, alpha: float) -> EffectResult:
+        """This result with `rejected` recorded at `alpha`."""
+        return replace(self, rejected=self.reject(alpha))
+
+    def to_dict(self) -> dict:
+        """Plain JSON in this result's layout (NaN and inf as null, intervals as lists)."""
+        if self.form == "headline":
+            lo, hi = self.confidence_interval
+            return {"name": self.name, "value": _finite(self.estimate), "confidence_interval": [_finite(lo), _finite(hi)],
+                    "confidence_level": self.confidence_level}
+        if self.form == "test":
+            out = {k: _out(getattr(self, k)) for k in _TEST_KEYS}
+            out.update({k: to_jsonable(out[k]) for k in ("statistic", "pvalue", "estimate", "null_value")})
+            out.update({k: [to_jsonable(float(x)) for x in out[k]] for k in ("confidence_interval", "tost_interval")})
+            return out
+        out = {}
+        for k in _EFFECT_KEYS:
+            v = getattr(self, k)
+            if k == "estimate" or isinstance(v, (dict, list, tuple)) or to_jsonable(v) is not None:
+                out[k] = _out(v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "test", form: str = "test") -> EffectResult | None:
+        """The result from its JSON in layout `form` (ValueError naming `where` and any unknown or missing key);
+        a headline's empty or null estimate is None."""
+        if isinstance(d, cls):
+            return d
+        if form == "headline":
+            if not d:
+                return None
+            ci = d.get("confidence_interval") or [None, None]
+            return cls.headline(str(d.get("name", "")), _num(d.get("value")), (_num(ci[0]), _num(ci[1])),
+                                d.get("confidence_level"))
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        required, keys = _FORMS[form]
+        unknown, missing = sorted(set(d) - set(keys)), sorted(required - set(d))
+        if unknown or missing:
+            raise ValueError(f"{where}: " + "; ".join(
+                ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
+                + f" (statistics file schema {SCHEMA_VERSION}, brownformer.statsfile.EffectResult, {form} layout)")
+        d = {k: tuple(v) if k in _PAIRS and v is not None else v for k, v in d.items()}
+        if form == "test":  # JSON null is how the writer stores NaN
+            d.update({k: _float(d[k]) for k in ("statistic", "pvalue", "estimate", "null_value") if k in d})
+            d.update({k: _pair(d[k]) or _NAN2 for k in ("confidence_interval", "tost_interval") if k in d})
+        return cls(**d, form=form)
+
+    @classmethod
+    def effect_from_dict(cls, d: Any, where: str = "effect") -> EffectResult:
+        """from_dict in the "effect" layout (JSON nulls stay None: readers test `estimate is None`)."""
+        return cls.from_dict(d, where, form="effect")

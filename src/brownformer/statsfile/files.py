@@ -4,10 +4,69 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._results import SCHEMA_VERSION, EffectEstimate, TestResult, _check_version, _list, _map, _Record
+from ._results import SCHEMA_VERSION, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["Clock", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
+
+
+@dataclass(frozen=True)
+class InputFile(_Record):
+    """The array a statistics file was computed from: its path and sha256 (and, from `stats trajectory`, whether a
+    sidecar was read with it)."""
+
+    path: str
+    sha256: str
+    sidecar: bool | None = None
+
+
+@dataclass(frozen=True)
+class Clock(_Record):
+    """The clock a training-time file is analysed on (its sidecar's "time"), why, and the warm-up it skips."""
+
+    time: str | None
+    why: str | None
+    warmup: Any
+
+
+@dataclass(frozen=True)
+class SphereNormalisation(_Record):
+    """What `kind="sphere"` did to the vectors (stats/diffusion/brownian.py): the norms found, and a note when they
+    were rescaled to unit length."""
+
+    rescaled_to_unit_length: bool
+    norm_min: float
+    norm_max: float
+    norm_mean: float
+    tolerance: float
+    note: str | None = None
+
+
+@dataclass(frozen=True)
+class SlopeWindow(_Record):
+    """Where claim 3's window lies (stats/diffusion/local_slope.py FittingWindow): its first capture and the lags it
+    fits, in captures, steps and the file's clock; `why` says how the start was chosen."""
+
+    start_index: int
+    used_indices: list
+    n_points: int
+    start_step: int | None
+    min_lag_steps: int | None
+    start_clock: float | None
+    why: str | None
+    lag_range: list | None = None  # [first, last] lag on the file's clock (a window with lags)
+    step_range: list | None = None  # [start, last] step (a training file)
+
+
+@dataclass(frozen=True)
+class Envelope(_Record):
+    """The Brownian null's pointwise band of the local slope: quantiles over simulated replicates at each lag."""
+
+    low: list
+    median: list
+    high: list
+    n_replicates: int
+    level: float
 
 
 @dataclass(frozen=True)
@@ -16,20 +75,20 @@ class LocalSlopes(_Record):
 
     classification: str
     description: str
-    effect: EffectEstimate
-    window: dict | None = None
+    effect: EffectResult
+    window: SlopeWindow | None = None
     curvature: dict | None = None
     ensemble_exponent: dict | None = None
     storage_offset: float | None = None
     tau: list | None = None
     curve: list | None = None
     local_slope: list | None = None
-    envelope: dict | None = None
+    envelope: Envelope | None = None
     null_decay: float | None = None
     spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
     momentum_bias: dict | None = None  # key effect -> {bias, null_value}: what the file's momentum alone gives it
 
-    _nested = {"effect": EffectEstimate.from_dict}
+    _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict}
 
 
 @dataclass(frozen=True)
@@ -68,10 +127,10 @@ class BatteryStats(_Record):
     hyperplane: bool
     times: list
     drift_removed: str
-    msd_exponent: EffectEstimate
-    diffusion_coefficient: EffectEstimate
-    tests: list[TestResult]
-    effects: dict[str, EffectEstimate]
+    msd_exponent: EffectResult
+    diffusion_coefficient: EffectResult
+    tests: list[EffectResult]
+    effects: dict[str, EffectResult]
     key_effects: list[str]
     verdict: str  # "brownian" | "not brownian" | "inconclusive"
     reason: str
@@ -86,16 +145,16 @@ class BatteryStats(_Record):
     schema_version: int = SCHEMA_VERSION
     calibration_note: str | None = None
     classification_note: str | None = None
-    clock_check: dict[str, EffectEstimate] | None = None
-    sphere_normalisation: dict | None = None
+    clock_check: dict[str, EffectResult] | None = None
+    sphere_normalisation: SphereNormalisation | None = None
     local_slopes: LocalSlopes | None = None
     walkers: dict | None = None
     verdict_full_range: str | None = None
     reason_full_range: str | None = None
     classification_full_range: str | None = None
     time: str | None = None
-    clock: dict | None = None
-    input: dict | None = None
+    clock: Clock | None = None
+    input: InputFile | None = None
     fitted_null: dict | None = None
     rule_verdict: str | None = None  # `stats trajectory --calibrate`: the rule's verdict before the gates
     rule_reason: str | None = None
@@ -105,14 +164,15 @@ class BatteryStats(_Record):
     entry: dict | None = None
     sphere: SphereSummary | None = None
 
-    def test(self, name: str) -> TestResult | None:
+    def test(self, name: str) -> EffectResult | None:
         return next((t for t in self.tests if t.name == name), None)
 
     _nested = {
-            "msd_exponent": EffectEstimate.from_dict, "diffusion_coefficient": EffectEstimate.from_dict,
-            "tests": _list(TestResult.from_dict), "effects": _map(EffectEstimate.from_dict),
-            "clock_check": _map(EffectEstimate.from_dict), "local_slopes": LocalSlopes.from_dict,
-            "sphere": SphereSummary.from_dict}
+            "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
+            "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
+            "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
+            "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
+            "sphere_normalisation": SphereNormalisation.from_dict}
 
 
 @dataclass(frozen=True)
@@ -128,9 +188,9 @@ class SphereStats(_Record):
     run_id: str | None = None
     category: str | None = None
     entry: dict | None = None
-    input: dict | None = None
+    input: InputFile | None = None
 
-    _nested = {"sphere": SphereSummary.from_dict}
+    _nested = {"sphere": SphereSummary.from_dict, "input": InputFile.from_dict}
 
 
 @dataclass(frozen=True)
@@ -151,7 +211,7 @@ class AttentionStats(_Record):
     uniform_reference: dict | None = None
     head_averaged: dict | None = None
     head_kernels: dict | None = None
-    features_input: dict | None = None
+    features_input: InputFile | None = None  # the token features the attention acts on
     step: int | None = None
     null_models: dict | None = None
     null_models_info: dict | None = None
@@ -160,7 +220,9 @@ class AttentionStats(_Record):
     run_id: str | None = None
     category: str | None = None
     entry: dict | None = None
-    input: dict | None = None
+    input: InputFile | None = None
+
+    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict}
 
 
 @dataclass(frozen=True)
@@ -172,9 +234,9 @@ class NoiseCapture(_Record):
     excess_kurtosis: float | None = None
     normaltest_statistic: float | None = None
     normaltest_pvalue: float | None = None
-    tail_index: TestResult | None = None
+    tail_index: EffectResult | None = None
 
-    _nested = {"tail_index": TestResult.from_dict}
+    _nested = {"tail_index": EffectResult.from_dict}
 
 
 @dataclass(frozen=True)
@@ -190,9 +252,9 @@ class NoiseStats(_Record):
     run_id: str | None = None
     category: str | None = None
     entry: dict | None = None
-    input: dict | None = None
+    input: InputFile | None = None
 
-    _nested = {"per_capture": _list(NoiseCapture.from_dict)}
+    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict}
 
 
 RunStatsFile = BatteryStats | SphereStats | AttentionStats | NoiseStats
@@ -229,28 +291,36 @@ class SummaryRow(_Record):
     verdict: str | None = None
     classification: str | None = None
     brownian: bool | None = None
-    msd_exponent: EffectEstimate | None = None
+    msd_exponent: EffectResult | None = None
     battery_error: str | None = None
     calibration_shape: dict | None = None
     window_exponent: float | None = None
     sphere_tensor: str | None = None
 
-    _nested = {"msd_exponent": EffectEstimate.from_dict}
+    _nested = {"msd_exponent": EffectResult.effect_from_dict}
+
+
+@dataclass(frozen=True)
+class FileError(_Record):
+    """A trajectory file `stats run` could not analyse, and why."""
+
+    path: str
+    error: str
 
 
 @dataclass(frozen=True)
 class RunStatsSummary(_Record):
-    """A run's stats/summary.json: the files analysed (rows) and the files that failed ({"path", "error"})."""
+    """A run's stats/summary.json: the files analysed (rows) and the files that failed."""
 
     run_id: str
     traj_dir: str
     index_sha256: str
     n_files: int
     files: list[SummaryRow]
-    errors: list[dict]
+    errors: list[FileError]
     schema_version: int = SCHEMA_VERSION
 
-    _nested = {"files": _list(SummaryRow.from_dict)}
+    _nested = {"files": _list(SummaryRow.from_dict), "errors": _list(FileError.from_dict)}
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "summary.json") -> RunStatsSummary:

@@ -48,7 +48,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
+from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
+from brownformer.statsfile import EffectResult
 
 from brownformer.stats.core.pooling import NESTING, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
@@ -261,7 +262,7 @@ def _decided_record(crit: dict, ln: str, stats, who: str, over: str, extra: dict
     why = r.get("why") or o.get("why")
     if why:
         reason += f"; {why}"
-    est = Estimate(f"radius spread / Gaussian-cloud null of {DECIDING_TENSOR[ln]} (worst layer; {over})",
+    est = EffectResult.headline(f"radius spread / Gaussian-cloud null of {DECIDING_TENSOR[ln]} (worst layer; {over})",
                    r.get("estimate", math.nan), tuple(r.get("confidence_interval", (math.nan, math.nan))),
                    stats.confidence_level)
     return ClaimRecord("1", TITLE, verdict, reason, margin=tuple(r["margin"]), estimate=est,

@@ -51,7 +51,8 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate
+from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
+from brownformer.statsfile import EffectResult
 
 from brownformer.stats.core.pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
@@ -155,7 +156,7 @@ def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord
         f"{c['margin'][0 if CRITERIA[n][1] == 'lower' else 1]:.3g} ({c['verdict']}"
         + (f": {c['why']}" if c["why"] else "") + ")" for n, c in crit.items())
     sizes = [r.calibration["size"] for r, _ in seeds.values() if (r.calibration or {}).get("size") is not None]
-    est = Estimate("attention-output error of the isotropic (vMF) kernel "
+    est = EffectResult.headline("attention-output error of the isotropic (vMF) kernel "
                    + (f"({', '.join(fits)})" if fits else "(undefined: no fit in each head's subspace)")
                    + f", relative to the mean field ({over})", e["estimate"], tuple(e["confidence_interval"]),
                    stats.confidence_level)

@@ -220,8 +220,8 @@ def seed_record(run: str, files: list[dict], stats) -> tuple[ClaimRecord, dict]:
     rev, rev_se = unit_mean_interval(_pooled_units(trained, "reversibility_residual"), stats=stats,
                                 name="detailed-balance residual, this seed (over probe inputs)")
     iso, where = _worst_head(trained)
-    values = {"head_isotropy": iso, "vmf_output_error": err.value if fit else math.nan,
-              "reversibility": math.nan if causal else rev.value}
+    values = {"head_isotropy": iso, "vmf_output_error": err.estimate if fit else math.nan,
+              "reversibility": math.nan if causal else rev.estimate}
     why = {"head_isotropy": where.get("why_undefined"), "vmf_output_error": None if fit else NO_HEAD_FIT,
            "reversibility": "causal mask: token 1 is absorbing, pi = e_1" if causal else None}
     heads = _head_criterion(trained, baseline, m["head_isotropy"])
@@ -237,15 +237,15 @@ def seed_record(run: str, files: list[dict], stats) -> tuple[ClaimRecord, dict]:
                "causal": causal, "margins": m, "n_inputs": int(err_units.size), "n_captures": len(trained),
                "step0_baseline": base, "head_averaged": _head_averaged(trained)}
     reason = ("one seed does not decide (seeds are the unit of inference); within this seed: head isotropy "
-              f"{fmt_value(iso)}, vMF output error {fmt_value(err.value)}, reversibility residual "
-              + ("undefined (causal)" if causal else fmt_value(rev.value)))
+              f"{fmt_value(iso)}, vMF output error {fmt_value(err.estimate)}, reversibility residual "
+              + ("undefined (causal)" if causal else fmt_value(rev.estimate)))
     rec = ClaimRecord("2", TITLE, INCONCLUSIVE, reason, details=details,
                       calibration=_calibration(trained, baseline, m, causal, trained[0].get("shape")))
     # over this seed's probe inputs: what a fixed model (unit "inputs") is decided on; the worst head is exact
     undefined = (math.nan, (math.nan, math.nan), math.nan)
     within = {"head_isotropy": (iso, (iso, iso), 0.0 if math.isfinite(iso) else math.nan),
-              "vmf_output_error": (err.value, err.confidence_interval, err_se) if fit else undefined,
-              "reversibility": undefined if causal else (rev.value, rev.confidence_interval, rev_se)}
+              "vmf_output_error": (err.estimate, err.confidence_interval, err_se) if fit else undefined,
+              "reversibility": undefined if causal else (rev.estimate, rev.confidence_interval, rev_se)}
     return rec, {"causal": causal, "fit": fit, "values": values, "why": why, "within": within,
                  "n_inputs": int(err_units.size)}
 

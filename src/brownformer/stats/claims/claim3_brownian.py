@@ -209,23 +209,23 @@ def _file_error(result: dict, confidence_level: float) -> tuple[float, float, fl
 
 
 def _run_estimate(results: list[dict], stats):
-    """(Estimate, SE, df) of a run's mean window exponent over its files (RUN_INTERVAL): the files share their groups
+    """(EffectResult, SE, df) of a run's mean window exponent over its files (RUN_INTERVAL): the files share their groups
     (the same replica contrasts or probe inputs), so SD(mean) <= mean of the SDs bounds the SE whatever their
     correlation; the interval is then over the groups, not over files."""
     from scipy.special import stdtrit
 
-    from brownformer.verdicts import Estimate
+    from brownformer.statsfile import EffectResult
     rows = [_file_error(r, stats.confidence_level) for r in results]
     rows = [r for r in rows if math.isfinite(r[0])]
     name = "window MSD exponent (mean over files; interval over the files' groups)"
     if not rows:
-        return Estimate(name, math.nan, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
+        return EffectResult.headline(name, math.nan, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
     mean = sum(r[0] for r in rows) / len(rows)
     se, df = sum(r[1] for r in rows) / len(rows), min(r[2] for r in rows)
     if not (math.isfinite(se) and math.isfinite(df)):
-        return Estimate(name, mean, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
+        return EffectResult.headline(name, mean, (math.nan, math.nan), stats.confidence_level), math.nan, math.nan
     half = float(stdtrit(df, 0.5 + stats.confidence_level / 2)) * se
-    return Estimate(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
+    return EffectResult.headline(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
 
 
 def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
@@ -291,9 +291,9 @@ def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> 
 
 
 def _runs_estimate(records: dict[str, ClaimRecord], stats, name: str):
-    """(Estimate, SE, df) of the mean over independent runs of their estimates (CLAIM_INTERVAL)."""
+    """(EffectResult, SE, df) of the mean over independent runs of their estimates (CLAIM_INTERVAL)."""
     recs = [r for r in records.values() if r.estimate]
-    return independent_mean_interval([r.estimate.value for r in recs], [r.details.get("estimate_se") for r in recs],
+    return independent_mean_interval([r.estimate.estimate for r in recs], [r.details.get("estimate_se") for r in recs],
                                      [r.details.get("estimate_df") for r in recs], stats=stats, name=name)
 
 
@@ -362,7 +362,7 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     # Seeds are the unit of inference (claims/common.py): per configuration, the t-interval over its seeds' run
     # estimates sits beside the pooled one, and a decisive verdict needs one configuration with MIN_SEEDS seeds
     # (a count over the runs of one seed per configuration would treat one training as the population).
-    pools = configuration_pools({r: rec.estimate.value for r, rec in trained.items() if rec.estimate},
+    pools = configuration_pools({r: rec.estimate.estimate for r, rec in trained.items() if rec.estimate},
                                 confidence_level=stats.confidence_level, nesting=SEED_NESTING)
     if verdict != INCONCLUSIVE and not any(p.decidable for p in pools.values()):
         most = max((p.n_seeds for p in pools.values()), default=0)

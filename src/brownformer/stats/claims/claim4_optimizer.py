@@ -31,9 +31,10 @@ import pandas as pd
 
 from brownformer.config import RunSpec
 from brownformer.metrics import val_metric
-from brownformer.verdicts import INCONCLUSIVE, ClaimRecord, Estimate
+from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
+from brownformer.statsfile import EffectResult
 
-from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.io import to_jsonable
 from brownformer.stats.core.rule_history import claim_rule_history
 from brownformer.stats.comparison.time_to_target import level_targets, reference_target, time_to_target
 from brownformer.stats.comparison.time_to_target_size import MAX_SIZE, log_time_law, rule_error_rates
@@ -122,14 +123,14 @@ def _gated(res, rates: dict[str, dict]) -> tuple[str, str]:
         f"vs {b} {r['size' if verdict == 'supported' else 'size_not_supported']:.1%}" for b, r in rates.items())
 
 
-def _estimate(res) -> tuple[Estimate | None, dict]:
+def _estimate(res) -> tuple[EffectResult | None, dict]:
     """The headline estimate: steps ratio against the best baseline, with its bound side (typed)."""
     ratio = (res.ratios.get(res.baseline) or {}).get("steps")
     if ratio is None:
         return None, {}
     name = (f"steps to target, {res.proposed} / {res.baseline} (best first-order baseline; ratio of "
             f"Kaplan-Meier medians{', a bound' if ratio.bound else ''})")
-    return (Estimate(name, ratio.estimate, tuple(ratio.confidence_interval), ratio.confidence_level),
+    return (EffectResult.headline(name, ratio.estimate, tuple(ratio.confidence_interval), ratio.confidence_level),
             {"estimate_bound": ratio.bound, "estimate_text": ratio.text(),
              "n_censored": {o: m.n_censored for o, m in res.medians.items()}})
 
@@ -227,6 +228,6 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
                  "max_size": MAX_SIZE, "rule_history": claim_rule_history("4")})
 
 
-def _upper(est: Estimate) -> float:
+def _upper(est: EffectResult) -> float:
     hi = est.confidence_interval[1]
     return math.inf if hi is None or (isinstance(hi, float) and math.isnan(hi)) else hi

@@ -18,8 +18,8 @@ import numpy as np
 from scipy import stats as sps
 
 from brownformer.config import ConfigError, RunSpec
-from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, Estimate,
-                                  SeedUnit)
+from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, SeedUnit)
+from brownformer.statsfile import EffectResult
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap
 from brownformer.stats.core.multiple import holm_adjust
@@ -51,7 +51,7 @@ def finite_or_none(x) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def unit_mean_interval(values, *, stats, name: str) -> tuple[Estimate, float]:
+def unit_mean_interval(values, *, stats, name: str) -> tuple[EffectResult, float]:
     """Mean over independent units with its cluster-bootstrap t-interval (stats/core/bootstrap.py).
 
     Args:
@@ -60,21 +60,21 @@ def unit_mean_interval(values, *, stats, name: str) -> tuple[Estimate, float]:
         name: what the estimate is.
 
     Returns:
-        (Estimate, standard error); the interval is NaN with fewer than 3 units, a point with no spread.
+        (EffectResult, standard error); the interval is NaN with fewer than 3 units, a point with no spread.
     """
     v = np.asarray([x for x in np.ravel(np.asarray(values, float)) if np.isfinite(x)], float)
     if v.size == 0:
-        return Estimate(name, math.nan, (math.nan, math.nan), stats.confidence_level), math.nan
+        return EffectResult.headline(name, math.nan, (math.nan, math.nan), stats.confidence_level), math.nan
     if np.ptp(v) == 0:
-        return Estimate(name, float(v[0]), (float(v[0]), float(v[0])), stats.confidence_level), 0.0
+        return EffectResult.headline(name, float(v[0]), (float(v[0]), float(v[0])), stats.confidence_level), 0.0
     boot = ClusterBootstrap(np.arange(v.size), n_resamples=stats.n_resamples, rng=stats.seed)
     est = boot.estimate(v[:, None], lambda m: m[..., 0])
     lo, hi = est.interval(stats.confidence_level)
     se = float(est.standard_error[0]) * math.sqrt(v.size / max(v.size - 1, 1))
-    return Estimate(name, float(est.estimate[0]), (float(lo[0]), float(hi[0])), stats.confidence_level), se
+    return EffectResult.headline(name, float(est.estimate[0]), (float(lo[0]), float(hi[0])), stats.confidence_level), se
 
 
-def independent_mean_interval(values, ses, dfs, *, stats, name: str) -> tuple[Estimate, float, float]:
+def independent_mean_interval(values, ses, dfs, *, stats, name: str) -> tuple[EffectResult, float, float]:
     """Mean of independent estimates (runs: independent training runs) with its t-interval from their own errors.
 
     SE = sqrt(sum_r SE_r^2) / R, degrees of freedom by Welch-Satterthwaite, (sum SE_r^2)^2 / sum(SE_r^4 / df_r).
@@ -88,20 +88,20 @@ def independent_mean_interval(values, ses, dfs, *, stats, name: str) -> tuple[Es
         stats: StatsConfig (confidence_level); name: what the estimate is.
 
     Returns:
-        (Estimate, SE, df); SE and df NaN when undefined.
+        (EffectResult, SE, df); SE and df NaN when undefined.
     """
     rows = [(float(v), _num(s), _num(d)) for v, s, d in zip(values, ses, dfs) if math.isfinite(_num(v))]
     nan = math.nan
     if not rows:
-        return Estimate(name, nan, (nan, nan), stats.confidence_level), nan, nan
+        return EffectResult.headline(name, nan, (nan, nan), stats.confidence_level), nan, nan
     v, s, d = (np.asarray(c, float) for c in zip(*rows))
     mean = float(v.mean())
     if not (np.all(np.isfinite(s)) and np.all(np.isfinite(d)) and np.all(d > 0)):
-        return Estimate(name, mean, (nan, nan), stats.confidence_level), nan, nan
+        return EffectResult.headline(name, mean, (nan, nan), stats.confidence_level), nan, nan
     se = float(np.sqrt(np.sum(s ** 2)) / s.size)
     df = float(np.sum(s ** 2) ** 2 / np.sum(s ** 4 / d)) if np.any(s > 0) else float(d.min())
     half = float(sps.t.ppf(0.5 + stats.confidence_level / 2, df)) * se
-    return Estimate(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
+    return EffectResult.headline(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
 
 
 def _num(x) -> float:
@@ -257,8 +257,8 @@ def iut_pick(per_model: dict[str, ClaimRecord], decider: str | None) -> tuple[st
     The decider is the pool's own, else the configuration with the largest finite estimate (the one furthest from
     the ideal 0 of claims 1 and 2's criteria); the p-value is the largest configuration p-value, None unless every
     configuration has one (an intersection-union test rejects only if each does)."""
-    decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.value)]
-    pick = decider or (max(decided, key=lambda c: per_model[c].estimate.value) if decided else None)
+    decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.estimate)]
+    pick = decider or (max(decided, key=lambda c: per_model[c].estimate.estimate) if decided else None)
     pvals = [per_model[c].details.get("pvalue") for c in per_model]
     return pick, (max(pvals) if per_model and all(p is not None for p in pvals) else None)
 

@@ -94,7 +94,7 @@ def claim_points(cfg: ExperimentConfig, claims: ClaimsFile | None) -> pd.DataFra
             for p in by_model.get(spec.model, []):
                 rows.append({"group": p.group, "series": p.series, "size": p.size, "model": p.model,
                              "optimizer": spec.optimizer, "seed": spec.seed, "run": run_id, "claim": cid,
-                             "name": est.name if est else "", "value": est.value if est else math.nan,
+                             "name": est.name if est else "", "value": est.estimate if est else math.nan,
                              "ci_low": est.confidence_interval[0] if est else math.nan,
                              "ci_high": est.confidence_interval[1] if est else math.nan,
                              "confidence_level": (est.confidence_level if est and est.confidence_level else 0.95),

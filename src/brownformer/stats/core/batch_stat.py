@@ -1,10 +1,10 @@
-"""Result objects in the shape of scipy.stats results, and JSON helpers.
+"""Result objects in the shape of scipy.stats results.
 
-`TestResult` is one test on one data set (scipy.stats' shape: `statistic`, `pvalue`, `estimate`,
+`EffectResult` is one test on one data set (scipy.stats' shape: `statistic`, `pvalue`, `estimate`,
 `confidence_interval`, ...); it lives in the per-run statistics contract (brownformer.statsfile) that the
 readers share, and is re-exported here. `BatchStat` is one statistic of the battery on R trajectories at once
 (the calibration analyses hundreds of simulated trajectories in one call); `BatchStat.result(r, ...)`
-turns replicate r into a TestResult.
+turns replicate r into a EffectResult. JSON goes through the one converter, brownformer.io.to_jsonable.
 """
 from __future__ import annotations
 
@@ -13,21 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from brownformer.io import to_jsonable as _plain
-from brownformer.statsfile import TestResult
+from brownformer.statsfile import EffectResult
 
-__all__ = ["TestResult", "BatchStat", "to_jsonable"]
-
-
-def to_jsonable(obj: Any) -> Any:
-    """brownformer.io.to_jsonable that also unpacks objects with a `to_dict()` (result objects)."""
-    if hasattr(obj, "to_dict") and callable(obj.to_dict):
-        return to_jsonable(obj.to_dict())
-    if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
-    return _plain(obj)
+__all__ = ["EffectResult", "BatchStat"]
 
 
 @dataclass(frozen=True)
@@ -54,8 +42,8 @@ class BatchStat:
             return nan, nan
         return self.boot.interval(confidence_level)
 
-    def result(self, r: int, *, confidence_level: float, alpha: float) -> TestResult:
-        """Replicate r as a TestResult with its confidence_level and (1 - 2 alpha) intervals."""
+    def result(self, r: int, *, confidence_level: float, alpha: float) -> EffectResult:
+        """Replicate r as a EffectResult with its confidence_level and (1 - 2 alpha) intervals."""
         lo, hi = self.interval(confidence_level)
         tlo, thi = self.interval(1 - 2 * alpha)
         est = float(self.estimate[r])
@@ -67,6 +55,6 @@ class BatchStat:
                  for k, v in self.extra.items()}
         if self.n_points is not None:
             extra["n_time_points"] = self.n_points
-        return TestResult(self.name, float(stat), float(self.pvalue[r]), est, (float(lo[r]), float(hi[r])),
+        return EffectResult(self.name, float(stat), float(self.pvalue[r]), est, (float(lo[r]), float(hi[r])),
                           confidence_level, self.method, self.boot.n_groups if self.boot is not None else 0,
                           self.null_value, (float(tlo[r]), float(thi[r])), why, extra)

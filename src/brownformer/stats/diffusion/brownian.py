@@ -22,13 +22,15 @@ from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 from brownformer.stats.diffusion import battery as B
 from brownformer.stats.sphere import sphere_battery as S
 from brownformer.stats.diffusion import rule
-from brownformer.stats.core.batch_stat import BatchStat, to_jsonable
+from brownformer.io import to_jsonable
+from brownformer.stats.core.batch_stat import BatchStat
 from brownformer.stats.diffusion.battery_registry import STATISTICS, TrajectoryInputs, batch_statistics, euclidean_inputs, sphere_inputs
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, Effect, margins_for
 from brownformer.stats.core.shapes import calibration_for, select_walkers, shape_of
 from brownformer.stats.sphere.sphere_distance import gram_offdiagonal
 from brownformer.stats.diffusion.trajectory_inputs import validate_trajectory
+from brownformer.statsfile import SphereNormalisation
 
 log = logging.getLogger(__name__)
 
@@ -251,7 +253,7 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
     Returns:
         JSON-ready dict in brownformer.statsfile's BatteryStats layout: kind, n_times, n_walkers, dim, msd_exponent
         {estimate, confidence_interval, tost_interval, pvalue}, diffusion_coefficient {estimate, confidence_interval},
-        tests [TestResult: name, statistic, pvalue, rejected, estimate, ...], effects (key effects with margins),
+        tests [EffectResult: name, statistic, pvalue, rejected, estimate, ...], effects (key effects with margins),
         verdict, reason, brownian, classification, flags, within_group_correlation, calibration_shape, calibration.
 
     Raises:
@@ -321,17 +323,17 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
 NORM_TOLERANCE = 1e-2
 
 
-def _sphere_normalisation(X: np.ndarray) -> dict:
+def _sphere_normalisation(X: np.ndarray) -> SphereNormalisation:
     """What `kind="sphere"` does to the vectors: each is divided by its norm (the sphere is the unit sphere);
     recorded so that a user whose vectors are not unit length sees it."""
     norms = np.linalg.norm(X, axis=-1)
     dev = float(np.max(np.abs(norms - 1.0)))
-    out = {"rescaled_to_unit_length": dev > NORM_TOLERANCE, "norm_min": float(norms.min()),
-           "norm_max": float(norms.max()), "norm_mean": float(norms.mean()), "tolerance": NORM_TOLERANCE}
-    if dev > NORM_TOLERANCE:
-        out["note"] = (f"--kind sphere: the vectors are not unit length (norms {norms.min():.3g} to {norms.max():.3g}); "
-                       "each was divided by its norm, so only directions were analysed and radial motion was discarded")
-    return out
+    rescaled = dev > NORM_TOLERANCE
+    note = (f"--kind sphere: the vectors are not unit length (norms {norms.min():.3g} to {norms.max():.3g}); "
+            "each was divided by its norm, so only directions were analysed and radial motion was discarded")
+    return SphereNormalisation(rescaled_to_unit_length=rescaled, norm_min=float(norms.min()),
+                               norm_max=float(norms.max()), norm_mean=float(norms.mean()), tolerance=NORM_TOLERANCE,
+                               note=note if rescaled else None)
 
 
 def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_level, alpha, n_resamples, rng) -> dict:

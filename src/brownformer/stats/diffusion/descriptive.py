@@ -10,7 +10,7 @@ import functools
 
 import numpy as np
 
-from brownformer.stats.core.batch_stat import TestResult
+from brownformer.stats.core.batch_stat import EffectResult
 
 __all__ = ["hill_estimator", "tail_test", "normality_test", "isotropy_test", "drift_test", "analyze_noise"]
 
@@ -40,7 +40,7 @@ def _gaussian_hill_null(n: int, k: int, n_resamples: int) -> np.ndarray:
 TAIL_SURROGATES = 199
 
 
-def tail_test(z: np.ndarray, *, confidence_level: float, n_surrogates: int = TAIL_SURROGATES) -> TestResult:
+def tail_test(z: np.ndarray, *, confidence_level: float, n_surrogates: int = TAIL_SURROGATES) -> EffectResult:
     """Hill tail index against matched Gaussian surrogates (never against a bare 2).
 
     Monte Carlo test of H0 Gaussian against heavier tails: p = (1 + #{surrogates <= observed}) / (1 + B)
@@ -50,7 +50,7 @@ def tail_test(z: np.ndarray, *, confidence_level: float, n_surrogates: int = TAI
     z = np.asarray(z, dtype=float).ravel()
     z = z[np.isfinite(z)]
     if z.size < 30 or np.ptp(z) == 0:
-        return TestResult("tail_index", np.nan, np.nan, method="Hill estimator", n=int(z.size), null_value=1.0,
+        return EffectResult("tail_index", np.nan, np.nan, method="Hill estimator", n=int(z.size), null_value=1.0,
                           why_undefined=f"{z.size} finite non-constant values are too few")
     k = int(min(max(10, 0.02 * z.size), z.size - 2))
     null = _gaussian_hill_null(z.size, k, int(n_surrogates))
@@ -59,26 +59,26 @@ def tail_test(z: np.ndarray, *, confidence_level: float, n_surrogates: int = TAI
     med = float(np.median(null))
     a = (1 - confidence_level) / 2
     lo, hi = stat / np.quantile(null, [1 - a, a])  # Hill's sampling spread from the surrogates
-    return TestResult("tail_index", stat, p, stat / med, (float(lo), float(hi)), confidence_level,
+    return EffectResult("tail_index", stat, p, stat / med, (float(lo), float(hi)), confidence_level,
                       f"Hill estimator (k={k}) vs {n_surrogates} matched Gaussian surrogates, one-sided (heavier tails); "
                       "estimate = Hill / surrogate median", int(z.size), 1.0, extra={"hill": stat, "k": k})
 
 
-def normality_test(z: np.ndarray) -> TestResult:
+def normality_test(z: np.ndarray) -> EffectResult:
     """D'Agostino-Pearson K^2 (scipy.stats.normaltest) on standardised increments."""
     from scipy import stats
     z = np.asarray(z, dtype=float).ravel()
     z = z[np.isfinite(z)]
     if z.size < 20 or np.ptp(z) == 0:
-        return TestResult("normaltest", np.nan, np.nan, method="D'Agostino-Pearson K^2", n=int(z.size),
+        return EffectResult("normaltest", np.nan, np.nan, method="D'Agostino-Pearson K^2", n=int(z.size),
                           why_undefined=f"{z.size} finite non-constant values are too few")
     res = stats.normaltest(z)
-    return TestResult("normaltest", float(res.statistic), float(res.pvalue), float(stats.kurtosis(z)),
+    return EffectResult("normaltest", float(res.statistic), float(res.pvalue), float(stats.kurtosis(z)),
                       method="D'Agostino-Pearson K^2 (scipy.stats.normaltest), one coordinate per walker; "
                              "estimate = excess kurtosis", n=int(z.size), null_value=0.0)
 
 
-def isotropy_test(e: np.ndarray, basis: np.ndarray | None = None) -> TestResult:
+def isotropy_test(e: np.ndarray, basis: np.ndarray | None = None) -> EffectResult:
     """Sphericity of the increment covariance (John 1971; Ledoit & Wolf 2002) in p dimensions.
 
     U = (1/p) tr[(C / (tr C / p) - I)^2]; under isotropy (n U - p - 1)/2 -> N(0, 1). `basis` (d, p)
@@ -94,18 +94,18 @@ def isotropy_test(e: np.ndarray, basis: np.ndarray | None = None) -> TestResult:
     C = np.cov(Y, rowvar=False) if n > 1 else np.zeros((p, p))
     tr = float(np.trace(np.atleast_2d(C)))
     if p < 2 or n <= p or tr <= 0:
-        return TestResult("isotropy", np.nan, np.nan, null_value=1.0, n=n, method="sphericity",
+        return EffectResult("isotropy", np.nan, np.nan, null_value=1.0, n=n, method="sphericity",
                           why_undefined=f"needs p >= 2 dimensions, n > p increments and nonzero variance (p={p}, n={n})")
     M = C / (tr / p) - np.eye(p)
     U = np.trace(M @ M) / p
     z = (n * U - p - 1.0) / 2.0
     pr = tr**2 / np.sum(np.linalg.eigvalsh(C) ** 2) / p
-    return TestResult("isotropy", float(z), float(ndtr(-z)), float(pr), method=
+    return EffectResult("isotropy", float(z), float(ndtr(-z)), float(pr), method=
                       f"John/Ledoit-Wolf sphericity in p={p} dimensions: (n U - p - 1)/2 ~ N(0,1); estimate = "
                       "participation ratio / p", n=n, null_value=1.0)
 
 
-def drift_test(disp: np.ndarray, labels: np.ndarray, *, rng) -> TestResult:
+def drift_test(disp: np.ndarray, labels: np.ndarray, *, rng) -> EffectResult:
     """Hotelling (1931) T^2 test of zero mean displacement over groups of walkers.
 
     Group means m_g of X_T - X_0 are independent under the null; with G means in p dimensions,
@@ -124,7 +124,7 @@ def drift_test(disp: np.ndarray, labels: np.ndarray, *, rng) -> TestResult:
     if d >= G - 1:
         k = (G - 1) // 2
         if k < 1:
-            return TestResult("drift", np.nan, np.nan, frac, n=G, null_value=0.0, method="Hotelling T^2",
+            return EffectResult("drift", np.nan, np.nan, frac, n=G, null_value=0.0, method="Hotelling T^2",
                               why_undefined=f"{G} groups are too few for a drift test")
         means = means @ np.linalg.qr(np.random.default_rng(rng).standard_normal((d, k)))[0]
     p = means.shape[1]
@@ -135,7 +135,7 @@ def drift_test(disp: np.ndarray, labels: np.ndarray, *, rng) -> TestResult:
         pval = float(fdtrc(p, G - p, f))
     except np.linalg.LinAlgError:
         f, pval = np.nan, np.nan  # singular covariance: a constant or degenerate trajectory
-    return TestResult("drift", f, pval, frac, n=G, null_value=0.0, method=f"Hotelling T^2 of mean displacement = 0 "
+    return EffectResult("drift", f, pval, frac, n=G, null_value=0.0, method=f"Hotelling T^2 of mean displacement = 0 "
                       f"over {G} group means in {p} dimensions, F({p}, {G - p}); estimate = drift fraction of the final MSD",
                       why_undefined="" if np.isfinite(pval) else "singular covariance of the group displacements")
 
@@ -147,7 +147,7 @@ def analyze_noise(G, *, confidence_level: float, n_surrogates: int = TAIL_SURROG
     against matched Gaussian surrogates (Simsekli et al. 2019 report heavy tails; others report
     Gaussian noise at large batch).
     """
-    from brownformer.stats.core.batch_stat import to_jsonable
+    from brownformer.io import to_jsonable
     G = np.asarray(G, dtype=float)
     if G.ndim != 3 or not np.all(np.isfinite(G)):
         raise ValueError(f"gradient noise must be a finite array (captures, samples, params); got shape {G.shape}")

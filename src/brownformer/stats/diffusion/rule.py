@@ -135,7 +135,7 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
 def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, tuple[float, float]],
                alpha: float, n_times: int, n_groups: int | None = None) -> tuple[str, str]:
     """`decide` on one trajectory's stored effects ({test: {"estimate", "tost_interval", "pvalue"}}, JSON values of
-    brownformer.statsfile.EffectEstimate).
+    brownformer.statsfile.EffectResult, "effect" layout).
 
     This is how the claims re-apply the calibrated rule to per-file outputs.
     """

@@ -14,7 +14,7 @@ import numpy as np
 
 from brownformer.config import DEFAULT_STATS
 
-from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.io import to_jsonable
 from brownformer.stats.markov.kernel_fit import fit_vmf_kernel, head_subspace_gram, vmf_scores
 
 log = logging.getLogger(__name__)

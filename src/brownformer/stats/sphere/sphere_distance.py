@@ -16,7 +16,7 @@ import numpy as np
 
 from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 
-from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.io import to_jsonable
 from brownformer.stats.core.bootstrap import ClusterBootstrap
 
 __all__ = ["gram_offdiagonal", "sphere_summary", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGIN_KEYS",

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from brownformer.stats.core.batch_stat import to_jsonable
+from brownformer.io import to_jsonable
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
 
 __all__ = ["sphere_about", "affine_map_fit", "gaussian_null_spread", "ABOUT_QUANTITIES"]

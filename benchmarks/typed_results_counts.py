@@ -1,0 +1,159 @@
+"""Issue 29 item 1's four counts, measured on the source with `ast` (not grep), plus the effect types and the JSON
+converters.
+
+    python benchmarks/typed_results_counts.py [--src src/brownformer]
+
+- dict_returns: functions under stats/ whose return annotation is a dict (``dict``, ``dict[...]``, ``dict | None``),
+  ``to_dict`` itself not counted.
+- round_trips: a parse (``parse_*`` or ``*.from_dict``) whose argument is a conversion to JSON (``to_jsonable(...)``
+  or ``.to_dict()``), or whose result is converted back (``parse_*(...).to_dict()``), anywhere in the package.
+- string_key_lookups: ``x["key"]`` read (a subscript by a string constant, load context) and ``x.get("key")`` calls
+  under stats/ and stats_stage/.
+- dict_fields: annotated class fields under statsfile/ whose annotation names ``dict``, ``Dict`` or ``Mapping``.
+- effect_types: classes named TestResult, EffectEstimate, Estimate (the three before) or EffectResult (the one after);
+  json_converters: functions with "json" in their name that are no reader or writer (``to_jsonable``,
+  ``_json_float``, ``json_number``).
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+from pathlib import Path
+
+DICT_NAMES = {"dict", "Dict", "Mapping", "MutableMapping"}
+EFFECT_TYPE_NAMES = {"TestResult", "EffectEstimate", "Estimate", "EffectResult"}
+
+
+def _modules(root: Path, *subdirs: str):
+    for sub in subdirs:
+        base = root / sub
+        files = [base] if base.suffix == ".py" else sorted(base.rglob("*.py"))
+        for path in files:
+            yield path, ast.parse(path.read_text(), filename=str(path))
+
+
+def _names_dict(node: ast.AST | None, *, root_only: bool) -> bool:
+    """Whether an annotation is a dict (root_only: the annotation itself, or one side of `X | None`), or mentions
+    one anywhere."""
+    if node is None:
+        return False
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
+        try:
+            node = ast.parse(node.value, mode="eval").body
+        except SyntaxError:
+            return False
+    if root_only:
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+            return _names_dict(node.left, root_only=True) or _names_dict(node.right, root_only=True)
+        if isinstance(node, ast.Subscript):
+            node = node.value
+        return isinstance(node, ast.Name) and node.id in DICT_NAMES
+    return any(isinstance(n, ast.Name) and n.id in DICT_NAMES for n in ast.walk(node))
+
+
+def dict_returns(root: Path) -> list[str]:
+    out = []
+    for path, tree in _modules(root, "stats"):
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "to_dict" \
+                    and _names_dict(node.returns, root_only=True):
+                out.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return out
+
+
+def _call_name(node: ast.AST) -> str | None:
+    if isinstance(node, ast.Call):
+        f = node.func
+        return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else None
+    return None
+
+
+def _is_parse(node: ast.AST) -> bool:
+    name = _call_name(node)
+    return bool(name) and (name.startswith("parse_") or name == "from_dict")
+
+
+def _is_conversion(node: ast.AST) -> bool:
+    name = _call_name(node)
+    return name in ("to_jsonable", "to_dict") or bool(name and name.endswith("_jsonable"))
+
+
+def round_trips(root: Path) -> list[str]:
+    out = []
+    for path, tree in _modules(root, "."):
+        for node in ast.walk(tree):
+            if not _is_parse(node):
+                continue
+            converted_in = any(_is_conversion(a) for a in [*node.args, *(k.value for k in node.keywords)])
+            if converted_in:
+                out.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)[:80]}")
+        for node in ast.walk(tree):  # parse_*(...).to_dict()
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "to_dict" \
+                    and _is_parse(node.func.value) \
+                    and not any(_is_conversion(a) for a in node.func.value.args):  # counted above already
+                out.append(f"{path.relative_to(root)}:{node.lineno} {ast.unparse(node)[:80]}")
+    return out
+
+
+def string_key_lookups(root: Path) -> list[str]:
+    out = []
+    for path, tree in _modules(root, "stats", "stats_stage"):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) \
+                    and isinstance(node.slice, ast.Constant) and isinstance(node.slice.value, str):
+                out.append(f"{path.relative_to(root)}:{node.lineno}")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" \
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                out.append(f"{path.relative_to(root)}:{node.lineno}")
+    return out
+
+
+def dict_fields(root: Path) -> list[str]:
+    out = []
+    for path, tree in _modules(root, "statsfile"):
+        for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
+            for stmt in cls.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
+                        and not stmt.target.id.startswith("_") and _names_dict(stmt.annotation, root_only=False):
+                    out.append(f"{path.relative_to(root)}:{stmt.lineno} {cls.name}.{stmt.target.id}")
+    return out
+
+
+def effect_types(root: Path) -> list[str]:
+    out = []
+    for path, tree in _modules(root, "."):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ClassDef) and node.name in EFFECT_TYPE_NAMES:
+                out.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return out
+
+
+def json_converters(root: Path) -> list[str]:
+    out = []
+    for path, tree in _modules(root, "."):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and "json" in node.name \
+                    and not node.name.startswith(("read_", "write_", "_read", "_write")):
+                out.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
+    return out
+
+
+COUNTS = {"dict_returns": dict_returns, "round_trips": round_trips, "string_key_lookups": string_key_lookups,
+          "dict_fields": dict_fields, "effect_types": effect_types, "json_converters": json_converters}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--src", default=str(Path(__file__).resolve().parents[1] / "src" / "brownformer"))
+    ap.add_argument("--list", action="append", default=[], choices=sorted(COUNTS), help="print the hits of a count")
+    args = ap.parse_args()
+    root = Path(args.src)
+    for name, count in COUNTS.items():
+        hits = count(root)
+        print(f"{name}: {len(hits)}")
+        if name in args.list:
+            print("\n".join(f"  {h}" for h in hits))
+
+
+if __name__ == "__main__":
+    main()
