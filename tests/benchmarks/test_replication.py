@@ -65,11 +65,11 @@ def test_two_tables_with_the_seeds_and_a_row_per_model_of_a_pooled_claim(replica
     def pooled(value, lm_value):
         seeds = SeedUnit({"vit-pre": 5, "lm-pre": 5}, 5, "inputs within seeds", "over seeds")
         models = {"vit-pre": ClaimRecord(claim="1", title="1", verdict="supported",
-                                         estimate=Estimate("offset", value, (value - 0.1, value + 0.1))),
+                                         estimate=EffectResult.headline("offset", value, (value - 0.1, value + 0.1))),
                   "lm-pre": ClaimRecord(claim="1", title="1", verdict="supported",
-                                        estimate=Estimate("offset", lm_value, (lm_value - 0.1, lm_value + 0.1)))}
+                                        estimate=EffectResult.headline("offset", lm_value, (lm_value - 0.1, lm_value + 0.1)))}
         return ClaimsFile(claims={"1": ClaimRecord(claim="1", title="1", verdict="supported", seeds=seeds,
-                                                   estimate=Estimate("offset", value, (value - 0.1, value + 0.1)),
+                                                   estimate=EffectResult.headline("offset", value, (value - 0.1, value + 0.1)),
                                                    per_model=models)})
 
     table = replication.compare(pooled(0.2, 0.3), pooled(0.25, 0.9), (0, 1000)).set_index("claim")
