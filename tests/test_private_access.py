@@ -5,7 +5,9 @@ Checked statically over every module of ``src/brownformer`` and ``benchmarks``:
 
 1. ``from M import _x`` (or ``import M._x``) is allowed only when ``M._x`` is a private **module** of package
    ``M`` and the importing module belongs to that package (a package's own private modules, imported by it).
-   Importing a private function, class or constant from anywhere is a violation.
+   Importing a private function, class or constant from anywhere is a violation, and so is importing anything
+   from a private module ``P._m`` in a module of ``src`` outside package ``P``. Benchmarks, like tests, may import
+   public names of private modules: they time and check the parts (the attribute rule below holds for them).
 2. An attribute access ``expr._x`` is allowed when ``expr`` is ``self``, ``cls`` or ``super()``; when the name
    ``_x`` is defined in the accessing module itself (a function, class or assignment of that name, or an
    assignment to ``self._x``: a module's hooks may call its own class's private methods); or when ``expr`` is
@@ -99,6 +101,9 @@ def violations(path: Path, tree_root: Path) -> list[tuple[int, str, str]]:
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
             source = _resolve(node, package)
+            hidden = [i for i, part in enumerate(source) if _private(part)]
+            if hidden and tree_root.name == "brownformer" and package[: hidden[0]] != source[: hidden[0]]:
+                out.append((node.lineno, source[hidden[0]], f"from {'.'.join(source)} import ..."))
             for alias in node.names:
                 if not _private(alias.name):
                     continue
@@ -162,11 +167,12 @@ def test_the_rule_catches_planted_violations(tmp_path):
         "    return opt._stats\n")                          # violation 2: another object's private state
     (tmp_path / "brownformer" / "train.py").write_text(
         "from brownformer.optim import _helper\n"           # violation 3: another package's private module
-        "import brownformer.optim._helper\n")               # violation 4: the same, as an import
+        "import brownformer.optim._helper\n"                # violation 4: the same, as an import
+        "from brownformer.optim._helper import shown\n")    # violation 5: a name from it
     got = {(p.name, name) for p in (pkg / "owner.py", tmp_path / "brownformer" / "train.py")
            for _, name, _ in violations(p, tmp_path / "brownformer")}
     assert got == {("owner.py", "_hidden"), ("owner.py", "_stats"), ("train.py", "_helper")}, got
-    assert len(violations(tmp_path / "brownformer" / "train.py", tmp_path / "brownformer")) == 2
+    assert len(violations(tmp_path / "brownformer" / "train.py", tmp_path / "brownformer")) == 3
 
 
 if __name__ == "__main__":  # list every violation, known ones included
