@@ -54,6 +54,7 @@ from brownformer.optim._kfac_capture import FactorCapture, find_layers, unprecon
 from brownformer.optim._kfac_control import (DAMPING_MAX, FAILURE_GROWTH, SHORT_STEP, Snapshot, Watch, adapt_damping,
                                              kronecker_quadratic, lm_omega, next_budgets)
 from brownformer.optim._kfac_groups import EIGEN_KEYS, LAYER_KEYS, PRECONDITIONER_KEYS, group_layers
+from brownformer.optim._kfac_matrix_free import layer_rows, matrix_free_cg, matrix_free_operator, subsample_rows
 from brownformer.optim._kfac_math import all_finite, factor_scale, factor_weight, host_read_free
 from brownformer.optim._kfac_solve import (NEWTON_SCHULZ_COLD, NEWTON_SCHULZ_WARM, IterativeSolver, eigen_directions,
                                            refresh_eigenbases, refresh_preconditioner)
@@ -100,7 +101,8 @@ class KFAC(Optimizer):
                  damping: float = DEFAULTS["damping"], inverse: str = DEFAULTS["inverse"],
                  factor_decay: float = DEFAULTS["factor_decay"], factor_every: int = DEFAULTS["factor_every"],
                  inverse_every: int = DEFAULTS["inverse_every"], cg_max_iter: int = DEFAULTS["cg_max_iter"],
-                 cg_tol: float = DEFAULTS["cg_tol"], warm_start: bool = DEFAULTS["warm_start"],
+                 cg_tol: float = DEFAULTS["cg_tol"], curvature: str = DEFAULTS["curvature"],
+                 curvature_rows: int = DEFAULTS["curvature_rows"], warm_start: bool = DEFAULTS["warm_start"],
                  weight_sharing: str = DEFAULTS["weight_sharing"], per_head: bool = DEFAULTS["per_head"],
                  scope: str = DEFAULTS["scope"], momentum: float = DEFAULTS["momentum"],
                  weight_decay: float = DEFAULTS["weight_decay"], kl_clip: float | None = DEFAULTS["kl_clip"],
@@ -113,6 +115,8 @@ class KFAC(Optimizer):
         given = locals()
         settings = validate({s.name: given[s.name] for s in SETTINGS})  # each checked by its rule (ValueError)
         scope, per_head, n_heads, rest_update = (settings[k] for k in ("scope", "per_head", "n_heads", "rest_update"))
+        if settings["curvature"] == "matrix-free" and (settings["inverse"] != "cg" or settings["relative_damping"]):
+            raise ValueError("curvature='matrix-free' needs inverse='cg' and relative_damping=False (it keeps no factors)")
         self.layers = find_layers(model, scope=scope, per_head=per_head, n_heads=n_heads)
         left = unpreconditioned_weights(model, self.layers, scope)
         if left:  # said once per optimizer: a weight silently left to the first-order update hides a lost preconditioner
@@ -137,7 +141,9 @@ class KFAC(Optimizer):
             setattr(self, key, settings[key])
         device = self.layers[0].module.weight.device
         sampled = self.fisher == "sampled"
-        self.generator = torch.Generator(device=device).manual_seed(settings["seed"]) if sampled else None
+        # draws the sampled Fisher's labels and the matrix-free curvature's tokens, apart from torch's global stream
+        drawn = sampled or self.curvature == "matrix-free"
+        self.generator = torch.Generator(device=device).manual_seed(settings["seed"]) if drawn else None
         self.groups = group_layers(self.layers)
         self.capture = FactorCapture(model, self.layers, fisher=self.fisher, loss_reduction=self.loss_reduction,
                                      generator=self.generator)
@@ -292,6 +298,8 @@ class KFAC(Optimizer):
                 loss = closure()
         step = self.param_groups[0]["step"]
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if self.curvature == "matrix-free":
+            return self._finish_step(step, loss, closure, grads, *self._matrix_free_solve())
         new, batches = self._new_factors()
         items, v, xs, info, cur = [], [], [], {}, None
         try:
@@ -303,14 +311,18 @@ class KFAC(Optimizer):
         except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
             items, v, xs, info, cur = [], [], [], {}, None
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
-        grad_ok = all_finite(grads) if grads else None
-        solve_ok = torch.stack(solved).all() if solved else None
-        flags = [f for f in (grad_ok, solve_ok) if f is not None]
-        ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         if cur is not None:
             commit(self.groups, self.state, new, cur)
         if batches:
             self.factor_updates += 1
+        return self._finish_step(step, loss, closure, grads, items, v, xs, info, solved)
+
+    def _finish_step(self, step, loss, closure, grads, items, v, xs, info, solved):
+        """The step after its solve: the failure flags, the bounded masked update, the scheduled host check."""
+        grad_ok = all_finite(grads) if grads else None
+        solve_ok = torch.stack(solved).all() if solved else None
+        flags = [f for f in (grad_ok, solve_ok) if f is not None]
+        ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
         self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
                        **({"cg_capped": capped, "cg_iterations": used} if used is not None else {}))
@@ -322,6 +334,42 @@ class KFAC(Optimizer):
         if self._check_due(step):
             self._check(step, scheduled=True, loss=loss, closure=closure, items=items, pending=pending)
         return loss
+
+    def _matrix_free_solve(self) -> tuple[list, list, list, dict, list]:
+        """``curvature="matrix-free"``: per shape group, CG on this step's kept rows (``_kfac_matrix_free``), with
+        ``A = a^T a / n`` and ``G = R g^T g`` estimated from ``curvature_rows`` of the ``n`` rows (the same tokens for
+        ``a`` and ``g``): ``scale = R (n / m) / m``. A group without exactly one kept pass per layer (gradient
+        accumulation, no backward) takes its raw gradient this step. Returns ``(items, v, xs, info, solved)``."""
+        start = time.perf_counter()
+        items, v, xs, solved, iterations, fallbacks = [], [], [], [], [], []
+        for g in self.groups:
+            single = all(len(m.inputs) == 1 and len(m.output_grads) == 1 for m in g.layers)
+            if single and all(m.module.weight.grad is not None for m in g.layers):
+                rows_a = layer_rows([m.inputs[0] for m in g.layers], bias=g.has_bias, weight_sharing=self.weight_sharing,
+                                    pooled_by=torch.mean, dtype=g.dtype)  # (k, n, in+1)
+                rows_g = layer_rows([m.output_grads[0] for m in g.layers], bias=False,
+                                    weight_sharing=self.weight_sharing, pooled_by=torch.sum, dtype=g.dtype)  # (k, n, out)
+                n, m = rows_a.shape[1], min(self.curvature_rows, rows_a.shape[1])
+                kept = subsample_rows(torch.cat([rows_a, rows_g], dim=2), m, self.generator)  # (k, m, in+1+out)
+                tensors = {"rows_a": kept[:, :, : rows_a.shape[2]], "rows_g": kept[:, :, rows_a.shape[2]:],
+                           "scale": (self.capture.scale or rows_a.shape[0]) * n / m / m}
+                vj = g.gradients()
+                lam = self._layer_tensor(g.layers, "damping", vj.dtype, vj.device)
+                result = matrix_free_cg(tensors["rows_g"], tensors["rows_a"], vj, lam, scale=tensors["scale"],
+                                        max_iter=self.cg_max_iter, tol=self.cg_tol)
+                xs.append(torch.where(result.ok[:, None, None], result.solution, vj))  # a diverged system: gradient
+                items.append((g, tensors, True))
+                v.append(vj)
+                solved.append(torch.isfinite(xs[-1].sum()))
+                iterations.append(result.iterations)
+                fallbacks.append((~result.ok).sum())
+            for layer in g.layers:
+                layer.reset()
+        self.capture.seconds = 0.0
+        info = {} if not items else {"cg_iterations": torch.cat(iterations), "cg_fallbacks": torch.stack(fallbacks).sum(),
+                                     "cg_capped": torch.zeros((), dtype=torch.long)}
+        self.timings["inverse"] += time.perf_counter() - start
+        return items, v, xs, info, solved
 
     def _bound_scales(self, items, v, xs) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
         """KL-bound factors per item, each param group bounded by its own ``kl_clip`` (``_kfac_step.bound_scales``)."""
@@ -365,10 +413,14 @@ class KFAC(Optimizer):
         return {"step": step, "preconditioned": ok if items else False, "nu": 1.0 if nu is None else nu,
                 "kl_clip_binding": False if nu is None else (nu < 1) & ok, "cg_budget": max(self.cg_budget, default=0), **info}
 
+    def _capturing(self, step: int) -> bool:
+        """Whether the hooks keep the next pass: on factor steps, and on every step for the matrix-free curvature."""
+        return self.curvature == "matrix-free" or step % self.factor_every == 0
+
     def _finish(self, stats: dict) -> None:
         for group in self.param_groups:
             group["step"] += 1
-        self.capture.enabled = self.param_groups[0]["step"] % self.factor_every == 0
+        self.capture.enabled = self._capturing(self.param_groups[0]["step"])
         stats["damping"] = self._group_of(self.layers[0])["damping"]
         self._stats = stats
 
@@ -387,7 +439,10 @@ class KFAC(Optimizer):
         moved = dict(zip(params, delta))
         quadratic = torch.zeros((), dtype=linear.dtype, device=linear.device)
         for sub, c, _ in items:
-            quadratic = quadratic + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], sub.gradients(moved)).to(linear.dtype)
+            d = sub.gradients(moved)
+            curvature = kronecker_quadratic(c["factor_g"], c["factor_a"], d) if "factor_g" in c else \
+                (d * matrix_free_operator(c["rows_g"], c["rows_a"], d, 0.0, scale=c["scale"])).sum()
+            quadratic = quadratic + 0.5 * curvature.to(linear.dtype)
         return linear, quadratic
 
     def _check(self, step: int, *, scheduled: bool = False, loss=None, closure=None, items=(), pending=None) -> None:
@@ -561,4 +616,4 @@ class KFAC(Optimizer):
             self._totals = defaultdict(int, settings["totals"])
         if generator_state is not None and self.generator is not None:
             self.generator.set_state(generator_state)
-        self.capture.enabled = self.param_groups[0]["step"] % self.factor_every == 0
+        self.capture.enabled = self._capturing(self.param_groups[0]["step"])

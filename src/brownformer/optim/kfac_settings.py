@@ -205,6 +205,12 @@ SETTINGS: tuple[Setting, ...] = (
             reason="the author's code"),
     Setting("cg_tol", 1e-2, _POSITIVE, "relative residual that stops a system's CG (iterative only)", "optimizer",
             reason="the author's code"),
+    Setting("curvature", "factored", OneOf(("factored", "matrix-free")),
+            "CG on the running factors, or on this step's rows without forming A or G (iterative only)",
+            "optimizer", reason="matrix-free uses one batch only and its Jacobi preconditioner leaves more iterations "
+            "(benchmarks/results/kfac_cost_study.md)"),
+    Setting("curvature_rows", 64, _COUNT, "tokens (rows) of a step the curvature keeps (matrix-free only)", "optimizer",
+            reason="below (out + in) / 2 of a width-64 layer, where a matrix-free product is cheaper"),
     Setting("warm_start", False, Flag(), "start CG from the previous step's solution (iterative only)", "optimizer",
             reason="costs one operator application; the Kronecker preconditioner's first iterate is already close"),
     Setting("weight_sharing", "expand", OneOf(("expand", "reduce")),
