@@ -66,7 +66,7 @@ def make_optimizers(inverse_every: int, device: torch.device = torch.device("cpu
     # the per-parameter loop torch picks by default on the CPU is slower and flatters every ratio to it
     adamw = implementation_flags("adamw", device)
 
-    kfac = dict(inverse_every=inverse_every, kl_clip=1e-3, rest_update="adamw", rest_lr=3e-3)
+    kfac = dict(inverse_every=inverse_every, factor_every=1, kl_clip=1e-3, rest_update="adamw", rest_lr=3e-3)
     (eigen, eigen_lr), (iterative, iterative_lr) = config_kfac("kfac-eigen"), config_kfac("kfac-iterative")
     makers = {
         "sgd": lambda m: build_optimizer(m, "sgd", 0.1, {"momentum": 0.9}),
