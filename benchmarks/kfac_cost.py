@@ -39,7 +39,7 @@ def _one_setting(width: int, patch: int, names, args, device) -> list[dict]:
     makers = overhead.make_optimizers(10, device)
     if args.cg_max_iter is not None:  # iterative K-FAC with a smaller CG budget cap (truncated harder)
         from brownformer.optim import build_optimizer
-        settings, lr = overhead._config_kfac("kfac-iterative")
+        settings, lr = overhead.config_kfac("kfac-iterative")
         makers[f"kfac-iterative (config, cg_max_iter={args.cg_max_iter})"] = \
             lambda m: build_optimizer(m, "kfac-iterative", lr, {**settings, "cg_max_iter": args.cg_max_iter})
     repeats = [[overhead.measure(n, makers[n], device=device, batch_size=args.batch_size, steps=args.steps,
@@ -47,7 +47,7 @@ def _one_setting(width: int, patch: int, names, args, device) -> list[dict]:
     for rows in repeats:
         for row in rows:
             row["ratio_to_adamw"] = row["total_ms"] / rows[0]["total_ms"]
-    medians = [overhead._median_row([rep[i] for rep in repeats]) for i in range(len(names))]
+    medians = [overhead.median_row([rep[i] for rep in repeats]) for i in range(len(names))]
     tokens = (8 // patch) ** 2 + 1
     return [{**row, "width": width, "tokens": tokens, "repeats": [rep[i]["total_ms"] for rep in repeats]}
             for i, row in enumerate(medians)]

@@ -57,7 +57,8 @@ def _series(raw, model, variant, seed, data, steps):
                 continue
             a, g = state["factor_a"], state["factor_g"]
             scale = float(torch.diagonal(a).mean() * torch.diagonal(g).mean())
-            lam = opt._group_of(layer)["damping"] * (scale if opt.relative_damping else 1.0)
+            group = next(g for g in opt.param_groups if any(p is layer.module.weight for p in g["params"]))
+            lam = group["damping"] * (scale if opt.relative_damping else 1.0)
             ratios.append(scale / lam)
         rows.append({"step": step, "damping": stats["damping"], "qk_ratio_min": min(ratios, default=np.nan),
                      "qk_ratio_mean": float(np.mean(ratios)) if ratios else np.nan, "rho": stats.get("rho", np.nan)})

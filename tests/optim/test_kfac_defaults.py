@@ -22,7 +22,7 @@ RATIO = 0.8  # K-FAC's held-out loss <= RATIO x AdamW's: at least 20% lower
 SEEDS = (0, 1)
 
 
-def _regression(seed: int):
+def regression_problem(seed: int):
     teacher = torch.randn(8, 4, generator=torch.Generator().manual_seed(100 + seed))
 
     def sample(n: int, gen: torch.Generator):
@@ -33,7 +33,7 @@ def _regression(seed: int):
     return nn.Sequential(nn.Linear(8, 32), nn.Tanh(), nn.Linear(32, 4)), sample, F.mse_loss
 
 
-def _sequences(seed: int, tiny_transformer):
+def sequence_problem(seed: int, tiny_transformer):
     teacher = torch.randn(5, 3, generator=torch.Generator().manual_seed(200 + seed))
 
     def sample(n: int, gen: torch.Generator):
@@ -45,7 +45,7 @@ def _sequences(seed: int, tiny_transformer):
     return tiny_transformer(d_model=16, n_heads=2), sample, F.cross_entropy
 
 
-def _held_out_loss(model, sample, loss_fn, make_optimizer, steps: int) -> float:
+def held_out_loss(model, sample, loss_fn, make_optimizer, steps: int) -> float:
     """Train on fresh batches of 64 (no example seen twice), return the loss on 512 held-out examples."""
     opt = make_optimizer(model)
     for step in range(steps):
@@ -68,9 +68,9 @@ def _held_out_loss(model, sample, loss_fn, make_optimizer, steps: int) -> float:
 @pytest.mark.parametrize("problem, steps", [("mlp-regression", 60), ("transformer", 200)])
 def test_readme_snippet_at_defaults_beats_adamw_at_its_defaults(problem, steps, inverse, tiny_transformer):
     for seed in SEEDS:
-        make = (lambda s: _regression(s)) if problem == "mlp-regression" else (lambda s: _sequences(s, tiny_transformer))
+        make = (lambda s: regression_problem(s)) if problem == "mlp-regression" else (lambda s: sequence_problem(s, tiny_transformer))
         model, sample, loss_fn = make(seed)
-        kfac = _held_out_loss(model, sample, loss_fn, lambda m: KFAC(m, inverse=inverse), steps)
+        kfac = held_out_loss(model, sample, loss_fn, lambda m: KFAC(m, inverse=inverse), steps)
         model, sample, loss_fn = make(seed)
-        adamw = _held_out_loss(model, sample, loss_fn, lambda m: torch.optim.AdamW(m.parameters()), steps)
+        adamw = held_out_loss(model, sample, loss_fn, lambda m: torch.optim.AdamW(m.parameters()), steps)
         assert kfac <= RATIO * adamw, f"seed {seed}: K-FAC {kfac:.4g} vs AdamW {adamw:.4g}"

@@ -89,9 +89,9 @@ def test_kronecker_pcg_equals_the_exact_solve_against_torch_func_curvature():
 
     s = output(wb).detach().requires_grad_()
     (g_out,) = torch.autograd.grad(0.5 * (s - target).pow(2).sum() / n, s)  # (n, t, d_out)
-    factor_a = input_factor(x, bias=True)[None]  # (1, d_in + 1, d_in + 1)
+    factor_a = input_factor(x, bias=True, weight_sharing="expand")[None]  # (1, d_in + 1, d_in + 1)
     # G from the columns of the loss Hessian's square root (the identity), backpropagated as the loss is
-    factor_g = sum(output_factor(torch.autograd.grad(s[..., k].sum() / n, s, retain_graph=True)[0], scale=n)
+    factor_g = sum(output_factor(torch.autograd.grad(s[..., k].sum() / n, s, retain_graph=True)[0], weight_sharing="expand", scale=n)
                    for k in range(d_out))[None]  # (1, d_out, d_out)
     v = (g_out.reshape(-1, d_out).T @ torch.cat([x.reshape(-1, d_in), torch.ones(n * t, 1, dtype=torch.float64)], 1))
     torch.testing.assert_close(v.reshape(-1), grad)

@@ -157,11 +157,11 @@ def test_cg_flags_indefinite_and_nonfinite_systems():
 
 def test_factor_shapes_bias_and_block_diagonal():
     a = torch.randn(2, 3, 4, dtype=torch.float64)
-    factor = input_factor(a, bias=True)
+    factor = input_factor(a, bias=True, weight_sharing="expand")
     assert factor.shape == (5, 5) and torch.isclose(factor[-1, -1], torch.tensor(1.0, dtype=torch.float64))
     g = torch.randn(4, 6, dtype=torch.float64)
-    bd = block_diagonal(output_factor(g), 3)
-    assert bd[:3, 3:].abs().max() == 0 and torch.allclose(bd[:3, :3], output_factor(g)[:3, :3])
+    bd = block_diagonal(output_factor(g, weight_sharing="expand"), 3)
+    assert bd[:3, 3:].abs().max() == 0 and torch.allclose(bd[:3, :3], output_factor(g, weight_sharing="expand")[:3, :3])
 
 
 def test_kl_clip_scale():

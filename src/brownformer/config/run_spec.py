@@ -122,7 +122,7 @@ def momentum_steps(opt_type: str, params: Mapping[str, Any]) -> float:
     """Momentum time 1/(1 - beta) in steps of an optimizer: the lag over which its momentum correlates updates.
 
     beta is AdamW's beta1 (torch default 0.9), SGD's momentum (default 0), Muon's momentum (default 0.95) and for
-    K-FAC the larger of its heavy-ball momentum (default brownformer.optim.defaults.DEFAULT_MOMENTUM, 0.5, read from the optimizer registry) and, when
+    K-FAC the larger of its heavy-ball momentum (default in brownformer.optim.kfac_settings, read from the optimizer registry) and, when
     the parameters it does not precondition use AdamW (rest_update, default "adamw"), that AdamW's beta1 (0.9):
     a token moves with every parameter, so the slowest momentum sets the time its increments stay correlated.
     """

@@ -14,9 +14,6 @@ import torch
 
 from brownformer.optim._kfac_math import host_read_free
 
-BASES = ("sgd", "adamw")
-
-
 def _scalar(value: float, like: torch.Tensor):
     """``value`` for a foreach op on tensors like ``like``: a 0-d tensor for float32/float64 tensors on a device
     whose host reads are free (the CPU, ``_kfac_math.HOST_READ_FREE``), else the number.

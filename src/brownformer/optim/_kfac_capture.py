@@ -51,10 +51,7 @@ from brownformer.optim._kfac_packed import ForwardOverride, PackedProjection, is
 
 logger = logging.getLogger(__name__)
 
-SCOPES = ("all", "attention", "mlp")
-FISHERS = ("sampled", "empirical")
 _CATEGORICAL_TOL = 0.02  # |row sum of q - 1| and -min(q) below this: a cross-entropy (bf16 gradients included)
-LOSS_REDUCTIONS = ("mean", "batch")
 _ATTENTION = re.compile(r"attn|attention")
 _MLP = re.compile(r"mlp|ffn|feed_?forward")
 _HEAD_PROJECTIONS = {"q", "k", "v", "q_proj", "k_proj", "v_proj", "query", "key", "value"}
@@ -161,7 +158,7 @@ def unpreconditioned_weights(model: nn.Module, layers: list[KFACLayer], scope: s
                 reason = f"an nn.Linear outside scope {scope!r}"
             elif isinstance(module, nn.MultiheadAttention):
                 reason = "separate Q, K, V projections of other input sizes (kdim/vdim) are not supported" \
-                    if not module._qkv_same_embed_dim else f"attention outside scope {scope!r}"
+                    if module.in_proj_weight is None else f"attention outside scope {scope!r}"
             else:
                 reason = f"a parameter of {type(module).__name__}, not an nn.Linear weight"
             out.append((name, reason))
@@ -189,10 +186,8 @@ class FactorCapture:
     summed over tokens). ``scale`` holds the ``R`` of the last forward pass.
     """
 
-    def __init__(self, model: nn.Module, layers: list[KFACLayer], *, fisher: str, loss_reduction: str = "mean",
+    def __init__(self, model: nn.Module, layers: list[KFACLayer], *, fisher: str, loss_reduction: str,
                  generator: torch.Generator | None = None):
-        if loss_reduction not in LOSS_REDUCTIONS:
-            raise ValueError(f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}")
         self.layers = layers
         self.fisher, self.generator, self.loss_reduction = fisher, generator, loss_reduction
         self.enabled = True
@@ -273,7 +268,7 @@ class FactorCapture:
             if r != scale and one_hot(r):
                 raise ValueError(f"loss_reduction={self.loss_reduction!r} (R = {scale}) does not match the loss: it is "
                                  f"a cross-entropy averaged over R = {r} terms ({name}); pass the matching "
-                                 f"loss_reduction ({', '.join(LOSS_REDUCTIONS)}) or average the loss so")
+                                 "loss_reduction or average the loss so")
 
     def _sampled_backward(self, logits: torch.Tensor, outputs: list[tuple[KFACLayer, torch.Tensor]], scale: int,
                           loss_grad: torch.Tensor) -> None:

@@ -1,4 +1,6 @@
-"""Step control of K-FAC: the lr-scaled KL bound, Levenberg-Marquardt damping, recovery from failures.
+"""Step control of K-FAC, its pure parts: the Levenberg-Marquardt rule, snapshots, the device counters, CG budgets.
+
+The host check that applies them is ``KFAC._check`` (kfac.py); what it does:
 
 * Step bound (kfac-pytorch's KL-clip, scaled with the schedule): the preconditioned directions ``X``
   are scaled by ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2 <V_l, X_l>))`` where ``lr0`` is the group's
@@ -26,14 +28,8 @@
 """
 from __future__ import annotations
 
-import logging
-import math
-
 import torch
 
-from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS
-
-logger = logging.getLogger("brownformer.optim.kfac")
 
 LM_LOW, LM_HIGH = 0.25, 0.75  # reduction-ratio thresholds (Martens & Grosse 2015; kfac-jax)
 LM_DECAY_PER_STEP = 0.95  # omega = 0.95^adapt_every (Martens & Grosse: (19/20)^T1)
@@ -136,23 +132,8 @@ class Watch:
         self.cg = torch.tensor(saved["cg"], dtype=torch.long, device=self.failures.device).reshape(-1, 2)
 
 
-def check_due(opt, step: int) -> bool:
-    """Scheduled host checks: every ``adapt_every`` steps (every step when ``adapt_every`` is 0)."""
-    return opt.adapt_every == 0 or step % opt.adapt_every == 0
 
 
-def predicted_change(opt, items, before: Snapshot) -> tuple[torch.Tensor, torch.Tensor]:
-    """The two terms of the model's change for the update just applied: ``g^T delta`` and
-    ``1/2 sum_l <D_l, G_l D_l A_l>`` (0-d tensors; the prediction is their sum)."""
-    params = [p for p in opt._params() if p.grad is not None]
-    index = {id(p): j for j, p in enumerate(opt._params())}
-    delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
-    linear = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
-    moved = dict(zip(params, delta))
-    quadratic = torch.zeros((), dtype=linear.dtype, device=linear.device)
-    for sub, c, _ in items:
-        quadratic = quadratic + 0.5 * kronecker_quadratic(c["factor_g"], c["factor_a"], sub.gradients(moved)).to(linear.dtype)
-    return linear, quadratic
 
 
 def next_budgets(budgets: list[int], seen: list[list[int]], cap: int) -> list[int]:
@@ -163,90 +144,3 @@ def next_budgets(budgets: list[int], seen: list[list[int]], cap: int) -> list[in
     for j, (capped, used) in enumerate(seen[:len(out)]):
         out[j] = min(cap, max(1, 2 * out[j] if capped else used))
     return out
-
-
-def check(opt, step: int, *, scheduled: bool = False, loss=None, closure=None, items=(), pending=None) -> None:
-    """The host check: ONE read of the device's counts (and, on adaptation steps, of the reduction ratio).
-
-    A window with failed steps is one incident (:func:`incident`); a clean scheduled check promotes the
-    snapshot ``pending`` to the last good state, adapts the damping (Levenberg-Marquardt when the step
-    had a closure) and sets the CG budget. Unscheduled checks (``last_stats``) only handle failures.
-    """
-    adapt = scheduled and pending is not None and closure is not None and loss is not None
-    lm = []
-    if adapt:
-        linear, quadratic = predicted_change(opt, items, pending)
-        with torch.no_grad():
-            after = closure()
-        lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(linear.device)
-              for t in (after, loss, linear, quadratic)]
-        opt._totals["adaptations"] += 1
-    n_cg = opt.watch.cg.numel()
-    values = torch.cat([opt.watch.failures.double(), opt.watch.cg.double().flatten(),
-                        *(t.reshape(1) for t in lm)]).tolist()
-    failed, bad_gradient, dropped = (int(x) for x in values[:3])
-    seen = [[int(values[3 + i]), int(values[4 + i])] for i in range(0, n_cg, 2)]
-    lm_values = values[3 + n_cg:]
-    opt.watch.failures.zero_()
-    if dropped and not failed:  # else the incident's line says it
-        logger.warning("K-FAC: %d non-finite batch factor(s) dropped (running factors kept) by step %d", dropped, step)
-    if scheduled:
-        opt.cg_budget = next_budgets(opt.cg_budget, seen, opt.cg_max_iter)
-        opt.watch.cg.zero_()
-    if failed:
-        reason = "non-finite gradient" if bad_gradient else "preconditioning failed"
-        incident(opt, step, reason + (f", {dropped} non-finite batch factor(s) dropped" if dropped else ""),
-                 failed_steps=failed, restore=bool(bad_gradient))
-        return
-    if adapt:
-        after_value, before_value, linear_value, quadratic_value = lm_values
-        predicted_value = linear_value + quadratic_value
-        rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
-        # along delta the model is m(t) = t g^T delta + t^2 Q, minimised at t* = -g^T delta / (2 Q): the step is 1 / t*
-        fraction = 2 * quadratic_value / -linear_value if linear_value < 0 else float("nan")
-        short = fraction < SHORT_STEP  # NaN (no predicted decrease): not short, rho is NaN and raises the damping
-        opt._stats["lm_step_fraction"] = fraction
-        opt._stats["rho"] = rho
-        if not math.isfinite(after_value):
-            opt.good = pending
-            incident(opt, step, "non-finite loss after the step", failed_steps=1, restore=True)
-            opt._totals["failures"] = opt._totals["failures"] + 1
-            return
-        omega = lm_omega(opt.adapt_every)
-        for group in opt.param_groups:
-            group["damping"] = adapt_damping(group["damping"], rho, omega, short=short)
-    elif scheduled and opt.adapt_every > 0:  # no closure: a damping raised by a failure decays back
-        for group in opt.param_groups:
-            group["damping"] = max(group["initial_damping"], group["damping"] * lm_omega(opt.adapt_every))
-    if scheduled:
-        if pending is not None:
-            opt.good = pending
-        opt.failures = 0
-        opt._stats["damping"] = opt._group_of(opt.layers[0])["damping"]
-
-
-def incident(opt, step: int, reason: str, *, failed_steps: int, restore: bool) -> None:
-    """One failure incident: restore the last good state (``restore``), damping x10, fresh factors;
-    one log line; ``max_failures`` incidents in a row raise."""
-    opt.failures += 1
-    if opt.failures > opt.max_failures:
-        raise FloatingPointError(f"K-FAC: {opt.failures} failed checks in a row (last by step {step}: "
-                                 f"{reason}); lower lr, raise damping or check the data")
-    restored = restore and opt.good is not None
-    if restored:
-        opt.good.restore(opt._params(), opt.state)
-    old = opt._group_of(opt.layers[0])["damping"]
-    for group in opt.param_groups:
-        group["damping"] = min(group["damping"] * FAILURE_GROWTH, DAMPING_MAX)
-    opt.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
-    for g in opt.groups:
-        g.preconditioned_for = None
-        for key in EIGEN_KEYS + PRECONDITIONER_KEYS + ("cg_solution",):
-            if g.stacks.pop(key, None) is not None:
-                for layer in g.layers:
-                    opt.state[layer.module.weight].pop(key, None)
-    where = f"restored the state of step {opt.good.step}" if restored else "steps skipped"
-    logger.warning("K-FAC by step %d: %s (%d failed step(s) since the last check); %s, damping %.3g -> %.3g, "
-                   "factors refreshed (failure %d in a row, at most %d)", step, reason, failed_steps, where, old,
-                   opt._group_of(opt.layers[0])["damping"], opt.failures, opt.max_failures)
-    opt._stats.update({"preconditioned": False, "failure": reason, "damping": opt._group_of(opt.layers[0])["damping"]})

@@ -24,16 +24,13 @@ import torch
 
 logger = logging.getLogger(__name__)
 
-WEIGHT_SHARING = ("expand", "reduce")
-
-
 def _as_sequences(x: torch.Tensor) -> torch.Tensor:
     """Reshape ``(B, ..., F)`` to ``(B, T, F)``; a 2-D input gets ``T = 1``."""
     B, F = x.shape[0], x.shape[-1]
     return x.reshape(B, -1, F)  # (B, T, F)
 
 
-def input_factor(a: torch.Tensor, *, bias: bool, weight_sharing: str = "expand") -> torch.Tensor:
+def input_factor(a: torch.Tensor, *, bias: bool, weight_sharing: str) -> torch.Tensor:
     """Input Kronecker factor ``A`` of one batch.
 
     ``expand`` treats every token as an example, ``A = 1/(B T) sum_{n,t} a_nt a_nt^T``;
@@ -61,7 +58,7 @@ def _rows(x: torch.Tensor, weight_sharing: str, pool) -> torch.Tensor:
     return x.reshape(-1, x.shape[-1])  # (rows, F)
 
 
-def stacked_input_factor(a: list[torch.Tensor], *, bias: bool, weight_sharing: str = "expand",
+def stacked_input_factor(a: list[torch.Tensor], *, bias: bool, weight_sharing: str,
                          dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """:func:`input_factor` of ``k`` layers whose inputs have one shape, in ``dtype``.
 
@@ -83,7 +80,7 @@ def stacked_input_factor(a: list[torch.Tensor], *, bias: bool, weight_sharing: s
     return factor.div_(n)
 
 
-def output_factor(g: torch.Tensor, *, weight_sharing: str = "expand", scale: float | None = None) -> torch.Tensor:
+def output_factor(g: torch.Tensor, *, weight_sharing: str, scale: float | None = None) -> torch.Tensor:
     """Output-gradient Kronecker factor ``G`` of one batch, for a loss averaged over ``R`` terms.
 
     ``expand``: ``G = R sum_{n,t} g_nt g_nt^T``; ``reduce``: ``G = R sum_n gsum_n gsum_n^T`` with
@@ -101,7 +98,7 @@ def output_factor(g: torch.Tensor, *, weight_sharing: str = "expand", scale: flo
     return stacked_output_factor([g], weight_sharing=weight_sharing, dtype=g.dtype, scale=scale)[0]
 
 
-def stacked_output_factor(g: list[torch.Tensor], *, weight_sharing: str = "expand",
+def stacked_output_factor(g: list[torch.Tensor], *, weight_sharing: str,
                           dtype: torch.dtype = torch.float32, scale: float | None = None) -> torch.Tensor:
     """:func:`output_factor` of ``k`` layers whose output gradients have one shape: ``(k, out, out)``."""
     B = g[0].shape[0] if scale is None else scale

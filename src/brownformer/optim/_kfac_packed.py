@@ -58,8 +58,9 @@ class PackedProjection:
 
 def is_packed(module: nn.Module) -> bool:
     """Whether ``module`` is an ``nn.MultiheadAttention`` with a packed, trainable ``in_proj_weight``."""
-    return isinstance(module, nn.MultiheadAttention) and module._qkv_same_embed_dim \
-        and module.in_proj_weight is not None and module.in_proj_weight.requires_grad
+    # in_proj_weight is None exactly when Q, K, V have their own weights (kdim/vdim other than embed_dim)
+    return isinstance(module, nn.MultiheadAttention) and module.in_proj_weight is not None \
+        and module.in_proj_weight.requires_grad
 
 
 class ForwardOverride:

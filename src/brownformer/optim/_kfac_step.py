@@ -1,4 +1,5 @@
-"""Helpers of ``kfac.py``: argument checks, the rare paths of a step, the diagnostics.
+"""Helpers of ``kfac.py``, pure functions of tensors: the factor fold, the KL bound, the rare paths of a step, the
+diagnostics.
 
 The factor fold keeps its robustness rules on the device (no host read per step); layers without a
 gradient take a per-layer path, which runs only when something is off.
@@ -7,44 +8,8 @@ from __future__ import annotations
 
 import torch
 
-from brownformer.optim._base_update import BASES
-from brownformer.optim._kfac_capture import FISHERS, LOSS_REDUCTIONS, SCOPES
 from brownformer.optim._kfac_groups import LayerGroup
-from brownformer.optim._kfac_math import WEIGHT_SHARING, finite_rows, kl_clip_scale
-
-INVERSES = ("eigen", "cg")
-
-
-def _check(condition: bool, message: str) -> None:
-    if not condition:
-        raise ValueError(message)
-
-
-def check_arguments(*, lr, damping, inverse, factor_decay, factor_every, inverse_every, cg_max_iter, cg_tol,
-                    weight_sharing, scope, momentum, weight_decay, kl_clip, fisher, loss_reduction, rest_update,
-                    rest_lr, n_heads, adapt_every, max_failures) -> None:
-    """Validate ``KFAC``'s arguments, each with a ValueError naming it."""
-    _check(lr >= 0, f"lr must be >= 0, got {lr}")
-    _check(damping > 0, f"damping must be > 0, got {damping}")
-    _check(inverse in INVERSES, f"inverse must be one of {INVERSES}, got {inverse!r}")
-    _check(0 <= factor_decay < 1, f"factor_decay must be in [0, 1), got {factor_decay}")
-    _check(int(factor_every) == factor_every >= 1, f"factor_every must be an int >= 1, got {factor_every}")
-    _check(int(inverse_every) == inverse_every >= 1, f"inverse_every must be an int >= 1, got {inverse_every}")
-    _check(int(cg_max_iter) == cg_max_iter >= 1, f"cg_max_iter must be an int >= 1, got {cg_max_iter}")
-    _check(cg_tol > 0, f"cg_tol must be > 0, got {cg_tol}")
-    _check(weight_sharing in WEIGHT_SHARING, f"weight_sharing must be one of {WEIGHT_SHARING}, got {weight_sharing!r}")
-    _check(scope in SCOPES, f"scope must be one of {SCOPES}, got {scope!r}")
-    _check(0 <= momentum < 1, f"momentum must be in [0, 1), got {momentum}")
-    _check(weight_decay >= 0, f"weight_decay must be >= 0, got {weight_decay}")
-    _check(kl_clip is None or kl_clip > 0, f"kl_clip must be > 0 or None, got {kl_clip}")
-    _check(fisher in FISHERS, f"fisher must be one of {FISHERS}, got {fisher!r}")
-    _check(loss_reduction in LOSS_REDUCTIONS, f"loss_reduction must be one of {LOSS_REDUCTIONS}, got {loss_reduction!r}")
-    _check(rest_update in BASES, f"rest_update must be one of {BASES}, got {rest_update!r}")
-    _check(rest_lr is None or rest_lr >= 0, f"rest_lr must be >= 0, got {rest_lr}")
-    _check(n_heads is None or n_heads >= 1, f"n_heads must be >= 1, got {n_heads}")
-    _check(int(adapt_every) == adapt_every >= 0, f"adapt_every must be an int >= 0, got {adapt_every}")
-    _check(int(max_failures) == max_failures >= 0, f"max_failures must be an int >= 0, got {max_failures}")
-
+from brownformer.optim._kfac_math import finite_rows, kl_clip_scale
 
 def materialise_stats(stats: dict, totals: dict) -> dict:
     """The last step's diagnostics as plain numbers (the device values are read here, once)."""
@@ -93,31 +58,31 @@ def partial_view(group: LayerGroup, tensors: dict, present: list[int]) -> tuple[
     return sub, {k: v[index] for k, v in tensors.items() if k != "cg_solution"}, False
 
 
-def bound_scales(v: list[torch.Tensor], xs: list[torch.Tensor], lr0_sq: list[torch.Tensor], owners: list[list[dict]]
-                 ) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
-    """KL-bound factors ``nu`` per item, each param group bounded by its own ``kl_clip`` over its own layers.
+def bound_scales(v: list[torch.Tensor], xs: list[torch.Tensor], lr0_sq: list[torch.Tensor], owners: list[list[int]],
+                 clips: list[float | None]) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
+    """KL-bound factors ``nu`` per item, each param group bounded by its own bound over its own layers.
 
-    ``nu_p = min(1, sqrt(kl_clip_p / sum_{l in p} lr0_l^2 <V_l, X_l>))`` (``_kfac_math.kl_clip_scale``);
-    ``owners[i][j]`` is the param group of item ``i``'s layer ``j``, ``lr0_sq[i]`` its ``(k, 1, 1)`` squared
-    base lrs. Returns the factors (0-d, or ``(k, 1, 1)`` when an item's layers have different groups), the
-    smallest ``nu`` (0-d) and whether any group is bounded.
+    ``nu_p = min(1, sqrt(clip_p / sum_{l in p} lr0_l^2 <V_l, X_l>))`` (``_kfac_math.kl_clip_scale``);
+    ``owners[i][j]`` is the index of item ``i``'s layer ``j``'s param group, ``clips[p]`` that group's bound (None:
+    unbounded), ``lr0_sq[i]`` the item's ``(k, 1, 1)`` squared base lrs. Returns the factors (0-d, or ``(k, 1, 1)``
+    when an item's layers have different groups), the smallest ``nu`` (0-d) and whether any group is bounded.
     """
-    groups = {id(group): group for item in owners for group in item}
+    groups = list(dict.fromkeys(p for item in owners for p in item))  # the groups in use, first-seen order
     if len(groups) == 1:  # the usual case: one bound over every layer (one sum, as kfac-pytorch)
-        kl_clip = next(iter(groups.values()))["kl_clip"]
+        clip = clips[groups[0]]
         vg = torch.stack([(l * vj * x).sum() for l, vj, x in zip(lr0_sq, v, xs)]).sum()
-        nu = kl_clip_scale(vg, kl_clip=kl_clip)
-        return [nu] * len(v), nu, kl_clip is not None
-    position = {key: i for i, key in enumerate(groups)}
-    clips = [group["kl_clip"] for group in groups.values()]
+        nu = kl_clip_scale(vg, kl_clip=clip)
+        return [nu] * len(v), nu, clip is not None
+    position = {p: i for i, p in enumerate(groups)}
+    used = [clips[p] for p in groups]
     vg = torch.zeros(len(groups), dtype=v[0].dtype, device=v[0].device)
     where = []
     for item, l, vj, x in zip(owners, lr0_sq, v, xs):
-        index = torch.tensor([position[id(group)] for group in item], device=vj.device)
+        index = torch.tensor([position[p] for p in item], device=vj.device)
         vg = vg.index_add(0, index, (l * vj * x).sum(dim=(1, 2)))
         where.append(index)
-    nus = torch.stack([kl_clip_scale(vg[i], kl_clip=clip) for i, clip in enumerate(clips)])  # (groups,)
-    return [nus[index][:, None, None] for index in where], nus.min(), any(c is not None for c in clips)
+    nus = torch.stack([kl_clip_scale(vg[i], kl_clip=clip) for i, clip in enumerate(used)])  # (groups,)
+    return [nus[index][:, None, None] for index in where], nus.min(), any(c is not None for c in used)
 
 
 def solve_items(groups: list[LayerGroup], cur: dict) -> list:

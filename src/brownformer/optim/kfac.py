@@ -39,6 +39,8 @@ the same model (or the garbage collection of this one) removes this one's hooks.
 
 from __future__ import annotations
 
+import logging
+import math
 import time
 import warnings
 from collections import defaultdict
@@ -47,24 +49,26 @@ import torch
 import torch.nn as nn
 from torch.optim import Optimizer
 
-from brownformer.optim import _kfac_control as control
 from brownformer.optim._base_update import apply_param_groups
 from brownformer.optim._kfac_capture import FactorCapture, find_layers, unpreconditioned_weights
-from brownformer.optim._kfac_groups import PRECONDITIONER_KEYS, group_layers
-from brownformer.optim._kfac_lookup import KFACLookups
+from brownformer.optim._kfac_control import (DAMPING_MAX, FAILURE_GROWTH, SHORT_STEP, Snapshot, Watch, adapt_damping,
+                                             kronecker_quadratic, lm_omega, next_budgets)
+from brownformer.optim._kfac_groups import EIGEN_KEYS, LAYER_KEYS, PRECONDITIONER_KEYS, group_layers
+from brownformer.optim._kfac_matrix_free import layer_rows, matrix_free_cg, matrix_free_operator, subsample_rows
 from brownformer.optim._kfac_math import all_finite, factor_scale, factor_weight, host_read_free
 from brownformer.optim._kfac_solve import (NEWTON_SCHULZ_COLD, NEWTON_SCHULZ_WARM, IterativeSolver, eigen_directions,
                                            refresh_eigenbases, refresh_preconditioner)
-from brownformer.optim._kfac_state import KFACPersistence
-from brownformer.optim.defaults import DEFAULT_DAMPING, DEFAULT_LR, DEFAULT_MOMENTUM, DEFAULT_REST_LR
-from brownformer.optim._kfac_step import (bound_scales, check_arguments, commit, fold_factor, materialise_stats,
-                                          solve_items)
+from brownformer.optim._kfac_step import bound_scales, commit, fold_factor, materialise_stats, solve_items
+from brownformer.optim.kfac_settings import ADAMW_REST_LR, DEFAULTS, GROUP_SETTINGS, OPTIMIZER_SETTINGS, SETTINGS, validate
 
-__all__ = ["KFAC", "DEFAULT_LR", "DEFAULT_DAMPING"]
+logger = logging.getLogger(__name__)
+
+__all__ = ["KFAC", "DEFAULT_LR", "DEFAULT_DAMPING", "DEFAULT_MOMENTUM"]
+
+DEFAULT_LR, DEFAULT_DAMPING, DEFAULT_MOMENTUM = DEFAULTS["lr"], DEFAULTS["damping"], DEFAULTS["momentum"]
 
 
-
-class KFAC(KFACPersistence, KFACLookups, Optimizer):
+class KFAC(Optimizer):
     """K-FAC optimizer (eigen or iterative/CG inverse) for any model made of ``nn.Linear`` layers.
 
     Usage is that of any ``torch.optim`` optimizer: ``opt.zero_grad(); loss.backward(); opt.step()``;
@@ -76,39 +80,14 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         model: The model; hooks are registered on its in-scope ``nn.Linear`` layers and on the packed Q, K, V
             projection of every ``nn.MultiheadAttention`` (self-attention; ``_kfac_packed``). A warning lists every
             weight of 2 or more dimensions left to the rest update, and why.
-        lr: Learning rate (``>= 0``) of the preconditioned layers (default ``DEFAULT_LR``).
+        lr: Learning rate of the preconditioned layers.
         params: Optional param groups (dicts with ``"params"`` and any group setting), as for
             ``torch.optim``; default: one group for the preconditioned layers and one for the rest.
-        damping: Initial ``lambda`` in ``G X A + lambda X = V`` (``DEFAULT_DAMPING``; adapted by
-            Levenberg-Marquardt when ``step`` gets a closure; the author's code used a fixed 3e-3).
-        inverse: ``"eigen"`` or ``"cg"`` (the paper's iterative K-FAC).
-        factor_decay: Decay ``rho`` per step of the running factors, in ``[0, 1)`` (0.95).
-        factor_every: Collect factors every this many steps (1).
-        inverse_every: Eigendecompose every this many steps (10; ``eigen`` only: ``cg`` never does).
-        cg_max_iter: Cap of the CG iteration budget per block (10, author's code); the budget a step
-            runs is the most iterations a system needed in the last check window (``_kfac_control``).
-        cg_tol: CG relative-residual tolerance that freezes a system (1e-2, author's code).
-        warm_start: Start CG from the previous step's solution (False: it costs one operator application
-            and the Kronecker preconditioner's first iterate is already close).
-        weight_sharing: ``"expand"`` or ``"reduce"`` (Eschenhagen et al. 2023).
-        per_head: Block-diagonal ``G`` per head for the attention Q, K, V projections.
-        scope: ``"all"``, ``"attention"`` or ``"mlp"`` (rule in ``_kfac_capture``).
-        momentum: SGD momentum in ``[0, 1)`` (``DEFAULT_MOMENTUM``).
-        weight_decay: Weight decay ``>= 0`` (coupled for SGD, decoupled for AdamW).
-        kl_clip: Step bound ``> 0`` at the base lr (1e-3, kfac-pytorch's default) or None (off).
-        fisher: ``"sampled"`` (labels sampled from the model: the true Fisher; default) or
-            ``"empirical"`` (training labels); ``"mc"`` is an alias of ``"sampled"``.
-        loss_reduction: ``"mean"`` (the loss averages every row of the model output, e.g.
-            ``F.cross_entropy`` on ``(B, T, C)`` logits) or ``"batch"`` (it averages over dim 0 only).
-        rest_update: ``"sgd"`` or ``"adamw"`` (default) for parameters K-FAC does not precondition.
-        rest_lr: Learning rate of those parameters (default ``DEFAULT_REST_LR`` for AdamW, ``lr`` for SGD).
-        betas, eps: AdamW settings of ``rest_update="adamw"``.
-        n_heads: Head count for ``per_head`` (else read from the attention module).
-        seed: Seed of the generator that samples the labels of ``fisher="sampled"``.
-        adapt_every: Damping adaptation and snapshot period in steps (5; 0: neither).
-        max_failures: Checks in a row that find failed steps before ``FloatingPointError`` (5).
-        relative_damping: ``lambda`` of each layer is ``damping`` times its mean Kronecker eigenvalue
-            ``(tr A / n_A)(tr G / n_G)`` (False: ``damping`` itself, the same for every layer).
+        **settings: Every other argument is a setting of ``brownformer.optim.kfac_settings.SETTINGS``, the one table of
+            their defaults, rules and meanings (rendered in docs/methods/kfac.md). ``damping`` is adapted by
+            Levenberg-Marquardt when ``step`` gets a closure; ``cg_max_iter`` caps the CG budget per block, the
+            budget a step runs being the most iterations a system needed in the last check window; ``scope``'s rule
+            is in ``_kfac_capture``; ``rest_lr`` None is ``settings.ADAMW_REST_LR`` with AdamW, ``lr`` with SGD.
 
     Raises:
         ValueError: On an invalid argument or when no ``nn.Linear`` layer is in scope.
@@ -118,22 +97,26 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         timings: Accumulated host seconds ``{"factors", "inverse", "apply"}``.
     """
 
-    def __init__(self, model: nn.Module, lr: float = DEFAULT_LR, *, params: list[dict] | None = None,
-                 damping: float = DEFAULT_DAMPING, inverse: str = "eigen", factor_decay: float = 0.95, factor_every: int = 1,
-                 inverse_every: int = 10, cg_max_iter: int = 10, cg_tol: float = 1e-2, warm_start: bool = False,
-                 weight_sharing: str = "expand", per_head: bool = False, scope: str = "all",
-                 momentum: float = DEFAULT_MOMENTUM, weight_decay: float = 0.0, kl_clip: float | None = 1e-3,
-                 fisher: str = "sampled", loss_reduction: str = "mean", rest_update: str = "adamw",
-                 rest_lr: float | None = None, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
-                 n_heads: int | None = None, seed: int = 0, adapt_every: int = 5, max_failures: int = 5,
-                 relative_damping: bool = False):
-        fisher = {"mc": "sampled"}.get(fisher, fisher)
-        check_arguments(lr=lr, damping=damping, inverse=inverse, factor_decay=factor_decay,
-                        factor_every=factor_every, inverse_every=inverse_every, cg_max_iter=cg_max_iter,
-                        cg_tol=cg_tol, weight_sharing=weight_sharing, scope=scope, momentum=momentum,
-                        weight_decay=weight_decay, kl_clip=kl_clip, fisher=fisher, loss_reduction=loss_reduction,
-                        rest_update=rest_update, rest_lr=rest_lr, n_heads=n_heads, adapt_every=adapt_every,
-                        max_failures=max_failures)
+    def __init__(self, model: nn.Module, lr: float = DEFAULTS["lr"], *, params: list[dict] | None = None,
+                 damping: float = DEFAULTS["damping"], inverse: str = DEFAULTS["inverse"],
+                 factor_decay: float = DEFAULTS["factor_decay"], factor_every: int = DEFAULTS["factor_every"],
+                 inverse_every: int = DEFAULTS["inverse_every"], cg_max_iter: int = DEFAULTS["cg_max_iter"],
+                 cg_tol: float = DEFAULTS["cg_tol"], curvature: str = DEFAULTS["curvature"],
+                 curvature_rows: int = DEFAULTS["curvature_rows"], warm_start: bool = DEFAULTS["warm_start"],
+                 weight_sharing: str = DEFAULTS["weight_sharing"], per_head: bool = DEFAULTS["per_head"],
+                 scope: str = DEFAULTS["scope"], momentum: float = DEFAULTS["momentum"],
+                 weight_decay: float = DEFAULTS["weight_decay"], kl_clip: float | None = DEFAULTS["kl_clip"],
+                 fisher: str = DEFAULTS["fisher"], loss_reduction: str = DEFAULTS["loss_reduction"],
+                 rest_update: str = DEFAULTS["rest_update"], rest_lr: float | None = DEFAULTS["rest_lr"],
+                 betas: tuple[float, float] = DEFAULTS["betas"], eps: float = DEFAULTS["eps"],
+                 n_heads: int | None = DEFAULTS["n_heads"], seed: int = DEFAULTS["seed"],
+                 adapt_every: int = DEFAULTS["adapt_every"], max_failures: int = DEFAULTS["max_failures"],
+                 relative_damping: bool = DEFAULTS["relative_damping"]):
+        given = locals()
+        settings = validate({s.name: given[s.name] for s in SETTINGS})  # each checked by its rule (ValueError)
+        scope, per_head, n_heads, rest_update = (settings[k] for k in ("scope", "per_head", "n_heads", "rest_update"))
+        if settings["curvature"] == "matrix-free" and (settings["inverse"] != "cg" or settings["relative_damping"]):
+            raise ValueError("curvature='matrix-free' needs inverse='cg' and relative_damping=False (it keeps no factors)")
         self.layers = find_layers(model, scope=scope, per_head=per_head, n_heads=n_heads)
         left = unpreconditioned_weights(model, self.layers, scope)
         if left:  # said once per optimizer: a weight silently left to the first-order update hides a lost preconditioner
@@ -145,32 +128,31 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
             rest = [p for p in model.parameters() if p.requires_grad and id(p) not in mine]
             params = [{"params": [p for m in self.layers for p in m.module.parameters() if p.requires_grad]}]
             if rest:
-                default_rest = DEFAULT_REST_LR if rest_update == "adamw" else lr
+                default_rest = ADAMW_REST_LR if rest_update == "adamw" else settings["lr"]
+                rest_lr = settings["rest_lr"]
                 params.append({"params": rest, "update": rest_update,
                                "lr": default_rest if rest_lr is None else rest_lr})
-        defaults = dict(lr=lr, momentum=momentum, weight_decay=weight_decay, damping=damping, kl_clip=kl_clip,
-                        update="sgd", betas=tuple(betas), eps=eps, step=0)
+        defaults = {**{k: settings[k] for k in GROUP_SETTINGS}, "update": "sgd", "step": 0}
         super().__init__(params, defaults)
         for group in self.param_groups:  # the KL bound and the damping's floor refer to these (see _kfac_control)
             group.setdefault("initial_lr", group["lr"])
             group.setdefault("initial_damping", group["damping"])
-        self.inverse, self.factor_decay = inverse, factor_decay
-        self.factor_every, self.inverse_every = int(factor_every), int(inverse_every)
-        self.cg_max_iter, self.cg_tol, self.warm_start = int(cg_max_iter), cg_tol, warm_start
-        self.weight_sharing, self.fisher, self.loss_reduction = weight_sharing, fisher, loss_reduction
-        self.adapt_every, self.max_failures = int(adapt_every), int(max_failures)
-        self.relative_damping = bool(relative_damping)
+        for key in OPTIMIZER_SETTINGS:  # attributes, saved by state_dict
+            setattr(self, key, settings[key])
         device = self.layers[0].module.weight.device
-        self.generator = torch.Generator(device=device).manual_seed(seed) if fisher == "sampled" else None
+        sampled = self.fisher == "sampled"
+        # draws the sampled Fisher's labels and the matrix-free curvature's tokens, apart from torch's global stream
+        drawn = sampled or self.curvature == "matrix-free"
+        self.generator = torch.Generator(device=device).manual_seed(settings["seed"]) if drawn else None
         self.groups = group_layers(self.layers)
-        self.capture = FactorCapture(model, self.layers, fisher=fisher, loss_reduction=loss_reduction,
+        self.capture = FactorCapture(model, self.layers, fisher=self.fisher, loss_reduction=self.loss_reduction,
                                      generator=self.generator)
         self.factor_updates, self.failures = 0, 0
-        self.good: control.Snapshot | None = None
+        self.good: Snapshot | None = None
         self.timings = {"factors": 0.0, "inverse": 0.0, "apply": 0.0}
         self.cg_budget: list[int] = []  # CG iterations per block a step runs; set at each check (_kfac_control)
-        self.watch = control.Watch(device)  # what the device saw since the last host check
-        self._iterative = IterativeSolver(tol=cg_tol, warm_start=warm_start)
+        self.watch = Watch(device)  # what the device saw since the last host check
+        self._iterative = IterativeSolver(tol=self.cg_tol, warm_start=self.warm_start)
         self._stats: dict = {}
         self._layer_groups = None  # (number of param groups, {id(weight): group})
         self._tensor_cache: dict = {}
@@ -196,7 +178,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
     def last_stats(self) -> dict:
         """The last step's diagnostics as plain numbers (materialised here, not in ``step``); a host read,
         so failures the device recorded since the last check are handled here first (``_kfac_control``)."""
-        control.check(self, self.param_groups[0]["step"] - 1)
+        self._check(self.param_groups[0]["step"] - 1)
         return materialise_stats(self._stats, self._totals)
 
     def state_changed(self) -> None:
@@ -308,7 +290,7 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
     def step(self, closure=None):
         """One K-FAC step (see the module docstring); returns the closure's loss if given.
 
-        No host read except on check steps (``control.check_due``): a failed step is skipped on the
+        No host read except on check steps (``_check_due``): a failed step is skipped on the
         device and handled at the next check."""
         loss = None
         if closure is not None:
@@ -316,6 +298,8 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
                 loss = closure()
         step = self.param_groups[0]["step"]
         grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
+        if self.curvature == "matrix-free":
+            return self._finish_step(step, loss, closure, grads, *self._matrix_free_solve())
         new, batches = self._new_factors()
         items, v, xs, info, cur = [], [], [], {}, None
         try:
@@ -327,31 +311,73 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
             items, v, xs, info, cur = [], [], [], {}, None
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
-        grad_ok = all_finite(grads) if grads else None
-        solve_ok = torch.stack(solved).all() if solved else None
-        flags = [f for f in (grad_ok, solve_ok) if f is not None]
-        ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         if cur is not None:
             commit(self.groups, self.state, new, cur)
         if batches:
             self.factor_updates += 1
+        return self._finish_step(step, loss, closure, grads, items, v, xs, info, solved)
+
+    def _finish_step(self, step, loss, closure, grads, items, v, xs, info, solved):
+        """The step after its solve: the failure flags, the bounded masked update, the scheduled host check."""
+        grad_ok = all_finite(grads) if grads else None
+        solve_ok = torch.stack(solved).all() if solved else None
+        flags = [f for f in (grad_ok, solve_ok) if f is not None]
+        ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
         self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
                        **({"cg_capped": capped, "cg_iterations": used} if used is not None else {}))
         self._totals["failures"] = self._totals["failures"] + (~ok).long()
         checkpoint = self.adapt_every > 0 and step % self.adapt_every == 0
-        pending = control.Snapshot(step, self._params(), self.state) if checkpoint else None
+        pending = Snapshot(step, self._params(), self.state) if checkpoint else None
         stats = self._apply(items, v, xs, info, step, ok)
         self._finish(stats)
-        if control.check_due(self, step):
-            control.check(self, step, scheduled=True, loss=loss, closure=closure, items=items, pending=pending)
+        if self._check_due(step):
+            self._check(step, scheduled=True, loss=loss, closure=closure, items=items, pending=pending)
         return loss
+
+    def _matrix_free_solve(self) -> tuple[list, list, list, dict, list]:
+        """``curvature="matrix-free"``: per shape group, CG on this step's kept rows (``_kfac_matrix_free``), with
+        ``A = a^T a / n`` and ``G = R g^T g`` estimated from ``curvature_rows`` of the ``n`` rows (the same tokens for
+        ``a`` and ``g``): ``scale = R (n / m) / m``. A group without exactly one kept pass per layer (gradient
+        accumulation, no backward) takes its raw gradient this step. Returns ``(items, v, xs, info, solved)``."""
+        start = time.perf_counter()
+        items, v, xs, solved, iterations, fallbacks = [], [], [], [], [], []
+        for g in self.groups:
+            single = all(len(m.inputs) == 1 and len(m.output_grads) == 1 for m in g.layers)
+            if single and all(m.module.weight.grad is not None for m in g.layers):
+                rows_a = layer_rows([m.inputs[0] for m in g.layers], bias=g.has_bias, weight_sharing=self.weight_sharing,
+                                    pooled_by=torch.mean, dtype=g.dtype)  # (k, n, in+1)
+                rows_g = layer_rows([m.output_grads[0] for m in g.layers], bias=False,
+                                    weight_sharing=self.weight_sharing, pooled_by=torch.sum, dtype=g.dtype)  # (k, n, out)
+                n, m = rows_a.shape[1], min(self.curvature_rows, rows_a.shape[1])
+                kept = subsample_rows(torch.cat([rows_a, rows_g], dim=2), m, self.generator)  # (k, m, in+1+out)
+                tensors = {"rows_a": kept[:, :, : rows_a.shape[2]], "rows_g": kept[:, :, rows_a.shape[2]:],
+                           "scale": (self.capture.scale or rows_a.shape[0]) * n / m / m}
+                vj = g.gradients()
+                lam = self._layer_tensor(g.layers, "damping", vj.dtype, vj.device)
+                result = matrix_free_cg(tensors["rows_g"], tensors["rows_a"], vj, lam, scale=tensors["scale"],
+                                        max_iter=self.cg_max_iter, tol=self.cg_tol)
+                xs.append(torch.where(result.ok[:, None, None], result.solution, vj))  # a diverged system: gradient
+                items.append((g, tensors, True))
+                v.append(vj)
+                solved.append(torch.isfinite(xs[-1].sum()))
+                iterations.append(result.iterations)
+                fallbacks.append((~result.ok).sum())
+            for layer in g.layers:
+                layer.reset()
+        self.capture.seconds = 0.0
+        info = {} if not items else {"cg_iterations": torch.cat(iterations), "cg_fallbacks": torch.stack(fallbacks).sum(),
+                                     "cg_capped": torch.zeros((), dtype=torch.long)}
+        self.timings["inverse"] += time.perf_counter() - start
+        return items, v, xs, info, solved
 
     def _bound_scales(self, items, v, xs) -> tuple[list[torch.Tensor], torch.Tensor, bool]:
         """KL-bound factors per item, each param group bounded by its own ``kl_clip`` (``_kfac_step.bound_scales``)."""
         lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
                   for (sub, _, _), vj in zip(items, v)]
-        return bound_scales(v, xs, lr0_sq, [[self._group_of(m) for m in sub.layers] for sub, _, _ in items])
+        position = {id(group): i for i, group in enumerate(self.param_groups)}
+        owners = [[position[id(self._group_of(m))] for m in sub.layers] for sub, _, _ in items]
+        return bound_scales(v, xs, lr0_sq, owners, [group["kl_clip"] for group in self.param_groups])
 
     def _apply(self, items, v, xs, info, step, ok) -> dict:
         """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
@@ -387,9 +413,207 @@ class KFAC(KFACPersistence, KFACLookups, Optimizer):
         return {"step": step, "preconditioned": ok if items else False, "nu": 1.0 if nu is None else nu,
                 "kl_clip_binding": False if nu is None else (nu < 1) & ok, "cg_budget": max(self.cg_budget, default=0), **info}
 
+    def _capturing(self, step: int) -> bool:
+        """Whether the hooks keep the next pass: on factor steps, and on every step for the matrix-free curvature."""
+        return self.curvature == "matrix-free" or step % self.factor_every == 0
+
     def _finish(self, stats: dict) -> None:
         for group in self.param_groups:
             group["step"] += 1
-        self.capture.enabled = self.param_groups[0]["step"] % self.factor_every == 0
+        self.capture.enabled = self._capturing(self.param_groups[0]["step"])
         stats["damping"] = self._group_of(self.layers[0])["damping"]
         self._stats = stats
+
+    # ---- host checks: failures, damping adaptation, CG budgets (the module docstring; _kfac_control) ----------
+    def _check_due(self, step: int) -> bool:
+        """Scheduled host checks: every ``adapt_every`` steps (every step when ``adapt_every`` is 0)."""
+        return self.adapt_every == 0 or step % self.adapt_every == 0
+
+    def _predicted_change(self, items, before: Snapshot) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two terms of the model's change for the update just applied: ``g^T delta`` and
+        ``1/2 sum_l <D_l, G_l D_l A_l>`` (0-d tensors; the prediction is their sum)."""
+        params = [p for p in self._params() if p.grad is not None]
+        index = {id(p): j for j, p in enumerate(self._params())}
+        delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
+        linear = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
+        moved = dict(zip(params, delta))
+        quadratic = torch.zeros((), dtype=linear.dtype, device=linear.device)
+        for sub, c, _ in items:
+            d = sub.gradients(moved)
+            curvature = kronecker_quadratic(c["factor_g"], c["factor_a"], d) if "factor_g" in c else \
+                (d * matrix_free_operator(c["rows_g"], c["rows_a"], d, 0.0, scale=c["scale"])).sum()
+            quadratic = quadratic + 0.5 * curvature.to(linear.dtype)
+        return linear, quadratic
+
+    def _check(self, step: int, *, scheduled: bool = False, loss=None, closure=None, items=(), pending=None) -> None:
+        """The host check: ONE read of the device's counts (and, on adaptation steps, of the reduction ratio).
+
+        A window with failed steps is one incident (:func:`incident`); a clean scheduled check promotes the
+        snapshot ``pending`` to the last good state, adapts the damping (Levenberg-Marquardt when the step
+        had a closure) and sets the CG budget. Unscheduled checks (``last_stats``) only handle failures.
+        """
+        adapt = scheduled and pending is not None and closure is not None and loss is not None
+        lm = []
+        if adapt:
+            linear, quadratic = self._predicted_change(items, pending)
+            with torch.no_grad():
+                after = closure()
+            lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(linear.device)
+                  for t in (after, loss, linear, quadratic)]
+            self._totals["adaptations"] += 1
+        n_cg = self.watch.cg.numel()
+        values = torch.cat([self.watch.failures.double(), self.watch.cg.double().flatten(),
+                            *(t.reshape(1) for t in lm)]).tolist()
+        failed, bad_gradient, dropped = (int(x) for x in values[:3])
+        seen = [[int(values[3 + i]), int(values[4 + i])] for i in range(0, n_cg, 2)]
+        lm_values = values[3 + n_cg:]
+        self.watch.failures.zero_()
+        if dropped and not failed:  # else the incident's line says it
+            logger.warning("K-FAC: %d non-finite batch factor(s) dropped (running factors kept) by step %d", dropped, step)
+        if scheduled:
+            self.cg_budget = next_budgets(self.cg_budget, seen, self.cg_max_iter)
+            self.watch.cg.zero_()
+        if failed:
+            reason = "non-finite gradient" if bad_gradient else "preconditioning failed"
+            self._incident(step, reason + (f", {dropped} non-finite batch factor(s) dropped" if dropped else ""),
+                     failed_steps=failed, restore=bool(bad_gradient))
+            return
+        if adapt:
+            after_value, before_value, linear_value, quadratic_value = lm_values
+            predicted_value = linear_value + quadratic_value
+            rho = (after_value - before_value) / predicted_value if predicted_value < 0 else float("nan")
+            # along delta the model is m(t) = t g^T delta + t^2 Q, minimised at t* = -g^T delta / (2 Q): the step is 1 / t*
+            fraction = 2 * quadratic_value / -linear_value if linear_value < 0 else float("nan")
+            short = fraction < SHORT_STEP  # NaN (no predicted decrease): not short, rho is NaN and raises the damping
+            self._stats["lm_step_fraction"] = fraction
+            self._stats["rho"] = rho
+            if not math.isfinite(after_value):
+                self.good = pending
+                self._incident(step, "non-finite loss after the step", failed_steps=1, restore=True)
+                self._totals["failures"] = self._totals["failures"] + 1
+                return
+            omega = lm_omega(self.adapt_every)
+            for group in self.param_groups:
+                group["damping"] = adapt_damping(group["damping"], rho, omega, short=short)
+        elif scheduled and self.adapt_every > 0:  # no closure: a damping raised by a failure decays back
+            for group in self.param_groups:
+                group["damping"] = max(group["initial_damping"], group["damping"] * lm_omega(self.adapt_every))
+        if scheduled:
+            if pending is not None:
+                self.good = pending
+            self.failures = 0
+            self._stats["damping"] = self._group_of(self.layers[0])["damping"]
+
+    def _incident(self, step: int, reason: str, *, failed_steps: int, restore: bool) -> None:
+        """One failure incident: restore the last good state (``restore``), damping x10, fresh factors;
+        one log line; ``max_failures`` incidents in a row raise."""
+        self.failures += 1
+        if self.failures > self.max_failures:
+            raise FloatingPointError(f"K-FAC: {self.failures} failed checks in a row (last by step {step}: "
+                                     f"{reason}); lower lr, raise damping or check the data")
+        restored = restore and self.good is not None
+        if restored:
+            self.good.restore(self._params(), self.state)
+        old = self._group_of(self.layers[0])["damping"]
+        for group in self.param_groups:
+            group["damping"] = min(group["damping"] * FAILURE_GROWTH, DAMPING_MAX)
+        self.factor_updates = 0  # the next batch factor replaces the running factors (factor_weight(1) = 1)
+        for g in self.groups:
+            g.preconditioned_for = None
+            for key in EIGEN_KEYS + PRECONDITIONER_KEYS + ("cg_solution",):
+                if g.stacks.pop(key, None) is not None:
+                    for layer in g.layers:
+                        self.state[layer.module.weight].pop(key, None)
+        where = f"restored the state of step {self.good.step}" if restored else "steps skipped"
+        logger.warning("K-FAC by step %d: %s (%d failed step(s) since the last check); %s, damping %.3g -> %.3g, "
+                       "factors refreshed (failure %d in a row, at most %d)", step, reason, failed_steps, where, old,
+                       self._group_of(self.layers[0])["damping"], self.failures, self.max_failures)
+        self._stats.update({"preconditioned": False, "failure": reason, "damping": self._group_of(self.layers[0])["damping"]})
+
+    # ---- per-step lookups, cached (rebuilt only when the param groups or a setting's values change) ---------
+    def _group_of(self, layer) -> dict:
+        if self._layer_groups is None or self._layer_groups[0] != len(self.param_groups):
+            owner = {id(p): group for group in self.param_groups for p in group["params"]}
+            self._layer_groups = (len(self.param_groups), owner)
+        group = self._layer_groups[1].get(id(layer.module.weight))
+        if group is None:
+            raise ValueError(f"layer {layer.name!r} is in no param group")
+        return group
+
+    def _cached(self, key: tuple, owner, make):
+        """``make()`` cached under ``key`` while ``owner`` (whose id is in ``key``) is the object it was made for."""
+        entry = self._index_cache.get(key)
+        if entry is None or entry[0] is not owner:
+            if len(self._index_cache) > 256:  # partial shape groups are new objects every step
+                self._index_cache.clear()
+            entry = self._index_cache[key] = (owner, make())
+        return entry[1]
+
+    def _group_index(self, sub, params: list) -> list[int]:
+        """Index in ``param_groups`` of each of ``params`` (a shape group's, in split order)."""
+        def make():
+            index = {id(p): i for i, group in enumerate(self.param_groups) for p in group["params"]}
+            return [index[id(p)] for p in params]
+        return self._cached(("index", id(sub), len(self.param_groups)), sub, make)
+
+    def _layer_tensor(self, layers, key: str, dtype, device, power: int = 1) -> torch.Tensor:
+        """``(k, 1, 1)`` per-layer values of a group setting (to ``power``), rebuilt only when they change."""
+        groups = self._cached(("groups", id(layers), len(self.param_groups)), layers,
+                              lambda: [self._group_of(m) for m in layers])
+        values = tuple(group[key] for group in groups)
+        cache_key = (key, values, dtype, device, power)
+        if cache_key not in self._tensor_cache:
+            if len(self._tensor_cache) > 64:  # dampings adapt: keep the cache small
+                self._tensor_cache.clear()
+            self._tensor_cache[cache_key] = torch.tensor(values, dtype=dtype, device=device)[:, None, None] ** power
+        return self._tensor_cache[cache_key]
+
+    # ---- persistence: settings, counters, snapshot and per-layer tensors in state_dict --------------------
+    def state_dict(self) -> dict:
+        """torch's state dict plus ``"kfac"``: every setting, counter and snapshot the next steps use."""
+        state = super().state_dict()
+        state["kfac"] = {**{k: getattr(self, k) for k in OPTIMIZER_SETTINGS}, "factor_updates": self.factor_updates,
+                         "failures": self.failures, "cg_budget": list(self.cg_budget),
+                         "preconditioned_for": [None if g.preconditioned_for is None else list(g.preconditioned_for)
+                                                for g in self.groups], "watch": self.watch.to_dict(),
+                         "good": None if self.good is None else self.good.to_dict(),
+                         "totals": {k: (v.item() if isinstance(v, torch.Tensor) else v) for k, v in self._totals.items()}}
+        if self.generator is not None:
+            state["generator"] = self.generator.get_state()
+        return state
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restore; K-FAC tensors keep the factor dtype and are re-stacked per shape group; the saved
+        eigenbases are used as they are (never recomputed), so a resumed run is bit-identical."""
+        state_dict = dict(state_dict)
+        generator_state = state_dict.pop("generator", None)
+        settings = state_dict.pop("kfac", None)
+        params = self._params()
+        keep = {i: {k: v for k, v in s.items() if k in LAYER_KEYS}
+                for i, s in state_dict["state"].items() if isinstance(s, dict)}
+        super().load_state_dict(state_dict)
+        for i, tensors in keep.items():
+            self.state[params[i]].update({k: v.to(params[i].device, copy=True) for k, v in tensors.items()})
+        for group in self.groups:
+            group.restack(self.state)
+        if settings is not None:
+            for key in OPTIMIZER_SETTINGS:
+                if key in settings:  # absent in checkpoints written before the setting existed
+                    setattr(self, key, settings[key])
+            self.fisher = {"mc": "sampled"}.get(self.fisher, self.fisher)
+            self.capture.fisher, self.capture.loss_reduction = self.fisher, self.loss_reduction
+            if self.fisher == "sampled" and self.generator is None:
+                self.generator = self.capture.generator = torch.Generator(device=self.layers[0].module.weight.device)
+            self.factor_updates, self.failures = settings["factor_updates"], settings.get("failures", 0)
+            self.cg_budget = list(settings.get("cg_budget", []))
+            for g, dampings in zip(self.groups, settings.get("preconditioned_for", [])):
+                g.preconditioned_for = None if dampings is None else tuple(dampings)
+            if "watch" in settings:
+                self.watch.load(settings["watch"])
+            self._iterative.tol, self._iterative.warm_start = self.cg_tol, self.warm_start
+            good = settings.get("good")
+            self.good = None if good is None else Snapshot.from_dict(good, self.layers[0].module.weight.device)
+            self._totals = defaultdict(int, settings["totals"])
+        if generator_state is not None and self.generator is not None:
+            self.generator.set_state(generator_state)
+        self.capture.enabled = self._capturing(self.param_groups[0]["step"])

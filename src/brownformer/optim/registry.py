@@ -14,14 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from brownformer.optim.defaults import DEFAULT_MOMENTUM as _KFAC_MOMENTUM
+from brownformer.optim.kfac_settings import CONFIG_KEYS as _KFAC_KEYS, DEFAULTS as _KFAC_DEFAULTS
 
 __all__ = ["OPTIMIZERS", "REGISTRY", "OptimizerEntry", "build_optimizer", "default_momentum", "implementation_flags"]
-
-_KFAC_KEYS = ("momentum", "weight_decay", "damping", "factor_decay", "factor_every", "inverse_every", "cg_max_iter",
-              "cg_tol", "warm_start", "weight_sharing", "per_head", "scope", "kl_clip", "fisher", "loss_reduction",
-              "rest_update", "rest_lr", "betas", "eps", "adapt_every", "max_failures", "relative_damping")
-
 
 @dataclass(frozen=True)
 class OptimizerEntry:
@@ -121,12 +116,13 @@ def build_optimizer(model, type: str, lr: float, params: Mapping[str, Any] | Non
 
 
 # heavy-ball momentum an optimizer uses when its config gives none (AdamW's is beta1, not listed here)
-_DEFAULT_MOMENTUM = {"sgd": 0.0, "muon": 0.95, "kfac-eigen": _KFAC_MOMENTUM, "kfac-iterative": _KFAC_MOMENTUM}
+_DEFAULT_MOMENTUM = {"sgd": 0.0, "muon": 0.95, "kfac-eigen": _KFAC_DEFAULTS["momentum"],
+                     "kfac-iterative": _KFAC_DEFAULTS["momentum"]}
 
 
 def default_momentum(type: str) -> float:
     """The momentum optimizer ``type`` uses by default (SGD's 0, torch.optim.Muon's 0.95, K-FAC's
-    ``optim.defaults.DEFAULT_MOMENTUM``), without importing torch or the optimizer."""
+    ``optim.kfac_settings``), without importing torch or the optimizer."""
     if type not in _DEFAULT_MOMENTUM:
         raise ValueError(f"optimizer {type!r} has no heavy-ball momentum default; known: {', '.join(_DEFAULT_MOMENTUM)}")
     return _DEFAULT_MOMENTUM[type]
