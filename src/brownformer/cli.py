@@ -170,7 +170,7 @@ def _add_stats_parsers(parent: argparse.ArgumentParser) -> None:
     p = sub.add_parser("calibrate", help="size and power of the Brownian rule at the shapes of the runs' files")
     _common(p)
     p.add_argument("--run-stats", type=Path, nargs="+", default=[], help="runs' stats/summary.json: their files' shapes are simulated")
-    p.add_argument("--context", type=Path, nargs="+", default=[], help="summaries that only choose the --run-stats files (replica sets')")
+    p.add_argument("--context", type=Path, nargs="*", default=[], help="summaries that only choose the --run-stats files (replica sets')")
     p.add_argument("--merge", type=Path, nargs="+", default=[], help="instead of --run-stats: the tables of single runs to merge")
     p.add_argument("--replicates", type=int, default=None, help="default: stats.calibration_replicates")
     p.add_argument("--jobs", type=int, default=1, help="worker processes (one shape and process each at a time)")
