@@ -190,7 +190,7 @@ def _cmd_tune(args) -> None:
     from brownformer.tuning import tune_optimizers
     cfg = _load(args)
     tune_optimizers(cfg, args.out, args.table, data_root=args.data_root, into=args.into, models=args.models,
-                    optimizers=args.optimizers, workers=args.workers, trials=args.trials,
+                    optimizers=args.optimizers, workers=args.workers, trials=args.trials, cache=args.cache,
                     source=str(args.into or args.config))
 
 
@@ -352,6 +352,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=None,
                    help="trials per (model, optimizer) instead of tuning.trials (e.g. to give a rival the budget "
                    "an earlier continuation gave another optimizer); a table of another budget is a separate table")
+    p.add_argument("--cache", type=Path, default=None,
+                   help="folder of finished seed runs, keyed by everything that determines them: a tuning stopped "
+                   "and rerun (e.g. with fewer --trials) reuses them instead of training them again")
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("figures", help="draw every figure from the results")
