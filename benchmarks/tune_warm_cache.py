@@ -7,7 +7,7 @@
 at all their trials and others at none. This trains the same seed runs (tuning.trial.run_seed, the same settings
 the quasi-random search draws) in trial-major order into the cache: when stopped after k complete rounds,
 `brownformer tune --trials k --cache ...` reads every run from the cache and gives every optimizer the same k
-trials, none trained twice. Prints each round as it completes.
+trials, none trained twice. Prints each round as it completes; ``--count`` prints how many rounds the cache holds.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from brownformer.config import load_config
 from brownformer.tuning.quasi_random import halton_points, unit_to_value
 from brownformer.tuning.run import dataset_dir
 from brownformer.tuning.space import optimizer_settings, tuning_config
-from brownformer.tuning.trial import run_seed
+from brownformer.tuning.trial import cached_row_path, run_seed
 
 
 def seed_jobs(cfg, *, data_root: Path, cache: Path, trials: int) -> list[tuple[int, tuple, dict]]:
@@ -44,6 +44,15 @@ def seed_jobs(cfg, *, data_root: Path, cache: Path, trials: int) -> list[tuple[i
     return jobs
 
 
+def complete_rounds(jobs) -> int:
+    """How many leading rounds have every seed run in the cache (what `brownformer tune --trials` may read)."""
+    done: dict[int, bool] = {}
+    for j, args, kwargs in jobs:
+        done[j] = done.get(j, True) and cached_row_path(kwargs["cache"], *args[:5], target=kwargs["target"],
+                                                        eval_every=kwargs["eval_every"], stop_at=None).is_file()
+    return next((j for j in sorted(done) if not done[j]), len(done))
+
+
 def _run(job):
     _, args, kwargs = job
     return run_seed(*args, **kwargs)
@@ -56,10 +65,14 @@ def main(argv=None) -> int:
     p.add_argument("--data-root", type=Path, default=Path("results/data"))
     p.add_argument("--trials", type=int, default=None, help="default: tuning.trials")
     p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--count", action="store_true", help="train nothing: print how many rounds the cache completes")
     args = p.parse_args(argv)
     cfg = load_config(args.config)
     trials = args.trials or tuning_config(cfg).trials
     jobs = seed_jobs(cfg, data_root=args.data_root, cache=args.cache, trials=trials)
+    if args.count:
+        print(f"{complete_rounds(jobs)} of {trials} rounds complete")
+        return 0
     per_round = len(jobs) // trials
     t0 = time.perf_counter()
     with ProcessPoolExecutor(args.workers) as pool:  # FIFO: the rounds finish in order

@@ -48,6 +48,10 @@ def test_a_tuning_cut_to_the_warmed_rounds_reads_every_run_from_the_cache(warm, 
     data = ["--data-root", str(tmp_path / "data")]
     assert warm.main(["--config", str(config), "--cache", str(cache), "--trials", "2", "--workers", "1", *data]) == 0
     assert len(list(cache.glob("*.json"))) == 2 * 2 * 3  # 2 rounds x 2 optimizers x 3 seeds
+    from brownformer.config import load_config
+
+    assert warm.complete_rounds(warm.seed_jobs(load_config(config), data_root=tmp_path / "data", cache=cache,
+                                               trials=4)) == 2
 
     def no_training(*args, **kwargs):
         raise AssertionError("a warmed seed run was trained again")

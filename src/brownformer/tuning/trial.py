@@ -27,7 +27,7 @@ from .search import Outcome, capped_time, outcome_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["trial_config", "run_seed", "run_trial"]
+__all__ = ["trial_config", "run_seed", "run_trial", "cached_row_path"]
 
 
 def trial_config(raw: dict, model: str, optimizer: str, settings: dict, seed: int, eval_every: int):
@@ -57,7 +57,7 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
     run_id = f"{model}__{optimizer}__s{seed}"
     if cache is None:
         return _train_seed(cfg, run_id, data_dir, target=target, eval_every=eval_every, stop_at=stop_at)
-    path = Path(cache) / f"{config_hash({'run': cfg.run_slice(run_id), 'target': target, 'stop_at': stop_at})}.json"
+    path = _row_path(cache, cfg, run_id, target, stop_at)
     if path.is_file():
         return json.loads(path.read_text())
     row = _train_seed(cfg, run_id, data_dir, target=target, eval_every=eval_every, stop_at=stop_at)
@@ -66,6 +66,17 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
     tmp.write_text(json.dumps(row))
     tmp.replace(path)  # whole or absent: a tuning killed mid-write leaves no half row
     return row
+
+
+def cached_row_path(cache: Path, raw: dict, model: str, optimizer: str, settings: dict, seed: int, *, target: float,
+                    eval_every: int, stop_at: float | None) -> Path:
+    """Where `run_seed` keeps (or finds) this seed run's row in ``cache``."""
+    cfg = trial_config(raw, model, optimizer, settings, seed, eval_every)
+    return _row_path(cache, cfg, f"{model}__{optimizer}__s{seed}", target, stop_at)
+
+
+def _row_path(cache: Path, cfg, run_id: str, target: float, stop_at: float | None) -> Path:
+    return Path(cache) / f"{config_hash({'run': cfg.run_slice(run_id), 'target': target, 'stop_at': stop_at})}.json"
 
 
 def _train_seed(cfg, run_id: str, data_dir: str, *, target: float, eval_every: int, stop_at: float | None) -> dict:
