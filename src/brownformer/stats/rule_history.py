@@ -114,9 +114,9 @@ CLAIM_RULE_HISTORY = {
          "0.75 and 0.9 of the improvement reported, 0.9 decides; the crossing read on the target's running median "
          "of 3; runs that did not train censored at the budget; seconds = steps x measured step cost",
          "after data", "807e12d", "2026-12-01", "the referee's review of the 'supported' of 2026-12-01"),
-        ("tuning protocol of the re-tune: sgd, adamw, muon, kfac-iterative on vit-pre and vit-post, 6 scrambled-Halton "
-         "trials each (16 planned, cut for every optimizer alike after 8 seed runs, before any winner was seen: the "
-         "machine's CPU; the first 6 points of the same sequence; tuning.search_seed 0) in the ranges of config tuning.knobs (AdamW lr, betas, weight decay; "
+        ("tuning protocol of the re-tune: sgd, adamw, muon, kfac-iterative on vit-pre and vit-post, 9 scrambled-Halton "
+         "trials each (16 planned, cut for every optimizer alike for the machine's CPU: seed runs trained trial-major, "
+         "stopped after the 9th complete round, the first 9 points of the same sequence; tuning.search_seed 0) in the ranges of config tuning.knobs (AdamW lr, betas, weight decay; "
          "Muon lr, momentum, adamw_lr, weight decay; SGD lr, momentum, weight decay; K-FAC lr, damping, KL bound, "
          "momentum) plus warm-up 0-50 steps and horizon 200-800 steps for every optimizer; tuning seeds 100-102 "
          "(disjoint from the evaluation seeds 0-7 and 1000-1007); score the restricted mean steps to report.targets, "
