@@ -352,9 +352,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=None,
                    help="trials per (model, optimizer) instead of tuning.trials (e.g. to give a rival the budget "
                    "an earlier continuation gave another optimizer); a table of another budget is a separate table")
-    p.add_argument("--cache", type=Path, default=None,
-                   help="folder of finished seed runs, keyed by everything that determines them: a tuning stopped "
-                   "and rerun (e.g. with fewer --trials) reuses them instead of training them again")
+    p.add_argument("--cache", type=Path, help="folder of finished seed runs: a rerun (fewer --trials) reuses them")
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("figures", help="draw every figure from the results")
