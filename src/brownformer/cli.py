@@ -191,7 +191,7 @@ def _cmd_tune(args) -> None:
     from brownformer.tuning import tune_optimizers
     cfg = _load(args)
     tune_optimizers(cfg, args.out, args.table, data_root=args.data_root, into=args.into, models=args.models,
-                    optimizers=args.optimizers, workers=args.workers, trials=args.trials,
+                    optimizers=args.optimizers, workers=args.workers, trials=args.trials, cache=args.cache,
                     source=str(args.into or args.config))
 
 
@@ -353,6 +353,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trials", type=int, default=None,
                    help="trials per (model, optimizer) instead of tuning.trials (e.g. to give a rival the budget "
                    "an earlier continuation gave another optimizer); a table of another budget is a separate table")
+    p.add_argument("--cache", type=Path, help="folder of finished seed runs: a rerun (fewer --trials) reuses them")
     p.set_defaults(func=_cmd_tune)
 
     p = sub.add_parser("figures", help="draw every figure from the results")

@@ -63,10 +63,11 @@ def resolve_device(name: str) -> torch.device:
 
 
 def lr_factor(step: int, cfg: TrainConfig) -> float:
-    """Linear warm-up to 1 over `warmup_steps`, then cosine decay to `min_lr_ratio` at `steps`."""
+    """Linear warm-up to 1 over `warmup_steps`, then cosine decay to `min_lr_ratio` at `horizon` (default `steps`),
+    held there after it."""
     if step < cfg.warmup_steps:
         return (step + 1) / cfg.warmup_steps
-    span = max(1, cfg.steps - cfg.warmup_steps)
+    span = max(1, (cfg.horizon or cfg.steps) - cfg.warmup_steps)
     progress = min(1.0, (step - cfg.warmup_steps) / span)
     return cfg.min_lr_ratio + (1 - cfg.min_lr_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 

@@ -73,6 +73,7 @@ class TrainConfig:
     steps: int
     batch_size: int
     warmup_steps: int = 0
+    horizon: int | None = None  # step at which the cosine reaches min_lr_ratio (None: steps); a tuned entry may set it
     min_lr_ratio: float = 0.1
     eval_every: int = 50
     eval_batches: int = 8
@@ -199,7 +200,8 @@ class ExperimentConfig:
         opt = self.optimizer_for(spec.model, spec.optimizer)
         tau = momentum_steps(opt.type, opt.params)
         gap = momentum_gap(tau, self.stats.momentum_times)
-        return AnalysisWindow(start_step=max(self.train.warmup_steps, gap if self.stats.momentum_times else 0),
+        warmup = self.schedule_for(spec.model, spec.optimizer).get("warmup_steps", self.train.warmup_steps)
+        return AnalysisWindow(start_step=max(warmup, gap if self.stats.momentum_times else 0),
                               min_gap=gap, momentum_steps=tau)
 
     def runs(self) -> list[RunSpec]:
@@ -279,9 +281,17 @@ class ExperimentConfig:
                        run_hash=self.run_hash(run_id))
 
     def _train_of(self, run_id: str) -> TrainConfig:
-        """A run's train settings (RunPlan.train, resolved here only): its model's `steps`, its blocks' `eval_every`."""
-        steps = self.models[self.run(run_id).model].steps or self.train.steps
-        return dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id))
+        """A run's train settings (RunPlan.train, resolved here only): its model's `steps`, its blocks' `eval_every`,
+        its `tuned` entry's `warmup_steps` and `horizon` (`schedule_for`)."""
+        spec = self.run(run_id)
+        steps = self.models[spec.model].steps or self.train.steps
+        return dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id),
+                                   **self.schedule_for(spec.model, spec.optimizer))
+
+    def schedule_for(self, model: str, optimizer: str) -> dict[str, int]:
+        """The `train` schedule keys (config_tuned.SCHEDULE_KEYS) that ``tuned.<model>.<optimizer>`` sets."""
+        tuned = self.tuned_for(model, optimizer)
+        return dict(tuned.schedule) if tuned is not None else {}
 
     def dataset_of(self, model: str) -> DatasetConfig:
         return self.datasets[self.models[model].dataset]

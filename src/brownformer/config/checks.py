@@ -13,6 +13,8 @@ from typing import Any, Mapping
 
 import yaml
 
+from brownformer.config.tuned import SCHEDULE_KEYS
+
 __all__ = ["ConfigError", "SCHEMA_PATH", "load_schema", "validate_dict", "apply_overrides", "config_problems"]
 
 SCHEMA_PATH = Path(__file__).with_name("config.schema.yaml")
@@ -45,7 +47,24 @@ def _check_optimizer_keys(data: dict, source: str) -> None:
             if name not in data["optimizers"]:
                 raise ConfigError(f"{source}: key 'tuned.{model}.{name}': unknown optimizer; "
                                   f"known: {sorted(data['optimizers'])}")
-            check(f"tuned.{model}.{name}", data["optimizers"][name]["type"], settings)
+            check(f"tuned.{model}.{name}", data["optimizers"][name]["type"],
+                  {k: v for k, v in settings.items() if k not in SCHEDULE_KEYS})
+
+
+def _check_schedules(data: dict, source: str) -> None:
+    """The warm-up ends before the cosine's horizon, in `train` and in every `tuned` entry as its runs resolve it
+    (the entry's key, else train's; the horizon defaults to the model's steps)."""
+    train = data["train"]
+    where = [("train", train, train.get("steps"))]
+    for model, per_opt in (data.get("tuned") or {}).items():
+        steps = data["models"][model].get("steps") or train["steps"]
+        where += [(f"tuned.{model}.{name}", {**train, **{k: s[k] for k in SCHEDULE_KEYS if k in s}}, steps)
+                  for name, s in per_opt.items() if any(k in s for k in SCHEDULE_KEYS)]
+    for key, sched, steps in where:
+        warmup, horizon = sched.get("warmup_steps", 0), sched.get("horizon") or steps
+        if warmup >= horizon:
+            raise ConfigError(f"{source}: key '{key}.warmup_steps': warm-up {warmup} must end before the schedule's "
+                              f"horizon {horizon} (the step at which the cosine reaches its floor)")
 
 
 @functools.lru_cache(maxsize=1)
@@ -189,6 +208,7 @@ def _check_references(data: dict, source: str) -> None:
                     raise ConfigError(f"{source}: key 'replicas.{i}.{key}': unknown {key[:-1]} {name!r}; "
                                       f"known: {sorted(known)}")
     _check_optimizer_keys(data, source)
+    _check_schedules(data, source)
     for key, (low, high) in data.get("stats", {}).get("margins", {}).items():
         if low > high:
             raise ConfigError(f"{source}: key 'stats.margins.{key}': low {low} is above high {high}")

@@ -43,7 +43,10 @@ def _resolve(node: dict, root: dict) -> dict:
     target: Any = root
     for part in ref.lstrip("#/").split("/"):
         target = target[part]
-    return {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    merged = {**target, **{k: v for k, v in node.items() if k != "$ref"}}
+    if "properties" in node and "properties" in target:  # keys beside a $ref add to the referenced ones
+        merged["properties"] = {**target["properties"], **node["properties"]}
+    return merged
 
 
 def _kind(node: dict) -> str:

@@ -9,7 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-__all__ = ["TunedConfig", "read_tuned", "tuned_settings"]
+__all__ = ["TunedConfig", "SCHEDULE_KEYS", "read_tuned", "tuned_settings"]
+
+#: keys of a ``tuned`` entry that set the run's learning-rate schedule (``train.<key>`` for that (model, optimizer)),
+#: not the optimizer: the warm-up and the step at which the cosine reaches its floor (ExperimentConfig.plan: RunPlan.train)
+SCHEDULE_KEYS = ("warmup_steps", "horizon")
 
 
 @dataclass(frozen=True)
@@ -19,11 +23,12 @@ class TunedConfig:
     model: str
     optimizer: str
     lr: float | None = None  # None: the optimizer's own lr
-    params: Mapping[str, Any] = field(default_factory=dict)  # every other key
+    params: Mapping[str, Any] = field(default_factory=dict)  # every other optimizer key
+    schedule: Mapping[str, int] = field(default_factory=dict)  # SCHEDULE_KEYS set for this pair: train.<key> of its runs
 
     def settings(self) -> dict[str, Any]:
         """The keys as the config writes them."""
-        return {**({"lr": self.lr} if self.lr is not None else {}), **self.params}
+        return {**({"lr": self.lr} if self.lr is not None else {}), **self.params, **self.schedule}
 
 
 def read_tuned(block: Mapping[str, Mapping[str, Mapping[str, Any]]] | None) -> dict[str, dict[str, TunedConfig]]:
@@ -38,6 +43,8 @@ def tuned_settings(tuned: Mapping[str, Mapping[str, TunedConfig]]) -> dict[str, 
 
 
 def _entry(model: str, optimizer: str, settings: Mapping[str, Any]) -> TunedConfig:
-    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in settings.items() if k != "lr"}
+    params = {k: (tuple(v) if isinstance(v, list) else v) for k, v in settings.items()
+              if k != "lr" and k not in SCHEDULE_KEYS}
+    schedule = {k: int(settings[k]) for k in SCHEDULE_KEYS if k in settings}
     # lr as written (not cast): run_slice hashes these settings, so 1 and 1.0 must not differ from the config's
-    return TunedConfig(model=model, optimizer=optimizer, lr=settings.get("lr"), params=params)
+    return TunedConfig(model=model, optimizer=optimizer, lr=settings.get("lr"), params=params, schedule=schedule)

@@ -32,7 +32,8 @@ EDGE = 0.05
 
 
 def unit_to_value(knob: Knob, u: float) -> float:
-    """The knob's value at unit coordinate ``u`` in [0, 1] (module docstring), to 4 significant digits."""
+    """The knob's value at unit coordinate ``u`` in [0, 1] (module docstring), to 4 significant digits; a step
+    count (``knob.integer``: warm-up, horizon) rounded to the nearest integer."""
     lo, hi = knob.low, knob.high
     if knob.scale == "log":
         value = lo * (hi / lo) ** u
@@ -40,7 +41,7 @@ def unit_to_value(knob: Knob, u: float) -> float:
         value = 1 - (1 - lo) * ((1 - hi) / (1 - lo)) ** u
     else:
         value = lo + u * (hi - lo)
-    return float(f"{value:.4g}")
+    return int(round(value)) if knob.integer else float(f"{value:.4g}")
 
 
 def halton_points(n_knobs: int, n: int, seed: int) -> np.ndarray:

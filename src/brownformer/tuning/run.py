@@ -56,7 +56,7 @@ def _settings(knobs, start: dict, index) -> dict:
 
 
 def tune_pair(raw: dict, model: str, optimizer: str, tc: TuningConfig, start: dict, data_dir: str,
-              target: float) -> PairResult:
+              target: float, cache: Path | None = None) -> PairResult:
     """The search of one (model, optimizer): tuning/search.py's coordinate search or tuning/quasi_random.py's."""
     knobs = tc.knobs[optimizer]
     t0 = time.perf_counter()
@@ -66,7 +66,7 @@ def tune_pair(raw: dict, model: str, optimizer: str, tc: TuningConfig, start: di
         def evaluate_at(values: dict) -> Outcome:
             settings = optimizer_settings(values, base)
             return run_trial(raw, model, optimizer, settings, tc.seeds, data_dir, target=target,
-                             eval_every=tc.eval_every, incumbent=None)
+                             eval_every=tc.eval_every, incumbent=None, cache=cache)
 
         done, best, smooth = quasi_random_search(knobs, tc.trials, tc.search_seed, evaluate_at)
         trials = [(u, optimizer_settings(values, base), outcome) for u, values, outcome in done]
@@ -75,7 +75,7 @@ def tune_pair(raw: dict, model: str, optimizer: str, tc: TuningConfig, start: di
 
     def evaluate(index, incumbent):
         return run_trial(raw, model, optimizer, _settings(knobs, start, index), tc.seeds, data_dir, target=target,
-                         eval_every=tc.eval_every, incumbent=incumbent)
+                         eval_every=tc.eval_every, incumbent=incumbent, cache=cache)
 
     done = coordinate_search(len(knobs), tc.trials, evaluate)
     trials = [(index, _settings(knobs, start, index), outcome) for index, outcome in done]
@@ -101,7 +101,8 @@ def _job(args):
 
 def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *, data_root: str | Path = "results/data",
                     into: str | Path | None = None, models=None, optimizers=None, workers: int = 1,
-                    trials: int | None = None, source: str = "config") -> list[PairResult]:
+                    trials: int | None = None, source: str = "config",
+                    cache: str | Path | None = None) -> list[PairResult]:
     """Tune every (model, optimizer) of the config's tuning block; write the ``tuned`` block and the table.
 
     Args:
@@ -113,6 +114,7 @@ def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *
         models, optimizers: Restrict the tuning block to these.
         workers: Parallel (model, optimizer) searches.
         trials: Trials per (model, optimizer) instead of ``tuning.trials``.
+        cache: Folder of finished seed runs (tuning.trial.run_seed): a rerun reuses them.
         source: The config's name, recorded in the outputs.
 
     Raises:
@@ -129,7 +131,8 @@ def tune_optimizers(cfg: ExperimentConfig, out: str | Path, table: str | Path, *
         data_dir = dataset_dir(cfg, model, Path(data_root))
         for optimizer in tc.optimizers:
             start = start_settings(cfg, tc, model, optimizer) if tc.method == "coordinate" else {}
-            jobs.append((raw, model, optimizer, tc, start, data_dir, float(cfg.report.targets[model])))
+            jobs.append((raw, model, optimizer, tc, start, data_dir, float(cfg.report.targets[model]),
+                         None if cache is None else Path(cache)))
     # model by model (a tuning stopped early has every optimizer of the first models), K-FAC first within a model:
     # the longest searches start first, so the workers finish together
     order = sorted(range(len(jobs)), key=lambda j: (tc.models.index(jobs[j][1]), not jobs[j][2].startswith("kfac")))

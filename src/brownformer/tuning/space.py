@@ -12,7 +12,9 @@ around its start value ``c`` (the setting the config trains the model with, or t
 
 With ``method: quasi-random`` (tuning/quasi_random.py) every knob is a range ``[low, high]`` instead, searched
 by the same number of quasi-random points per optimizer. AdamW's two betas are the knobs ``beta1`` and
-``beta2`` (the optimizer's ``betas`` pair; :func:`optimizer_settings`).
+``beta2`` (the optimizer's ``betas`` pair; :func:`optimizer_settings`). Every optimizer may also search the
+schedule: ``warmup_steps`` and ``horizon`` (the step at which the cosine reaches its floor), integers, which
+the ``tuned`` entry routes to the train settings of its runs (config_tuned.SCHEDULE_KEYS).
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Mapping
 
 from brownformer.config import ConfigError, ExperimentConfig
+from brownformer.config.tuned import SCHEDULE_KEYS
 
 __all__ = ["Knob", "TuningConfig", "METHODS", "tuning_config", "start_settings", "grid_value", "optimizer_settings"]
 
@@ -42,6 +45,11 @@ class Knob:
     center: float | None = None
     low: float | None = None  # quasi-random search: the range
     high: float | None = None
+
+    @property
+    def integer(self) -> bool:
+        """A schedule knob (warm-up, horizon: config_tuned.SCHEDULE_KEYS) counts steps: its values are integers."""
+        return self.key in SCHEDULE_KEYS
 
 
 @dataclass(frozen=True)
@@ -106,7 +114,8 @@ def tuning_config(cfg: ExperimentConfig, *, models=None, optimizers=None) -> Tun
         if o not in block["knobs"]:
             raise ConfigError(f"key 'tuning.knobs.{o}': missing (every tuned optimizer names its knobs)")
         keys = {"lr", *REGISTRY[cfg.optimizers[o].type].keys}
-        allowed = keys | {k for k, (pair, _) in PAIR_KNOBS.items() if pair in keys}
+        # the schedule's warm-up and horizon are knobs of every optimizer (a tuned entry routes them to train)
+        allowed = keys | {k for k, (pair, _) in PAIR_KNOBS.items() if pair in keys} | set(SCHEDULE_KEYS)
         knobs[o] = tuple(_knob(k, method, o) for k in block["knobs"][o])
         for k in knobs[o]:
             if k.key not in allowed:
@@ -134,6 +143,9 @@ def _knob(k: Mapping, method: str, optimizer: str) -> Knob:
                 k.get("center"), k.get("low"), k.get("high"))
     where = f"key 'tuning.knobs.{optimizer}': knob {knob.key!r}"
     if method == "coordinate":
+        if knob.integer:
+            raise ConfigError(f"{where}: the schedule's {knob.key} is searched by the quasi-random method only "
+                              "(a range of steps, not a log grid around a start value)")
         if knob.step is None or knob.scale == "linear":
             raise ConfigError(f"{where} needs a 'step' and scale log or complement for the coordinate search")
         return knob

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import json
 import logging
 import math
 import tempfile
 import time
 from pathlib import Path
 
-from brownformer.config import from_dict
+from brownformer.config import config_hash, from_dict
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
 from brownformer.target_stop import on_smoothed_target, smoothed
 
@@ -26,7 +27,7 @@ from .search import Outcome, capped_time, outcome_of
 
 log = logging.getLogger(__name__)
 
-__all__ = ["trial_config", "run_seed", "run_trial"]
+__all__ = ["trial_config", "run_seed", "run_trial", "cached_row_path"]
 
 
 def trial_config(raw: dict, model: str, optimizer: str, settings: dict, seed: int, eval_every: int):
@@ -45,12 +46,41 @@ def trial_config(raw: dict, model: str, optimizer: str, settings: dict, seed: in
 
 
 def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, data_dir: str, *, target: float,
-             eval_every: int, stop_at: float | None) -> dict:
-    """Train one seed of a trial (module docstring); returns its row for the tuning table."""
-    from brownformer.train import train_run
+             eval_every: int, stop_at: float | None, cache: Path | None = None) -> dict:
+    """Train one seed of a trial (module docstring); returns its row for the tuning table.
 
+    With ``cache`` (a folder) the row is kept there under the hash of everything that determines it (the run's
+    config slice, the target, the early stop), and a later call with the same key returns it without training:
+    a tuning stopped and rerun, e.g. with fewer trials, does not train its finished seeds again. The key does not
+    cover the code: a cache is for reruns of one checkout."""
     cfg = trial_config(raw, model, optimizer, settings, seed, eval_every)
     run_id = f"{model}__{optimizer}__s{seed}"
+    if cache is None:
+        return _train_seed(cfg, run_id, data_dir, target=target, eval_every=eval_every, stop_at=stop_at)
+    path = _row_path(cache, cfg, run_id, target, stop_at)
+    if path.is_file():
+        return json.loads(path.read_text())
+    row = _train_seed(cfg, run_id, data_dir, target=target, eval_every=eval_every, stop_at=stop_at)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(row))
+    tmp.replace(path)  # whole or absent: a tuning killed mid-write leaves no half row
+    return row
+
+
+def cached_row_path(cache: Path, raw: dict, model: str, optimizer: str, settings: dict, seed: int, *, target: float,
+                    eval_every: int, stop_at: float | None) -> Path:
+    """Where `run_seed` keeps (or finds) this seed run's row in ``cache``."""
+    cfg = trial_config(raw, model, optimizer, settings, seed, eval_every)
+    return _row_path(cache, cfg, f"{model}__{optimizer}__s{seed}", target, stop_at)
+
+
+def _row_path(cache: Path, cfg, run_id: str, target: float, stop_at: float | None) -> Path:
+    return Path(cache) / f"{config_hash({'run': cfg.run_slice(run_id), 'target': target, 'stop_at': stop_at})}.json"
+
+
+def _train_seed(cfg, run_id: str, data_dir: str, *, target: float, eval_every: int, stop_at: float | None) -> dict:
+    from brownformer.train import train_run
 
     seen: list[dict] = []
 
@@ -78,14 +108,14 @@ def run_seed(raw: dict, model: str, optimizer: str, settings: dict, seed: int, d
     diverged = bool(len(metrics)) and not math.isfinite(float(metrics["train_loss"].iat[-1]))
     value = float(last[m.column]) if last is not None else math.nan
     sign = 1.0 if m.higher_is_better else -1.0
-    return {"seed": seed, "reached": not hit.empty, "steps": float(hit["step"].iat[0]) if len(hit) else math.nan,
+    return {"seed": cfg.seeds[0], "reached": not hit.empty, "steps": float(hit["step"].iat[0]) if len(hit) else math.nan,
             "steps_run": steps_run, "censored_at": float(budget + eval_every), "metric_value": value, "metric": sign * value if math.isfinite(value) else -math.inf,
             "diverged": diverged, "stopped": hit.empty and not diverged and steps_run < budget,
             "seconds": time.perf_counter() - start, "cpu_seconds": time.process_time() - cpu_start}
 
 
 def run_trial(raw: dict, model: str, optimizer: str, settings: dict, seeds, data_dir: str, *, target: float,
-              eval_every: int, incumbent: Outcome | None) -> Outcome:
+              eval_every: int, incumbent: Outcome | None, cache: Path | None = None) -> Outcome:
     """Every tuning seed of one setting, with early stopping against the incumbent (module docstring)."""
     best = incumbent.score if incumbent is not None and math.isfinite(incumbent.score) else None
     n, rows = len(seeds), []
@@ -98,7 +128,7 @@ def run_trial(raw: dict, model: str, optimizer: str, settings: dict, seeds, data
             if stop_at < eval_every:
                 break  # it cannot win even if this seed reached the target at its first evaluation
         row = run_seed(raw, model, optimizer, settings, seed, data_dir, target=target, eval_every=eval_every,
-                       stop_at=stop_at)
+                       stop_at=stop_at, cache=cache)
         rows.append(row)
         log.info("%s %s %s seed %d: %s", model, optimizer, settings, seed,
                  f"target at step {row['steps']:g}" if row["reached"] else f"no target by step {row['steps_run']}")
