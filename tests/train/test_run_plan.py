@@ -12,8 +12,10 @@ from brownformer.config import ConfigError, ExperimentConfig, apply_overrides, f
 from brownformer.train import train_plan, train_run
 
 ROOT = Path(__file__).resolve().parents[2]
-#: run id -> run hash of every run of these configs, recorded at a3fff18 (before RunPlan existed) by
-#: {path: {r.run_id: load_config(path).run_hash(r.run_id) for r in (*cfg.runs(), *cfg.replica_runs())}}.
+#: run id -> run hash of every run of these configs by
+#: {path: {r.run_id: load_config(path).run_hash(r.run_id) for r in (*cfg.runs(), *cfg.replica_runs())}}, recorded at
+#: a3fff18 (before RunPlan existed) and again after the re-tune's `tuned:` block (2026-12-01; the same hashes as
+#: the tuning branch's own per-run resolution gave for all 102 runs).
 #: A config edit meant to retrain runs changes their hashes: record the file again then.
 REFERENCE_HASHES = Path(__file__).parent / "data" / "run_hashes.json"
 CONFIGS = ("config/config.yaml", "config/ci.yaml")
@@ -46,7 +48,10 @@ def test_plan_holds_the_runs_settings(path):
         assert plan.train.steps == (plan.model.steps or cfg.train.steps)
         assert plan.train.eval_every == min([b.eval_every or cfg.train.eval_every for b in blocks],
                                             default=cfg.train.eval_every)
-        assert dataclasses.replace(plan.train, steps=cfg.train.steps, eval_every=cfg.train.eval_every) == cfg.train
+        schedule = cfg.schedule_for(spec.model, spec.optimizer)  # the tuned warm-up and horizon, if any
+        assert all(getattr(plan.train, key) == value for key, value in schedule.items())
+        assert dataclasses.replace(plan.train, steps=cfg.train.steps, eval_every=cfg.train.eval_every,
+                                   **{key: getattr(cfg.train, key) for key in schedule}) == cfg.train
         assert plan.seeds.init == spec.seed and plan.seeds.split == plan.dataset.split_seed
         assert plan.seeds.probes == cfg.probes.seed and plan.seeds.offset == cfg.seed_offset
         if spec.replica == 0:
