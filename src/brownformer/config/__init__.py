@@ -276,16 +276,15 @@ class ExperimentConfig:
                          probes=self.probes.seed, offset=self.seed_offset)
         return RunPlan(spec=spec, model=self.models[spec.model], dataset=dataset,
                        optimizer=self.optimizer_for(spec.model, spec.optimizer),
-                       train=self._train_of(run_id), probes=self.probes, probed=self.probed(run_id),
+                       train=self._train_of(spec), probes=self.probes, probed=self.probed(run_id),
                        stop_target=self.stop_target(run_id), seeds=seeds, device=self.device, config_hash=self.hash,
                        run_hash=self.run_hash(run_id))
 
-    def _train_of(self, run_id: str) -> TrainConfig:
+    def _train_of(self, spec: RunSpec) -> TrainConfig:
         """A run's train settings (RunPlan.train, resolved here only): its model's `steps`, its blocks' `eval_every`,
         its `tuned` entry's `warmup_steps` and `horizon` (`schedule_for`)."""
-        spec = self.run(run_id)
         steps = self.models[spec.model].steps or self.train.steps
-        return dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(run_id),
+        return dataclasses.replace(self.train, steps=steps, eval_every=self.eval_every(spec.run_id),
                                    **self.schedule_for(spec.model, spec.optimizer))
 
     def schedule_for(self, model: str, optimizer: str) -> dict[str, int]:
