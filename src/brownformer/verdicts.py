@@ -47,16 +47,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import CLAIM_VERDICTS, Decision, EffectResult
 
-__all__ = ["VERDICTS", "Verdict", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
+__all__ = ["VERDICTS", "Verdict", "Decision", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
            "SeedUnit", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 3
 #: schema 2's spellings, refused anywhere in a record
 OLD_NAMES = ("p_value", "ci", "reject", "p_value_holm")
-SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, DID_NOT_TRAIN = "supported", "not supported", "inconclusive", "did not train"
-VERDICTS = (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, DID_NOT_TRAIN)
+VERDICTS = CLAIM_VERDICTS
+SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE, DID_NOT_TRAIN = VERDICTS
 Verdict = Literal["supported", "not supported", "inconclusive", "did not train"]
 
 

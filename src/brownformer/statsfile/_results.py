@@ -7,9 +7,15 @@ from typing import Any, Callable, ClassVar
 
 from brownformer.io import to_jsonable
 
-__all__ = ["SCHEMA_VERSION", "EffectResult"]
+__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS"]
 
 SCHEMA_VERSION = 2
+
+#: the two vocabularies a decision is taken in, written once here (the lowest layer both readers and writers import):
+#: a claim's verdict (claims.json; brownformer.verdicts re-exports it) and the Brownian rule's verdict on one file
+#: (brownformer.stats.diffusion.rule re-exports it)
+CLAIM_VERDICTS = ("supported", "not supported", "inconclusive", "did not train")
+RULE_VERDICTS = ("brownian", "not brownian", "inconclusive")
 _NAN2 = (math.nan, math.nan)
 
 
@@ -239,3 +245,34 @@ class EffectResult:
     def effect_from_dict(cls, d: Any, where: str = "effect") -> EffectResult:
         """from_dict in the "effect" layout (JSON nulls stay None: readers test `estimate is None`)."""
         return cls.from_dict(d, where, form="effect")
+
+
+@dataclass(frozen=True)
+class Decision(_Record):
+    """A verdict taken once, with why: what a rule decided about one file, one configuration or one claim.
+
+    Readers take the decision as written; nothing downstream re-decides from the estimates.
+
+    Attributes:
+        verdict: one of CLAIM_VERDICTS or RULE_VERDICTS.
+        reason: one sentence, from the data (what decided it, or what is missing).
+        rule: the rule that decided (e.g. "window exponent TOST", "intersection-union over configurations").
+        alpha: the level it was taken at; size, power: the rule's simulated size and power at the data's shape,
+            where calibrated (None where not).
+    """
+
+    verdict: str
+    reason: str = ""
+    rule: str | None = None
+    alpha: float | None = None
+    size: float | None = None
+    power: float | None = None
+
+    def __post_init__(self):
+        if self.verdict not in CLAIM_VERDICTS + RULE_VERDICTS:
+            raise ValueError(f"Decision verdict {self.verdict!r} is not one of {list(CLAIM_VERDICTS + RULE_VERDICTS)}")
+
+    @property
+    def decisive(self) -> bool:
+        """Whether the verdict says yes or no (not inconclusive, not 'did not train')."""
+        return self.verdict in ("supported", "not supported", "brownian", "not brownian")

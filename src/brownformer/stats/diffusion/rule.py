@@ -20,13 +20,14 @@ from typing import Mapping
 import numpy as np
 
 from brownformer.stats.diffusion.battery import MIN_TIME_POINTS
+from brownformer.statsfile import RULE_VERDICTS
 from brownformer.stats.diffusion.battery_registry import key_effects, margin_keys
 
 __all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDICTS", "Effect", "decide", "decide_one",
            "margins_for", "shift_effect"]
 
-BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = "brownian", "not brownian", "inconclusive"
-VERDICTS = (BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE)
+VERDICTS = RULE_VERDICTS
+BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = VERDICTS
 
 #: test name -> key of its equivalence margin in StatsConfig.margins, and kind -> the effects the verdict needs
 #: (in the order the reasons and tables follow): both read from the battery's registry (battery_registry.STATISTICS)
