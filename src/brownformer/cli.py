@@ -383,8 +383,34 @@ def _setup_logging(path: Path | None) -> None:
                         handlers=handlers, force=True)
 
 
+#: glibc's mallopt parameters (malloc.h) and the threshold set: arrays up to 1 GiB come from the heap
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _HEAP_UP_TO = -1, -3, 1 << 30
+
+
+def keep_large_arrays_in_heap() -> bool:
+    """Serve large allocations from the heap and keep freed memory, on glibc; whether it applied.
+
+    glibc maps every allocation above its mmap threshold (at most 32 MiB) afresh and unmaps it on free, so each
+    large numpy temporary costs page faults and the kernel's zeroing of every page again. The calibration's
+    replicate chunks are such arrays: one replica set's calibration spent 54 s in the kernel beside 105 s of user
+    time; with this, 5 s (same table, only the wall-clock column differs; 2026-12-01). Numbers are unchanged: only
+    where the memory comes from moves. Peak memory stays what the process used at most.
+    """
+    import ctypes
+    import ctypes.util
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):  # not glibc (musl has no mallopt): nothing to tune
+        return False
+    return bool(mallopt(_M_MMAP_THRESHOLD, _HEAP_UP_TO)) and bool(mallopt(_M_TRIM_THRESHOLD, 2 * _HEAP_UP_TO))
+
+
 def main(argv: list[str] | None = None) -> int:
     from brownformer.config import ConfigError
+    keep_large_arrays_in_heap()
     args = build_parser().parse_args(argv)
     _setup_logging(getattr(args, "log", None))
     try:
