@@ -43,14 +43,15 @@ that still spells them would otherwise be read as "no p-value"), and so is a fil
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Callable, ClassVar, Literal
 
 from brownformer.statsfile import CLAIM_VERDICTS, Decision, EffectResult
 
 __all__ = ["VERDICTS", "Verdict", "Decision", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
-           "SeedUnit", "ClaimRecord", "ClaimsFile", "read_claims", "SCHEMA_VERSION"]
+           "SeedUnit", "ClaimDetails", "NoDetails", "UntypedDetails", "ClaimRecord", "ClaimsFile", "read_claims",
+           "SCHEMA_VERSION"]
 
 SCHEMA_VERSION = 3
 #: schema 2's spellings, refused anywhere in a record
@@ -68,6 +69,73 @@ def _old_names(obj: Any, where: str = "") -> list[str]:
     if isinstance(obj, (list, tuple)):
         return [p for i, v in enumerate(obj) for p in _old_names(v, f"{where}{i}.")]
     return []
+
+
+def _plain(v: Any) -> Any:
+    """A details value as plain JSON: nested records through their to_dict, tuples as lists."""
+    if hasattr(v, "to_dict"):
+        return v.to_dict()
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    return v
+
+
+class ClaimDetails:
+    """Base of a claim's typed `details` (brownformer.stats.claims.details holds one frozen dataclass per claim and
+    level). The JSON key is the field's name; a field named in `_optional` is left out of the JSON when None (a key
+    some records have and others lack), one named in `_empty` is written as {} when None (a block that can be
+    empty); `_nested` names the parser of each field that holds nested records."""
+
+    _nested: ClassVar[dict[str, Callable]] = {}
+    _optional: ClassVar[frozenset[str]] = frozenset()
+    _empty: ClassVar[frozenset[str]] = frozenset()
+
+    def to_dict(self) -> dict:
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is None and f.name in self._optional:
+                continue
+            out[f.name] = {} if v is None and f.name in self._empty else _plain(v)
+        return out
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str | None = None):
+        """The record from its JSON (ValueError naming `where` and any unknown or missing key); a record of this type
+        is taken as it is."""
+        if isinstance(d, cls):
+            return d
+        where = where or cls.__name__
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
+        names = {f.name for f in fields(cls)}
+        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
+                    and f.name not in cls._optional}
+        unknown, missing = sorted(set(d) - names), sorted(required - set(d))
+        if unknown or missing:
+            raise ValueError(f"{where}: " + "; ".join(
+                ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
+                + f" (claims.json schema {SCHEMA_VERSION}, {cls.__name__})")
+        return cls(**{k: (None if k in cls._empty and v == {} else
+                          cls._nested[k](v, f"{where}.{k}") if k in cls._nested and v is not None else v)
+                      for k, v in d.items()})
+
+
+@dataclass(frozen=True)
+class NoDetails(ClaimDetails):
+    """The details of a record that has none (a run that did not train, a claim not measured): {} in JSON."""
+
+
+@dataclass(frozen=True)
+class UntypedDetails(ClaimDetails):
+    """Details read without their claim's parser (`read_claims` without `parse_details`): the JSON mapping as it is.
+    The claim rules never write it; readers that know the claims pass brownformer.stats.claims.details.parse_details."""
+    values: dict
+
+    def to_dict(self) -> dict:
+        return dict(self.values)
 
 
 @dataclass(frozen=True)
@@ -96,6 +164,16 @@ class SeedUnit:
                 "nesting": self.nesting, "interval": self.interval, "decided": self.decided}
 
 
+#: the levels a ClaimRecord sits at in claims.json: the headline claim, and its records per run, optimizer, model
+LEVELS = ("claim", "per_run", "per_optimizer", "per_model")
+#: (claim id, level, details JSON) -> the typed details record (brownformer.stats.claims.details.parse_details)
+DetailsParser = Callable[[str, str, dict], ClaimDetails]
+
+
+def _untyped(claim: str, level: str, d: dict) -> ClaimDetails:
+    return UntypedDetails(dict(d)) if d else NoDetails()
+
+
 @dataclass(frozen=True)
 class ClaimRecord:
     """One verdict: a headline claim, or the same claim on one run or one optimizer."""
@@ -111,35 +189,43 @@ class ClaimRecord:
     per_run: dict[str, ClaimRecord] = field(default_factory=dict)
     per_optimizer: dict[str, ClaimRecord] = field(default_factory=dict)
     per_model: dict[str, ClaimRecord] = field(default_factory=dict)
-    details: dict = field(default_factory=dict)
+    details: ClaimDetails = field(default_factory=NoDetails)
     seeds: SeedUnit | None = None
 
     def __post_init__(self):
         if self.verdict not in VERDICTS:
             raise ValueError(f"claim {self.claim!r}: verdict {self.verdict!r} is not one of {VERDICTS}")
-        old = _old_names({"tests": self.tests, "details": self.details})
+        if not isinstance(self.details, ClaimDetails):
+            raise ValueError(f"claim {self.claim!r}: details must be a typed record (brownformer.stats.claims."
+                             f"details), got {type(self.details).__name__}")
+        old = _old_names({"tests": self.tests, "details": self.details.to_dict()})
         if old:
             raise ValueError(f"claim {self.claim!r}: schema {SCHEMA_VERSION} spells scipy's names (pvalue, "
                              f"confidence_interval, rejected), found {old}")
 
     @classmethod
-    def from_dict(cls, d: dict, *, claim: str | None = None, title: str | None = None) -> ClaimRecord:
+    def from_dict(cls, d: dict, *, claim: str | None = None, title: str | None = None, level: str = "claim",
+                  parse_details: DetailsParser | None = None) -> ClaimRecord:
+        """The record from its JSON; `parse_details` types its details (without it they stay UntypedDetails)."""
         cid = str(d.get("claim", claim or ""))
         if "verdict" not in d:
             raise ValueError(f"claim {cid!r} has no verdict")
         ttl = str(d.get("title", title or cid))
         margin = d.get("margin")
+        parse = parse_details or _untyped
+
+        def subs(lvl: str) -> dict[str, ClaimRecord]:
+            return {k: cls.from_dict(v, claim=cid, title=ttl, level=lvl, parse_details=parse_details)
+                    for k, v in (d.get(lvl) or {}).items()}
+
         return cls(
             claim=cid, title=ttl, verdict=d["verdict"], reason=str(d.get("reason") or ""),
             estimate=EffectResult.from_dict(d.get("estimate"), f"claim {cid}.estimate", form="headline"),
             margin=(float(margin[0]), float(margin[1])) if margin else None,
             calibration=d.get("calibration"), pvalue_holm=d.get("pvalue_holm"),
             tests=list(d.get("tests") or []),
-            per_run={k: cls.from_dict(v, claim=cid, title=ttl) for k, v in (d.get("per_run") or {}).items()},
-            per_optimizer={k: cls.from_dict(v, claim=cid, title=ttl)
-                           for k, v in (d.get("per_optimizer") or {}).items()},
-            per_model={k: cls.from_dict(v, claim=cid, title=ttl) for k, v in (d.get("per_model") or {}).items()},
-            details=dict(d.get("details") or {}), seeds=SeedUnit.from_dict(d.get("seeds")))
+            per_run=subs("per_run"), per_optimizer=subs("per_optimizer"), per_model=subs("per_model"),
+            details=parse(cid, level, dict(d.get("details") or {})), seeds=SeedUnit.from_dict(d.get("seeds")))
 
     def to_dict(self) -> dict:
         return {"claim": self.claim, "title": self.title, "verdict": self.verdict, "reason": self.reason,
@@ -149,7 +235,7 @@ class ClaimRecord:
                 "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
                 "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
                 "per_model": {k: v.to_dict() for k, v in self.per_model.items()},
-                "seeds": self.seeds.to_dict() if self.seeds else None, "details": self.details}
+                "seeds": self.seeds.to_dict() if self.seeds else None, "details": self.details.to_dict()}
 
 
 @dataclass(frozen=True)
@@ -161,10 +247,11 @@ class ClaimsFile:
     runs: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_dict(cls, d: dict) -> ClaimsFile:
+    def from_dict(cls, d: dict, *, parse_details: DetailsParser | None = None) -> ClaimsFile:
         if not isinstance(d, dict) or "claims" not in d:
             raise ValueError("claims.json has no 'claims' mapping")
-        return cls(claims={str(k): ClaimRecord.from_dict(v, claim=str(k)) for k, v in d["claims"].items()},
+        return cls(claims={str(k): ClaimRecord.from_dict(v, claim=str(k), parse_details=parse_details)
+                           for k, v in d["claims"].items()},
                    did_not_train=list(d.get("did_not_train") or []), calibration=dict(d.get("calibration") or {}),
                    runs=list(d.get("runs") or []))
 
@@ -173,8 +260,10 @@ class ClaimsFile:
                 "did_not_train": self.did_not_train, "calibration": self.calibration, "runs": self.runs}
 
 
-def read_claims(path: str | Path) -> ClaimsFile:
-    """Read and validate claims.json (ValueError naming the problem on a malformed file)."""
+def read_claims(path: str | Path, *, parse_details: DetailsParser | None = None) -> ClaimsFile:
+    """Read and validate claims.json (ValueError naming the problem on a malformed file); `parse_details`
+    (brownformer.stats.claims.details.parse_details, which brownformer.results' reader passes) types each record's
+    details."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
@@ -183,4 +272,4 @@ def read_claims(path: str | Path) -> ClaimsFile:
     if isinstance(data, dict) and data.get("schema") != SCHEMA_VERSION:
         raise ValueError(f"{path}: schema {data.get('schema')!r}, this version reads {SCHEMA_VERSION} "
                          "(rerun `brownformer stats summary`)")
-    return ClaimsFile.from_dict(data)
+    return ClaimsFile.from_dict(data, parse_details=parse_details)
