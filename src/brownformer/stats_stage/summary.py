@@ -149,7 +149,7 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
         claims[key] = brownian_family_claim(key, outputs.trajectories[cat], stats,
                                             calibration=load_calibration(calibration), excluded=excluded)
     claims["4"] = optimizer_claim(metrics_by_run, stats, report, excluded=excluded)
-    claims = headline_holm(claims, {k: c.details.get("pvalue") for k, c in claims.items()})
+    claims = headline_holm(claims, {k: c.details.pvalue for k, c in claims.items()})
     table = pd.DataFrame(outputs.rows + _status_rows(status), columns=SUMMARY_COLUMNS)
     for col in ("estimate", "ci_low", "ci_high", "pvalue"):
         table[col] = pd.to_numeric(table[col], errors="coerce")

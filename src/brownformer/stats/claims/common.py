@@ -259,6 +259,6 @@ def iut_pick(per_model: dict[str, ClaimRecord], decider: str | None) -> tuple[st
     configuration has one (an intersection-union test rejects only if each does)."""
     decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.estimate)]
     pick = decider or (max(decided, key=lambda c: per_model[c].estimate.estimate) if decided else None)
-    pvals = [per_model[c].details.get("pvalue") for c in per_model]
+    pvals = [per_model[c].details.pvalue for c in per_model]
     return pick, (max(pvals) if per_model and all(p is not None for p in pvals) else None)
 
