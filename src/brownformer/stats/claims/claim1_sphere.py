@@ -3,7 +3,7 @@
 Definitional check (not evidence). Raw LayerNorm z = (x - mu)/sigma has 1^T z = 0 and |z|^2 = d sigma^2/
 (sigma^2 + eps): the sphere S^(d-2) of radius sqrt(d) in the hyperplane 1^T z = 0 whenever a token's
 variance exceeds ~50 eps. `fraction_on_sphere` of the raw output checks this and is reported as
-details["definitional"]; it is labelled as the definition it is.
+details.definitional; it is labelled as the definition it is.
 
 What the model computes (gauge). The next layer reads y = gamma * z + beta. In a pre-LN block that output feeds
 only linear maps (W_Q, W_K, W_V after LN1; fc1 after LN2; the head after the final LN), so gamma and beta fold
