@@ -6,7 +6,7 @@ from scipy import stats as sps
 
 from brownformer.config import StatsConfig
 from brownformer.stats.claims.claim3_brownian import _run_estimate
-from brownformer.stats.claims.inputs import FileCalibration, TrajectoryFile, view
+from brownformer.stats.claims.claim_inputs import FileCalibration, TrajectoryFile, view
 from brownformer.stats.claims.common import independent_mean_interval
 
 STATS = StatsConfig()

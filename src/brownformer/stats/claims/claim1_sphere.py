@@ -57,7 +57,7 @@ from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_tra
                     se_from_interval, seed_unit, seed_verdict)
 from .details import (Claim1ConfigurationDetails, Claim1Details, Claim1FixedModelDetails, Claim1SeedDetails,
                       Definitional, GaugeDependent, InputCriterion, SeedCriterion, UndecidedCriterion, WithinSeed)
-from .inputs import SphereFile
+from .claim_inputs import SphereFile
 
 __all__ = ["sphere_claim", "TITLE", "CRITERIA", "DECIDING_TENSOR"]
 

@@ -60,7 +60,7 @@ from .claim2_seed import (OUTPUT_ERROR, RESIDUAL, TITLE, SeedValues, combine, fm
                           upper_margin)
 from .details import (Claim2ConfigurationDetails, Claim2Details, Claim2FixedModelDetails, InputCriterion2,
                       PooledCriterion)
-from .inputs import Aggregate, AttentionFile, view
+from .claim_inputs import Aggregate, AttentionFile, view
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     seed_unit, seed_verdict)

@@ -14,7 +14,7 @@ from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRe
 
 from .common import equivalence_verdict, finite_or_none, unit_mean_interval
 from .details import Claim2SeedDetails
-from .inputs import Aggregate, AttentionFile, PerMatrix
+from .claim_inputs import Aggregate, AttentionFile, PerMatrix
 
 __all__ = ["seed_record", "per_input_values", "upper_margin", "combine", "fmt_value", "SeedValues", "TITLE",
            "NO_HEAD_FIT", "OUTPUT_ERROR", "RESIDUAL", "SUBSPACE_FIT"]
