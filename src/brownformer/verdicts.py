@@ -22,7 +22,48 @@ Each ClaimRecord::
      "per_model": {model variant: ClaimRecord} (claim 4: one verdict per model variant; claims 1 and 2: one per
                    training configuration "<model>__<optimizer>", decided on its seeds, beside the pooled verdict),
      "seeds": SeedUnit | null,                   # how many seeds the headline interval is over, and the nesting
-     "details": {...free-form, claim-specific...}}
+     "details": ClaimDetails}                    # typed per claim and level (below); {} when a record has none
+
+ClaimDetails: one frozen record per claim and level (brownformer.stats.claims.details; the JSON key is the field's
+name; a key marked [opt] is left out when it does not apply). Readers get them back typed with
+`read_claims(path, parse_details=brownformer.stats.claims.details.parse_details)` (brownformer.results does).
+Numbers that JSON cannot hold (NaN, inf) are null.
+
+- Claim 1. headline Claim1Details {"pvalue", "not_applicable": {run: why}, "deciding_configuration",
+  "decided_on": {ln placement: what}, "margins": {criterion: [lo, hi]}, "rule", "rule_history", "did_not_train"};
+  per_model Claim1ConfigurationDetails {"ln", "decided_on", "criteria": {criterion: Criterion}, "seeds", "pvalue"}
+  or (unit "inputs") Claim1FixedModelDetails {"ln", "decided_on", "criteria", "description": Claim1SeedDetails,
+  "unit", "pvalue"}; per_run Claim1SeedDetails {"ln", "decided_on", "judged_from_step", "n_captures",
+  "per_layer": {criterion: [L]}, "within_seed": {criterion: WithinSeed}, "definitional": {"label",
+  "min_fraction_on_sphere"}, "residual_stream" [opt], "affine_map" [opt], "gauge_dependent" [opt, pre-LN]}
+  (a fixed model's per_run record is its per_model one).
+- Claim 2. headline Claim2Details {"pvalue", "deciding_configuration", "rule_history", "rule"}; per_model
+  Claim2ConfigurationDetails {"pvalue", "causal", "criteria", "vmf_fit", "seeds", "verdict_head_isotropy",
+  "verdict_vmf_output_error", "verdict_reversibility"} or Claim2FixedModelDetails (the same and "unit",
+  "description"); per_run Claim2SeedDetails {"values", "worst_head", "within_seed", "head_isotropy", "vmf_fit",
+  "whole_sphere_fit", "causal", "margins", "n_inputs", "n_captures", "step0_baseline", "head_averaged"}.
+- Criterion (claims 1, 2), by layout: SeedCriterion {"verdict", "estimate", "confidence_interval", "layer",
+  "margin", "n_layers", "n_seeds", "why", "per_layer", "pvalue"}; InputCriterion (claim 1, one fixed model) {...,
+  "capture", "n_cells", "interval_over", "power"}; PooledCriterion (claim 2) {"verdict", "estimate",
+  "confidence_interval", "margin", "why", "pool", "pvalue"}; InputCriterion2 (claim 2, one fixed model) {...,
+  "interval_over"}; UndecidedCriterion {"verdict", "margin", "why" [opt], "why_undefined" [opt]}.
+- Claims 3a/3b/3c. headline Claim3Details {"pvalue", "per_configuration": {configuration: seed pool},
+  "pvalue_note", "pooling": ClaimPooling | {}, "run_q_values_bh", "rule", "pooling_rule", "rule_history", "n_runs",
+  "unit_of_replication", "estimate_se", "estimate_df", "estimate_method", "single_path" [opt]: {run: {"n_files",
+  "rule_verdicts", "msd_exponent_mean"}}, "single_path_note" [opt]}; ClaimPooling {"rule", "run_size_bounds",
+  "m_claim", "size", "n_not_supported", "pvalue"}; per_run Claim3RunDetails {"files": [FileRow], "n_brownian",
+  "n_not_brownian", "n_files", "pooling": {"rule", "file_sizes", "k_run", "size_bound", "n_not_brownian",
+  "pvalue"}, "pvalue", "classifications", "estimate_se", "estimate_df", "estimate_method", "spread_over_files"
+  (an estimate, headline layout)}; FileRow {"path", "verdict", "reason", "msd_exponent", "shape_id", "size",
+  "size_fitted", "classification", "window", "window_description", "ensemble_exponent", "full_range_exponent",
+  "window_null_size", "walkers", "walker_rates"}; per_optimizer Claim3OptimizerDetails {"pooling", "pvalue"}.
+- Claim 4. headline Claim4Details {"pvalue", "proposed", "baselines", "target_optimizer", "target_levels",
+  "seconds_margin", "did_not_train", "scope", "estimate_bound", "estimate_text", "max_size", "rule_history"};
+  per_model Claim4ModelDetails {"pvalue", "rule_error_rates", "levels", and the comparison's own record
+  (stats/comparison/time_to_target.py): "model", "metric", "higher_is_better", "target", "proposed", "baseline",
+  "baselines", "runs", "km_median_steps", "ratios", "verdicts", "final_at_budget", "verdict", "reason",
+  "protocol_met"}, or Claim4EstimatedModelDetails where a steps ratio exists (the same and "estimate_bound",
+  "estimate_text", "n_censored").
 
 SeedUnit (issue 32: seeds are the unit of inference)::
 
