@@ -25,7 +25,7 @@ from brownformer.io import staged_folder, write_json
 from .adapters import ModuleMap, adapter_for
 from .checkpoints import capture_series, find_checkpoints
 from .hooked_forward import capture_model, head_counts
-from .claim_inputs import InputSpec, build_inputs
+from .inputs import InputSpec, build_inputs
 from .packaged import resolve_model, weight_files
 from .pretrained_claims import pretrained_claims, stats_for_norm
 from .trajectories import NULL_CAPTURE, PRETRAINED_CAPTURE, TrajectoryWriter
