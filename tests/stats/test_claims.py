@@ -318,9 +318,9 @@ def test_markov_margins_are_fixed_before_the_data():
     res["null_models"]["row_shuffled"]["reversibility_residual"]["confidence_interval"] = [0.08, 0.2]
     run = markov_claim([{"run": "vit-pre__adamw__s0", "attention": res}], STATS).per_run["vit-pre__adamw__s0"]
     m = run.details.margins
-    assert m["vmf_output_error"] == tuple(STATS.margins["vmf_output_error"])
-    assert m["reversibility_residual"] == tuple(STATS.margins["reversibility_residual"])
-    assert m["null_bounds"]["reversibility_residual_row_shuffled_lower"] == 0.08
+    assert m.vmf_output_error == tuple(STATS.margins["vmf_output_error"])
+    assert m.reversibility_residual == tuple(STATS.margins["reversibility_residual"])
+    assert m.null_bounds["reversibility_residual_row_shuffled_lower"] == 0.08
     cli = file_verdicts(res, STATS)
     assert cli["vmf_output_error"]["margin"][1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
     assert cli["reversibility_residual"]["margin"] == list(STATS.margins["reversibility_residual"])

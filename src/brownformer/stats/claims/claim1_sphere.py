@@ -132,18 +132,18 @@ def _capture_order(f: SphereFile) -> int:
     return f.capture if f.capture is not None else -1
 
 
-def _reported(files: list[SphereFile]) -> dict:
-    """The last capture's residual-stream geometry and recovered affine map, per layer."""
+def _reported(files: list[SphereFile]) -> tuple[dict | None, dict | None]:
+    """The last capture's residual-stream geometry and recovered affine map, per layer (None: not captured)."""
     last = max((_capture_order(f) for f in files), default=None)
-    out = {}
+    residual = affine = None
     for f in files:
         if _capture_order(f) != last:
             continue
         if f.tensor == "resid" and f.measured_about:
-            out["residual_stream"] = {"radius_spread_ratio": f.per_layer[SPREAD].estimate, "centre": f.centre}
+            residual = {"radius_spread_ratio": f.per_layer[SPREAD].estimate, "centre": f.centre}
         if f.tensor == "ln_affine" and f.affine_map:
-            out["affine_map"] = {q: f.affine_map[q] for q in _AFFINE_REPORTED if q in f.affine_map}
-    return out
+            affine = {q: f.affine_map[q] for q in _AFFINE_REPORTED if q in f.affine_map}
+    return residual, affine
 
 
 def _definitional(files: list[SphereFile]) -> Definitional:
@@ -160,11 +160,12 @@ def _seed_record(run: str, files: list[SphereFile], ln: str) -> tuple[ClaimRecor
     within = {q: _within_seed(by_tensor[deciding], q) for q in CRITERIA}
     gauge = (GaugeDependent(_GAUGE, *(_within_seed(by_tensor["ln_affine"], q) for q in CRITERIA))
              if ln == "pre" else None)
+    residual, affine = _reported(files)
     details = Claim1SeedDetails(ln=ln, decided_on=deciding, judged_from_step=half,
                                 n_captures=len(by_tensor[deciding]),
                                 per_layer={q: [finite_or_none(v) for v in vals] for q, vals in values.items()},
                                 within_seed=within, definitional=_definitional(by_tensor["ln_raw"]),
-                                gauge_dependent=gauge, **_reported(files))
+                                residual_stream=residual, affine_map=affine, gauge_dependent=gauge)
     rs = within[SPREAD]
     reason = ("one seed does not decide (seeds are the unit of inference); within this seed the worst layer's "
               f"radius spread / Gaussian null on {deciding} is "

@@ -120,7 +120,8 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedV
     rec, fits = _decided_record(crit, powers, seeds, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
     return replace(rec, details=Claim2ConfigurationDetails(
         pvalue=_largest([c.pvalue for c in crit.values()]), causal=causal, criteria=crit, vmf_fit=fits,
-        seeds=sorted(seeds), **_verdicts(crit)))
+        seeds=sorted(seeds), verdict_head_isotropy=crit["head_isotropy"].verdict,
+        verdict_vmf_output_error=crit[OUTPUT_ERROR].verdict, verdict_reversibility=crit["reversibility"].verdict))
 
 
 def _fixed_model_record(run: str, rec: ClaimRecord, info: SeedValues, stats) -> ClaimRecord:
@@ -148,17 +149,13 @@ def _fixed_model_record(run: str, rec: ClaimRecord, info: SeedValues, stats) -> 
                                 "over its probe inputs", "over probe inputs")
     return replace(out, details=Claim2FixedModelDetails(
         pvalue=_largest([c.pvalue for c in crit.values()]), causal=info.causal, criteria=crit, vmf_fit=fits, seeds=[],
-        **_verdicts(crit), unit=FIXED_MODEL_UNIT, description=rec.details))
+        verdict_head_isotropy=crit["head_isotropy"].verdict, verdict_vmf_output_error=crit[OUTPUT_ERROR].verdict,
+        verdict_reversibility=crit["reversibility"].verdict, unit=FIXED_MODEL_UNIT, description=rec.details))
 
 
 def _largest(pvalues: list[float | None]) -> float | None:
     """The intersection-union p-value: the largest, None unless every one is defined."""
     return None if None in pvalues else max(pvalues)
-
-
-def _verdicts(crit: dict) -> dict[str, str]:
-    """Each criterion's verdict under its details name (verdict_<criterion>)."""
-    return {f"verdict_{n}": c.verdict for n, c in crit.items()}
 
 
 def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats, who: str,

@@ -13,7 +13,7 @@ import numpy as np
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
 from .common import equivalence_verdict, finite_or_none, unit_mean_interval
-from .details import Claim2SeedDetails
+from .details import Claim2Margins, Claim2SeedDetails, HeadAveraged
 from .claim_inputs import Aggregate, AttentionFile, PerMatrix
 
 __all__ = ["seed_record", "per_input_values", "upper_margin", "combine", "fmt_value", "SeedValues", "TITLE",
@@ -96,15 +96,14 @@ def _null_bound(files: list[AttentionFile], null: str, quantity: str, side: int)
     return max(bounds) if side == 1 else min(bounds)
 
 
-def _margins(trained: list[AttentionFile], stats) -> dict:
+def _margins(trained: list[AttentionFile], stats) -> Claim2Margins:
     """The criteria's margins, the configured ones fixed before the data, and the row-shuffled null's lower bounds
     beside them (reported, never moving a margin)."""
-    return {OUTPUT_ERROR: tuple(stats.margins[OUTPUT_ERROR]),
-            RESIDUAL: tuple(stats.margins[RESIDUAL]),
-            "head_isotropy": tuple(stats.margins["head_isotropy"]),
-            "null_bounds": {"vmf_output_error_row_shuffled_lower": _null_bound(trained, "row_shuffled", OUTPUT_ERROR, 0),
-                            "reversibility_residual_row_shuffled_lower":
-                            _null_bound(trained, "row_shuffled", RESIDUAL, 0)}}
+    return Claim2Margins(
+        vmf_output_error=tuple(stats.margins[OUTPUT_ERROR]), reversibility_residual=tuple(stats.margins[RESIDUAL]),
+        head_isotropy=tuple(stats.margins["head_isotropy"]),
+        null_bounds={"vmf_output_error_row_shuffled_lower": _null_bound(trained, "row_shuffled", OUTPUT_ERROR, 0),
+                     "reversibility_residual_row_shuffled_lower": _null_bound(trained, "row_shuffled", RESIDUAL, 0)})
 
 
 def upper_margin(margin) -> tuple[float, float]:
@@ -122,18 +121,18 @@ def _mean(agg: dict[str, Aggregate] | None, quantity: str) -> float | None:
     return a.mean if a else None
 
 
-def _passes(agg: dict[str, Aggregate] | None, margins: dict, causal: bool) -> bool | None:
+def _passes(agg: dict[str, Aggregate] | None, margins: Claim2Margins, causal: bool) -> bool | None:
     """Would the attention-level rule call these aggregate point statistics "supported"? None without features."""
     e, r = _mean(agg, OUTPUT_ERROR), _mean(agg, RESIDUAL)
     if e is None:
         return None
-    v_err = equivalence_verdict((e, e), upper_margin(margins[OUTPUT_ERROR]))
+    v_err = equivalence_verdict((e, e), upper_margin(margins.vmf_output_error))
     v_rev = (INCONCLUSIVE if causal or r is None else
-             equivalence_verdict((r, r), upper_margin(margins[RESIDUAL])))
+             equivalence_verdict((r, r), upper_margin(margins.reversibility_residual)))
     return combine((v_err, v_rev)) == SUPPORTED
 
 
-def _calibration(trained: list[AttentionFile], baseline: list[AttentionFile], margins: dict, causal: bool,
+def _calibration(trained: list[AttentionFile], baseline: list[AttentionFile], margins: Claim2Margins, causal: bool,
                  shape) -> dict:
     """The run's attention-level rule on its nulls (size: a null that passes counts against the rule) and on
     the exact vMF kernel at the fitted concentrations (power at the exact alternative)."""
@@ -190,12 +189,12 @@ def _head_criterion(trained: list[AttentionFile], baseline: list[AttentionFile],
                     "isotropic within its d_h-dimensional subspace"}
 
 
-def _head_averaged(trained: list[AttentionFile]) -> dict | None:
+def _head_averaged(trained: list[AttentionFile]) -> HeadAveraged | None:
     vals = [f.head_averaged or {} for f in trained]
     errs = [m for v in vals if (m := _mean(v, OUTPUT_ERROR)) is not None]
     kap = [m for v in vals if (m := _mean(v, KAPPA)) is not None]
-    return {"vmf_output_error_mean": float(np.mean(errs)) if errs else None,
-            "vmf_kappa_mean": float(np.mean(kap)) if kap else None} if vals else None
+    return HeadAveraged(vmf_output_error_mean=float(np.mean(errs)) if errs else None,
+                        vmf_kappa_mean=float(np.mean(kap)) if kap else None) if vals else None
 
 
 def _late(files: list[AttentionFile]) -> list[AttentionFile]:
@@ -239,7 +238,7 @@ def seed_record(run: str, files: list[AttentionFile], stats) -> tuple[ClaimRecor
               "reversibility": math.nan if causal else rev.estimate}
     why = {"head_isotropy": where.get("why_undefined"), OUTPUT_ERROR: None if fit else NO_HEAD_FIT,
            "reversibility": "causal mask: token 1 is absorbing, pi = e_1" if causal else None}
-    heads = _head_criterion(trained, baseline, m["head_isotropy"])
+    heads = _head_criterion(trained, baseline, m.head_isotropy)
     base = {q: _mean(baseline[0].aggregate, q) for q in (OUTPUT_ERROR, RESIDUAL, "spectral_gap")} if baseline else {}
     details = Claim2SeedDetails(
         values={k: finite_or_none(v) for k, v in values.items()}, worst_head=where,

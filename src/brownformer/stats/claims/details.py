@@ -19,7 +19,7 @@ from brownformer.verdicts import ClaimDetails, NoDetails
 
 __all__ = ["UndecidedCriterion", "SeedCriterion", "InputCriterion", "PooledCriterion", "InputCriterion2",
            "WithinSeed", "GaugeDependent", "Definitional", "Claim1SeedDetails", "Claim1ConfigurationDetails",
-           "Claim1FixedModelDetails", "Claim1Details", "Claim2SeedDetails", "Claim2ConfigurationDetails",
+           "Claim1FixedModelDetails", "Claim1Details", "Claim2Margins", "HeadAveraged", "Claim2SeedDetails", "Claim2ConfigurationDetails",
            "Claim2FixedModelDetails", "Claim2Details", "FileRow", "RunPooling", "ClaimPooling", "SinglePath",
            "Claim3RunDetails", "Claim3OptimizerDetails", "Claim3Details", "Claim4ModelDetails", "Claim4EstimatedModelDetails", "Claim4Details",
            "parse_details", "parse_criterion", "criteria_of"]
@@ -212,6 +212,22 @@ class Claim1Details(ClaimDetails):
 # --- claim 2 --------------------------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
+class Claim2Margins(ClaimDetails):
+    """A seed's criteria margins, fixed before the data, and the row-shuffled null's lower bounds beside them."""
+    vmf_output_error: tuple[float, float]
+    reversibility_residual: tuple[float, float]
+    head_isotropy: tuple[float, float]
+    null_bounds: dict[str, float]
+
+
+@dataclass(frozen=True)
+class HeadAveraged(ClaimDetails):
+    """The head-averaged attention's vMF fit over a seed's captures (description)."""
+    vmf_output_error_mean: float | None
+    vmf_kappa_mean: float | None
+
+
+@dataclass(frozen=True)
 class Claim2SeedDetails(ClaimDetails):
     """Claim 2, one seed (per_run): its nested values and description, never a decision."""
     values: dict[str, float | None]
@@ -221,11 +237,12 @@ class Claim2SeedDetails(ClaimDetails):
     vmf_fit: str
     whole_sphere_fit: dict
     causal: bool
-    margins: dict
+    margins: Claim2Margins
     n_inputs: int
     n_captures: int
     step0_baseline: dict
-    head_averaged: dict | None
+    head_averaged: HeadAveraged | None
+    _nested = {"margins": Claim2Margins.from_dict, "head_averaged": HeadAveraged.from_dict}
 
 
 @dataclass(frozen=True)
