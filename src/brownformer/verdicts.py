@@ -127,19 +127,21 @@ class ClaimDetails:
     """Base of a claim's typed `details` (brownformer.stats.claims.details holds one frozen dataclass per claim and
     level). The JSON key is the field's name; a field named in `_optional` is left out of the JSON when None (a key
     some records have and others lack), one named in `_empty` is written as {} when None (a block that can be
-    empty); `_nested` names the parser of each field that holds nested records."""
+    empty); `_nested` names the parser of each field that holds nested records; `_order` the keys written first."""
 
     _nested: ClassVar[dict[str, Callable]] = {}
     _optional: ClassVar[frozenset[str]] = frozenset()
     _empty: ClassVar[frozenset[str]] = frozenset()
+    _order: ClassVar[tuple[str, ...]] = ()  # keys written first, in this order (a subclass's own fields among them)
 
     def to_dict(self) -> dict:
+        names = [f.name for f in fields(self)]
         out = {}
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if v is None and f.name in self._optional:
+        for name in [*self._order, *(n for n in names if n not in self._order)]:
+            v = getattr(self, name)
+            if v is None and name in self._optional:
                 continue
-            out[f.name] = {} if v is None and f.name in self._empty else _plain(v)
+            out[name] = {} if v is None and name in self._empty else _plain(v)
         return out
 
     @classmethod

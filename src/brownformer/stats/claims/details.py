@@ -165,8 +165,8 @@ class Claim1SeedDetails(ClaimDetails):
     per_layer: dict[str, list]
     within_seed: dict[str, WithinSeed]
     definitional: Definitional
+    affine_map: dict | None = None  # (in the order the depth files list them: ln_affine before resid)
     residual_stream: dict | None = None
-    affine_map: dict | None = None
     gauge_dependent: GaugeDependent | None = None
     _optional = frozenset({"residual_stream", "affine_map", "gauge_dependent"})
     _nested = {"within_seed": _within, "definitional": Definitional.from_dict,
@@ -423,6 +423,8 @@ class Claim4EstimatedModelDetails(Claim4ModelDetails):
     estimate_bound: str | None  # "<" or ">" when a median is censored (the ratio is a bound), else None
     estimate_text: str
     n_censored: dict[str, int]
+    #: the JSON's key order: the headline's bound beside the gate's rates, before the comparison's record
+    _order = ("pvalue", "rule_error_rates", "estimate_bound", "estimate_text", "n_censored", "levels")
 
 
 @dataclass(frozen=True)
