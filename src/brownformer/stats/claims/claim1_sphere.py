@@ -326,8 +326,8 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
             configs.setdefault((config, ln), {})[seed] = (rec, values)
     per_model = ({run: rec for run, rec in per_run.items() if rec.verdict != DID_NOT_TRAIN} if unit == "inputs" else
                  {config: _configuration_record(config, seeds, ln, stats) for (config, ln), seeds in configs.items()})
-    verdict, reason, decider = pool_runs(per_model, excluded={},
-                                         unit="fixed models" if unit == "inputs" else "configurations")
+    pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if unit == "inputs" else "configurations")
+    verdict, reason = pooled.verdict, pooled.reason
     short = {c: rec.details.criteria[SPREAD].why for c, rec in per_model.items()}
     reason += "".join(f"; {c}: {why}" for c, why in sorted(short.items()) if why)
     if excluded:

@@ -273,7 +273,8 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     per_model = ({run: rec for run, rec in per_run.items() if run not in excluded} if unit == "inputs" else
                  {c: _configuration_record(c, seeds, stats) for c, seeds in sorted(configs.items())})
     fixed = unit == "inputs"
-    verdict, reason, decider = pool_runs(per_model, excluded={}, unit="fixed models" if fixed else "configurations")
+    pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if fixed else "configurations")
+    verdict, reason = pooled.verdict, pooled.reason
     reason += f" ({FIXED_MODEL_UNIT})" if fixed else ""
     whys = {c: next((k.why for k in rec.details.criteria.values() if k.why), None) for c, rec in per_model.items()}
     reason += "".join(f"; {c}: {why}" for c, why in sorted(whys.items()) if why)

@@ -213,8 +213,9 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
         per_model[model] = _model_record(res, {f: r[model] for f, r in by_level.items()}, source, stats,
                                          steps_margin, model in scope)
     missing = [m for m in scope if m not in per_model]
-    verdict, reason, decider = pool_runs({m: per_model[m] for m in scope if m in per_model}, excluded={},
-                                         unit="model variants in scope")
+    pooled, decider = pool_runs({m: per_model[m] for m in scope if m in per_model}, excluded={},
+                                unit="model variants in scope")
+    verdict, reason = pooled.verdict, pooled.reason
     if missing or not scope:
         verdict = INCONCLUSIVE
         reason = f"model variant(s) in scope without runs: {', '.join(missing)}" if missing else "empty scope"
