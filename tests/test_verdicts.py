@@ -6,16 +6,16 @@ import math
 
 import pytest
 
-from brownformer.verdicts import SCHEMA_VERSION, ClaimRecord, ClaimsFile, read_claims
+from brownformer.verdicts import SCHEMA_VERSION, ClaimRecord, ClaimsFile, UntypedDetails, read_claims
 from brownformer.statsfile import EffectResult
 
 
 def _file() -> ClaimsFile:
     run = ClaimRecord("1", "t", "not supported", "r", estimate=EffectResult.headline("x", 0.5, (0.25, math.inf), 0.95),
                       tests=[{"name": "tost", "statistic": 0.5, "pvalue": 0.2, "rejected": False}],
-                      details={"pvalue": 0.2, "criteria": {"offset": {"confidence_interval": [0.1, 0.3]}}})
+                      details=UntypedDetails({"pvalue": 0.2, "criteria": {"offset": {"confidence_interval": [0.1, 0.3]}}}))
     head = ClaimRecord("1", "t", "not supported", "r", estimate=run.estimate, pvalue_holm=0.4,
-                       per_run={"m__adamw__s0": run}, details={"pvalue": 0.2})
+                       per_run={"m__adamw__s0": run}, details=UntypedDetails({"pvalue": 0.2}))
     return ClaimsFile({"1": head}, runs=["m__adamw__s0"])
 
 
@@ -37,7 +37,7 @@ def test_schema_2_spellings_are_refused_at_any_depth(where, old):
         {old: 0.2} if where == "details" else {})
     tests = [{"name": "tost", old: True}] if where == "tests" else []
     with pytest.raises(ValueError, match=rf"claim '3a'.*{old}"):
-        ClaimRecord("3a", "t", "inconclusive", tests=tests, details=details)
+        ClaimRecord("3a", "t", "inconclusive", tests=tests, details=UntypedDetails(details))
 
 
 def test_a_file_of_another_schema_is_refused(tmp_path):

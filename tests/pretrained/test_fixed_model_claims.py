@@ -71,9 +71,9 @@ def test_claim2_on_one_fixed_model_is_decided_and_the_seeds_unit_is_unchanged(be
     fixed, seeds = markov_claim(files, STATS, unit="inputs"), markov_claim(files, STATS)
     # random-init heads are far from isotropic in their subspaces (iota_relative ~ 1/d_h), exactly: not supported
     assert fixed.verdict in DECIDED and fixed.verdict == NOT_SUPPORTED
-    crit = fixed.per_model["bert"].details["criteria"]
-    assert crit["head_isotropy"]["verdict"] == NOT_SUPPORTED and crit["head_isotropy"]["estimate"] < 0.9
-    assert math.isfinite(crit["vmf_output_error"]["estimate"])  # the fit in each head's subspace exists now
+    crit = fixed.per_model["bert"].details.criteria
+    assert crit["head_isotropy"].verdict == NOT_SUPPORTED and crit["head_isotropy"].estimate < 0.9
+    assert math.isfinite(crit["vmf_output_error"].estimate)  # the fit in each head's subspace exists now
     assert fixed.seeds.unit == FIXED_MODEL_UNIT and fixed.seeds.decided == ["bert"]
     assert fixed.per_model["bert"].calibration["power"]["reversibility"]["power"] is not None
     # the seeds unit on the same one run: one seed, not the population

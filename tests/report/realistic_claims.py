@@ -20,6 +20,7 @@ import pandas as pd
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.stats.claims import optimizer_claim
+from brownformer.stats.claims.details import Claim1ConfigurationDetails, Claim1Details, SeedCriterion
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 from brownformer.statsfile import EffectResult
 
@@ -32,18 +33,24 @@ SCOPE = ("vit-pre", "vit-post")
 # best baseline and the comparator; AdamW slow enough that its median is not reached on vit-post (6 of 8 censored)
 SPEEDS = {PROPOSED: 1.0, "adamw": 0.5, "muon": 2.0}
 TARGET = 0.8
-OFFSET = {"estimate": 0.256, "confidence_interval": [0.253, 0.259], "margin": [0.0, 0.25], "verdict": "not supported"}
-SPREAD = {"estimate": 0.44, "confidence_interval": [0.425, 0.455], "margin": [0.0, 0.5], "verdict": "supported"}
+OFFSET = SeedCriterion(verdict="not supported", estimate=0.256, confidence_interval=[0.253, 0.259], layer=0,
+                       margin=[0.0, 0.25], n_layers=1, n_seeds=N_SEEDS, why=None, per_layer=[], pvalue=0.9)
+SPREAD = SeedCriterion(verdict="supported", estimate=0.44, confidence_interval=[0.425, 0.455], layer=0,
+                       margin=[0.0, 0.5], n_layers=1, n_seeds=N_SEEDS, why=None, per_layer=[], pvalue=0.01)
 
 
 def _claim1() -> ClaimRecord:
     spread = EffectResult.headline("radius spread / Gaussian-cloud null after the affine map (worst capture and layer)", 0.44,
                       (0.425, 0.455), 0.95)
     run = ClaimRecord("1", "tokens on the sphere", "not supported", "offset outside", estimate=spread,
-                      margin=(0.0, 0.5), details={"criteria": {"radius_spread_ratio": SPREAD, "offset": OFFSET}})
+                      margin=(0.0, 0.5), details=Claim1ConfigurationDetails(
+                          ln="post", decided_on="ln_affine", criteria={"radius_spread_ratio": SPREAD, "offset": OFFSET},
+                          seeds=[RUN], pvalue=0.9))
+    head = Claim1Details(pvalue=0.9, not_applicable={}, deciding_configuration=RUN, decided_on={}, margins={},
+                         rule="fixture", rule_history=[], did_not_train=[])
     return ClaimRecord("1", "tokens on the sphere", "not supported",
                        f"1 of 1 runs not supported (1 not supported); deciding run {RUN}", estimate=spread,
-                       margin=(0.0, 0.5), per_run={RUN: run}, details={"deciding_run": RUN})
+                       margin=(0.0, 0.5), per_run={RUN: run}, details=head)
 
 
 def _claim3(cid: str, verdict: str, size: float) -> ClaimRecord:

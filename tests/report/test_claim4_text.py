@@ -12,7 +12,7 @@ from . import realistic_claims as rc
 
 def test_a_ratio_over_a_median_not_reached_is_the_records_bound_with_the_end_that_bounds_it():
     d = rc.claim4().per_model["vit-post"].details
-    ratio = d["ratios"]["adamw"]["steps"]
+    ratio = d.ratios["adamw"]["steps"]
     assert ratio["bound"] == "<"
     cell = ratio_cell(ratio)
     assert cell.startswith("< " + ratio["text"].lstrip("<"))
@@ -25,9 +25,9 @@ def test_medians_are_the_records_texts_and_the_best_baseline_comes_first():
     d = rc.claim4().per_model["vit-post"].details
     groups = claim4_groups(d)
     assert {o: g["median"] for o, g in groups.items()} == {
-        o: typed_text(m) for o, m in d["km_median_steps"].items()}
+        o: typed_text(m) for o, m in d.km_median_steps.items()}
     assert groups["adamw"]["median"] == f"> {rc.BUDGET}" and not groups["adamw"]["reached"]
-    assert claim4_baselines(d)[0] == d["baseline"] == "muon"
+    assert claim4_baselines(d)[0] == d.baseline == "muon"
     text = claim4_estimate(rc.claim4().per_model["vit-post"], "vit-post")
     assert text.index("muon (best baseline)") < text.index("/ adamw")
 

@@ -33,8 +33,8 @@ def test_criteria_rows_carry_the_records_verdicts_and_margins():
     rec = _claim1()
     t = criteria_table(_ctx({"1": rec}), "1")
     assert len(t) == 2 and set(t["run"]) == {"vit-post__adamw"}
-    crit = rec.per_model["vit-post__adamw"].details["criteria"]
-    assert list(t["verdict"]) == [crit["radius_spread_ratio"]["verdict"], crit["offset"]["verdict"]]
+    crit = rec.per_model["vit-post__adamw"].details.criteria
+    assert list(t["verdict"]) == [crit["radius_spread_ratio"].verdict, crit["offset"].verdict]
     assert t["margin"].iloc[0] == "≤ 0.5"
     text = sphere_text(_ctx({"1": rec}))
     assert "by definition" in text and "not evidence" in text

@@ -21,6 +21,7 @@ from brownformer.plots import make_figures
 from brownformer.report import build_report
 from brownformer.report.section_study import _tuning_text
 from brownformer.report.section_verdicts import HEADLINE_CLAIMS
+from brownformer.stats.claims.details import parse_details
 from brownformer.verdicts import VERDICTS, read_claims
 
 from . import realistic_claims as rc
@@ -47,7 +48,7 @@ def rendered(tmp_path_factory):
     cfg = fake.fake_config()
     make_figures(cfg, results, root / "figures")
     page = build_report(cfg, results, root / "figures", root / "out", config_path=config_path).read_text()
-    return page, _text(page), read_claims(results / "stats" / "claims.json"), cfg
+    return page, _text(page), read_claims(results / "stats" / "claims.json", parse_details=parse_details), cfg
 
 
 def _text(page: str) -> str:
@@ -89,19 +90,19 @@ def test_claim_4_prints_the_records_texts_against_each_baseline_on_each_model(re
     page, text, claims, _ = rendered
     row = _table_rows(page, "Results at a glance")["4"]
     rec = claims.claims["4"]
-    assert rec.details["scope"] == sorted(rc.SCOPE)
+    assert rec.details.scope == sorted(rc.SCOPE)
     for model in rc.SCOPE:
         d = rec.per_model[model].details
-        assert d["baseline"] == "muon"  # the fastest simulated baseline is the comparator
-        assert f"{model}: steps {rc.PROPOSED} / muon (best baseline) {d['ratios']['muon']['steps']['text']}" in row
-        adamw = d["ratios"]["adamw"]["steps"]["text"]
+        assert d.baseline == "muon"  # the fastest simulated baseline is the comparator
+        assert f"{model}: steps {rc.PROPOSED} / muon (best baseline) {d.ratios['muon']['steps']['text']}" in row
+        adamw = d.ratios["adamw"]["steps"]["text"]
         assert f"{rc.PROPOSED} / adamw {adamw.replace('<', '< ')}" in row
     post = rec.per_model["vit-post"].details
-    assert post["km_median_steps"]["adamw"]["bound"] == ">"  # the trap: AdamW's median not reached on vit-post
-    censored = post["km_median_steps"]["adamw"]["n_censored"]
+    assert post.km_median_steps["adamw"]["bound"] == ">"  # the trap: AdamW's median not reached on vit-post
+    censored = post.km_median_steps["adamw"]["n_censored"]
     assert f"adamw's median not reached: {censored} of {rc.N_SEEDS} censored, > {rc.BUDGET} steps" in row
     assert f"not reached: > {rc.BUDGET} ({censored} of {rc.N_SEEDS} censored)" in text  # the comparison table
-    rates = rec.per_model[rec.details["scope"][0]].details["rule_error_rates"]
+    rates = rec.per_model[rec.details.scope[0]].details.rule_error_rates
     assert "P(supported)" in row and "power vs muon" in row and rates["size"] is not None
     assert f"adamw {rc.N_SEEDS}, kfac-iterative {rc.N_SEEDS}, muon {rc.N_SEEDS}" in row  # seeds of every optimizer
 

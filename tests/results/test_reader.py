@@ -14,6 +14,7 @@ import pytest
 from brownformer.metrics import val_metric
 from brownformer.results import (Results, calibration_fields, calibration_matrix, claims_frame, did_not_train_frame,
                                  time_to_target_table)
+from brownformer.stats.claims.details import Claim4ModelDetails
 from brownformer.verdicts import ClaimRecord, ClaimsFile, read_claims
 from brownformer.statsfile import EffectResult
 
@@ -107,8 +108,12 @@ def test_time_to_target_quotes_the_times_claim_4_used(tree):
              "reached": True, "final": 0.9},
             {"optimizer": "kfac-iterative", "seed": 0, "run": "vit-pre__kfac-iterative__s0", "steps": None,
              "seconds": None, "reached": False, "final": 0.5}]
+    details = Claim4ModelDetails(pvalue=None, rule_error_rates=None, levels={}, model="vit-pre", metric="val_accuracy",
+                                 higher_is_better=True, target=0.77, proposed="kfac-iterative", baseline="adamw",
+                                 baselines=["adamw"], runs=runs, km_median_steps={}, ratios={}, verdicts={},
+                                 final_at_budget={}, verdict="inconclusive", reason="", protocol_met=True)
     model = ClaimRecord("4", "t", "inconclusive", estimate=EffectResult.headline("ratio", 1.0, (0.5, 2.0)),
-                        details={"runs": runs, "metric": "val_accuracy", "target": 0.77, "higher_is_better": True})
+                        details=details)
     four = dataclasses.replace(claims.claims["4"], per_model={"vit-pre": model})
     path.write_text(json.dumps(ClaimsFile({**claims.claims, "4": four}, claims.did_not_train).to_dict()))
     tt = time_to_target_table(Results(fake.fake_config(), tree)).set_index("run")

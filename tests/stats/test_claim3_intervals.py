@@ -6,6 +6,7 @@ from scipy import stats as sps
 
 from brownformer.config import StatsConfig
 from brownformer.stats.claims.claim3_brownian import _run_estimate
+from brownformer.stats.claims.claim_inputs import FileCalibration, TrajectoryFile, view
 from brownformer.stats.claims.common import independent_mean_interval
 
 STATS = StatsConfig()
@@ -24,13 +25,14 @@ def test_independent_mean_interval_is_the_normal_interval_with_large_df():
     assert est.estimate == 0.5 and all(math.isnan(c) for c in est.confidence_interval) and math.isnan(se)
 
 
-def _file(values: np.ndarray) -> dict:
+def _file(values: np.ndarray) -> TrajectoryFile:
     """A per-file output whose window exponent is the mean over G groups with its t-interval (G - 1 df)."""
     G = values.size
     m, s = values.mean(), values.std(ddof=1) / math.sqrt(G)
     half = sps.t.ppf(0.5 + STATS.confidence_level / 2, G - 1) * s
     eff = {"estimate": m, "confidence_interval": [m - half, m + half]}
-    return {"n_groups": G, "effects": {"msd_exponent": dict(eff)}, "local_slopes": {"effect": eff}}
+    return TrajectoryFile.from_result("run", "file.npy", {"n_groups": G, "effects": {"msd_exponent": dict(eff)},
+                                                          "local_slopes": {"effect": eff}})
 
 
 def test_run_and_claim_intervals_cover_the_mean_over_runs():
@@ -45,17 +47,17 @@ def test_run_and_claim_intervals_cover_the_mean_over_runs():
             shared = rng.normal(0, 0.2, 5)  # the run's groups move every file together
             files = [_file(truth[r, f] + shared + rng.normal(0, 0.05, 5)) for f in range(truth.shape[1])]
             est, se, df = _run_estimate(files, STATS)
-            assert math.isclose(est.estimate, np.mean([f["effects"]["msd_exponent"]["estimate"] for f in files]))
+            assert math.isclose(est.estimate, np.mean([f.exponent.estimate for f in files]))
             runs.append((est.estimate, se, df))
         est, _, _ = independent_mean_interval(*zip(*runs), stats=STATS, name="x")
         hits += est.confidence_interval[0] <= target <= est.confidence_interval[1]
     assert hits / n >= STATS.confidence_level - 2 * math.sqrt(0.05 * 0.95 / n)
 
 
-def _file_cal(size: float, fitted: float | None) -> dict:
-    return {"shape": {"id": f"s{size}"}, "size": size, "size_upper": size + 0.05, "size_se": 0.01,
+def _file_cal(size: float, fitted: float | None) -> FileCalibration:
+    return view(FileCalibration, {"shape": {"id": f"s{size}"}, "size": size, "size_upper": size + 0.05, "size_se": 0.01,
             "equivalence_power": 1.0, "power": {}, "power_lower": {}, "n_replicates": 40,
-            "fitted": None if fitted is None else {"size": fitted, "size_upper": fitted + 0.07}}
+            "fitted": None if fitted is None else {"size": fitted, "size_upper": fitted + 0.07}})
 
 
 def test_claim_calibration_carries_both_nulls_from_its_runs():
@@ -66,8 +68,8 @@ def test_claim_calibration_carries_both_nulls_from_its_runs():
     run_b = _worst_calibration([_file_cal(0.01, None), _file_cal(0.0, 0.01), _file_cal(0.0, 0.0)])
     assert (run_a["size_fitted"], run_a["n_fitted"], run_a["n_files"]) == (0.03, 2, 2)
     assert (run_b["size_fitted"], run_b["n_fitted"], run_b["n_files"]) == (0.01, 2, 3)
-    claim = _worst_calibration([run_a, run_b])
+    claim = _worst_calibration([view(FileCalibration, run_a), view(FileCalibration, run_b)])
     assert claim["size_idealised"] == 0.02 and claim["size_fitted"] == 0.03
     assert (claim["n_fitted"], claim["n_files"]) == (4, 5)
-    none = _worst_calibration([_worst_calibration([_file_cal(0.0, None)])])
+    none = _worst_calibration([view(FileCalibration, _worst_calibration([_file_cal(0.0, None)]))])
     assert none["size_fitted"] is None and (none["n_fitted"], none["n_files"]) == (0, 1)

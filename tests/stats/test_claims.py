@@ -72,11 +72,11 @@ def test_sphere_claim_passes_the_identity_affine_map_and_labels_the_definition()
     rec = _claim1(np.random.default_rng(2))
     conf = rec.per_model["vit-post__adamw"]
     assert rec.verdict == conf.verdict == "supported", rec.reason
-    assert conf.details["criteria"]["radius_spread_ratio"]["estimate"] < 1e-6
+    assert conf.details.criteria["radius_spread_ratio"].estimate < 1e-6
     assert rec.seeds.n_seeds == {"vit-post__adamw": MIN_SEEDS} and rec.seeds.decided == ["vit-post__adamw"]
     run = rec.per_run["vit-post__adamw__s0"]
-    assert "definitional" in run.details["definitional"]["label"]
-    assert run.details["definitional"]["min_fraction_on_sphere"] == 1.0
+    assert "definitional" in run.details.definitional.label
+    assert run.details.definitional.min_fraction_on_sphere == 1.0
     assert run.verdict == "inconclusive" and "one seed does not decide" in run.reason
 
 
@@ -88,9 +88,9 @@ def test_post_ln_sphere_claim_fails_after_an_anisotropic_or_offset_affine_map(wh
               else {"beta": np.ones(D)})
     rec = _claim1(rng, **affine)
     crit = "radius_spread_ratio" if what == "anisotropic gain" else "offset"
-    assert rec.per_model["vit-post__adamw"].details["criteria"][crit]["verdict"] == "not supported"
+    assert rec.per_model["vit-post__adamw"].details.criteria[crit].verdict == "not supported"
     assert rec.verdict == "not supported"
-    assert rec.per_run["vit-post__adamw__s0"].details["definitional"]["min_fraction_on_sphere"] == 1.0
+    assert rec.per_run["vit-post__adamw__s0"].details.definitional.min_fraction_on_sphere == 1.0
 
 
 def test_pre_ln_is_decided_on_z_and_reports_the_affine_image_as_gauge_dependent():
@@ -99,9 +99,9 @@ def test_pre_ln_is_decided_on_z_and_reports_the_affine_image_as_gauge_dependent(
     rng = np.random.default_rng(4)
     rec = _claim1(rng, ln="pre", gamma=np.exp(rng.uniform(0, np.log(100), D)), beta=np.ones(D))
     assert rec.verdict == "supported", rec.reason
-    assert rec.per_model["vit-pre__adamw"].details["decided_on"] == "ln_raw"
-    gauge = rec.per_run["vit-pre__adamw__s0"].details["gauge_dependent"]
-    assert gauge["radius_spread_ratio"]["estimate"] > 0.5 and "gauge" in gauge["label"]
+    assert rec.per_model["vit-pre__adamw"].details.decided_on == "ln_raw"
+    gauge = rec.per_run["vit-pre__adamw__s0"].details.gauge_dependent
+    assert gauge.radius_spread_ratio.estimate > 0.5 and "gauge" in gauge.label
 
 
 def test_one_seed_does_not_decide():
@@ -121,12 +121,12 @@ def test_sphere_claim_pooling_and_applicability():
     dnt = _sphere_files("vit-pre__sgd__s0", _ln_output(rng), 100, 1)
     rec = sphere_claim(on + none + dnt, STATS, excluded={"vit-pre__sgd__s0": "at chance"})
     assert rec.per_run["vit-pre__sgd__s0"].verdict == "did not train"
-    assert "vit-none__adamw__s0" in rec.details["not_applicable"]
+    assert "vit-none__adamw__s0" in rec.details.not_applicable
     assert rec.verdict == "supported"  # the run that did not train is not pooled
     rec = sphere_claim(on + gauss, STATS)  # a Gaussian cloud read by a post-LN model is no sphere
     assert rec.per_model["vit-post__adamw"].verdict == "not supported"
     assert rec.per_model["vit-pre__adamw"].verdict == "supported"  # heterogeneity stays visible
-    assert rec.verdict == "not supported" and rec.details["deciding_configuration"] == "vit-post__adamw"
+    assert rec.verdict == "not supported" and rec.details.deciding_configuration == "vit-post__adamw"
 
 
 def _tiny_model(ln: str, seed: int):
@@ -202,11 +202,11 @@ def test_claim1_verdict_is_unchanged_by_the_layernorm_gauge(ln):
     c0, c1 = rec0.per_model[f"vit-{ln}__adamw"], rec1.per_model[f"vit-{ln}__adamw"]
     assert rec0.verdict == rec1.verdict
     for q in ("radius_spread_ratio", "offset"):
-        e0, e1 = c0.details["criteria"][q]["estimate"], c1.details["criteria"][q]["estimate"]
+        e0, e1 = c0.details.criteria[q].estimate, c1.details.criteria[q].estimate
         assert e1 == pytest.approx(e0, rel=1e-5, abs=1e-9), q
     if ln == "pre":  # the positive check that the gauge was not a no-op: the affine image moved
-        g0 = rec0.per_run["vit-pre__adamw__s0"].details["gauge_dependent"]["offset"]["estimate"]
-        g1 = rec1.per_run["vit-pre__adamw__s0"].details["gauge_dependent"]["offset"]["estimate"]
+        g0 = rec0.per_run["vit-pre__adamw__s0"].details.gauge_dependent.offset.estimate
+        g1 = rec1.per_run["vit-pre__adamw__s0"].details.gauge_dependent.offset.estimate
         assert abs(g1 - g0) > 0.05
 
 
@@ -266,18 +266,18 @@ def test_markov_claim_rule_over_seeds_and_step0_baseline():
     assert conf.estimate.estimate < 1e-6  # the exact vMF kernel moves tokens exactly as the attention does
     assert rec.seeds.n_seeds == {"vit-pre__adamw": MIN_SEEDS}
     assert conf.margin[1] <= STATS.margins["vmf_output_error"][1]  # never above the configured ceiling
-    assert conf.details["criteria"]["head_isotropy"]["estimate"] == pytest.approx(1.0)
+    assert conf.details.criteria["head_isotropy"].estimate == pytest.approx(1.0)
     run = rec.per_run["vit-pre__adamw__s0"]
-    assert run.verdict == "inconclusive" and run.details["n_inputs"] == B_INPUTS
-    assert run.details["head_isotropy"]["rank_bound"] == pytest.approx(0.5)
-    assert run.details["whole_sphere_fit"]["value"] > 0.1  # one kappa on the whole sphere cannot fit such heads
+    assert run.verdict == "inconclusive" and run.details.n_inputs == B_INPUTS
+    assert run.details.head_isotropy["rank_bound"] == pytest.approx(0.5)
+    assert run.details.whole_sphere_fit["value"] > 0.1  # one kappa on the whole sphere cannot fit such heads
     assert run.calibration["size"] == 0.0  # no null passes the rule
     assert run.calibration["power"]["exact_vmf_kernel"] == 1.0
     assert set(conf.calibration["power"]) == {"head_isotropy", "vmf_output_error", "reversibility"}
     rec = markov_claim(good + base + bad, STATS)
     bad_conf = rec.per_model["vit-post__adamw"]
     assert bad_conf.verdict == "not supported"
-    assert {bad_conf.details[f"verdict_{k}"] for k in ("head_isotropy", "vmf_output_error", "reversibility")} == \
+    assert {getattr(bad_conf.details, f"verdict_{k}") for k in ("head_isotropy", "vmf_output_error", "reversibility")} == \
         {"not supported"}
     assert rec.verdict == "not supported"
     rec = markov_claim(good + bad[:2], STATS, excluded={"vit-post__adamw__s0": "diverged"})
@@ -292,16 +292,16 @@ def test_markov_claim_fails_on_an_isotropic_attention_from_anisotropic_heads():
     Wq[3:5], Wk[3:5] = rng.standard_normal((2, 6)), rng.standard_normal((2, 6))
     files = _runs("r__adamw", lambda s: _attention_result(None, s, rng, heads=(Wq, Wk)))
     conf = markov_claim(files, STATS).per_model["r__adamw"]
-    assert conf.details["verdict_head_isotropy"] == "not supported" and conf.verdict == "not supported"
+    assert conf.details.verdict_head_isotropy == "not supported" and conf.verdict == "not supported"
 
 
 def test_markov_claim_without_weights_is_inconclusive_not_supported():
     rng = np.random.default_rng(6)
     files = _runs("r__adamw", lambda s: _attention_result(6.0 * np.eye(6), s, rng))
     conf = markov_claim(files, STATS).per_model["r__adamw"]
-    assert conf.details["verdict_head_isotropy"] == "inconclusive" and conf.verdict == "inconclusive"
-    assert conf.details["verdict_vmf_output_error"] == "inconclusive"  # no fit in each head's subspace: undefined
-    assert "head's subspace" in conf.details["criteria"]["vmf_output_error"]["why"]
+    assert conf.details.verdict_head_isotropy == "inconclusive" and conf.verdict == "inconclusive"
+    assert conf.details.verdict_vmf_output_error == "inconclusive"  # no fit in each head's subspace: undefined
+    assert "head's subspace" in conf.details.criteria["vmf_output_error"].why
 
 
 # claim 4: tests/stats/test_time_to_target_claim.py
@@ -317,10 +317,10 @@ def test_markov_margins_are_fixed_before_the_data():
     res["null_models"]["row_shuffled"]["vmf_output_error"]["confidence_interval"] = [0.6, 0.93]
     res["null_models"]["row_shuffled"]["reversibility_residual"]["confidence_interval"] = [0.08, 0.2]
     run = markov_claim([{"run": "vit-pre__adamw__s0", "attention": res}], STATS).per_run["vit-pre__adamw__s0"]
-    m = run.details["margins"]
-    assert m["vmf_output_error"] == tuple(STATS.margins["vmf_output_error"])
-    assert m["reversibility_residual"] == tuple(STATS.margins["reversibility_residual"])
-    assert m["null_bounds"]["reversibility_residual_row_shuffled_lower"] == 0.08
+    m = run.details.margins
+    assert m.vmf_output_error == tuple(STATS.margins["vmf_output_error"])
+    assert m.reversibility_residual == tuple(STATS.margins["reversibility_residual"])
+    assert m.null_bounds["reversibility_residual_row_shuffled_lower"] == 0.08
     cli = file_verdicts(res, STATS)
     assert cli["vmf_output_error"]["margin"][1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
     assert cli["reversibility_residual"]["margin"] == list(STATS.margins["reversibility_residual"])
@@ -347,4 +347,4 @@ def test_the_whole_sphere_fit_never_decides_when_heads_are_narrower_than_the_mod
 
     for with_fit, want in ((False, "inconclusive"), (True, "supported")):
         conf = markov_claim(_runs("vit-pre__adamw", lambda s: capture(s, with_fit)), STATS).per_model["vit-pre__adamw"]
-        assert conf.details["verdict_vmf_output_error"] == want, conf.reason
+        assert conf.details.verdict_vmf_output_error == want, conf.reason

@@ -41,11 +41,12 @@ def test_replica_files_decide_and_single_paths_describe():
     assert split_by_unit("depth", files) == (files, [])  # 3a is not a claim about training noise
     assert split_by_unit("weights", files[1:]) == (files[1:], [])  # no replicas: the single paths decide
     claim = brownian_family_claim("3c", files, STATS, calibration=None)
-    assert set(claim.per_run) == {BASE} and claim.details["unit_of_replication"] == "replica contrasts"
-    assert set(claim.details["single_path"]) == {BASE, "vit-post__adamw__s0"}
-    assert claim.per_run[BASE].details["n_files"] == 1
+    assert set(claim.per_run) == {BASE} and claim.details.unit_of_replication == "replica contrasts"
+    assert set(claim.details.single_path) == {BASE, "vit-post__adamw__s0"}
+    assert claim.per_run[BASE].details.n_files == 1
     without = brownian_family_claim("3c", files[1:], STATS, calibration=None)
-    assert without.details["unit_of_replication"] == "probe inputs of one path" and "single_path" not in without.details
+    assert without.details.unit_of_replication == "probe inputs of one path" and without.details.single_path is None
+    assert "single_path" not in without.details.to_dict()
 
 
 def test_calibration_skips_single_path_files_of_replicated_families():

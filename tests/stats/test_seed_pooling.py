@@ -70,13 +70,13 @@ def test_claim1_interval_includes_seed_to_seed_variation_of_beta():
     for s, (o, n_inputs) in enumerate(zip(offsets, (8, 8, 8, 64))):
         files += [{**f, "run": f"vit-post__adamw__s{s}"} for f in _post_ln_seed(rng, o, n_inputs)]
     rec = sphere_claim(files, STATS)
-    crit = rec.per_model["vit-post__adamw"].details["criteria"]["offset"]
+    crit = rec.per_model["vit-post__adamw"].details.criteria["offset"]
     ref = sps.ttest_1samp(offsets, 0.0).confidence_interval(STATS.confidence_level)
-    assert crit["estimate"] == pytest.approx(np.mean(offsets), rel=1e-6)  # equal weight per seed
-    assert crit["confidence_interval"] == pytest.approx([ref.low, ref.high], rel=1e-6)
-    within = rec.per_run["vit-post__adamw__s0"].details["within_seed"]["offset"]["confidence_interval"]
-    assert within[1] - within[0] < 1e-6 < crit["confidence_interval"][1] - crit["confidence_interval"][0]
-    assert crit["verdict"] == "inconclusive"  # upper bound past 0.25: seed-to-seed variation decides
+    assert crit.estimate == pytest.approx(np.mean(offsets), rel=1e-6)  # equal weight per seed
+    assert crit.confidence_interval == pytest.approx([ref.low, ref.high], rel=1e-6)
+    within = rec.per_run["vit-post__adamw__s0"].details.within_seed["offset"].confidence_interval
+    assert within[1] - within[0] < 1e-6 < crit.confidence_interval[1] - crit.confidence_interval[0]
+    assert crit.verdict == "inconclusive"  # upper bound past 0.25: seed-to-seed variation decides
     assert rec.seeds.n_seeds == {"vit-post__adamw": 4} and "inside each seed" in rec.seeds.nesting
 
 

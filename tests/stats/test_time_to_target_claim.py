@@ -39,8 +39,8 @@ def test_faster_slower_and_too_few_seeds():
     assert fast.verdict == "supported", fast.reason
     model = fast.per_model["vit-pre"]
     assert model.estimate.confidence_interval[1] < STATS4.margins["time_to_target_steps_ratio"][1]
-    assert model.details["estimate_bound"] is None and fast.details["estimate_text"] == model.details["estimate_text"]
-    rates = model.details["rule_error_rates"]
+    assert model.details.estimate_bound is None and fast.details.estimate_text == model.details.estimate_text
+    rates = model.details.rule_error_rates
     assert 0 <= rates["per_baseline"]["adamw"]["size"] == rates["size"] <= rates["max_size"] == 0.05
     assert optimizer_claim(_grid(0.8), STATS4, REPORT).verdict == "not supported"
     few = optimizer_claim(_grid(2.5, seeds=range(2)), STATS4, REPORT)
@@ -54,7 +54,7 @@ def test_the_scope_is_the_configured_one_and_a_model_that_misses_the_protocol_is
                           targets={"vit-pre": 0.8, "lm-pre": 0.8})
     rec = optimizer_claim(runs, STATS4, report)
     assert rec.per_model["vit-pre"].verdict == "supported"
-    assert rec.verdict == "inconclusive" and rec.details["scope"] == ["lm-pre", "vit-pre"]
+    assert rec.verdict == "inconclusive" and rec.details.scope == ["lm-pre", "vit-pre"]
     outside = optimizer_claim(runs, STATS4, ReportConfig(**{**report.__dict__, "scope": ("vit-pre",)}))
     assert outside.verdict == "supported" and "not in report.scope" in outside.per_model["lm-pre"].reason
 
@@ -64,10 +64,10 @@ def test_the_best_first_order_optimizer_decides():
                           targets={"vit-pre": 0.8})
     muon_faster = optimizer_claim(_grid(1.0, baselines=(("adamw", 0.4), ("muon", 2.0))), STATS4, report)
     model = muon_faster.per_model["vit-pre"]
-    assert muon_faster.verdict == "not supported" and model.details["baseline"] == "muon"
+    assert muon_faster.verdict == "not supported" and model.details.baseline == "muon"
     assert "muon" in model.estimate.name
     beaten = optimizer_claim(_grid(2.0, baselines=(("adamw", 0.4), ("muon", 0.8))), STATS4, report)
-    rates = beaten.per_model["vit-pre"].details["rule_error_rates"]
+    rates = beaten.per_model["vit-pre"].details.rule_error_rates
     assert beaten.verdict == "supported" and set(rates["per_baseline"]) == {"adamw", "muon"}
 
 
@@ -79,23 +79,23 @@ def test_a_rule_over_its_size_at_this_shape_is_inconclusive(monkeypatch):
 
 def test_every_target_level_is_reported_and_the_largest_decides():
     rec = optimizer_claim(_grid(2.5), STATS4, REPORT)
-    levels = rec.per_model["vit-pre"].details["levels"]
+    levels = rec.per_model["vit-pre"].details.levels
     assert set(levels) == {"0.5", "0.75", "0.9"} and levels["0.9"]["target"] == pytest.approx(0.8)
     start = np.median([df["val_accuracy"].iat[0] for df in _grid(2.5).values()])
     assert levels["0.5"]["target"] == pytest.approx(start + 0.5 / 0.9 * (0.8 - start))
     assert levels["0.5"]["target"] < levels["0.75"]["target"] < levels["0.9"]["target"]
-    assert rec.per_model["vit-pre"].details["final_at_budget"]["adamw"]["n"] == 8
+    assert rec.per_model["vit-pre"].details.final_at_budget["adamw"]["n"] == 8
 
 
 def test_a_run_that_did_not_train_is_censored_and_named():
     runs = _grid(2.5)
     runs["vit-pre__kfac-iterative__s8"] = _curve(0.0, 9)  # stays at chance
     rec = optimizer_claim(runs, STATS4, REPORT, excluded={"vit-pre__kfac-iterative__s8": "at chance"})
-    ran = {r["run"]: r for r in rec.per_model["vit-pre"].details["runs"]}
+    ran = {r["run"]: r for r in rec.per_model["vit-pre"].details.runs}
     assert not ran["vit-pre__kfac-iterative__s8"]["reached"] and "vit-pre__kfac-iterative__s8" in rec.reason
     # it counts against K-FAC (slower than every run that gets there), where dropping it would not
     without = optimizer_claim(_grid(2.5), STATS4, REPORT)
-    assert rec.details["pvalue"] > without.details["pvalue"]
+    assert rec.details.pvalue > without.details.pvalue
 
 
 def test_target_from_the_baseline_runs_when_not_configured():

@@ -93,7 +93,7 @@ def test_runs_that_did_not_train_are_named_and_left_out(summary):
 
 def test_holm_across_headline_claims(summary):
     _, res = summary
-    raw = {k: c.details.get("pvalue") for k, c in res.claims.items() if c.details.get("pvalue") is not None}
+    raw = {k: c.details.pvalue for k, c in res.claims.items() if c.details.pvalue is not None}
     adjusted = {k: res.claims[k].pvalue_holm for k in raw}
     assert len(raw) >= 2
     assert all(adjusted[k] >= raw[k] - 1e-15 for k in raw)
@@ -131,7 +131,7 @@ def test_metrics_only_runs_enter_the_status_and_claim_4_but_need_no_statistics(r
     assert res.runs == sorted(r.run_id for r in cfg.runs())
     status = json.loads((tmp_path / "stats" / "training_status.json").read_text())["runs"]
     assert set(status) == {r.run_id for r in cfg.runs()}
-    claim4_runs = res.claims["4"].per_model["vit-pre"].details["runs"]
+    claim4_runs = res.claims["4"].per_model["vit-pre"].details.runs
     assert [r["run"] for r in claim4_runs if r["optimizer"] == "adamw"] == ["vit-pre__adamw__s0", metrics_only]
     table = pd.read_parquet(tmp_path / "stats" / "summary.parquet")
     assert set(table.loc[table["run"] == metrics_only, "category"]) == {"training_status"}

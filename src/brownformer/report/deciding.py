@@ -19,10 +19,11 @@ from brownformer.report.markdown import fmt, fmt_ci
 from brownformer.report.phrases import rate_text, tidy
 from brownformer.report.section_claims12 import CRITERION_LABELS, bound_text
 from brownformer.results import calibration_fields
-from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, ClaimRecord
+from brownformer.stats.claims.details import Claim4Details, Claim4ModelDetails, criteria_of
+from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, ClaimDetails, ClaimRecord
 
 __all__ = ["Deciding", "deciding", "claim4_groups", "claim4_estimate", "claim4_baselines", "ratio_cell", "typed_text",
-           "NOT_SIMULATED"]
+           "NOT_SIMULATED", "claim4_details", "model_details"]
 
 
 @dataclass(frozen=True)
@@ -45,27 +46,35 @@ def _num(x) -> float:
     return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
 
 
-def _deciding_criterion(rec: ClaimRecord) -> tuple[str, str, dict] | None:
+def claim4_details(rec: ClaimRecord | None) -> Claim4Details | None:
+    """Claim 4's headline details (None for a record without them, e.g. a claim not measured)."""
+    return rec.details if rec is not None and isinstance(rec.details, Claim4Details) else None
+
+
+def model_details(sub: ClaimRecord | None) -> Claim4ModelDetails | None:
+    """One claim-4 model variant's details (None for a record without them)."""
+    return sub.details if sub is not None and isinstance(sub.details, Claim4ModelDetails) else None
+
+
+def _deciding_criterion(rec: ClaimRecord) -> tuple[str, str, ClaimDetails] | None:
     """(run, criterion name, criterion) that decided a claim judged on several criteria, when it was not
-    supported: the first criterion of the deciding run whose verdict is the claim's."""
+    supported: the first criterion, whose verdict is the claim's, of the first run record with the claim's verdict
+    (a run record carries criteria when it is decided on its own: a fixed model, unit "inputs")."""
     if rec.verdict not in (NOT_SUPPORTED, INCONCLUSIVE):
         return None
-    run = rec.details.get("deciding_run")
-    sub = rec.per_run.get(run) if run else None
-    if sub is None:  # inconclusive pools name no deciding run: the first run with that verdict
-        sub_runs = [(r, s) for r, s in sorted(rec.per_run.items()) if s.verdict == rec.verdict]
-        run, sub = sub_runs[0] if sub_runs else (None, None)
-    for name, c in ((sub.details.get("criteria") or {}) if sub else {}).items():
-        if isinstance(c, dict) and c.get("verdict") == rec.verdict:
+    sub_runs = [(r, s) for r, s in sorted(rec.per_run.items()) if s.verdict == rec.verdict]
+    run, sub = sub_runs[0] if sub_runs else (None, None)
+    for name, c in (criteria_of(sub.details) if sub else {}).items():
+        if c.verdict == rec.verdict:
             return run, name, c
     return None
 
 
-def _criterion_text(name: str, c: dict) -> str:
-    est = _num(c.get("estimate"))
+def _criterion_text(name: str, c: ClaimDetails) -> str:
+    est = _num(c.estimate)
     if not math.isfinite(est):
-        return f"{CRITERION_LABELS.get(name, name)} undefined ({c.get('why_undefined', 'no value')})"
-    ci = c.get("confidence_interval") or [None, None]
+        return f"{CRITERION_LABELS.get(name, name)} undefined ({getattr(c, 'why_undefined', None) or 'no value'})"
+    ci = c.confidence_interval or [None, None]
     interval = fmt_ci(_num(ci[0]), _num(ci[1]))
     return f"{CRITERION_LABELS.get(name, name)} {fmt(est)}" + ("" if interval == "n/a" else f" {interval}")
 
@@ -131,11 +140,12 @@ def typed_text(value: dict | None) -> str:
     return re.sub(r"^([<>])\s*", r"\1 ", text)
 
 
-def claim4_groups(details: dict) -> dict[str, dict]:
-    """Per optimizer of one claim-4 model record: n runs, censored (never reached) and the record's KM median."""
+def claim4_groups(details: Claim4ModelDetails | None) -> dict[str, dict]:
+    """Per optimizer of one claim-4 model record: n runs, censored (never reached) and the record's KM median
+    (the comparison's JSON per optimizer, time_to_target's CensoredMedian.to_dict)."""
     return {o: {"n": int(m.get("n") or 0), "censored": int(m.get("n_censored") or 0), "median": typed_text(m),
                 "reached": m.get("bound") is None and math.isfinite(_num(m.get("estimate")))}
-            for o, m in sorted((details.get("km_median_steps") or {}).items()) if isinstance(m, dict)}
+            for o, m in sorted((details.km_median_steps if details else {}).items()) if isinstance(m, dict)}
 
 
 def ratio_cell(r: dict | None) -> str:
@@ -166,19 +176,20 @@ def _key(x) -> float:
         return math.nan
 
 
-def claim4_baselines(details: dict) -> list[str]:
+def claim4_baselines(details: Claim4ModelDetails | None) -> list[str]:
     """The baselines of one model record, the best (the comparator, smallest KM median) first."""
-    best = details.get("baseline")
-    names = [b for b in details.get("baselines") or sorted(details.get("ratios") or {})]
-    return sorted(names, key=lambda b: b != best)
+    if details is None:
+        return []
+    names = [b for b in details.baselines or sorted(details.ratios or {})]
+    return sorted(names, key=lambda b: b != details.baseline)
 
 
 def claim4_estimate(sub: ClaimRecord, model: str) -> str:
     """One claim-4 model record's steps ratios, K-FAC against each baseline (the best one first and named), as
     the record prints them; which medians were not reached."""
-    d = sub.details
-    prop, best = d.get("proposed"), d.get("baseline")
-    ratios = d.get("ratios") or {}
+    d = model_details(sub)
+    prop, best = (d.proposed, d.baseline) if d else (None, None)
+    ratios = (d.ratios if d else None) or {}
     if not (prop and ratios):
         return f"{model}: no ratio ({_first_clause(sub.reason) or 'no comparison'})"
     parts = [f"{prop} / {b}" + (" (best baseline)" if b == best else "") + " "
@@ -207,7 +218,8 @@ def _rates_text(rates: dict | None, best: str | None, margin: float) -> str:
 
 
 def _claim4(rec: ClaimRecord) -> Deciding:
-    scope = rec.details.get("scope") or []
+    head = claim4_details(rec)
+    scope = (head.scope if head else None) or []
     in_scope = [m for m in scope if m in rec.per_model]
     pick = next((m for m in in_scope if rec.per_model[m].estimate == rec.estimate), in_scope[0] if in_scope else None)
     sub = rec.per_model.get(pick) if pick else None
@@ -218,11 +230,12 @@ def _claim4(rec: ClaimRecord) -> Deciding:
     # every model in scope, the deciding one first: the claim needs K-FAC ahead of the best baseline on each
     models = [pick] + [m for m in in_scope if m != pick]
     estimate = " | ".join(claim4_estimate(rec.per_model[m], m) for m in models)
-    d = sub.details
+    d = model_details(sub)
     margin = _num(sub.margin[1]) if sub.margin else math.nan
-    size_power = f"{pick}: " + _rates_text(d.get("rule_error_rates"), d.get("baseline"), margin)
+    best = d.baseline if d else None
+    size_power = f"{pick}: " + _rates_text(d.rule_error_rates if d else None, best, margin)
     seeds = ", ".join(f"{o} {g['n']}" for o, g in claim4_groups(d).items()) or "n/a"
-    why = (f"deciding model {pick}, best first-order baseline {d.get('baseline') or 'none'}: "
+    why = (f"deciding model {pick}, best first-order baseline {best or 'none'}: "
            + _first_clause(sub.reason or rec.reason))
     return Deciding(rec.claim, rec.title, rec.verdict, estimate, _margin_text(sub), size_power, seeds, why)
 
@@ -240,7 +253,7 @@ def deciding(ctx: ReportContext, claim_id: str) -> Deciding | None:
     if crit is not None:
         run, name, c = crit
         outside = "outside its margin" if rec.verdict == NOT_SUPPORTED else "not decided"
-        return Deciding(rec.claim, rec.title, rec.verdict, _criterion_text(name, c), bound_text(name, c.get("margin")),
+        return Deciding(rec.claim, rec.title, rec.verdict, _criterion_text(name, c), bound_text(name, c.margin),
                         _calibration_text(rec.per_run.get(run, rec)), _seeds(rec),
                         f"{CRITERION_LABELS.get(name, name)} {outside} on {run}; {why}")
     return Deciding(rec.claim, rec.title, rec.verdict, _estimate_text(rec), _margin_text(rec), _calibration_text(rec),

@@ -1,6 +1,6 @@
 """Claims 1 and 2 in the report: each run's verdict per criterion with its estimate, interval and margin.
 
-Read from claims.json (the per-run records' details["criteria"], written by stats/claims/claim1_sphere.py and
+Read from claims.json (the per-run records' details.criteria, written by stats/claims/claim1_sphere.py and
 stats/claims/claim2_markov.py); this module formats, it never decides.
 """
 from __future__ import annotations
@@ -11,10 +11,11 @@ import pandas as pd
 
 from brownformer.report.context import ReportContext
 from brownformer.report.markdown import fmt, fmt_ci, md_table
+from brownformer.stats.claims.details import criteria_of
 
 __all__ = ["criteria_table", "sphere_text", "markov_text", "CRITERION_NAMES", "CRITERION_LABELS", "bound_text"]
 
-#: what each claim-1/2 criterion (details["criteria"] of a run record) measures, in full and as a short label
+#: what each claim-1/2 criterion (details.criteria of a decided record) measures, in full and as a short label
 CRITERION_NAMES = {"radius_spread_ratio": "radius spread / Gaussian cloud's (after the affine map)",
                    "offset": "centre offset from the origin (radii)",
                    "head_isotropy": "min over heads of (tr M)²/(d_h ‖M‖²_F), M = W_Qᵀ W_K",
@@ -47,14 +48,13 @@ def criteria_table(ctx: ReportContext, claim_id: str) -> pd.DataFrame:
     rec = claims.claims.get(claim_id) if claims else None
     rows = []
     for run, sub in sorted(((rec.per_model or rec.per_run) if rec else {}).items()):
-        for name, c in (sub.details.get("criteria") or {}).items():
-            ci = c.get("confidence_interval") or [None, None]
-            est = _num(c.get("estimate"))
+        for name, c in criteria_of(sub.details).items():
+            ci = c.confidence_interval or [None, None]
+            est = _num(c.estimate)
             value = (f"{fmt(est)}" + (f" {fmt_ci(_num(ci[0]), _num(ci[1]))}" if ci[0] is not None else "")
-                     if math.isfinite(est) else f"undefined ({c.get('why_undefined', 'no value')})")
+                     if math.isfinite(est) else f"undefined ({getattr(c, 'why_undefined', None) or 'no value'})")
             rows.append({"run": run, "criterion": CRITERION_NAMES.get(name, name), "estimate (CI)": value,
-                         "margin": bound_text(name, c.get("margin")),
-                         "verdict": c.get("verdict")})
+                         "margin": bound_text(name, c.margin), "verdict": c.verdict})
     return pd.DataFrame(rows, columns=["run", "criterion", "estimate (CI)", "margin", "verdict"])
 
 

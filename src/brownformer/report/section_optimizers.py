@@ -12,7 +12,9 @@ import math
 import pandas as pd
 
 from brownformer.report.context import ReportContext
-from brownformer.report.deciding import NOT_SIMULATED, claim4_baselines, claim4_groups, ratio_cell, typed_text
+from brownformer.report.deciding import (NOT_SIMULATED, claim4_baselines, claim4_details, claim4_groups, model_details,
+                                        ratio_cell, typed_text)
+from brownformer.stats.claims.details import Claim4ModelDetails
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.phrases import count_noun, rate_text
 from brownformer.report.section_claims import claim_lines, scope_table
@@ -38,24 +40,24 @@ def _median_cell(g: dict) -> str:
     return (g["median"] if g["reached"] else f"not reached: {g['median']}") + censored
 
 
-def _seconds_medians(d: dict) -> dict[str, str]:
+def _seconds_medians(d: Claim4ModelDetails) -> dict[str, str]:
     """optimizer -> its KM median training seconds to the target, the record's text (each seconds ratio carries
     the medians of its two optimizers)."""
     out = {}
-    for b, r in (d.get("ratios") or {}).items():
+    for b, r in (d.ratios or {}).items():
         medians = ((r or {}).get("seconds") or {}).get("medians") or []
         if len(medians) == 2:
-            out.setdefault(d.get("proposed"), typed_text(medians[0]))
+            out.setdefault(d.proposed, typed_text(medians[0]))
             out[b] = typed_text(medians[1])
     return out
 
 
-def _role(d: dict, opt: str) -> str:
-    if opt == d.get("proposed"):
+def _role(d: Claim4ModelDetails, opt: str) -> str:
+    if opt == d.proposed:
         return "proposed"
-    if opt == d.get("baseline"):
+    if opt == d.baseline:
         return "best baseline"
-    return "baseline" if opt in (d.get("baselines") or []) else "reported"
+    return "baseline" if opt in (d.baselines or []) else "reported"
 
 
 def comparison_table(ctx: ReportContext) -> pd.DataFrame:
@@ -68,15 +70,17 @@ def comparison_table(ctx: ReportContext) -> pd.DataFrame:
         return pd.DataFrame()
     rows = []
     for model, sub in sorted(rec.per_model.items()):
-        d = sub.details
-        prop = d.get("proposed")
+        d = model_details(sub)
+        if d is None:  # a record without a comparison has no group to show
+            continue
+        prop = d.proposed
         seconds = _seconds_medians(d)
-        runs = [r for r in d.get("runs") or [] if isinstance(r, dict)]
+        runs = [r for r in d.runs or [] if isinstance(r, dict)]
         for opt, g in claim4_groups(d).items():
-            ratio = (d.get("ratios") or {}).get(opt) or {}
-            final = (d.get("final_at_budget") or {}).get(opt) or {}
+            ratio = (d.ratios or {}).get(opt) or {}
+            final = (d.final_at_budget or {}).get(opt) or {}
             rows.append({
-                "model": model, "optimizer": opt, "role": _role(d, opt), "target": fmt(d.get("target")),
+                "model": model, "optimizer": opt, "role": _role(d, opt), "target": fmt(d.target),
                 "seeds": g["n"], "steps to target": _median_cell(g), "seconds to target": seconds.get(opt, "n/a"),
                 f"steps ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get("steps")),
                 f"seconds ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get("seconds")),
@@ -99,23 +103,25 @@ def claim4_inference(ctx: ReportContext) -> list[str]:
     rec = _claim4(ctx)
     if rec is None:
         return []
-    proposed = rec.details.get("proposed", "the proposed optimizer")
-    scope = rec.details.get("scope") or []
-    baselines = rec.details.get("baselines") or []
+    head = claim4_details(rec)
+    proposed = head.proposed if head else "the proposed optimizer"
+    scope = (head.scope if head else None) or []
+    baselines = (head.baselines if head else None) or []
     rows = []
     for model, m in sorted(rec.per_model.items()):
-        d = m.details
+        d = model_details(m)
         row = {"model": model, "in scope": "yes" if model in scope else "no (reported, not deciding)",
-               "protocol met": "yes" if d.get("protocol_met") else "no", "verdict": m.verdict,
-               "best baseline": d.get("baseline") or "none"}
+               "protocol met": "yes" if d and d.protocol_met else "no", "verdict": m.verdict,
+               "best baseline": (d.baseline if d else None) or "none"}
         for b in claim4_baselines(d):
-            steps = ((d.get("ratios") or {}).get(b) or {}).get("steps")
+            steps = ((d.ratios or {}).get(b) or {}).get("steps")
             row[f"vs {b}: steps ratio [CI]"] = ratio_cell(steps)
             row[f"vs {b}: p, verdict"] = (f"{fmt((steps or {}).get('pvalue'))}, "
-                                           f"{((d.get('verdicts') or {}).get(b) or {}).get('verdict', 'n/a')}")
-        row["P(supported) / P(not supported) on the margin"] = _rule_rates_text(d.get("rule_error_rates"))
+                                           f"{((d.verdicts or {}).get(b) or {}).get('verdict', 'n/a')}")
+        row["P(supported) / P(not supported) on the margin"] = _rule_rates_text(d.rule_error_rates if d else None)
         rows.append(row)
-    steps = sorted({int(r["censored_at"]) for m in rec.per_model.values() for r in m.details.get("runs") or []
+    runs = [r for m in rec.per_model.values() if (d := model_details(m)) for r in d.runs or []]
+    steps = sorted({int(r["censored_at"]) for r in runs
                     if isinstance(r.get("censored_at"), (int, float)) and math.isfinite(r["censored_at"])})
     return ["**Claim 4's scope and inference.** Decided on " + (", ".join(f"`{m}`" for m in scope) or "no model")
             + f" (`report.scope`), `{proposed}` against every baseline (" + (", ".join(f"`{b}`" for b in baselines)
@@ -134,23 +140,25 @@ def kfac_sentences(ctx: ReportContext) -> list[str]:
     rec = _claim4(ctx)
     out = []
     for model, sub in sorted(rec.per_model.items()) if rec else []:
-        d = sub.details
-        prop, groups = d.get("proposed"), claim4_groups(d)
+        d = model_details(sub)
+        if d is None:
+            continue
+        prop, groups = d.proposed, claim4_groups(d)
         g = groups.get(prop)
         if g is None:
             continue
         if g["censored"] == g["n"]:
-            head = (f"On `{model}`, `{prop}` never reached the target {d.get('metric')} ({fmt(d.get('target'))}) in "
+            head = (f"On `{model}`, `{prop}` never reached the target {d.metric} ({fmt(d.target)}) in "
                     f"{count_noun(g['n'], 'seed')}")
         else:
-            head = (f"On `{model}`, `{prop}` reached the target {d.get('metric')} ({fmt(d.get('target'))}) in "
+            head = (f"On `{model}`, `{prop}` reached the target {d.metric} ({fmt(d.target)}) in "
                     f"{g['n'] - g['censored']} of {count_noun(g['n'], 'seed')}, median {_median_cell(g)} steps")
         against = []
         for b in claim4_baselines(d):
-            r = (d.get("ratios") or {}).get(b) or {}
+            r = (d.ratios or {}).get(b) or {}
             gb = groups.get(b)
             median = f", median {_median_cell(gb)} steps" if gb else ""
-            role = (f" (the best first-order baseline{median})" if b == d.get("baseline")
+            role = (f" (the best first-order baseline{median})" if b == d.baseline
                     else (f" ({median[2:]})" if median else ""))
             against.append(f"against `{b}`{role}"
                            + f" steps ratio {ratio_cell(r.get('steps'))}, seconds ratio {ratio_cell(r.get('seconds'))}")

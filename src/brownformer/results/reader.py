@@ -21,6 +21,7 @@ import pandas as pd
 from brownformer.config import ExperimentConfig, RunSpec
 from brownformer.io import find_sidecar
 from brownformer.statsfile import RunStatsFile, RunStatsSummary, parse_stats_file
+from brownformer.stats.claims.details import parse_details
 from brownformer.verdicts import ClaimsFile, read_claims
 
 log = logging.getLogger(__name__)
@@ -238,7 +239,7 @@ class Results:
             self.notes.append("claims.json missing")
             return None
         try:
-            return read_claims(path)
+            return read_claims(path, parse_details=parse_details)
         except (OSError, ValueError, TypeError, KeyError, IndexError) as exc:
             # A file that breaks the contract is reported, never re-interpreted.
             log.warning("claims.json does not follow the verdicts contract: %s", exc)

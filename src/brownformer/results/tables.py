@@ -5,6 +5,7 @@ import numpy as np
 import pandas as pd
 
 from brownformer.results.reader import Results
+from brownformer.stats.claims.details import Claim4ModelDetails
 
 __all__ = ["time_to_target_table", "calibration_matrix", "goal_text", "replicates_text"]
 
@@ -18,10 +19,12 @@ def _times_from_claims(res: Results) -> pd.DataFrame:
     rows = []
     for model, rec in sorted(getattr(claim, "per_model", {}).items()):
         d = rec.details
-        for run in d.get("runs") or []:
+        if not isinstance(d, Claim4ModelDetails):  # a record without the comparison's runs
+            continue
+        for run in d.runs or []:
             if isinstance(run, dict):
-                rows.append({**run, "model": model, "metric": d.get("metric"), "target": d.get("target"),
-                             "higher_is_better": d.get("higher_is_better")})
+                rows.append({**run, "model": model, "metric": d.metric, "target": d.target,
+                             "higher_is_better": d.higher_is_better})
     return pd.DataFrame(rows)
 
 

@@ -21,7 +21,7 @@ from brownformer.io import atomic_path, sha256_file, write_json
 from brownformer.stats.claims import (BROWNIAN_FAMILIES, brownian_family_claim, headline_holm, markov_claim,
                                       optimizer_claim, sphere_claim)
 from brownformer.stats.diffusion.replica_sets import base_run, replica_set_key
-from brownformer.stats.core.training_status import RULES, ChanceBaseline, training_status
+from brownformer.stats.core.training_status import RULES, ChanceBaseline, TrainingStatus, training_status
 from brownformer.statsfile import AttentionStats, BatteryStats, RunStatsFile, RunStatsSummary, parse_stats_file
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
@@ -105,11 +105,10 @@ def collect_run_outputs(run_stats_dirs: dict[str, str | Path]) -> RunOutputs:
     return out
 
 
-def _status_rows(status: dict) -> list[dict]:
+def _status_rows(status: dict[str, TrainingStatus]) -> list[dict]:
     rows = []
     for run, st in sorted(status.items()):
-        for q in ("did_not_train", "reached_plateau"):
-            v = st.get(q)
+        for q, v in (("did_not_train", st.did_not_train), ("reached_plateau", st.reached_plateau)):
             rows.append({"run": run, "file": None, "category": "training_status", "quantity": q,
                          "estimate": None if v is None else float(v), "ci_low": None, "ci_high": None,
                          "pvalue": None, "rejected": None})
@@ -135,8 +134,8 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     baselines = baselines or {}
-    status = {run: training_status(df, baselines.get(run)).to_dict() for run, df in sorted(metrics_by_run.items())}
-    excluded = {run: st["reason"] for run, st in status.items() if st["did_not_train"]}
+    status = {run: training_status(df, baselines.get(run)) for run, df in sorted(metrics_by_run.items())}
+    excluded = {run: st.reason for run, st in status.items() if st.did_not_train}
     excluded.update({key: f"replica 0 ({base_run(key)}) did not train: {excluded[base_run(key)]}"
                      for key in run_stats_dirs if base_run(key) != key and base_run(key) in excluded})
     for run in excluded:
@@ -149,13 +148,14 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
         claims[key] = brownian_family_claim(key, outputs.trajectories[cat], stats,
                                             calibration=load_calibration(calibration), excluded=excluded)
     claims["4"] = optimizer_claim(metrics_by_run, stats, report, excluded=excluded)
-    claims = headline_holm(claims, {k: c.details.get("pvalue") for k, c in claims.items()})
+    claims = headline_holm(claims, {k: c.details.pvalue for k, c in claims.items()})
     table = pd.DataFrame(outputs.rows + _status_rows(status), columns=SUMMARY_COLUMNS)
     for col in ("estimate", "ci_low", "ci_high", "pvalue"):
         table[col] = pd.to_numeric(table[col], errors="coerce")
     with atomic_path(out_dir / "summary.parquet") as tmp:
         table.to_parquet(tmp, index=False)
-    write_json(out_dir / "training_status.json", {"runs": status, "rules": RULES})
+    write_json(out_dir / "training_status.json", {"runs": {run: st.to_dict() for run, st in status.items()},
+                                                  "rules": RULES})
     result = ClaimsFile(claims=claims, did_not_train=[{"run": r, "reason": why} for r, why in sorted(excluded.items())],
                         calibration={"path": str(calibration) if calibration else None,
                                      "available": calibration is not None,

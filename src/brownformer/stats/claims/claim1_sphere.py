@@ -3,7 +3,7 @@
 Definitional check (not evidence). Raw LayerNorm z = (x - mu)/sigma has 1^T z = 0 and |z|^2 = d sigma^2/
 (sigma^2 + eps): the sphere S^(d-2) of radius sqrt(d) in the hyperplane 1^T z = 0 whenever a token's
 variance exceeds ~50 eps. `fraction_on_sphere` of the raw output checks this and is reported as
-details["definitional"]; it is labelled as the definition it is.
+details.definitional; it is labelled as the definition it is.
 
 What the model computes (gauge). The next layer reads y = gamma * z + beta. In a pre-LN block that output feeds
 only linear maps (W_Q, W_K, W_V after LN1; fc1 after LN2; the head after the final LN), so gamma and beta fold
@@ -44,24 +44,27 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import replace
 
 import numpy as np
 
 from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import Decision, EffectResult
 
 from brownformer.stats.core.pooling import NESTING, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     se_from_interval, seed_unit, seed_verdict)
+from .details import (Claim1ConfigurationDetails, Claim1Details, Claim1FixedModelDetails, Claim1SeedDetails,
+                      Definitional, GaugeDependent, InputCriterion, SeedCriterion, UndecidedCriterion, WithinSeed)
+from .claim_inputs import SphereFile
 
 __all__ = ["sphere_claim", "TITLE", "CRITERIA", "DECIDING_TENSOR"]
 
 TITLE = "LayerNorm outputs, as the model computes on them, lie on a sphere centred at the origin"
 #: criterion -> margin key in StatsConfig.margins (the quantities of sphere_fit.sphere_about)
 CRITERIA = {"radius_spread_ratio": "radius_spread_ratio", "offset": "sphere_offset"}
+SPREAD = "radius_spread_ratio"  # the criterion the headline estimate and the seed's reason show
 #: LN placement -> the tensor carrying what the model computes (module docstring: pre-LN folds gamma and beta into
 #: the next linear maps, so z; post-LN cannot, so the image after the affine map)
 DECIDING_TENSOR = {"pre": "ln_raw", "post": "ln_affine"}
@@ -71,37 +74,38 @@ _RULE = {"seeds": "per configuration and layer, the t-interval over seeds of eac
          "inputs": "per fixed model, every (capture, layer) interval over its probe inputs inside its margin; both "
                    "criteria; pooled: every model supported (" + FIXED_MODEL_UNIT + ")"}
 _AFFINE_REPORTED = ("gain_cv", "gain_condition", "wielandt_cosine", "offset_ratio", "relative_residual")
+_DEFINITIONAL = ("definitional check, not evidence: LayerNorm before its affine map is on the sphere whenever a "
+                 "token's variance exceeds ~50 eps")
+_GAUGE = ("gauge-dependent, after the affine map of a pre-LN block: gamma and beta fold into the next linear maps, so "
+          "these move with an unobservable rescaling (description only)")
 
 
-def _ln_placement(run: str, files: list[dict]) -> str | None:
+def _iut(parts) -> str:
+    """Intersection-union of criterion (or layer) verdicts: one not supported fails, all supported holds."""
+    return (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
+            else INCONCLUSIVE)
+
+
+def _ln_placement(run: str, files: list[SphereFile]) -> str | None:
     """LN placement from the trajectory sidecars ("ln"), else from the run id's model name (vit-pre, lm-none...)."""
     for f in files:
-        if f["sphere"].get("ln"):
-            return f["sphere"]["ln"]
+        if f.ln:
+            return f.ln
     return next((p for p in ("none", "post", "pre") if p in run.split("__")[0].split("-")), None)
 
 
-def _tensor(f: dict) -> str:
-    return f["sphere"].get("tensor", "ln_raw")
-
-
-def _trained(files: list[dict]) -> tuple[list[dict], float]:
+def _trained(files: list[SphereFile]) -> tuple[list[SphereFile], float]:
     """Captures of the trained model: second half of training, step 0 excluded (all when steps are unknown)."""
-    steps = [f["sphere"].get("step") for f in files if f["sphere"].get("step") is not None]
+    steps = [f.step for f in files if f.step is not None]
     half = 0.5 * max(steps) if steps else 0.0
-    keep = [f for f in files if f["sphere"].get("step") is None or (f["sphere"]["step"] >= half
-                                                                     and f["sphere"]["step"] != 0)]
+    keep = [f for f in files if f.step is None or (f.step >= half and f.step != 0)]
     return keep or files, half
 
 
-def _per_layer(f: dict, quantity: str) -> dict | None:
-    return ((f["sphere"].get("about") or {}).get("per_layer") or {}).get(quantity)
-
-
-def _layer_means(files: list[dict], quantity: str) -> np.ndarray:
+def _layer_means(files: list[SphereFile], quantity: str) -> np.ndarray:
     """Per layer, the mean over captures of one quantity's point estimate: a seed's nested estimate."""
-    rows = [np.array([np.nan if e is None else float(e) for e in per["estimate"]], float)
-            for f in files if (per := _per_layer(f, quantity))]
+    rows = [np.array([np.nan if e is None else float(e) for e in per.estimate], float)
+            for f in files if (per := f.per_layer.get(quantity))]
     if not rows or len({r.size for r in rows}) != 1:
         return np.array([])
     with warnings.catch_warnings():  # an all-NaN layer stays NaN (undefined, dropped by seed_pool)
@@ -109,176 +113,177 @@ def _layer_means(files: list[dict], quantity: str) -> np.ndarray:
         return np.nanmean(np.stack(rows), axis=0)
 
 
-def _within_seed(files: list[dict], quantity: str) -> dict:
+def _within_seed(files: list[SphereFile], quantity: str) -> WithinSeed:
     """The worst (capture, layer) of one quantity with its interval over probe inputs (description only)."""
     cells = []
     for f in files:
-        per = _per_layer(f, quantity)
-        for layer, (e, lo, hi) in enumerate(zip(per["estimate"], per["ci_low"], per["ci_high"]) if per else ()):
+        per = f.per_layer.get(quantity)
+        for layer, (e, lo, hi) in (per.cells() if per else ()):
             if e is not None and math.isfinite(float(e)):
-                cells.append((float(e), [finite_or_none(lo), finite_or_none(hi)], f.get("capture"), layer))
+                cells.append((float(e), [finite_or_none(lo), finite_or_none(hi)], f.capture, layer))
     if not cells:
-        return {}
+        return WithinSeed()
     e, ci, capture, layer = max(cells, key=lambda c: c[0])
-    return {"estimate": e, "confidence_interval": ci, "capture": capture, "layer": layer, "n_cells": len(cells),
-            "interval_over": "probe inputs of this one seed"}
+    return WithinSeed(estimate=e, confidence_interval=ci, capture=capture, layer=layer, n_cells=len(cells),
+                      interval_over="probe inputs of this one seed")
 
 
-def _reported(files: list[dict]) -> dict:
-    """The last capture's residual-stream geometry and recovered affine map, per layer."""
-    last = max((f.get("capture") if f.get("capture") is not None else -1 for f in files), default=None)
-    out = {}
+def _capture_order(f: SphereFile) -> int:
+    return f.capture if f.capture is not None else -1
+
+
+def _reported(files: list[SphereFile]) -> tuple[dict | None, dict | None]:
+    """The last capture's residual-stream geometry and recovered affine map, per layer (None: not captured)."""
+    last = max((_capture_order(f) for f in files), default=None)
+    residual = affine = None
     for f in files:
-        if (f.get("capture") if f.get("capture") is not None else -1) != last:
+        if _capture_order(f) != last:
             continue
-        s = f["sphere"]
-        if _tensor(f) == "resid" and s.get("about"):
-            out["residual_stream"] = {"radius_spread_ratio": s["about"]["per_layer"]["radius_spread_ratio"]["estimate"],
-                                      "centre": s["about"].get("centre")}
-        if _tensor(f) == "ln_affine" and s.get("affine_map"):
-            out["affine_map"] = {q: s["affine_map"][q] for q in _AFFINE_REPORTED if q in s["affine_map"]}
-    return out
+        if f.tensor == "resid" and f.measured_about:
+            residual = {"radius_spread_ratio": f.per_layer[SPREAD].estimate, "centre": f.centre}
+        if f.tensor == "ln_affine" and f.affine_map:
+            affine = {q: f.affine_map[q] for q in _AFFINE_REPORTED if q in f.affine_map}
+    return residual, affine
 
 
-def _definitional(files: list[dict]) -> dict:
-    fr = []
-    for f in files:
-        pooled = ((f["sphere"].get("geometry") or {}).get("pooled") or {}).get("fraction_on_sphere")
-        if pooled:
-            fr.append(float(pooled["estimate"]))
-    return {"label": "definitional check, not evidence: LayerNorm before its affine map is on the sphere whenever "
-                     "a token's variance exceeds ~50 eps", "min_fraction_on_sphere": min(fr) if fr else None}
+def _definitional(files: list[SphereFile]) -> Definitional:
+    fr = [f.fraction_on_sphere for f in files if f.fraction_on_sphere is not None]
+    return Definitional(label=_DEFINITIONAL, min_fraction_on_sphere=min(fr) if fr else None)
 
 
-def _seed_record(run: str, files: list[dict], ln: str) -> tuple[ClaimRecord, dict]:
+def _seed_record(run: str, files: list[SphereFile], ln: str) -> tuple[ClaimRecord, dict]:
     """One seed's description (never a decision) and its nested per-layer estimates {quantity: [L]}."""
     deciding = DECIDING_TENSOR[ln]
-    by_tensor = {t: _trained([f for f in files if _tensor(f) == t])[0] for t in ("ln_raw", "ln_affine")}
-    _, half = _trained([f for f in files if _tensor(f) == deciding] or files)
+    by_tensor = {t: _trained([f for f in files if f.tensor == t])[0] for t in ("ln_raw", "ln_affine")}
+    _, half = _trained([f for f in files if f.tensor == deciding] or files)
     values = {q: _layer_means(by_tensor[deciding], q) for q in CRITERIA}
     within = {q: _within_seed(by_tensor[deciding], q) for q in CRITERIA}
-    details = {"ln": ln, "decided_on": deciding, "judged_from_step": half, "n_captures": len(by_tensor[deciding]),
-               "per_layer": {q: [finite_or_none(v) for v in vals] for q, vals in values.items()},
-               "within_seed": within, "definitional": _definitional(by_tensor["ln_raw"]), **_reported(files)}
-    if ln == "pre":
-        details["gauge_dependent"] = {
-            "label": "gauge-dependent, after the affine map of a pre-LN block: gamma and beta fold into the next "
-                     "linear maps, so these move with an unobservable rescaling (description only)",
-            **{q: _within_seed(by_tensor["ln_affine"], q) for q in CRITERIA}}
-    rs = within.get("radius_spread_ratio") or {}
+    gauge = (GaugeDependent(_GAUGE, *(_within_seed(by_tensor["ln_affine"], q) for q in CRITERIA))
+             if ln == "pre" else None)
+    residual, affine = _reported(files)
+    details = Claim1SeedDetails(ln=ln, decided_on=deciding, judged_from_step=half,
+                                n_captures=len(by_tensor[deciding]),
+                                per_layer={q: [finite_or_none(v) for v in vals] for q, vals in values.items()},
+                                within_seed=within, definitional=_definitional(by_tensor["ln_raw"]),
+                                residual_stream=residual, affine_map=affine, gauge_dependent=gauge)
+    rs = within[SPREAD]
     reason = ("one seed does not decide (seeds are the unit of inference); within this seed the worst layer's "
               f"radius spread / Gaussian null on {deciding} is "
-              + (f"{rs['estimate']:.3g}" if rs else "undefined"))
+              + (f"{rs.estimate:.3g}" if rs.estimate is not None else "undefined"))
     if not by_tensor[deciding]:
         reason = f"no {deciding} LayerNorm output captured"
     return ClaimRecord("1", TITLE, INCONCLUSIVE, reason, details=details), values
 
 
-def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> dict:
+def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> SeedCriterion | UndecidedCriterion:
     """Seed-level intervals per layer of one quantity and the intersection-union verdict over layers."""
     one_sided = (-math.inf, margin[1])  # both quantities are >= 0: only the upper edge binds
     sizes = {v.size for v in per_seed.values() if v.size}
     if len(sizes) != 1:
-        return {"verdict": INCONCLUSIVE, "why": "no values" if not sizes else "seeds differ in their layers",
-                "margin": list(margin)}
+        return UndecidedCriterion(INCONCLUSIVE, list(margin),
+                                  why="no values" if not sizes else "seeds differ in their layers")
     L = sizes.pop()
     pools = [seed_pool({s: v[l] for s, v in per_seed.items() if v.size}, confidence_level=stats.confidence_level)
              for l in range(L)]
     verdicts = [seed_verdict(p, one_sided) for p in pools]
-    parts = [v for v, _ in verdicts]
-    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
-               else INCONCLUSIVE)
     pvals = [equivalence_pvalue(p.estimate, p.standard_error, one_sided, df=p.df or None) if p.decidable else None
              for p in pools]
     worst = max(range(L), key=lambda l: pools[l].estimate if math.isfinite(pools[l].estimate) else -math.inf)
     p = pools[worst]
-    return {"verdict": verdict, "estimate": p.estimate, "confidence_interval": list(p.confidence_interval),
-            "layer": worst, "margin": list(margin), "n_layers": L, "n_seeds": p.n_seeds,
-            "why": next((why for _, why in verdicts if why), None),
-            "per_layer": [q.to_dict() for q in pools],
-            "pvalue": None if any(v is None for v in pvals) else max(pvals)}
+    return SeedCriterion(verdict=_iut([v for v, _ in verdicts]), estimate=p.estimate,
+                         confidence_interval=list(p.confidence_interval), layer=worst, margin=list(margin),
+                         n_layers=L, n_seeds=p.n_seeds, why=next((why for _, why in verdicts if why), None),
+                         per_layer=[q.to_dict() for q in pools],
+                         pvalue=None if any(v is None for v in pvals) else max(pvals))
 
 
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], ln: str, stats) -> ClaimRecord:
     crit = {q: _criterion({s: vals[q] for s, (_, vals) in seeds.items()}, tuple(stats.margins[key]), stats)
             for q, key in CRITERIA.items()}
-    return _decided_record(crit, ln, stats, f"{len(seeds)} seed(s)", "mean over seeds",
-                           {"seeds": sorted(seeds)}, "over seeds")
+    decision, est, tests = _decided(crit, ln, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
+    details = Claim1ConfigurationDetails(ln=ln, decided_on=DECIDING_TENSOR[ln], criteria=crit, seeds=sorted(seeds),
+                                         pvalue=_largest([c.pvalue for c in crit.values()]))
+    return ClaimRecord("1", TITLE, decision.verdict, decision.reason, margin=tuple(crit[SPREAD].margin), estimate=est,
+                       details=details, tests=tests)
 
 
-def _input_criterion(files: list[dict], quantity: str, margin, stats) -> dict:
+def _input_criterion(files: list[SphereFile], quantity: str, margin, stats) -> InputCriterion | UndecidedCriterion:
     """A fixed model's criterion: every (capture, layer) interval over its probe inputs inside the margin
     (intersection-union); the power at the cell nearest the edge, where the claim is true but not trivially
     (the true value halfway between 0 and the margin edge, with that cell's standard error)."""
     one_sided = (-math.inf, margin[1])
     cells = []
     for f in files:
-        per = _per_layer(f, quantity)
-        for layer, (e, lo, hi) in enumerate(zip(per["estimate"], per["ci_low"], per["ci_high"]) if per else ()):
+        per = f.per_layer.get(quantity)
+        for layer, (e, lo, hi) in (per.cells() if per else ()):
             e, lo, hi = (math.nan if x is None else float(x) for x in (e, lo, hi))
-            cells.append((e, (lo, hi), f.get("capture"), layer))
+            cells.append((e, (lo, hi), f.capture, layer))
     if not cells:
-        return {"verdict": INCONCLUSIVE, "why": "no values", "margin": list(margin)}
+        return UndecidedCriterion(INCONCLUSIVE, list(margin), why="no values")
     parts = [equivalence_verdict(ci, one_sided) for _, ci, _, _ in cells]
-    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
-               else INCONCLUSIVE)
     e, ci, capture, layer = max(cells, key=lambda c: c[1][1] if math.isfinite(c[1][1]) else math.inf)
     ses = [se_from_interval(c[1], stats.confidence_level) for c in cells]
     pvals = [equivalence_pvalue(c[0], se, one_sided) for c, se in zip(cells, ses)]
     se = se_from_interval(ci, stats.confidence_level)
     true = 0.5 * margin[1]
-    return {"verdict": verdict, "estimate": e, "confidence_interval": list(ci), "layer": layer, "capture": capture,
-            "margin": list(margin), "n_cells": len(cells), "interval_over": FIXED_MODEL_UNIT,
-            "why": None if all(math.isfinite(c[1][1]) for c in cells) else "an interval over inputs is undefined",
-            "pvalue": None if any(p is None for p in pvals) else max(pvals),
-            "power": {"true_value": true, "standard_error": finite_or_none(se),
-                      "power": interval_power(se, true, one_sided, confidence_level=stats.confidence_level),
-                      "method": "normal: the deciding cell's estimate N(true value, its standard error^2)"}}
+    return InputCriterion(
+        verdict=_iut(parts), estimate=e, confidence_interval=list(ci), layer=layer, capture=capture,
+        margin=list(margin), n_cells=len(cells), interval_over=FIXED_MODEL_UNIT,
+        why=None if all(math.isfinite(c[1][1]) for c in cells) else "an interval over inputs is undefined",
+        pvalue=None if any(p is None for p in pvals) else max(pvals),
+        power={"true_value": true, "standard_error": finite_or_none(se),
+               "power": interval_power(se, true, one_sided, confidence_level=stats.confidence_level),
+               "method": "normal: the deciding cell's estimate N(true value, its standard error^2)"})
 
 
-def _fixed_model_record(run: str, files: list[dict], ln: str, stats) -> ClaimRecord:
+def _fixed_model_record(run: str, files: list[SphereFile], ln: str, stats) -> ClaimRecord:
     """Claim 1 on one fixed model (unit "inputs"): decided on its probe inputs, its seed record as description."""
     description, _ = _seed_record(run, files, ln)
-    deciding = _trained([f for f in files if _tensor(f) == DECIDING_TENSOR[ln]])[0]
+    deciding = _trained([f for f in files if f.tensor == DECIDING_TENSOR[ln]])[0]
     crit = {q: _input_criterion(deciding, q, tuple(stats.margins[key]), stats) for q, key in CRITERIA.items()}
-    power = {q: c.get("power") for q, c in crit.items()}
-    rec = _decided_record(crit, ln, stats, f"one fixed model ({FIXED_MODEL_UNIT})", "over its probe inputs",
-                          {"description": description.details, "unit": FIXED_MODEL_UNIT}, "over probe inputs")
-    return replace(rec, calibration={"shape": {"n_cells": {q: c.get("n_cells") for q, c in crit.items()}},
-                                     "size": None, "size_se": None, "power": power, "n_replicates": 0,
-                                     "method": "power of the interval over inputs at the deciding cell (normal)"})
+    decision, est, tests = _decided(crit, ln, stats, f"one fixed model ({FIXED_MODEL_UNIT})", "over its probe inputs",
+                                    "over probe inputs")
+    details = Claim1FixedModelDetails(ln=ln, decided_on=DECIDING_TENSOR[ln], criteria=crit,
+                                      description=description.details, unit=FIXED_MODEL_UNIT,
+                                      pvalue=_largest([c.pvalue for c in crit.values()]))
+    return ClaimRecord("1", TITLE, decision.verdict, decision.reason, margin=tuple(crit[SPREAD].margin), estimate=est,
+                       details=details, tests=tests,
+                       calibration={"shape": {"n_cells": {q: getattr(c, "n_cells", None) for q, c in crit.items()}},
+                                    "size": None, "size_se": None,
+                                    "power": {q: getattr(c, "power", None) for q, c in crit.items()},
+                                    "n_replicates": 0,
+                                    "method": "power of the interval over inputs at the deciding cell (normal)"})
 
 
-def _decided_record(crit: dict, ln: str, stats, who: str, over: str, extra: dict, test_over: str) -> ClaimRecord:
-    """The decided claim-1 record of one configuration (over seeds) or one fixed model (over its inputs)."""
-    parts = [c["verdict"] for c in crit.values()]
-    verdict = (NOT_SUPPORTED if NOT_SUPPORTED in parts else SUPPORTED if all(p == SUPPORTED for p in parts)
-               else INCONCLUSIVE)
-    pv = [c.get("pvalue") for c in crit.values()]
-    r, o = crit["radius_spread_ratio"], crit["offset"]
+def _largest(pvalues: list[float | None]) -> float | None:
+    """The intersection-union p-value: the largest, None unless every one is defined."""
+    return None if None in pvalues else max(pvalues)
+
+
+def _decided(crit: dict, ln: str, stats, who: str, over: str, test_over: str):
+    """(Decision, headline estimate, tests) of one configuration (over seeds) or one fixed model (over its inputs)."""
+    r, o = crit[SPREAD], crit["offset"]
     reason = (f"{who}, decided on {DECIDING_TENSOR[ln]} ({ln}-LN); worst layer: radius spread / "
-              f"Gaussian null {_f(r)} vs <= {r['margin'][1]:g} ({r['verdict']}); centre offset {_f(o)} radii vs <= "
-              f"{o['margin'][1]:g} ({o['verdict']})")
-    why = r.get("why") or o.get("why")
+              f"Gaussian null {_f(r)} vs <= {r.margin[1]:g} ({r.verdict}); centre offset {_f(o)} radii vs <= "
+              f"{o.margin[1]:g} ({o.verdict})")
+    why = r.why or o.why
     if why:
         reason += f"; {why}"
     est = EffectResult.headline(f"radius spread / Gaussian-cloud null of {DECIDING_TENSOR[ln]} (worst layer; {over})",
-                   r.get("estimate", math.nan), tuple(r.get("confidence_interval", (math.nan, math.nan))),
-                   stats.confidence_level)
-    return ClaimRecord("1", TITLE, verdict, reason, margin=tuple(r["margin"]), estimate=est,
-                       details={"ln": ln, "decided_on": DECIDING_TENSOR[ln], "criteria": crit, **extra,
-                                "pvalue": None if None in pv else max(pv)},
-                       tests=[{"name": f"{q} equivalence {test_over} (TOST, intersection-union over layers)",
-                               "statistic": finite_or_none(c.get("estimate")), "pvalue": c.get("pvalue"),
-                               "rejected": None if c.get("pvalue") is None else bool(c["pvalue"] < stats.alpha)}
-                              for q, c in crit.items()])
+                                math.nan if r.estimate is None else r.estimate,
+                                tuple(r.confidence_interval or (math.nan, math.nan)), stats.confidence_level)
+    tests = [{"name": f"{q} equivalence {test_over} (TOST, intersection-union over layers)",
+              "statistic": finite_or_none(c.estimate), "pvalue": c.pvalue,
+              "rejected": None if c.pvalue is None else bool(c.pvalue < stats.alpha)} for q, c in crit.items()]
+    return Decision(_iut([c.verdict for c in crit.values()]), reason, rule="intersection-union over criteria and "
+                    "layers", alpha=stats.alpha), est, tests
 
 
-def _f(c: dict) -> str:
-    if not math.isfinite(c.get("estimate", math.nan)):
+def _f(c) -> str:
+    if c.estimate is None or not math.isfinite(c.estimate):
         return "undefined"
-    lo, hi = c["confidence_interval"]
-    return f"{c['estimate']:.3g} CI [{lo:.3g}, {hi:.3g}]"
+    lo, hi = c.confidence_interval
+    return f"{c.estimate:.3g} CI [{lo:.3g}, {hi:.3g}]"
 
 
 def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None,
@@ -298,13 +303,13 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     Returns:
         The claim's ClaimRecord: per_model one record per configuration (model__optimizer) decided on its seeds,
         per_run one descriptive record per seed (unit "inputs": per_model and per_run the fixed model's decided
-        record); runs without LayerNorm in details["not_applicable"].
+        record); runs without LayerNorm in details.not_applicable.
     """
     check_unit(unit)
     excluded = dict(excluded or {})
-    by_run: dict[str, list] = {}
-    for f in files:
-        by_run.setdefault(f["run"], []).append(f)
+    by_run: dict[str, list[SphereFile]] = {}
+    for f in map(SphereFile.from_entry, files):
+        by_run.setdefault(f.run, []).append(f)
     per_run, not_applicable, configs = {}, {}, {}
     for run, fs in sorted(by_run.items()):
         ln = _ln_placement(run, fs)
@@ -321,9 +326,9 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
             configs.setdefault((config, ln), {})[seed] = (rec, values)
     per_model = ({run: rec for run, rec in per_run.items() if rec.verdict != DID_NOT_TRAIN} if unit == "inputs" else
                  {config: _configuration_record(config, seeds, ln, stats) for (config, ln), seeds in configs.items()})
-    verdict, reason, decider = pool_runs(per_model, excluded={},
-                                         unit="fixed models" if unit == "inputs" else "configurations")
-    short = {c: rec.details["criteria"]["radius_spread_ratio"].get("why") for c, rec in per_model.items()}
+    pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if unit == "inputs" else "configurations")
+    verdict, reason = pooled.verdict, pooled.reason
+    short = {c: rec.details.criteria[SPREAD].why for c, rec in per_model.items()}
     reason += "".join(f"; {c}: {why}" for c, why in sorted(short.items()) if why)
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
@@ -339,10 +344,10 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         per_run=per_run, per_model=per_model,
         seeds=(fixed_model_unit(per_model) if unit == "inputs"
                else seed_unit({c: len(s) for (c, _), s in configs.items()}, nesting=NESTING)),
-        details={"pvalue": p_iut, "not_applicable": not_applicable, "deciding_configuration": worst,
-                 "decided_on": {"pre": "LN output before the affine map (gamma, beta fold into the next linear maps)",
-                                "post": "LN output after the affine map (the residual stream the next sublayer reads)"},
-                 "margins": {q: list(stats.margins[k]) for q, k in CRITERIA.items()},
-                 "rule": _RULE[unit],
-                 "rule_history": claim_rule_history("1"),
-                 "did_not_train": sorted(r for r, rec in per_run.items() if rec.verdict == DID_NOT_TRAIN)})
+        details=Claim1Details(
+            pvalue=p_iut, not_applicable=not_applicable, deciding_configuration=worst,
+            decided_on={"pre": "LN output before the affine map (gamma, beta fold into the next linear maps)",
+                        "post": "LN output after the affine map (the residual stream the next sublayer reads)"},
+            margins={q: list(stats.margins[k]) for q, k in CRITERIA.items()}, rule=_RULE[unit],
+            rule_history=claim_rule_history("1"),
+            did_not_train=sorted(r for r, rec in per_run.items() if rec.verdict == DID_NOT_TRAIN)))

@@ -49,14 +49,18 @@ observed spread, at this configuration's number of seeds and at POWER_DESIGN_SEE
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 from brownformer.statsfile import EffectResult
 
 from brownformer.stats.core.pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
-from .claim2_seed import TITLE, combine, fmt_value, per_input_values, seed_record, upper_margin
+from .claim2_seed import (OUTPUT_ERROR, RESIDUAL, TITLE, SeedValues, combine, fmt_value, per_input_values, seed_record,
+                          upper_margin)
+from .details import (Claim2ConfigurationDetails, Claim2Details, Claim2FixedModelDetails, InputCriterion2,
+                      PooledCriterion)
+from .claim_inputs import Aggregate, AttentionFile, view
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     seed_unit, seed_verdict)
@@ -92,12 +96,12 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
             "method": "noncentral t: per-seed estimates N(true value, observed seed SD^2)"}
 
 
-def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], stats) -> ClaimRecord:
-    causal = any(info["causal"] for _, info in seeds.values())
+def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats) -> ClaimRecord:
+    causal = any(info.causal for _, info in seeds.values())
     crit, powers = {}, {}
     for name, (key, edge, ideal) in CRITERIA.items():
         margin = tuple(stats.margins[key])
-        pool = seed_pool({s: info["values"].get(name) for s, (_, info) in seeds.items()},
+        pool = seed_pool({s: info.values.get(name) for s, (_, info) in seeds.items()},
                          confidence_level=stats.confidence_level)
         one = (margin[0], math.inf) if edge == "lower" else (-math.inf, margin[1])
         verdict, why = seed_verdict(pool, one)
@@ -106,17 +110,21 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]
             verdict, why = INCONCLUSIVE, "causal mask: token 1 is absorbing, pi = e_1"
         elif pool.n_seeds == 0:
             why = "undefined in every seed" + "".join(
-                f" ({w})" for w in sorted({info["why"].get(name) for _, info in seeds.values()} - {None}))
+                f" ({w})" for w in sorted({info.why.get(name) for _, info in seeds.values()} - {None}))
         p = (None if undefined or not pool.decidable else
              equivalence_pvalue(pool.estimate, pool.standard_error, one, df=pool.df or None))
-        crit[name] = {"verdict": verdict, "estimate": pool.estimate, "confidence_interval":
-                      list(pool.confidence_interval), "margin": list(margin), "why": why, "pool": pool.to_dict(),
-                      "pvalue": p}
+        crit[name] = PooledCriterion(verdict=verdict, estimate=pool.estimate,
+                                     confidence_interval=list(pool.confidence_interval), margin=list(margin), why=why,
+                                     pool=pool.to_dict(), pvalue=p)
         powers[name] = _power(pool, margin, edge, ideal, stats)
-    return _decided_record(crit, powers, seeds, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
+    rec, fits = _decided_record(crit, powers, seeds, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
+    return replace(rec, details=Claim2ConfigurationDetails(
+        pvalue=_largest([c.pvalue for c in crit.values()]), causal=causal, criteria=crit, vmf_fit=fits,
+        seeds=sorted(seeds), verdict_head_isotropy=crit["head_isotropy"].verdict,
+        verdict_vmf_output_error=crit[OUTPUT_ERROR].verdict, verdict_reversibility=crit["reversibility"].verdict))
 
 
-def _fixed_model_record(run: str, rec: ClaimRecord, info: dict, stats) -> ClaimRecord:
+def _fixed_model_record(run: str, rec: ClaimRecord, info: SeedValues, stats) -> ClaimRecord:
     """Claim 2 on one fixed model (unit "inputs"): each criterion's interval over its probe inputs (head isotropy
     exact: the weights are known), its power halfway between the ideal and the margin edge at the observed standard
     error; the seed record's details kept as description."""
@@ -124,55 +132,71 @@ def _fixed_model_record(run: str, rec: ClaimRecord, info: dict, stats) -> ClaimR
     for name, (key, edge, ideal) in CRITERIA.items():
         margin = tuple(stats.margins[key])
         one = (margin[0], math.inf) if edge == "lower" else (-math.inf, margin[1])
-        value, ci, se = info["within"].get(name, (math.nan, (math.nan, math.nan), math.nan))
-        why = info["why"].get(name) if not math.isfinite(value) else None
-        verdict = equivalence_verdict(ci, one)
+        value, ci, se = info.within.get(name, (math.nan, (math.nan, math.nan), math.nan))
+        why = info.why.get(name) if not math.isfinite(value) else None
         true = 0.5 * (ideal + (margin[0] if edge == "lower" else margin[1]))
-        crit[name] = {"verdict": verdict, "estimate": value, "confidence_interval": list(ci), "margin": list(margin),
-                      "why": why, "interval_over": FIXED_MODEL_UNIT if name != "head_isotropy" else
-                      "exact: the worst head of the fixed model's weights (no sampling error)",
-                      "pvalue": equivalence_pvalue(value, se, one) if math.isfinite(value) else None}
+        crit[name] = InputCriterion2(
+            verdict=equivalence_verdict(ci, one), estimate=value, confidence_interval=list(ci), margin=list(margin),
+            why=why, interval_over=FIXED_MODEL_UNIT if name != "head_isotropy" else
+            "exact: the worst head of the fixed model's weights (no sampling error)",
+            pvalue=equivalence_pvalue(value, se, one) if math.isfinite(value) else None)
         powers[name] = {"true_value": true, "standard_error": finite_or_none(se),
                         "power": interval_power(se, true, one, confidence_level=stats.confidence_level),
-                        "n_inputs": info.get("n_inputs"),
+                        "n_inputs": info.n_inputs,
                         "method": "normal: the estimate over inputs N(true value, its standard error^2); exact "
                                   "quantities (se 0) have power 1 at any true value inside the margin"}
-    out = _decided_record(crit, powers, {run: (rec, info)}, stats, f"one fixed model ({FIXED_MODEL_UNIT})",
-                          "over its probe inputs", "over probe inputs")
-    return replace(out, details={**out.details, "unit": FIXED_MODEL_UNIT, "description": rec.details})
+    out, fits = _decided_record(crit, powers, {run: (rec, info)}, stats, f"one fixed model ({FIXED_MODEL_UNIT})",
+                                "over its probe inputs", "over probe inputs")
+    return replace(out, details=Claim2FixedModelDetails(
+        pvalue=_largest([c.pvalue for c in crit.values()]), causal=info.causal, criteria=crit, vmf_fit=fits, seeds=[],
+        verdict_head_isotropy=crit["head_isotropy"].verdict, verdict_vmf_output_error=crit[OUTPUT_ERROR].verdict,
+        verdict_reversibility=crit["reversibility"].verdict, unit=FIXED_MODEL_UNIT, description=rec.details))
 
 
-def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord, dict]], stats, who: str,
-                    over: str, test_over: str) -> ClaimRecord:
-    """The decided claim-2 record of one configuration (over seeds) or one fixed model (over its inputs)."""
-    causal = any(info["causal"] for _, info in seeds.values())
-    fits = sorted({info["fit"] for _, info in seeds.values() if info["fit"]})
-    verdict = combine([c["verdict"] for c in crit.values()])
-    pv = [c["pvalue"] for c in crit.values()]
-    e = crit["vmf_output_error"]
+def _largest(pvalues: list[float | None]) -> float | None:
+    """The intersection-union p-value: the largest, None unless every one is defined."""
+    return None if None in pvalues else max(pvalues)
+
+
+def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats, who: str,
+                    over: str, test_over: str) -> tuple[ClaimRecord, list[str]]:
+    """The decided claim-2 record of one configuration (over seeds) or one fixed model (over its inputs), without
+    its details, and the vMF fits it rests on."""
+    fits = sorted({info.fit for _, info in seeds.values() if info.fit})
+    verdict = combine([c.verdict for c in crit.values()])
+    e = crit[OUTPUT_ERROR]
     reason = f"{who}; " + "; ".join(
-        f"{n.replace('_', ' ')} {fmt_value(c['estimate'])} CI [{fmt_value(c['confidence_interval'][0])}, "
-        f"{fmt_value(c['confidence_interval'][1])}] vs {'>=' if CRITERIA[n][1] == 'lower' else '<='} "
-        f"{c['margin'][0 if CRITERIA[n][1] == 'lower' else 1]:.3g} ({c['verdict']}"
-        + (f": {c['why']}" if c["why"] else "") + ")" for n, c in crit.items())
-    sizes = [r.calibration["size"] for r, _ in seeds.values() if (r.calibration or {}).get("size") is not None]
+        f"{n.replace('_', ' ')} {fmt_value(c.estimate)} CI [{fmt_value(c.confidence_interval[0])}, "
+        f"{fmt_value(c.confidence_interval[1])}] vs {'>=' if CRITERIA[n][1] == 'lower' else '<='} "
+        f"{c.margin[0 if CRITERIA[n][1] == 'lower' else 1]:.3g} ({c.verdict}"
+        + (f": {c.why}" if c.why else "") + ")" for n, c in crit.items())
+    cals = [_calibration_of(r) for r, _ in seeds.values()]
+    sizes = [c.size for c in cals if c and c.size is not None]
     est = EffectResult.headline("attention-output error of the isotropic (vMF) kernel "
-                   + (f"({', '.join(fits)})" if fits else "(undefined: no fit in each head's subspace)")
-                   + f", relative to the mean field ({over})", e["estimate"], tuple(e["confidence_interval"]),
-                   stats.confidence_level)
-    return ClaimRecord(
-        "2", TITLE, verdict, reason, estimate=est, margin=tuple(e["margin"]),
+                                + (f"({', '.join(fits)})" if fits else "(undefined: no fit in each head's subspace)")
+                                + f", relative to the mean field ({over})", e.estimate, tuple(e.confidence_interval),
+                                stats.confidence_level)
+    rec = ClaimRecord(
+        "2", TITLE, verdict, reason, estimate=est, margin=tuple(e.margin),
         calibration={"shape": {"n_seeds": len(seeds)}, "size": max(sizes) if sizes else None, "size_se": None,
-                     "power": powers, "n_replicates": sum(r.calibration["n_replicates"] for r, _ in seeds.values()
-                                                          if r.calibration),
+                     "power": powers, "n_replicates": sum(c.n_replicates for c in cals if c),
                      "method": "size: largest per-seed pass rate of the rule on its nulls; power: module docstring"},
-        tests=[{"name": f"{n} equivalence {test_over} (TOST)", "statistic": finite_or_none(c["estimate"]),
-                "pvalue": c["pvalue"], "rejected": None if c["pvalue"] is None else bool(c["pvalue"] < stats.alpha)}
-               for n, c in crit.items()],
-        details={"pvalue": None if None in pv else max(pv), "causal": causal, "criteria": crit,
-                 "vmf_fit": fits,
-                 "seeds": sorted(seeds) if test_over == "over seeds" else [],
-                 **{f"verdict_{n}": c["verdict"] for n, c in crit.items()}})
+        tests=[{"name": f"{n} equivalence {test_over} (TOST)", "statistic": finite_or_none(c.estimate),
+                "pvalue": c.pvalue, "rejected": None if c.pvalue is None else bool(c.pvalue < stats.alpha)}
+               for n, c in crit.items()])
+    return rec, fits
+
+
+@dataclass(frozen=True)
+class _Calibration:
+    """What the claim level reads of a claim-2 record's calibration (claims.json writes the mapping)."""
+    size: float | None = None
+    n_replicates: int = 0
+    power: dict | None = None
+
+
+def _calibration_of(rec: ClaimRecord) -> _Calibration | None:
+    return view(_Calibration, rec.calibration)
 
 
 def file_verdicts(result: dict, stats) -> dict:
@@ -184,31 +208,30 @@ def file_verdicts(result: dict, stats) -> dict:
     grouping; each aggregate interval is the percentile bootstrap of the mean over matrices): interval inside
     the margin -> "supported", entirely outside -> "not supported", else (or undefined) "inconclusive".
     """
-    agg, null = result.get("aggregate") or {}, (result.get("null_models") or {}).get("row_shuffled") or {}
+    f = AttentionFile.from_result(result)
+    null = f.null_models.get("row_shuffled") or {}
     out = {}
-    for q, frac, why in (("reversibility_residual", None,
-                          "undefined under a causal mask: token 1 is absorbing (pi = e_1)"),
-                         ("vmf_output_error", OUTPUT_ERROR_NULL_FRACTION, "needs --features (the token features)")):
+    for q, frac, why in ((RESIDUAL, None, "undefined under a causal mask: token 1 is absorbing (pi = e_1)"),
+                         (OUTPUT_ERROR, OUTPUT_ERROR_NULL_FRACTION, "needs --features (the token features)")):
         ceiling = tuple(stats.margins[q])
-        lo_null = ((null.get(q) or {}).get("confidence_interval") or [None])[0]
+        lo_null = ((null[q].confidence_interval if q in null else None) or [None])[0]
         margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None and frac else ceiling[1])
-        a = agg.get(q) or {}
-        if a.get("mean") is None:
+        a = f.aggregate.get(q) or Aggregate()
+        if a.mean is None:
             out[q] = {"verdict": INCONCLUSIVE, "margin": list(margin), "why_undefined": why}
             continue
-        out[q] = {"verdict": equivalence_verdict(a["confidence_interval"], upper_margin(margin)), "estimate": a["mean"],
-                  "confidence_interval": a["confidence_interval"],
+        out[q] = {"verdict": equivalence_verdict(a.confidence_interval, upper_margin(margin)), "estimate": a.mean,
+                  "confidence_interval": a.confidence_interval,
                   "margin": list(margin), "null_row_shuffled_lower": lo_null}
     margin = tuple(stats.margins["head_isotropy"])
-    hk = result.get("head_kernels") or {}
-    if hk.get("per_layer"):
-        worst = min(min(rec["identity_fraction_relative"]) for rec in hk["per_layer"])
+    if f.head_layers:
+        worst = min(min(rec.identity_fraction_relative) for rec in f.head_layers)
         out["head_isotropy"] = {"verdict": SUPPORTED if worst >= margin[0] else NOT_SUPPORTED,
                                 "estimate": worst, "margin": list(margin),
-                                "rank_bound": hk["per_layer"][0]["rank_bound"]}
+                                "rank_bound": f.head_layers[0].rank_bound}
     else:
         out["head_isotropy"] = {"verdict": INCONCLUSIVE, "margin": list(margin),
-                                "why_undefined": hk.get("why_undefined", "needs --wq and --wk (W_Q, W_K weights)")}
+                                "why_undefined": f.heads_undefined or "needs --wq and --wk (W_Q, W_K weights)"}
     return out
 
 
@@ -232,9 +255,9 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     """
     check_unit(unit)
     excluded = dict(excluded or {})
-    by_run: dict[str, list] = {}
+    by_run: dict[str, list[AttentionFile]] = {}
     for f in files:
-        by_run.setdefault(f["run"], []).append(f["attention"])
+        by_run.setdefault(f["run"], []).append(AttentionFile.from_result(f["attention"]))
     per_run, configs = {}, {}
     for run, fs in sorted(by_run.items()):
         if run in excluded:
@@ -250,21 +273,22 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     per_model = ({run: rec for run, rec in per_run.items() if run not in excluded} if unit == "inputs" else
                  {c: _configuration_record(c, seeds, stats) for c, seeds in sorted(configs.items())})
     fixed = unit == "inputs"
-    verdict, reason, decider = pool_runs(per_model, excluded={}, unit="fixed models" if fixed else "configurations")
+    pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if fixed else "configurations")
+    verdict, reason = pooled.verdict, pooled.reason
     reason += f" ({FIXED_MODEL_UNIT})" if fixed else ""
-    whys = {c: next((k["why"] for k in rec.details["criteria"].values() if k["why"]), None)
-            for c, rec in per_model.items()}
+    whys = {c: next((k.why for k in rec.details.criteria.values() if k.why), None) for c, rec in per_model.items()}
     reason += "".join(f"; {c}: {why}" for c, why in sorted(whys.items()) if why)
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
     pick, p_iut = iut_pick(per_model, decider)
-    sizes = [rec.calibration["size"] for rec in per_model.values() if (rec.calibration or {}).get("size") is not None]
+    cals = {c: _calibration_of(rec) for c, rec in per_model.items()}
+    sizes = [cal.size for cal in cals.values() if cal and cal.size is not None]
     return ClaimRecord(
         "2", TITLE, verdict, reason + (f"; deciding {'model' if fixed else 'configuration'} {pick}" if pick else ""),
         estimate=per_model[pick].estimate if pick else None, margin=per_model[pick].margin if pick else None,
         calibration={"shape": "per configuration (see per_model)", "size": max(sizes) if sizes else None,
-                     "size_se": None, "power": {c: rec.calibration["power"] for c, rec in per_model.items()},
-                     "n_replicates": sum(rec.calibration["n_replicates"] for rec in per_model.values()),
+                     "size_se": None, "power": {c: cal.power for c, cal in cals.items()},
+                     "n_replicates": sum(cal.n_replicates for cal in cals.values()),
                      "method": "largest per-configuration size of the rule on its nulls; power per configuration"}
         if per_model else None,
         tests=[{"name": "head isotropy, vMF output error and reversibility over seeds (intersection-union over "
@@ -272,5 +296,5 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
                 "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
         per_run=per_run, per_model=per_model,
         seeds=fixed_model_unit(per_model) if fixed else seed_unit({c: len(s) for c, s in configs.items()}),
-        details={"pvalue": p_iut, "deciding_configuration": pick, "rule_history": claim_rule_history("2"),
-                 "rule": _RULE[unit]})
+        details=Claim2Details(pvalue=p_iut, deciding_configuration=pick, rule_history=claim_rule_history("2"),
+                              rule=_RULE[unit]))

@@ -34,20 +34,24 @@ from __future__ import annotations
 
 import math
 
+from brownformer.statsfile import Decision, EffectResult
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
 from brownformer.stats.core.gates import POWER_GOAL, SIZE_GOAL, cp_bounds
 from brownformer.stats.core.multiple import bh_adjust
-from brownformer.stats.core.pooling import (MIN_SEEDS, independent_threshold, markov_pvalue, markov_threshold, poisson_binomial_tail,
-                       smoothed_size)
-from brownformer.stats.diffusion.replica_sets import is_replica_file, split_by_unit
+from brownformer.stats.core.pooling import (MIN_SEEDS, independent_threshold, markov_pvalue, markov_threshold,
+                                            poisson_binomial_tail, smoothed_size)
+from brownformer.stats.diffusion.replica_sets import split_by_unit
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, decide_one
 from brownformer.stats.core.rule_history import rule_history
 from brownformer.stats.core.shapes import CalibrationShape, calibration_for, fitted_calibration_for
 from brownformer.stats.diffusion.window_reading import window_effects
 from .common import configuration_pools, did_not_train_record, independent_mean_interval, seed_unit, unit_mean_interval
+from .details import (ClaimPooling, Claim3Details, Claim3OptimizerDetails, Claim3RunDetails, FileRow, RunPooling,
+                      SinglePath)
+from .claim_inputs import FileCalibration, FittedNull, TrajectoryFile, trajectory_files, view
 
-__all__ = ["brownian_family_claim", "file_verdict", "BROWNIAN_FAMILIES", "TITLES"]
+__all__ = ["brownian_family_claim", "file_verdict", "file_decision", "BROWNIAN_FAMILIES", "TITLES"]
 
 BROWNIAN_FAMILIES = {"depth": "3a", "training": "3b", "weights": "3c"}
 # What a seed holds for claim 3: its files' groups (probe inputs, or the replicas of one initialisation).
@@ -56,25 +60,27 @@ SEED_NESTING = ("per seed, the mean window exponent over its files, whose interv
 TITLES = {"3a": "Token states move as Brownian motion over depth",
           "3b": "Token states move as Brownian motion over training",
           "3c": "Weights move as Brownian motion over training"}
+#: the rule a file's verdict is taken by, as its Decision names it
+FILE_RULE = "stats.rule.decide_one on the window effects, gated on the calibration at the file's exact shape"
 
 
-def _trustworthy(cal: dict | None, verdict: str, fitted: dict | None = None) -> tuple[bool, str]:
+def _trustworthy(cal: FileCalibration | None, verdict: str) -> tuple[bool, str]:
     """Whether the calibration at a file's shape backs `verdict` (module docstring: each verdict is held to its
     own false-positive rate on Clopper-Pearson bounds; power is needed only to certify "brownian")."""
     if cal is None:
         return False, "no calibration at this file's shape"
-    upper = cal.get("size_upper", cal["size"])
-    if upper > SIZE_GOAL[1]:
-        return False, f"calibrated size {cal['size']:.3f} (upper bound {upper:.3f}) > {SIZE_GOAL[1]}"
-    if fitted is not None and fitted["size_upper"] > SIZE_GOAL[1]:
-        return False, (f"size under the fitted null {fitted['size']:.3f} (upper bound {fitted['size_upper']:.3f}) "
+    if cal.upper > SIZE_GOAL[1]:
+        return False, f"calibrated size {cal.size:.3f} (upper bound {cal.upper:.3f}) > {SIZE_GOAL[1]}"
+    fitted = cal.fitted
+    if fitted is not None and fitted.size_upper > SIZE_GOAL[1]:
+        return False, (f"size under the fitted null {fitted.size:.3f} (upper bound {fitted.size_upper:.3f}) "
                        f"> {SIZE_GOAL[1]}")
     if verdict != "brownian":
         return True, ""
-    lower = cal.get("power_lower")
+    lower = cal.power_lower
     if lower is None:  # a table without bounds: the gate still reads bounds, recomputed from rate and replicates
-        n = int(cal.get("power_n_replicates") or cal["n_replicates"])
-        lower = {p: cp_bounds(int(round(v * n)), n)[0] for p, v in cal["power"].items()}
+        n = int(cal.power_n_replicates or cal.n_replicates)
+        lower = {p: cp_bounds(int(round(v * n)), n)[0] for p, v in cal.power.items()}
     if not lower:
         return False, "the alternatives were not simulated at this shape"
     weak = {p: v for p, v in lower.items() if not v > POWER_GOAL}
@@ -84,6 +90,29 @@ def _trustworthy(cal: dict | None, verdict: str, fitted: dict | None = None) -> 
     return True, ""
 
 
+def _file_calibration(f: TrajectoryFile, table) -> FileCalibration | None:
+    """The calibration at the file's exact shape, its fitted null's size beside it (None: not simulated)."""
+    cal = calibration_for(table, CalibrationShape.from_dict(f.calibration_shape)) \
+        if f.calibration_shape and table is not None else None
+    if cal is None:
+        return None
+    fitted = fitted_calibration_for(table, f.fitted_id)
+    return view(FileCalibration, cal, fitted=view(FittedNull, fitted), raw={**cal, "fitted": fitted})
+
+
+def file_decision(f: TrajectoryFile, stats, table) -> tuple[Decision, FileCalibration | None]:
+    """The calibrated rule's Decision on one file and the calibration at its shape (file_verdict's typed form)."""
+    verdict, reason = decide_one(window_effects(f.result), kind=f.kind, margins=dict(stats.margins),
+                                 alpha=stats.alpha, n_times=int(f.n_times), n_groups=f.n_groups)
+    cal = _file_calibration(f, table)
+    ok, why = _trustworthy(cal, verdict)
+    if ok and verdict != INCONCLUSIVE:
+        ok, why = _window_null_ok(f)
+    if verdict != INCONCLUSIVE and not ok:
+        return Decision(INCONCLUSIVE, f"rule says {verdict!r} but {why}", rule=FILE_RULE, alpha=stats.alpha), cal
+    return Decision(verdict, reason, rule=FILE_RULE, alpha=stats.alpha), cal
+
+
 def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
     """(rule verdict, reason, calibration at the file's shape) of one per-file battery output.
 
@@ -91,101 +120,91 @@ def file_verdict(result: dict, stats, table) -> tuple[str, str, dict | None]:
     the calibration at the file's exact shape is missing or shows the rule untrustworthy there. The
     calibration dict carries the fitted null's size under "fitted" (None when it was not simulated).
     """
-    verdict, reason = decide_one(window_effects(result), kind=result["kind"], margins=dict(stats.margins),
-                                 alpha=stats.alpha, n_times=int(result["n_times"]),
-                                 n_groups=result.get("n_groups"))
-    shape = result.get("calibration_shape")
-    cal = calibration_for(table, CalibrationShape.from_dict(shape)) if shape and table is not None else None
-    fitted = fitted_calibration_for(table, (result.get("fitted_null") or {}).get("id"))
-    if cal is not None:
-        cal = {**cal, "fitted": fitted}
-    ok, why = _trustworthy(cal, verdict, fitted)
-    if ok and verdict != INCONCLUSIVE:
-        ok, why = _window_null_ok(result)
-    if verdict != INCONCLUSIVE and not ok:
-        return INCONCLUSIVE, f"rule says {verdict!r} but {why}", cal
-    return verdict, reason, cal
+    decision, cal = file_decision(TrajectoryFile.from_result("", "", result), stats, table)
+    return decision.verdict, decision.reason, cal.raw if cal else None
 
 
-def _file_size(cal: dict | None) -> float:
+def _file_size(cal: FileCalibration | None) -> float:
     """The size s_i a file brings to the run's count rule (module docstring), at most SIZE_GOAL[1]: a file counts
     only when certified, and certification needs its size's upper bound <= SIZE_GOAL[1], so P(false certified
     rejection) <= min(P(rule rejects), P(gate passes)) <= SIZE_GOAL[1] whatever its simulated size (a size above it
     passes the one-sided gate with probability <= 1 - GATE_CONFIDENCE < SIZE_GOAL[1])."""
     if cal is None:
         return SIZE_GOAL[1]
-    s = smoothed_size(cal["size"] * cal["n_replicates"], cal["n_replicates"])
-    f = cal.get("fitted")
-    if f:
-        s = max(s, smoothed_size(f["size"] * f["n_replicates"], f["n_replicates"]))
+    s = smoothed_size(cal.size * cal.n_replicates, cal.n_replicates)
+    if cal.fitted:
+        s = max(s, smoothed_size(cal.fitted.size * cal.fitted.n_replicates, cal.fitted.n_replicates))
     return min(s, SIZE_GOAL[1])
 
 
-def _window_null_ok(result: dict) -> tuple[bool, str]:
+def _window_null_ok(f: TrajectoryFile) -> tuple[bool, str]:
     """Whether the window exponent's own rule keeps its size at this file's shape: the Clopper-Pearson interval of
     its rate of "outside the margin" on the simulated Brownian motions must not lie above SIZE_GOAL."""
-    null = ((result.get("local_slopes") or {}).get("effect") or {}).get("null")
+    null = f.window.null if f.window else None
     if not null:
         return True, ""
     from scipy.stats import binomtest
-    n = int(null["n_replicates"])
-    low = binomtest(int(round(null["size"] * n)), n).proportion_ci(0.95, method="exact").low
+    n = int(null.n_replicates)
+    low = binomtest(int(round(null.size * n)), n).proportion_ci(0.95, method="exact").low
     if low > SIZE_GOAL[1]:
-        return False, f"the window exponent's size on Brownian motion at this shape is {null['size']:.2f} of {n}"
+        return False, f"the window exponent's size on Brownian motion at this shape is {null.size:.2f} of {n}"
     return True, ""
 
 
-def _worst_calibration(cals: list[dict]) -> dict | None:
+def _worst_calibration(cals: list[FileCalibration | None]) -> dict | None:
     """The least favourable calibration among a set of files' shapes (largest size under either null, smallest
-    power and power bound)."""
+    power and power bound), as claims.json writes it."""
     cals = [c for c in cals if c]
     if not cals:
         return None
-    worst = max(cals, key=lambda c: c.get("size_upper", c["size"]))
+    worst = max(cals, key=lambda c: c.upper)
     power, lower = {}, {}
     for c in cals:
-        for p, v in c["power"].items():
+        for p, v in c.power.items():
             power[p] = min(power.get(p, 1.0), v)
-        for p, v in (c.get("power_lower") or {}).items():
+        for p, v in (c.power_lower or {}).items():
             lower[p] = min(lower.get(p, 1.0), v)
-    # a file's calibration carries its fitted null under "fitted"; a run's or claim's (this function's output) carries
-    # the worst fitted size and how many of its files had one, so the claim level pools the runs' counts
+    # a file's calibration carries its fitted null; a run's or claim's (this function's output, read back as a
+    # FileCalibration) carries the worst fitted size and how many of its files had one, so the claim level pools the
+    # runs' counts
     fitted, n_fitted, n_files = [], 0, 0
     for c in cals:
-        if "n_fitted" in c:
-            n_fitted, n_files = n_fitted + c["n_fitted"], n_files + c["n_files"]
-            if c.get("size_fitted") is not None:
-                fitted.append({"size": c["size_fitted"], "size_upper": c["size_fitted_upper"]})
+        if c.n_fitted is not None:
+            n_fitted, n_files = n_fitted + c.n_fitted, n_files + c.n_files
+            if c.size_fitted is not None:
+                fitted.append((c.size_fitted, c.size_fitted_upper))
         else:
-            n_fitted, n_files = n_fitted + bool(c.get("fitted")), n_files + 1
-            fitted += [c["fitted"]] if c.get("fitted") else []
-    wf = max(fitted, key=lambda f: f["size_upper"]) if fitted else None
-    return {"shape": worst["shape"], "size": worst["size"], "size_upper": worst.get("size_upper"),
-            "size_se": worst["size_se"], "size_idealised": worst["size"],
-            "size_fitted": wf["size"] if wf else None, "size_fitted_upper": wf["size_upper"] if wf else None,
+            n_fitted, n_files = n_fitted + bool(c.fitted), n_files + 1
+            fitted += [(c.fitted.size, c.fitted.size_upper)] if c.fitted else []
+    wf = max(fitted, key=lambda f: f[1]) if fitted else None
+    return {"shape": worst.shape, "size": worst.size, "size_upper": worst.size_upper,
+            "size_se": worst.size_se, "size_idealised": worst.size,
+            "size_fitted": wf[0] if wf else None, "size_fitted_upper": wf[1] if wf else None,
             "n_fitted": n_fitted, "n_files": n_files,
-            "equivalence_power": min(c["equivalence_power"] for c in cals), "power": power, "power_lower": lower,
-            "n_replicates": min(c["n_replicates"] for c in cals), "n_shapes": len({c["shape"]["id"] for c in cals}),
+            "equivalence_power": min(c.equivalence_power for c in cals), "power": power, "power_lower": lower,
+            "n_replicates": min(c.n_replicates for c in cals), "n_shapes": len({c.shape_id for c in cals}),
             "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape "
                     "(idealised null) and from a model fitted to each file (fitted null)"}
 
 
-def _exponent(result: dict) -> float:
-    """The window exponent (the verdict's MSD effect), or the full-range one for an output without a window."""
-    v = (window_effects(result).get("msd_exponent") or result.get("msd_exponent") or {}).get("estimate")
-    return float(v) if isinstance(v, (int, float)) else math.nan
+def _run_calibration(rec: ClaimRecord) -> FileCalibration | None:
+    """A run record's calibration (written by _worst_calibration) read back for the claim level."""
+    return view(FileCalibration, rec.calibration, raw=rec.calibration) if rec.calibration else None
 
 
-def _window_row(result: dict) -> dict:
-    """What a claim row shows of a file's window reading (the local-slope curve stays in the per-file JSON)."""
-    win = result.get("local_slopes") or {}
-    walkers = result.get("walkers") or {}
-    return {"classification": result.get("classification"), "window": win.get("classification"),
-            "window_description": win.get("description"),
-            "ensemble_exponent": (win.get("ensemble_exponent") or {}).get("estimate"),
-            "full_range_exponent": (result.get("msd_exponent") or {}).get("estimate"),
-            "window_null_size": ((win.get("effect") or {}).get("null") or {}).get("size"),
-            "walkers": walkers.get("reading"), "walker_rates": walkers.get("rates")}
+def _file_row(f: TrajectoryFile, decision: Decision, cal: FileCalibration | None) -> FileRow:
+    """What a claim row shows of a file (the local-slope curve stays in the per-file JSON)."""
+    win, walkers = f.window, f.walkers
+    null = win.null if win else None
+    return FileRow(path=f.path, verdict=decision.verdict, reason=decision.reason, msd_exponent=f.exponent.value,
+                   shape_id=f.shape_id, size=cal.size if cal else None,
+                   size_fitted=cal.fitted.size if cal and cal.fitted else None,
+                   classification=f.classification, window=win.classification if win else None,
+                   window_description=win.description if win else None,
+                   ensemble_exponent=win.ensemble_exponent.estimate if win and win.ensemble_exponent else None,
+                   full_range_exponent=f.full_range.estimate if f.full_range else None,
+                   window_null_size=null.size if null else None,
+                   walkers=walkers.reading if walkers else None, walker_rates=walkers.rates if walkers else None)
 
 
 #: how the run- and claim-level exponent intervals are formed (docs/methods/claim3-replicas.md, "Intervals")
@@ -195,27 +214,24 @@ RUN_INTERVAL = ("mean over files of the window exponent; SE bound = mean of the 
 CLAIM_INTERVAL = ("mean over independent runs; SE = sqrt(sum of the runs' squared SEs) / runs, Welch-Satterthwaite df")
 
 
-def _file_error(result: dict, confidence_level: float) -> tuple[float, float, float]:
+def _file_error(f: TrajectoryFile, confidence_level: float) -> tuple[float, float, float]:
     """(window exponent, its standard error, df) of one file: the SE recovered from its t-interval over G groups
     (window_reading: estimate +- t_{G-1} SE), df = G - 1; NaN where undefined."""
     from scipy.special import stdtrit
-    eff = window_effects(result).get("msd_exponent") or result.get("msd_exponent") or {}
-    ci, G = eff.get("confidence_interval") or [None, None], result.get("n_groups")
-    level = (result.get("settings") or {}).get("confidence_level", confidence_level)
-    x = _exponent(result)
+    ci, G = f.exponent.confidence_interval or [None, None], f.n_groups
+    level = f.confidence_level if f.confidence_level is not None else confidence_level
+    x = f.exponent.value
     if None in ci or not G or G < 3 or not all(math.isfinite(float(c)) for c in ci):
         return x, math.nan, math.nan
     return x, (float(ci[1]) - float(ci[0])) / (2 * float(stdtrit(G - 1, 0.5 + level / 2))), float(G - 1)
 
 
-def _run_estimate(results: list[dict], stats):
+def _run_estimate(files: list[TrajectoryFile], stats):
     """(EffectResult, SE, df) of a run's mean window exponent over its files (RUN_INTERVAL): the files share their groups
     (the same replica contrasts or probe inputs), so SD(mean) <= mean of the SDs bounds the SE whatever their
     correlation; the interval is then over the groups, not over files."""
     from scipy.special import stdtrit
-
-    from brownformer.statsfile import EffectResult
-    rows = [_file_error(r, stats.confidence_level) for r in results]
+    rows = [_file_error(f, stats.confidence_level) for f in files]
     rows = [r for r in rows if math.isfinite(r[0])]
     name = "window MSD exponent (mean over files; interval over the files' groups)"
     if not rows:
@@ -228,17 +244,9 @@ def _run_estimate(results: list[dict], stats):
     return EffectResult.headline(name, mean, (mean - half, mean + half), stats.confidence_level), se, df
 
 
-def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRecord:
-    verdicts, cals, rows, sizes = [], [], [], []
-    for f in files:
-        v, why, cal = file_verdict(f["result"], stats, table)
-        verdicts.append(v)
-        cals.append(cal)
-        sizes.append(_file_size(cal))
-        rows.append({"path": f["path"], "verdict": v, "reason": why, "msd_exponent": _exponent(f["result"]),
-                     "shape_id": (f["result"].get("calibration_shape") or {}).get("id"),
-                     "size": cal["size"] if cal else None,
-                     "size_fitted": (cal.get("fitted") or {}).get("size") if cal else None, **_window_row(f["result"])})
+def _run_decision(rows: list[FileRow], sizes: list[float], stats) -> tuple[Decision, RunPooling]:
+    """The Markov count rule over a run's dependent files (module docstring)."""
+    verdicts = [r.verdict for r in rows]
     n = len(verdicts)
     n_b, n_nb = verdicts.count("brownian"), verdicts.count("not brownian")
     k_run, bound = markov_threshold(sizes, stats.alpha)
@@ -250,68 +258,120 @@ def _run_record(key: str, run: str, files: list[dict], stats, table) -> ClaimRec
         verdict, reason = NOT_SUPPORTED, (f"{n_nb} >= {k_run} files certified not Brownian ({counts}); size of this "
                                           f"count rule <= {bound:.3f} under any dependence between files")
     else:
-        first = next((r["reason"] for r in rows if r["verdict"] != "brownian"), "no files")
+        first = next((r.reason for r in rows if r.verdict != "brownian"), "no files")
         need = f"{k_run} files certified not Brownian" if k_run else "more files than there are"
         verdict, reason = INCONCLUSIVE, f"{counts}; a rejection needs {need}; e.g. {first}"
-    est, se, df = _run_estimate([f["result"] for f in files], stats)
-    spread, _ = unit_mean_interval([r["msd_exponent"] for r in rows], stats=stats,
+    pooling = RunPooling(rule="Markov count rule over dependent files", file_sizes=sizes, k_run=k_run,
+                         size_bound=bound if k_run is not None else 0.0, n_not_brownian=n_nb, pvalue=p)
+    return Decision(verdict, reason, rule=pooling.rule, alpha=stats.alpha), pooling
+
+
+def _run_record(key: str, run: str, files: list[TrajectoryFile], stats, table) -> ClaimRecord:
+    rows, cals, sizes = [], [], []
+    for f in files:
+        decision, cal = file_decision(f, stats, table)
+        cals.append(cal)
+        sizes.append(_file_size(cal))
+        rows.append(_file_row(f, decision, cal))
+    decision, pooling = _run_decision(rows, sizes, stats)
+    est, se, df = _run_estimate(files, stats)
+    spread, _ = unit_mean_interval([r.msd_exponent for r in rows], stats=stats,
                                    name="window MSD exponent (mean over files; bootstrap over files)")
     classes: dict[str, int] = {}
     for r in rows:
-        classes[str(r["classification"])] = classes.get(str(r["classification"]), 0) + 1
-    pooling = {"rule": "Markov count rule over dependent files", "file_sizes": sizes, "k_run": k_run,
-               "size_bound": bound if k_run is not None else 0.0, "n_not_brownian": n_nb, "pvalue": p}
-    return ClaimRecord(claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
+        classes[str(r.classification)] = classes.get(str(r.classification), 0) + 1
+    details = Claim3RunDetails(files=rows, n_brownian=sum(r.verdict == "brownian" for r in rows),
+                               n_not_brownian=pooling.n_not_brownian, n_files=len(rows), pooling=pooling,
+                               pvalue=pooling.pvalue, classifications=classes, estimate_se=se, estimate_df=df,
+                               estimate_method=RUN_INTERVAL, spread_over_files=spread)
+    return ClaimRecord(claim=key, title=TITLES[key], verdict=decision.verdict, reason=decision.reason, estimate=est,
                        margin=tuple(stats.margins["msd_exponent"]), calibration=_worst_calibration(cals),
-                       details={"files": rows, "n_brownian": n_b, "n_not_brownian": n_nb, "n_files": n,
-                                "pooling": pooling, "pvalue": p, "classifications": classes,
-                                "estimate_se": se, "estimate_df": df, "estimate_method": RUN_INTERVAL,
-                                "spread_over_files": spread.to_dict()})
+                       details=details)
 
 
-def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> tuple[str, str, dict]:
-    """Claim-level count rule over independent runs (module docstring): (verdict, reason, pooling details)."""
+def _run_pooling(rec: ClaimRecord) -> RunPooling | ClaimPooling | None:
+    return getattr(rec.details, "pooling", None)
+
+
+def _pool(records: dict[str, ClaimRecord], alpha: float, unit: str = "runs") -> tuple[Decision, ClaimPooling | None]:
+    """Claim-level count rule over independent runs (module docstring): the Decision and its pooling details."""
+    rule = "Poisson-binomial count rule over independent runs"
     if not records:
-        return INCONCLUSIVE, f"no {unit} with data for this claim", {}
-    sizes = [r.details.get("pooling", {}).get("size_bound", 0.0) for r in records.values()]
+        return Decision(INCONCLUSIVE, f"no {unit} with data for this claim", rule=rule, alpha=alpha), None
+    sizes = [p.size_bound if isinstance(p := _run_pooling(r), RunPooling) else 0.0 for r in records.values()]
     n_ns = sum(r.verdict == NOT_SUPPORTED for r in records.values())
     n_s = sum(r.verdict == SUPPORTED for r in records.values())
     m, tail = independent_threshold(sizes, alpha)
     p = poisson_binomial_tail(sizes, n_ns) if n_ns else None
     text = f"{n_s} supported, {n_ns} not supported, {len(records) - n_s - n_ns} inconclusive of {len(records)} {unit}"
-    det = {"rule": "Poisson-binomial count rule over independent runs", "run_size_bounds": sizes, "m_claim": m,
-           "size": tail if m is not None else 0.0, "n_not_supported": n_ns, "pvalue": p}
+    det = ClaimPooling(rule=rule, run_size_bounds=sizes, m_claim=m, size=tail if m is not None else 0.0,
+                       n_not_supported=n_ns, pvalue=p)
     if n_s == len(records):
-        return SUPPORTED, f"all {len(records)} {unit} supported", det
+        return Decision(SUPPORTED, f"all {len(records)} {unit} supported", rule=rule, alpha=alpha), det
     if m is not None and n_ns >= m:
-        return NOT_SUPPORTED, (f"{n_ns} >= {m} {unit} not supported ({text}); size of this count rule {tail:.2g}, "
-                               f"p = {p:.2g}"), det
+        return Decision(NOT_SUPPORTED, f"{n_ns} >= {m} {unit} not supported ({text}); size of this count rule "
+                        f"{tail:.2g}, p = {p:.2g}", rule=rule, alpha=alpha), det
     need = f"{m} {unit.removesuffix('s') if m == 1 else unit}" if m else f"more {unit}"
-    return INCONCLUSIVE, f"{text}; a rejection needs {need} not supported", det
+    return Decision(INCONCLUSIVE, f"{text}; a rejection needs {need} not supported", rule=rule, alpha=alpha), det
 
 
 def _runs_estimate(records: dict[str, ClaimRecord], stats, name: str):
     """(EffectResult, SE, df) of the mean over independent runs of their estimates (CLAIM_INTERVAL)."""
     recs = [r for r in records.values() if r.estimate]
-    return independent_mean_interval([r.estimate.estimate for r in recs], [r.details.get("estimate_se") for r in recs],
-                                     [r.details.get("estimate_df") for r in recs], stats=stats, name=name)
+    return independent_mean_interval([r.estimate.estimate for r in recs],
+                                     [getattr(r.details, "estimate_se", None) for r in recs],
+                                     [getattr(r.details, "estimate_df", None) for r in recs], stats=stats, name=name)
 
 
-def _single_path_description(files: list[dict], stats) -> dict:
+def _single_path_description(files: list[TrajectoryFile], stats) -> dict[str, SinglePath]:
     """Per run, the single-path files of a family decided on replicas: the uncalibrated rule's verdicts and the mean
     MSD exponent, as description (conditional on one training path; stats/diffusion/replica_sets.py)."""
-    out: dict[str, dict] = {}
+    verdicts: dict[str, dict[str, int]] = {}
+    exponents: dict[str, list[float]] = {}
     for f in files:
-        v, _ = decide_one(window_effects(f["result"]), kind=f["result"]["kind"], margins=dict(stats.margins),
-                          alpha=stats.alpha, n_times=int(f["result"]["n_times"]))
-        row = out.setdefault(f["run"], {"n_files": 0, "rule_verdicts": {}, "msd_exponents": []})
-        row["n_files"] += 1
-        row["rule_verdicts"][v] = row["rule_verdicts"].get(v, 0) + 1
-        row["msd_exponents"].append(_exponent(f["result"]))
-    for row in out.values():
-        exps = [e for e in row.pop("msd_exponents") if math.isfinite(e)]
-        row["msd_exponent_mean"] = sum(exps) / len(exps) if exps else None
+        v, _ = decide_one(window_effects(f.result), kind=f.kind, margins=dict(stats.margins), alpha=stats.alpha,
+                          n_times=int(f.n_times))
+        counts = verdicts.setdefault(f.run, {})
+        counts[v] = counts.get(v, 0) + 1
+        exponents.setdefault(f.run, []).append(f.exponent.value)
+    out = {}
+    for run, counts in verdicts.items():
+        exps = [e for e in exponents[run] if math.isfinite(e)]
+        out[run] = SinglePath(n_files=len(exponents[run]), rule_verdicts=counts,
+                              msd_exponent_mean=sum(exps) / len(exps) if exps else None)
     return out
+
+
+def _optimizer_of(run: str) -> str:
+    parts = run.split("__")
+    return parts[1] if len(parts) >= 3 else "unknown"
+
+
+def _per_optimizer(key: str, trained: dict[str, ClaimRecord], stats) -> dict[str, ClaimRecord]:
+    """The claim over the runs of each optimizer (the same count rule)."""
+    by_opt: dict[str, dict[str, ClaimRecord]] = {}
+    for run, rec in trained.items():
+        by_opt.setdefault(_optimizer_of(run), {})[run] = rec
+    out = {}
+    for opt, recs in sorted(by_opt.items()):
+        decision, det = _pool(recs, stats.alpha)
+        est, *_ = _runs_estimate(recs, stats, "window MSD exponent (mean over runs; SE from the runs' own)")
+        out[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=decision.verdict, reason=decision.reason,
+                               estimate=est, margin=tuple(stats.margins["msd_exponent"]),
+                               calibration=_worst_calibration([_run_calibration(r) for r in recs.values()]),
+                               details=Claim3OptimizerDetails(pooling=det, pvalue=det.pvalue if det else None))
+    return out
+
+
+def _seed_gate(decision: Decision, pools: dict) -> Decision:
+    """Seeds are the unit of inference (claims/common.py): a decisive verdict needs one configuration with MIN_SEEDS
+    seeds (a count over the runs of one seed per configuration would treat one training as the population)."""
+    if decision.verdict == INCONCLUSIVE or any(p.decidable for p in pools.values()):
+        return decision
+    most = max((p.n_seeds for p in pools.values()), default=0)
+    return Decision(INCONCLUSIVE, f"{decision.verdict} on the runs' count rule, but no configuration has {MIN_SEEDS} "
+                    f"seeds (most: {most}): not decided on one training per configuration; {decision.reason}",
+                    rule=decision.rule, alpha=decision.alpha)
 
 
 def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=None,
@@ -329,66 +389,51 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     excluded = dict(excluded or {})
     table = calibration
     category = next(c for c, k in BROWNIAN_FAMILIES.items() if k == key)
-    files, single_path = split_by_unit(category, files)
-    unit = "replica contrasts" if any(is_replica_file(f["result"]) for f in files) else "probe inputs of one path"
-    by_run: dict[str, list] = {}
+    deciding, single = split_by_unit(category, files)
+    files, single_path = trajectory_files(deciding), trajectory_files(single)
+    unit = "replica contrasts" if any(f.replica for f in files) else "probe inputs of one path"
+    by_run: dict[str, list[TrajectoryFile]] = {}
     for f in files:
-        by_run.setdefault(f["run"], []).append(f)
+        by_run.setdefault(f.run, []).append(f)
     per_run = {run: (did_not_train_record(key, TITLES[key], excluded[run]) if run in excluded
                      else _run_record(key, run, fs, stats, table)) for run, fs in sorted(by_run.items())}
     trained = {r: rec for r, rec in per_run.items() if r not in excluded}
-    verdict, reason, pooling = _pool(trained, stats.alpha)
+    decision, pooling = _pool(trained, stats.alpha)
+    reason = decision.reason
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
     if table is None:
         reason += "; no calibration table: no verdict can be 'supported'"
-    run_p = {r: rec.details.get("pvalue") for r, rec in trained.items()}
+    run_p = {r: rec.details.pvalue for r, rec in trained.items()}
     keys = [r for r, v in run_p.items() if v is not None]
     q = dict(zip(keys, bh_adjust([run_p[r] for r in keys]).tolist())) if keys else {}
-    per_opt: dict[str, dict] = {}
-    for run, rec in trained.items():
-        parts = run.split("__")
-        per_opt.setdefault(parts[1] if len(parts) >= 3 else "unknown", {})[run] = rec
-    per_optimizer = {}
-    for opt, recs in sorted(per_opt.items()):
-        v, why, det = _pool(recs, stats.alpha)
-        est, *_ = _runs_estimate(recs, stats, "window MSD exponent (mean over runs; SE from the runs' own)")
-        per_optimizer[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=v, reason=why, estimate=est,
-                                         margin=tuple(stats.margins["msd_exponent"]),
-                                         calibration=_worst_calibration([r.calibration for r in recs.values()]),
-                                         details={"pooling": det, "pvalue": det.get("pvalue")})
+    per_optimizer = _per_optimizer(key, trained, stats)
     est, se, df = _runs_estimate(trained, stats, "window MSD exponent (mean over runs of the mean over files; "
                                                  "SE from the runs' own)")
-    # Seeds are the unit of inference (claims/common.py): per configuration, the t-interval over its seeds' run
-    # estimates sits beside the pooled one, and a decisive verdict needs one configuration with MIN_SEEDS seeds
-    # (a count over the runs of one seed per configuration would treat one training as the population).
     pools = configuration_pools({r: rec.estimate.estimate for r, rec in trained.items() if rec.estimate},
                                 confidence_level=stats.confidence_level, nesting=SEED_NESTING)
-    if verdict != INCONCLUSIVE and not any(p.decidable for p in pools.values()):
-        most = max((p.n_seeds for p in pools.values()), default=0)
-        reason = (f"{verdict} on the runs' count rule, but no configuration has {MIN_SEEDS} seeds (most: {most}): "
-                  f"not decided on one training per configuration; {reason}")
-        verdict = INCONCLUSIVE
-    kinds = sorted({f["result"].get("kind") for f in files if f["run"] not in excluded} - {None})
+    decision = _seed_gate(Decision(decision.verdict, reason, rule=decision.rule, alpha=decision.alpha), pools)
+    kinds = sorted({f.kind for f in files if f.run not in excluded} - {None})
+    paragraphs = __doc__.split("\n\n")
+    details = Claim3Details(
+        pvalue=pooling.pvalue if pooling else None,
+        per_configuration={c: p.to_dict() for c, p in pools.items()},
+        pvalue_note="tail of the count of runs not supported under the runs' size bounds (Poisson-binomial); joins "
+                    "the Holm adjustment of the headline claims",
+        pooling=pooling, run_q_values_bh=q, rule=paragraphs[1].strip(), pooling_rule=paragraphs[2].strip(),
+        rule_history=rule_history(), n_runs=len(trained), unit_of_replication=unit, estimate_se=se, estimate_df=df,
+        estimate_method=CLAIM_INTERVAL + "; per run: " + RUN_INTERVAL,
+        single_path=_single_path_description(single_path, stats) if single_path else None,
+        single_path_note=("one training path per run: intervals over its probe inputs are conditional on that path; "
+                          "description only (not calibrated, not pooled)") if single_path else None)
     return ClaimRecord(
-        claim=key, title=TITLES[key], verdict=verdict, reason=reason, estimate=est,
+        claim=key, title=TITLES[key], verdict=decision.verdict, reason=decision.reason, estimate=est,
         margin=tuple(stats.margins["msd_exponent"]),
-        calibration=_worst_calibration([r.calibration for r in trained.values()]),
+        calibration=_worst_calibration([_run_calibration(r) for r in trained.values()]),
         tests=[{"name": t, "margin": list(stats.margins[MARGIN_KEYS[t]])}
                for k in kinds for t in KEY_EFFECTS[k]],
         per_run=per_run, per_optimizer=per_optimizer,
         seeds=seed_unit({c: p.n_seeds for c, p in pools.items()}, nesting=SEED_NESTING,
                         interval="count rule over runs (calibrated); per configuration a Student t-interval over its "
                                  "seeds' window exponents in details.per_configuration"),
-        details={"pvalue": pooling.get("pvalue"),
-                 "per_configuration": {c: p.to_dict() for c, p in pools.items()},
-                 "pvalue_note": "tail of the count of runs not supported under the runs' size bounds "
-                                 "(Poisson-binomial); joins the Holm adjustment of the headline claims",
-                 "pooling": pooling, "run_q_values_bh": q, "rule": __doc__.split("\n\n")[1].strip(),
-                 "pooling_rule": __doc__.split("\n\n")[2].strip(), "rule_history": rule_history(),
-                 "n_runs": len(trained), "unit_of_replication": unit,
-                 "estimate_se": se, "estimate_df": df, "estimate_method": CLAIM_INTERVAL + "; per run: " + RUN_INTERVAL,
-                 **({"single_path": _single_path_description(single_path, stats),
-                     "single_path_note": "one training path per run: intervals over its probe inputs are conditional "
-                                         "on that path; description only (not calibrated, not pooled)"}
-                    if single_path else {})})
+        details=details)

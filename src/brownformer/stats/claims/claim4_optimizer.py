@@ -32,18 +32,21 @@ import pandas as pd
 from brownformer.config import RunSpec
 from brownformer.metrics import val_metric
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import Decision, EffectResult
 
 from brownformer.io import to_jsonable
 from brownformer.stats.core.rule_history import claim_rule_history
 from brownformer.stats.comparison.time_to_target import level_targets, reference_target, time_to_target
 from brownformer.stats.comparison.time_to_target_size import MAX_SIZE, log_time_law, rule_error_rates
 from .common import finite_or_none, pool_runs
+from .details import Claim4Details, Claim4EstimatedModelDetails, Claim4ModelDetails
 
 __all__ = ["optimizer_claim", "claim4_targets", "claim4_scope", "TITLE"]
 
 TITLE = "Iterative K-FAC reaches the target in fewer steps than the best first-order optimizer"
 DECISIVE = ("supported", "not supported")
+#: the clock claim 4 decides on (time_to_target's ratios are per clock: "steps", "seconds")
+STEPS = "steps"
 
 
 def claim4_targets(metrics_by_run: dict[str, pd.DataFrame], report) -> dict[str, tuple[float, str]]:
@@ -89,8 +92,9 @@ def _start(metrics_by_run: dict[str, pd.DataFrame], model: str) -> float:
     return float(np.median(firsts)) if firsts else math.nan
 
 
-def _rule_rates(res, baseline: str, stats, margin: float) -> dict:
-    """Simulated verdict rates of the steps rule at the shape of one comparison (module docstring)."""
+def _rule_rates(res, baseline: str, stats, margin: float):
+    """Simulated verdict rates of the steps rule at the shape of one comparison (module docstring):
+    time_to_target_size.RuleErrorRates."""
     runs = res.runs
     base = runs[runs["optimizer"] == baseline]
     times = np.where(base["reached"], base["steps"], base["censored_at"]).astype(float)
@@ -101,47 +105,57 @@ def _rule_rates(res, baseline: str, stats, margin: float) -> dict:
                              budget=float(pair["censored_at"].max()), eval_every=float(pair["eval_spacing"].max()),
                              margin=margin, confidence_level=stats.confidence_level,
                              replicates=stats.calibration_replicates, rng=stats.seed)
-    return rates.to_dict()
+    return rates
 
 
-def _gated(res, rates: dict[str, dict]) -> tuple[str, str]:
-    """The model's verdict after the size gate (module docstring)."""
+def _error_rate(rates, verdict: str) -> float:
+    """The simulated rate of a false `verdict` at the margin."""
+    return rates.size if verdict == "supported" else rates.size_not_supported
+
+
+def _gated(res, rates: dict) -> Decision:
+    """The model's Decision after the size gate (module docstring)."""
     verdict, reason = res.verdict, res.reason
+    rule = "AFT log-rank at the steps margin, gated on the simulated error rate at the comparison's shape"
     if verdict == "supported":
-        over = {b: r["size"] for b, r in rates.items() if r["size"] > MAX_SIZE}
+        over = {b: r.size for b, r in rates.items() if r.size > MAX_SIZE}
     elif verdict == "not supported":
         deciding = next(b for b in sorted(res.verdicts) if res.verdicts[b][0] == "not supported")
-        over = {deciding: rates[deciding]["size_not_supported"]} if (
-            rates[deciding]["size_not_supported"] > MAX_SIZE) else {}
+        over = {deciding: rates[deciding].size_not_supported} if (
+            rates[deciding].size_not_supported > MAX_SIZE) else {}
     else:
-        return verdict, reason
+        return Decision(verdict, reason, rule=rule)
     if over:
         sizes = ", ".join(f"vs {b} {s:.1%}" for b, s in over.items())
-        return INCONCLUSIVE, (f"would be {verdict!r}, but the rule's simulated error rate at this shape exceeds "
-                              f"{MAX_SIZE:.0%} ({sizes}): {reason}")
-    return verdict, reason + "; simulated error rate at this shape " + ", ".join(
-        f"vs {b} {r['size' if verdict == 'supported' else 'size_not_supported']:.1%}" for b, r in rates.items())
+        return Decision(INCONCLUSIVE, f"would be {verdict!r}, but the rule's simulated error rate at this shape "
+                        f"exceeds {MAX_SIZE:.0%} ({sizes}): {reason}", rule=rule)
+    worst = max(_error_rate(r, verdict) for r in rates.values())
+    return Decision(verdict, reason + "; simulated error rate at this shape " + ", ".join(
+        f"vs {b} {_error_rate(r, verdict):.1%}" for b, r in rates.items()), rule=rule, size=worst)
 
 
-def _estimate(res) -> tuple[EffectResult | None, dict]:
-    """The headline estimate: steps ratio against the best baseline, with its bound side (typed)."""
-    ratio = (res.ratios.get(res.baseline) or {}).get("steps")
+def _steps_ratio(res, baseline: str | None):
+    """The steps ratio (survival.MedianRatioResult) of the proposed optimizer against `baseline`, or None."""
+    return (res.ratios.get(baseline) or {}).get(STEPS)
+
+
+def _estimate(res):
+    """The headline estimate (steps ratio against the best baseline) and its MedianRatioResult (None: no ratio)."""
+    ratio = _steps_ratio(res, res.baseline)
     if ratio is None:
-        return None, {}
+        return None, None
     name = (f"steps to target, {res.proposed} / {res.baseline} (best first-order baseline; ratio of "
             f"Kaplan-Meier medians{', a bound' if ratio.bound else ''})")
-    return (EffectResult.headline(name, ratio.estimate, tuple(ratio.confidence_interval), ratio.confidence_level),
-            {"estimate_bound": ratio.bound, "estimate_text": ratio.text(),
-             "n_censored": {o: m.n_censored for o, m in res.medians.items()}})
+    return EffectResult.headline(name, ratio.estimate, tuple(ratio.confidence_interval), ratio.confidence_level), ratio
 
 
-def _levels_summary(levels: dict[float, object]) -> dict:
+def _levels_summary(levels: dict[float, object]) -> dict[str, dict]:
     """Per target share: the target, KM medians and every baseline's steps ratio (reported, not deciding)."""
     out = {}
     for f, res in sorted(levels.items()):
         out[f"{f:g}"] = {"target": res.target, "best_baseline": res.baseline,
                          "km_median_steps": {o: m.to_dict() for o, m in res.medians.items()},
-                         "steps_ratios": {b: r["steps"].to_dict() for b, r in res.ratios.items()},
+                         "steps_ratios": {b: r[STEPS].to_dict() for b, r in res.ratios.items()},
                          "verdict": res.verdict, "reason": res.reason}
     return out
 
@@ -149,20 +163,22 @@ def _levels_summary(levels: dict[float, object]) -> dict:
 def _model_record(res, levels: dict, source: str, stats, margin: tuple[float, float], in_scope: bool) -> ClaimRecord:
     rates = ({b: _rule_rates(res, b, stats, margin[1]) for b in res.verdicts}
              if res.protocol_met and res.verdict in DECISIVE else None)
-    verdict, reason = _gated(res, rates) if rates else (res.verdict, res.reason)
+    decision = _gated(res, rates) if rates else Decision(res.verdict, res.reason)
     # the largest rates over the baselines on top (what one number can say), each baseline's beside them
     summary = None if rates is None else {
-        "size": max(r["size"] for r in rates.values()),
-        "size_not_supported": max(r["size_not_supported"] for r in rates.values()), "max_size": MAX_SIZE,
-        "per_baseline": rates}
-    est, typed = _estimate(res)
-    reason = (f"{reason}; target {res.metric} {res.target:.4g} from the {source}; best first-order baseline "
+        "size": max(r.size for r in rates.values()),
+        "size_not_supported": max(r.size_not_supported for r in rates.values()), "max_size": MAX_SIZE,
+        "per_baseline": {b: r.to_dict() for b, r in rates.items()}}
+    est, ratio = _estimate(res)
+    reason = (f"{decision.reason}; target {res.metric} {res.target:.4g} from the {source}; best first-order baseline "
               f"{res.baseline or 'none'}" + ("" if in_scope else "; not in report.scope: reported, not deciding"))
-    pvals = [(res.ratios.get(b) or {}).get("steps") for b in res.baselines]
+    pvals = [_steps_ratio(res, b) for b in res.baselines]
     p = max(r.pvalue for r in pvals) if pvals and all(r is not None for r in pvals) else None
-    return ClaimRecord("4", TITLE, verdict, reason, estimate=est, margin=margin,
-                       details={"pvalue": p, "rule_error_rates": summary, **typed, "levels": _levels_summary(levels),
-                                **to_jsonable(res.to_dict())})
+    common = dict(pvalue=p, rule_error_rates=summary, levels=_levels_summary(levels), **to_jsonable(res.to_dict()))
+    details = (Claim4ModelDetails(**common) if ratio is None else Claim4EstimatedModelDetails(
+        **common, estimate_bound=ratio.bound, estimate_text=ratio.text(),
+        n_censored={o: m.n_censored for o, m in res.medians.items()}))
+    return ClaimRecord("4", TITLE, decision.verdict, reason, estimate=est, margin=margin, details=details)
 
 
 def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
@@ -197,8 +213,9 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
         per_model[model] = _model_record(res, {f: r[model] for f, r in by_level.items()}, source, stats,
                                          steps_margin, model in scope)
     missing = [m for m in scope if m not in per_model]
-    verdict, reason, decider = pool_runs({m: per_model[m] for m in scope if m in per_model}, excluded={},
-                                         unit="model variants in scope")
+    pooled, decider = pool_runs({m: per_model[m] for m in scope if m in per_model}, excluded={},
+                                unit="model variants in scope")
+    verdict, reason = pooled.verdict, pooled.reason
     if missing or not scope:
         verdict = INCONCLUSIVE
         reason = f"model variant(s) in scope without runs: {', '.join(missing)}" if missing else "empty scope"
@@ -208,7 +225,7 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
         reason += f"; did not train (censored at the budget): {', '.join(sorted(excluded))}"
     decided = [m for m in scope if m in per_model and per_model[m].estimate is not None]
     pick = decider or (max(decided, key=lambda m: _upper(per_model[m].estimate)) if decided else None)
-    pvals = [per_model[m].details.get("pvalue") for m in scope if m in per_model]
+    pvals = [per_model[m].details.pvalue for m in scope if m in per_model]
     p_iut = max(pvals) if pvals and all(p is not None for p in pvals) and not missing else None
     headline = per_model[pick] if pick else None
     return ClaimRecord(
@@ -220,12 +237,12 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
                 "statistic": None, "pvalue": finite_or_none(p_iut),
                 "rejected": None if p_iut is None else bool(p_iut < (1 - stats.confidence_level) / 2)}],
         per_model=per_model,
-        details={"pvalue": p_iut, "proposed": report.proposed, "baselines": list(report.baselines),
-                 "target_optimizer": report.target_optimizer, "target_levels": list(report.target_levels),
-                 "seconds_margin": list(seconds_margin), "did_not_train": sorted(excluded), "scope": scope,
-                 "estimate_bound": headline.details.get("estimate_bound") if headline else None,
-                 "estimate_text": headline.details.get("estimate_text") if headline else None,
-                 "max_size": MAX_SIZE, "rule_history": claim_rule_history("4")})
+        details=Claim4Details(pvalue=p_iut, proposed=report.proposed, baselines=list(report.baselines),
+                              target_optimizer=report.target_optimizer, target_levels=list(report.target_levels),
+                              seconds_margin=list(seconds_margin), did_not_train=sorted(excluded), scope=scope,
+                              estimate_bound=getattr(headline.details, "estimate_bound", None) if headline else None,
+                              estimate_text=getattr(headline.details, "estimate_text", None) if headline else None,
+                              max_size=MAX_SIZE, rule_history=claim_rule_history("4")))
 
 
 def _upper(est: EffectResult) -> float:

@@ -19,7 +19,7 @@ from scipy import stats as sps
 
 from brownformer.config import ConfigError, RunSpec
 from brownformer.verdicts import (DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord, SeedUnit)
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import Decision, EffectResult
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap
 from brownformer.stats.core.multiple import holm_adjust
@@ -138,8 +138,12 @@ def equivalence_pvalue(estimate: float, se: float, margin, df: int | None = None
     return float(max(p_low, p_high))
 
 
+#: the rule `pool_runs` decides by, as its Decision names it
+POOL_RULE = "intersection-union over the pooled records"
+
+
 def pool_runs(per_run: dict[str, ClaimRecord], *, excluded: dict[str, str],
-              unit: str = "runs") -> tuple[str, str, str | None]:
+              unit: str = "runs") -> tuple[Decision, str | None]:
     """Intersection-union pooling of per-run verdicts (module docstring).
 
     Args:
@@ -148,21 +152,22 @@ def pool_runs(per_run: dict[str, ClaimRecord], *, excluded: dict[str, str],
         unit: what the keys are, for the reason ("runs", "model variants").
 
     Returns:
-        (verdict, reason, deciding run): the run whose record decides the verdict (the first run not
-        supported, else the least certain supported run), or None.
+        (Decision, deciding run): the run whose record decides the verdict (the first run not supported, else the
+        least certain supported run), or None.
     """
     pooled = {r: rec for r, rec in per_run.items() if r not in excluded and rec.verdict != DID_NOT_TRAIN}
     left_out = f"; {len(excluded)} run(s) that did not train left out" if excluded else ""
     if not pooled:
-        return INCONCLUSIVE, f"no {unit} with data for this claim" + left_out, None
+        return Decision(INCONCLUSIVE, f"no {unit} with data for this claim" + left_out, rule=POOL_RULE), None
     counts = {v: sum(rec.verdict == v for rec in pooled.values()) for v in (SUPPORTED, NOT_SUPPORTED, INCONCLUSIVE)}
     text = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     bad = sorted(r for r, rec in pooled.items() if rec.verdict == NOT_SUPPORTED)
     if bad:
-        return NOT_SUPPORTED, f"{len(bad)} of {len(pooled)} {unit} not supported ({text}){left_out}", bad[0]
+        return Decision(NOT_SUPPORTED, f"{len(bad)} of {len(pooled)} {unit} not supported ({text}){left_out}",
+                        rule=POOL_RULE), bad[0]
     if counts[SUPPORTED] == len(pooled):
-        return SUPPORTED, f"all {len(pooled)} {unit} supported{left_out}", None
-    return INCONCLUSIVE, f"not all {len(pooled)} {unit} decided ({text}){left_out}", None
+        return Decision(SUPPORTED, f"all {len(pooled)} {unit} supported{left_out}", rule=POOL_RULE), None
+    return Decision(INCONCLUSIVE, f"not all {len(pooled)} {unit} decided ({text}){left_out}", rule=POOL_RULE), None
 
 
 def did_not_train_record(claim: str, title: str, reason: str) -> ClaimRecord:
@@ -259,6 +264,6 @@ def iut_pick(per_model: dict[str, ClaimRecord], decider: str | None) -> tuple[st
     configuration has one (an intersection-union test rejects only if each does)."""
     decided = [c for c, rec in per_model.items() if rec.estimate is not None and math.isfinite(rec.estimate.estimate)]
     pick = decider or (max(decided, key=lambda c: per_model[c].estimate.estimate) if decided else None)
-    pvals = [per_model[c].details.get("pvalue") for c in per_model]
+    pvals = [per_model[c].details.pvalue for c in per_model]
     return pick, (max(pvals) if per_model and all(p is not None for p in pvals) else None)
 

@@ -27,6 +27,7 @@ import numpy as np
 from brownformer.config import DEFAULT_STATS
 
 from brownformer.stats.diffusion.simulate import fgn_increments
+from brownformer.stats.claims.claim_inputs import Exponent, view
 from brownformer.stats.diffusion.window_verdict import trajectory_verdict
 
 __all__ = ["ControlResult", "claim3_controls", "CONTROLS"]
@@ -142,6 +143,21 @@ def _build(claim: str, name: str, rng) -> tuple[np.ndarray, dict]:
     return (_tokens(W, rng) if claim == "3b" else W), _training_meta()
 
 
+@dataclass(frozen=True)
+class _Window:
+    effect: Exponent | None = None
+    _views = {"effect": Exponent}
+
+
+@dataclass(frozen=True)
+class _Reading:
+    """What a control reports of the rule's reading of its trajectory (window_verdict.trajectory_verdict)."""
+    verdict: str
+    reason: str
+    local_slopes: _Window | None = None
+    _views = {"local_slopes": _Window}
+
+
 def claim3_controls(*, stats=DEFAULT_STATS, seed: int = DEFAULT_STATS.seed,
                     names: list[str] | None = None) -> list[ControlResult]:
     """Build and decide every control of CONTROLS (or those whose "claim/name" is in `names`).
@@ -155,8 +171,8 @@ def claim3_controls(*, stats=DEFAULT_STATS, seed: int = DEFAULT_STATS.seed,
         if names is not None and f"{claim}/{name}" not in names:
             continue
         X, meta = _build(claim, name, np.random.default_rng([seed, i]))
-        res = trajectory_verdict(X, meta, stats=stats)
-        expo = (res.get("local_slopes") or {}).get("effect", {}).get("estimate")
-        out.append(ControlResult(claim, name, role, what, expected, VERDICT_OF[res["verdict"]], res["verdict"],
-                                 res["reason"], None if expo is None else float(expo)))
+        res = view(_Reading, trajectory_verdict(X, meta, stats=stats))
+        expo = res.local_slopes.effect.estimate if res.local_slopes and res.local_slopes.effect else None
+        out.append(ControlResult(claim, name, role, what, expected, VERDICT_OF[res.verdict], res.verdict,
+                                 res.reason, None if expo is None else float(expo)))
     return out

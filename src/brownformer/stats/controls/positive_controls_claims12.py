@@ -172,8 +172,8 @@ def claim2_power(*, stats: StatsConfig, n_seeds: int = MIN_SEEDS, n_studies: int
     rng = np.random.default_rng(rng)
     recs = [_claim2_study(rng, stats, n_seeds, tied=False, eps=POWER_POINT_EPS) for _ in range(n_studies)]
     power = float(np.mean([r.verdict == SUPPORTED for r in recs]))
-    crit = recs[0].per_model["control__none"].details["criteria"]
-    where = "; ".join(f"{k} {c['estimate']:.3g}" for k, c in crit.items())
+    crit = recs[0].per_model["control__none"].details.criteria
+    where = "; ".join(f"{k} {c.estimate:.3g}" for k, c in crit.items())
     return ControlResult("2", f"power where the claim is true but not trivially (eps {POWER_POINT_EPS}: {where})",
                          "power", f"power >= {goal}", recs[0].verdict,
                          f"{int(round(power * n_studies))} of {n_studies} studies supported", n_seeds, power)

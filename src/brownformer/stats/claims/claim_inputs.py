@@ -1,0 +1,373 @@
+"""What the claim rules read of the per-file statistics and the calibration, parsed once into typed records.
+
+The producers (stats/diffusion, stats/sphere, stats/markov, stats/core/shapes.py) hand the claims JSON mappings:
+a per-file battery output (brownformer.statsfile.BatteryStats's JSON), the calibration at a file's shape
+(shapes.calibration_for), a file's sphere summary, its attention statistics. Each record below takes the fields a
+rule reads, by name (`view`: the field's name is the key; a key the mapping lacks is the field's default), so the
+rule code uses attributes and a misspelt key is an AttributeError where it is read, not a silent None. The
+producer's own functions (window_reading.window_effects, rule.decide_one, replica_sets.split_by_unit) still take the
+mapping; the records keep it beside the parsed fields (`result`).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Mapping, TypeVar
+
+from brownformer.stats.diffusion.replica_sets import is_replica_file
+from brownformer.stats.diffusion.window_reading import window_effects
+
+__all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FittedNull", "FileCalibration", "TrajectoryFile",
+           "trajectory_files"]
+
+T = TypeVar("T")
+
+
+def view(cls: type[T], d: Mapping | None, **known) -> T | None:
+    """`cls` from the keys of `d` that are its fields (nested records through their own `view` in `cls._views`);
+    None for a missing or empty mapping. `known` sets fields computed by the caller."""
+    if not d and not known:
+        return None
+    d = d or {}
+    nested = getattr(cls, "_views", {})
+    values = {}
+    for f in fields(cls):
+        if f.name in known:
+            values[f.name] = known[f.name]
+        elif f.name in d:
+            v = d[f.name]
+            values[f.name] = view(nested[f.name], v) if f.name in nested and isinstance(v, Mapping) else v
+        elif f.default is MISSING and f.default_factory is MISSING:
+            values[f.name] = None
+    return cls(**values)
+
+
+def _float(x: Any) -> float:
+    return float(x) if isinstance(x, (int, float)) and not isinstance(x, bool) else math.nan
+
+
+@dataclass(frozen=True)
+class Exponent:
+    """An MSD exponent as a file stores it ("effect" layout): the estimate and its interval."""
+    estimate: float | None = None
+    confidence_interval: list | None = None
+
+    @property
+    def value(self) -> float:
+        """The estimate as a float (NaN when undefined)."""
+        return _float(self.estimate)
+
+
+@dataclass(frozen=True)
+class WindowNull:
+    """The window exponent's own rule on simulated Brownian motion at the file's shape."""
+    size: float
+    n_replicates: int
+
+
+@dataclass(frozen=True)
+class _WindowEffect:
+    null: WindowNull | None = None
+    _views = {"null": WindowNull}
+
+
+@dataclass(frozen=True)
+class WindowReading:
+    """A file's local-slope window reading (stats/diffusion/window_reading.py), what the claim reads of it."""
+    classification: str | None = None
+    description: str | None = None
+    ensemble_exponent: Exponent | None = None
+    effect: _WindowEffect | None = None
+    _views = {"ensemble_exponent": Exponent, "effect": _WindowEffect}
+
+    @property
+    def null(self) -> WindowNull | None:
+        return self.effect.null if self.effect else None
+
+
+@dataclass(frozen=True)
+class _Walkers:
+    reading: Any = None
+    rates: Any = None
+
+
+@dataclass(frozen=True)
+class _Settings:
+    confidence_level: float | None = None
+
+
+@dataclass(frozen=True)
+class _Identified:
+    """A block known by its "id" (a calibration shape, a fitted null)."""
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class FittedNull:
+    """The rule's size under a file's fitted null (shapes.fitted_calibration_for)."""
+    size: float
+    size_upper: float
+    n_replicates: int
+    id: str | None = None
+
+
+@dataclass(frozen=True)
+class FileCalibration:
+    """The rule's size and power at a file's exact shape (shapes.calibration_for), with its fitted null beside it;
+    also a run's or claim's least favourable calibration (`claim3_brownian._worst_calibration`)."""
+    shape: dict
+    size: float
+    size_se: float
+    n_replicates: int
+    equivalence_power: float
+    power: dict[str, float]
+    size_upper: float | None = None
+    power_lower: dict[str, float] | None = None
+    power_n_replicates: int | None = None
+    fitted: FittedNull | None = None
+    # a run's or claim's calibration: the worst fitted size over its files and how many had one
+    size_fitted: float | None = None
+    size_fitted_upper: float | None = None
+    n_fitted: int | None = None
+    n_files: int | None = None
+    raw: dict = field(default_factory=dict, repr=False)  # the mapping as the calibration gave it (claims.json)
+    _views = {"fitted": FittedNull}
+
+    @property
+    def upper(self) -> float:
+        """The size's upper bound (the size itself for a table without bounds)."""
+        return self.size if self.size_upper is None else self.size_upper
+
+    @property
+    def shape_id(self) -> str | None:
+        return view(_Identified, self.shape).id if self.shape else None
+
+
+@dataclass(frozen=True)
+class TrajectoryFile:
+    """One per-file battery output of a claim-3 family, as the rule reads it.
+
+    Attributes:
+        run: the run (or replica set's base run) it belongs to; path: the trajectory file.
+        result: the battery's JSON mapping (for the producer's functions that take it).
+        kind, n_times, n_groups, classification: as the file states them.
+        exponent: the window exponent (the verdict's MSD effect), else the full-range one.
+        full_range: the full-range MSD exponent; window: the window reading; walkers: per-walker reading and rates.
+        calibration_shape: the shape the calibration simulated; fitted_id: the fitted null's id.
+        confidence_level: the level its intervals are at (its settings; None: the claim's).
+        replica: whether it holds replica contrasts.
+    """
+    run: str
+    path: str
+    result: Mapping
+    kind: str | None
+    n_times: int | None
+    n_groups: int | None
+    classification: str | None
+    exponent: Exponent
+    full_range: Exponent | None
+    window: WindowReading | None
+    walkers: _Walkers | None
+    calibration_shape: dict | None
+    fitted_id: str | None
+    confidence_level: float | None
+    replica: bool
+
+    @property
+    def shape_id(self) -> str | None:
+        return view(_Identified, self.calibration_shape).id if self.calibration_shape else None
+
+    @classmethod
+    def from_result(cls, run: str, path: str, result: Mapping) -> TrajectoryFile:
+        """The file from its battery JSON (parsed once)."""
+        effects = window_effects(result)
+        full = view(Exponent, result.get("msd_exponent"))
+        settings = view(_Settings, result.get("settings"))
+        fitted = view(_Identified, result.get("fitted_null"))
+        return cls(run=run, path=path, result=result, kind=result.get("kind"), n_times=result.get("n_times"),
+                   n_groups=result.get("n_groups"), classification=result.get("classification"),
+                   exponent=view(Exponent, effects.get("msd_exponent")) or full or Exponent(), full_range=full,
+                   window=view(WindowReading, result.get("local_slopes")), walkers=view(_Walkers, result.get("walkers")),
+                   calibration_shape=result.get("calibration_shape") or None, fitted_id=fitted.id if fitted else None,
+                   confidence_level=settings.confidence_level if settings else None,
+                   replica=is_replica_file(result))
+
+
+def trajectory_files(files: list[Mapping]) -> list[TrajectoryFile]:
+    """[{"run", "path", "result"}] (stats_stage/summary.py) as typed records."""
+    return [f if isinstance(f, TrajectoryFile) else TrajectoryFile.from_result(f["run"], f["path"], f["result"])
+            for f in files]
+
+
+@dataclass(frozen=True)
+class LayerValues:
+    """One quantity per layer of a sphere summary: the estimate and its interval over probe inputs."""
+    estimate: list
+    ci_low: list | None = None
+    ci_high: list | None = None
+
+    def cells(self):
+        """(layer, estimate, low, high) for each layer."""
+        return enumerate(zip(self.estimate, self.ci_low, self.ci_high))
+
+
+@dataclass(frozen=True)
+class _About:
+    per_layer: dict | None = None
+    centre: Any = None
+
+
+@dataclass(frozen=True)
+class _Pooled:
+    fraction_on_sphere: Exponent | None = None
+    _views = {"fraction_on_sphere": Exponent}
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    pooled: _Pooled | None = None
+    _views = {"pooled": _Pooled}
+
+
+@dataclass(frozen=True)
+class _Sphere:
+    ln: str | None = None
+    tensor: str | None = "ln_raw"
+    step: int | None = None
+    about: _About | None = None
+    geometry: _Geometry | None = None
+    affine_map: dict | None = None
+    _views = {"about": _About, "geometry": _Geometry}
+
+
+@dataclass(frozen=True)
+class SphereFile:
+    """One depth file's sphere summary (stats/sphere/sphere_distance.py), as claim 1 reads it.
+
+    Attributes:
+        run, path, capture: where it comes from; ln: the LayerNorm placement its sidecar states (None: unknown).
+        tensor: "ln_raw", "ln_affine" or "resid"; step: the training step of the capture.
+        per_layer: quantity -> LayerValues of the geometry about the fitted centre (empty when not measured).
+        centre: the fitted centre; fraction_on_sphere: the pooled fraction of tokens on the sphere (None: not
+        measured); affine_map: the recovered affine map's quantities (None: not recovered).
+    """
+    run: str
+    path: str | None
+    capture: int | None
+    ln: str | None
+    tensor: str | None
+    step: int | None
+    per_layer: dict[str, LayerValues]
+    measured_about: bool
+    centre: Any
+    fraction_on_sphere: float | None
+    affine_map: dict | None
+
+    @classmethod
+    def from_entry(cls, f: Mapping) -> SphereFile:
+        """The file from the summary's entry {"run", "path", "capture", "sphere": the sphere summary's JSON}."""
+        s = view(_Sphere, f["sphere"]) or _Sphere()
+        about = s.about or _About()
+        pooled = s.geometry.pooled if s.geometry else None
+        frac = pooled.fraction_on_sphere if pooled else None
+        return cls(run=f["run"], path=f.get("path"), capture=f.get("capture"), ln=s.ln, tensor=s.tensor, step=s.step,
+                   per_layer={q: view(LayerValues, v) for q, v in (about.per_layer or {}).items()},
+                   measured_about=s.about is not None, centre=about.centre,
+                   fraction_on_sphere=float(frac.estimate) if frac else None, affine_map=s.affine_map or None)
+
+
+@dataclass(frozen=True)
+class Aggregate:
+    """One attention quantity aggregated over matrices: mean and its interval."""
+    mean: float | None = None
+    confidence_interval: list | None = None
+
+
+def _aggregates(d: Mapping | None) -> dict[str, Aggregate]:
+    return {q: view(Aggregate, v) or Aggregate() for q, v in (d or {}).items() if isinstance(v, Mapping)}
+
+
+@dataclass(frozen=True)
+class HeadLayer:
+    """One layer's heads: iota_relative per head, the asymmetry per head, the rank bound d_h/d."""
+    identity_fraction_relative: list
+    asymmetry: list
+    rank_bound: float | None = None
+
+
+@dataclass(frozen=True)
+class PerMatrix:
+    """Per-matrix values of an attention file or of a fit (quantity -> one value per matrix) and their shape."""
+    per_matrix: dict
+    shape: list | None  # (..., n, n); None when the file does not say
+
+
+@dataclass(frozen=True)
+class AttentionFile:
+    """One attention file's statistics (stats_stage/attention_files.py, brownformer.statsfile.AttentionStats's
+    JSON), as claim 2 reads it.
+
+    Attributes:
+        step: the training step of the capture (0: the baseline); causal: a causal mask.
+        values: its per-matrix values and shape; aggregate: quantity -> Aggregate over its matrices.
+        null_models: null -> quantity -> Aggregate; head_layers: the weights' head isotropy per layer (empty when
+        not measured); heads_undefined: why head isotropy is undefined (None: measured, or no head kernels at all);
+        has_head_kernels: whether head kernels were computed; subspace_fit: the per-head subspace vMF fit's values
+        (None: not fitted); head_averaged: the head-averaged kernel's aggregate.
+    """
+    step: int | None
+    causal: bool
+    values: PerMatrix
+    aggregate: dict[str, Aggregate]
+    null_models: dict[str, dict[str, Aggregate]]
+    has_head_kernels: bool
+    heads_undefined: str | None
+    head_layers: list[HeadLayer]
+    subspace_fit: PerMatrix | None
+    head_averaged: dict[str, Aggregate] | None
+
+    @classmethod
+    def from_result(cls, result: Mapping) -> AttentionFile:
+        """The file from its JSON (parsed once)."""
+        r = view(_Attention, result) or _Attention()
+        hk = r.head_kernels or _HeadKernels()
+        fit = hk.subspace_vmf if hk.subspace_vmf and hk.subspace_vmf.per_matrix else None
+        return cls(step=r.step, causal=bool(r.causal), values=PerMatrix(r.per_matrix or {}, r.shape),
+                   aggregate=_aggregates(r.aggregate),
+                   null_models={k: _aggregates(v) for k, v in (r.null_models or {}).items()},
+                   has_head_kernels=r.head_kernels is not None, heads_undefined=hk.why_undefined,
+                   head_layers=[view(HeadLayer, x) for x in hk.per_layer or []],
+                   subspace_fit=PerMatrix(fit.per_matrix, fit.shape) if fit else None,
+                   head_averaged=_aggregates(r.head_averaged.aggregate) if r.head_averaged else None)
+
+
+@dataclass(frozen=True)
+class _Fit:
+    per_matrix: dict | None = None
+    shape: list | None = None
+
+
+@dataclass(frozen=True)
+class _HeadKernels:
+    why_undefined: str | None = None
+    per_layer: list | None = None
+    subspace_vmf: _Fit | None = None
+    _views = {"subspace_vmf": _Fit}
+
+
+@dataclass(frozen=True)
+class _HeadAveraged:
+    aggregate: dict | None = None
+
+
+@dataclass(frozen=True)
+class _Attention:
+    step: int | None = None
+    causal: bool | None = None
+    per_matrix: dict | None = None
+    shape: list | None = None
+    aggregate: dict | None = None
+    null_models: dict | None = None
+    head_kernels: _HeadKernels | None = None
+    head_averaged: _HeadAveraged | None = None
+    _views = {"head_kernels": _HeadKernels, "head_averaged": _HeadAveraged}
