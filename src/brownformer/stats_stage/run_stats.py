@@ -1,7 +1,7 @@
 """One run's statistics: every file of trajectories/index.json -> one JSON per file, and summary.json.
 
-Every file written here is checked against the typed contract brownformer.statsfile first (its
-`parse_stats_file` and `RunStatsSummary`; schema_version, scipy's names), which the readers share.
+Every file written here is a record of the typed contract brownformer.statsfile (built by the statistics, written by
+its `to_dict`; schema_version, scipy's names), which the readers parse once (`parse_stats_file`, `RunStatsSummary`).
 Layout: out_dir mirrors traj_dir (".npy" -> ".json"); out_dir/summary.json lists
 {"schema_version", "run_id", "n_files", "files": [{"path", "output", "category", "verdict", "calibration_shape", ...}],
 "errors": [{"path", "error"}]}; the calibration stage reads the shapes to simulate from it.
@@ -40,13 +40,15 @@ from __future__ import annotations
 
 import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from brownformer.io import find_sidecar, progress, sha256_file, write_json
-from brownformer.stats.diffusion.window_verdict import trajectory_verdict
-from brownformer.statsfile import SCHEMA_VERSION, Clock, FileError, RunStatsSummary, SummaryRow, parse_stats_file
+from brownformer.stats.diffusion.window_verdict import trajectory_result
+from brownformer.statsfile import (AttentionStats, BatteryStats, Clock, FileError, InputFile, NoiseStats,
+                                   RunStatsFile, RunStatsSummary, SphereStats, SphereSummary, SummaryRow)
 
 from .trajectory_io import load_calibration, load_trajectory
 
@@ -57,7 +59,8 @@ __all__ = ["stats_for_run", "trajectory_file_stats", "BATTERY_CATEGORIES"]
 BATTERY_CATEGORIES = ("depth", "training", "weights")
 
 
-def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None, min_lag_steps: int = 0) -> dict:
+def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None,
+                          min_lag_steps: int = 0) -> BatteryStats:
     """The battery, verdict and description of one trajectory file (docs/ARTIFACTS.md, `stats trajectory`).
 
     Args:
@@ -68,21 +71,22 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
         min_lag_steps: the run's momentum time in steps (config.ExperimentConfig.analysis_window(run).min_gap): the
             window's shortest lag on a training-step clock (a replica file's sidecar "window" takes precedence).
 
+    Returns:
+        The file's statistics record (statsfile.BatteryStats), its clock, input and fitted-null id attached.
+
     Raises:
         ValueError: unreadable file, invalid trajectory or sidecar (a one-line message).
     """
-    X, meta = load_trajectory(path, kind=kind)
-    out = trajectory_verdict(X, meta, stats=stats, calibration=load_calibration(calibration),
-                             min_lag_steps=min_lag_steps)
-    from brownformer.stats.diffusion.fitted_null import fitted_id
     from brownformer.stats.core.shapes import fitted_calibration_for
-    out["time"] = meta.get("time")
-    out["clock"] = Clock(time=meta.get("time"), why=meta.get("clock_reason"), warmup=meta.get("warmup"))
-    out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
+    from brownformer.stats.diffusion.fitted_null import fitted_id
+    X, meta = load_trajectory(path, kind=kind)
+    table = load_calibration(calibration)
+    result = trajectory_result(X, meta, stats=stats, calibration=table, min_lag_steps=min_lag_steps)
     fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
-    out["fitted_null"] = {"id": fid, "calibration": fitted_calibration_for(load_calibration(calibration), fid)}
-    out["schema_version"] = SCHEMA_VERSION
-    return out
+    return replace(result, time=meta.get("time"),
+                   clock=Clock(time=meta.get("time"), why=meta.get("clock_reason"), warmup=meta.get("warmup")),
+                   input=InputFile(path=str(path), sha256=meta["sha256"], sidecar=meta["has_sidecar"]),
+                   fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid)})
 
 
 def _depth_tensor(entry: dict, path: Path) -> str:
@@ -120,29 +124,29 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
     return out
 
 
-def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, min_lag_steps: int = 0) -> dict:
+def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, min_lag_steps: int = 0) -> RunStatsFile:
+    """One index entry's statistics record (the stage attaches run, category, entry and input)."""
     cat = entry.get("category", "")
     if cat == "attention":
         from .attention_files import analyze_attention_file
-        return analyze_attention_file(path, stats, init_attention)
+        return AttentionStats.from_dict(analyze_attention_file(path, stats, init_attention), str(path))
     if cat == "gradnoise":
         from brownformer.stats.diffusion.descriptive import analyze_noise
-        return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
+        return NoiseStats.from_dict(analyze_noise(np.load(path, allow_pickle=False),
+                                                  confidence_level=stats.confidence_level), str(path))
     if cat != "depth":
         return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration,
                                      min_lag_steps=min_lag_steps)
-    sphere = _sphere_part(entry, path, stats)
-    if sphere["tensor"] == "ln_affine":
-        out = {"kind": entry.get("kind") or "euclidean",
-               "battery": "not run: the after-affine LN output is analysed for claim 1 only"}
-    else:
-        try:
-            out = trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration)
-        except ValueError as exc:  # e.g. T < 3 for a 2-layer model: keep the sphere part
-            log.info("%s: battery skipped (%s)", path, exc)
-            out = {"kind": entry.get("kind"), "battery_error": str(exc)}
-    out["sphere"] = sphere
-    return out
+    sphere = SphereSummary.from_dict(_sphere_part(entry, path, stats), f"{path} sphere")
+    if sphere.tensor == "ln_affine":
+        return SphereStats(sphere=sphere, kind=entry.get("kind") or "euclidean",
+                           battery="not run: the after-affine LN output is analysed for claim 1 only")
+    try:
+        return replace(trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration),
+                       sphere=sphere)
+    except ValueError as exc:  # e.g. T < 3 for a 2-layer model: keep the sphere part
+        log.info("%s: battery skipped (%s)", path, exc)
+        return SphereStats(sphere=sphere, kind=entry.get("kind"), battery_error=str(exc))
 
 
 def read_index(traj_dir: Path) -> list[dict]:
@@ -193,10 +197,8 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
             log.warning("%s: %s", path, exc)
             errors.append(FileError(path=str(rel), error=str(exc)))
             continue
-        result.update({"run_id": run_id, "category": entry.get("category"), "entry": entry,
-                       "input": {"path": str(path), "sha256": sha256_file(path)}, "schema_version": SCHEMA_VERSION})
-        # parsed once into the contract: a field the readers do not know fails here, at the writer, not in a figure
-        record = parse_stats_file(result, f"{rel_out}")
+        record = replace(result, run_id=run_id, category=entry.get("category"), entry=entry,
+                         input=InputFile(path=str(path), sha256=sha256_file(path)))
         write_json(out_dir / rel_out, record)
         files.append(_summary_row(entry, rel, rel_out, record))
         log.info("%s: %s", rel, getattr(record, "verdict", None) or "done")

@@ -27,11 +27,10 @@ def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = 
     from brownformer.io import to_jsonable, write_json
 
     from .run_stats import trajectory_file_stats
-    result = trajectory_file_stats(file, stats=stats, kind=kind)
+    record = trajectory_file_stats(file, stats=stats, kind=kind)
     if calibrate:
         from .user_calibration import calibrate_result
-        result = calibrate_result(file, result, stats=stats, kind=kind, echo=echo)
-    record = _through_contract(result, str(file))
+        record = calibrate_result(file, record, stats=stats, kind=kind, echo=echo)
     if out is not None:
         write_json(out, record)
     return to_jsonable(record)  # what OUT.json holds: the CLI prints it

@@ -4,9 +4,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ._results import SCHEMA_VERSION, EffectResult, _check_version, _list, _map, _Record
+from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["Clock", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["Clock", "Curvature", "MomentumBias", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -70,6 +70,29 @@ class Envelope(_Record):
 
 
 @dataclass(frozen=True)
+class Curvature(_Record):
+    """Late minus early half-window exponent (mean over walkers; a power law has 0), with the early and late values,
+    the flat margin the classification reads it against and the Brownian null's 95% range of it."""
+
+    estimate: float
+    confidence_interval: list
+    tost_interval: list
+    early: float
+    late: float
+    flat_margin: float
+    null_range: list
+
+
+@dataclass(frozen=True)
+class MomentumBias(_Record):
+    """What the file's momentum (or the sphere of a replica-contrast file) alone gives a key effect: the median on the
+    simulated null less the Brownian value (`bias`), and that value (`null_value`)."""
+
+    bias: float
+    null_value: float
+
+
+@dataclass(frozen=True)
 class LocalSlopes(_Record):
     """Claim 3's reading on the window fixed before the data (stats/diffusion/window_reading.py)."""
 
@@ -77,8 +100,8 @@ class LocalSlopes(_Record):
     description: str
     effect: EffectResult
     window: SlopeWindow | None = None
-    curvature: dict | None = None
-    ensemble_exponent: dict | None = None
+    curvature: Curvature | None = None
+    ensemble_exponent: dict | None = None  # descriptive: {estimate, confidence_interval, fitted_offset, D, fit}
     storage_offset: float | None = None
     tau: list | None = None
     curve: list | None = None
@@ -86,9 +109,10 @@ class LocalSlopes(_Record):
     envelope: Envelope | None = None
     null_decay: float | None = None
     spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
-    momentum_bias: dict | None = None  # key effect -> {bias, null_value}: what the file's momentum alone gives it
+    momentum_bias: dict[str, MomentumBias] | None = None  # key effect -> what the file's momentum alone gives it
 
-    _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict}
+    _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict,
+               "curvature": Curvature.from_dict, "momentum_bias": _map(MomentumBias.from_dict)}
 
 
 @dataclass(frozen=True)
@@ -166,6 +190,11 @@ class BatteryStats(_Record):
 
     def test(self, name: str) -> EffectResult | None:
         return next((t for t in self.tests if t.name == name), None)
+
+    @property
+    def decision(self) -> Decision:
+        """The file's verdict as written (the rule's, on the window exponent; after the gates where calibrated)."""
+        return Decision(self.verdict, self.reason, alpha=(self.settings or {}).get("alpha"))
 
     _nested = {
             "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
