@@ -47,8 +47,8 @@ import numpy as np
 
 from brownformer.io import find_sidecar, progress, sha256_file, write_json
 from brownformer.stats.diffusion.window_verdict import trajectory_result
-from brownformer.statsfile import (AttentionStats, BatteryStats, Clock, FileError, InputFile, NoiseStats,
-                                   RunStatsFile, RunStatsSummary, SphereStats, SphereSummary, SummaryRow)
+from brownformer.statsfile import (AttentionStats, BatteryStats, Clock, FileError, InputFile, RunStatsFile,
+                                   RunStatsSummary, SphereStats, SphereSummary, SummaryRow)
 
 from .trajectory_io import load_calibration, load_trajectory
 
@@ -132,8 +132,7 @@ def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, 
         return AttentionStats.from_dict(analyze_attention_file(path, stats, init_attention), str(path))
     if cat == "gradnoise":
         from brownformer.stats.diffusion.descriptive import analyze_noise
-        return NoiseStats.from_dict(analyze_noise(np.load(path, allow_pickle=False),
-                                                  confidence_level=stats.confidence_level), str(path))
+        return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
     if cat != "depth":
         return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration,
                                      min_lag_steps=min_lag_steps)
