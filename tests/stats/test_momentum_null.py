@@ -73,7 +73,7 @@ def test_momentum_in_the_null_certifies_heavy_ball_brownian_motion_only(tmp_path
     out = trajectory_file_stats(_file(tmp_path, name), stats=DEFAULT_STATS)
     assert out.verdict == verdict, out.reason
     spec = out.local_slopes.spec
-    assert spec["momentum"] == BETA and spec["steps"][0] >= 10  # the null carries it, from the window's start
+    assert spec.momentum == BETA and spec.steps[0] >= 10  # the null carries it, from the window's start
     assert out.local_slopes.window.min_lag_steps == 10
 
 

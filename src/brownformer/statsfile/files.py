@@ -1,12 +1,12 @@
 """The per-run statistics files (one per trajectory file) and a run's summary.json."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["Clock", "Curvature", "MomentumBias", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -70,6 +70,53 @@ class Envelope(_Record):
 
 
 @dataclass(frozen=True)
+class WindowSpec:
+    """What the window exponent of a file needs besides its trajectory: the window's capture indices and the
+    parameters of the Brownian motions whose median bias it subtracts. Part of the calibration shape
+    (shapes.CalibrationShape.window), so that the calibration simulates the very rule the verdict applies; the
+    window reading's "spec" (stats/diffusion/window_reading.py window_spec builds it, spec_window gives its window).
+    Hashable (tuples); its JSON keeps every key, "steps" null included."""
+
+    start: int
+    used: tuple[int, ...]
+    null_rho: float
+    null_decay: float  # sphere: total decay of the simulated Brownian motions; 1 euclidean
+    envelope_replicates: int
+    local_decades: float
+    seed: int
+    #: the heavy-ball beta of the optimizer that produced the file (sidecar "momentum"; 0: none) and the training
+    #: steps of all its captures: the null is then Brownian motion through that momentum (simulate.heavy_ball_brownian)
+    momentum: float = 0.0
+    steps: tuple[int, ...] | None = None
+    #: a replica-contrast file of tokens on the sphere (stats/sphere/replica_null.py): R (0: none), the clock's share
+    #: from the common start at the first capture, the sphere in LayerNorm's hyperplane; null_decay: from the start
+    replicas: int = 0
+    replica_start: float = 0.0
+    replica_hyperplane: bool = False
+
+    @property
+    def carries_physics(self) -> bool:
+        """Whether the null differs from plain Brownian motion in a way every key effect must be corrected for
+        (momentum, the sphere of a replica-contrast file): brownian.null_bias."""
+        return bool(self.momentum or self.replicas)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "used": list(self.used), "steps": None if self.steps is None else list(self.steps)}
+
+    @classmethod
+    def from_dict(cls, d: dict | WindowSpec | None, where: str | None = None) -> WindowSpec | None:
+        """The spec from its JSON (older files lack the momentum and replica keys: their defaults); None for none."""
+        if not d or isinstance(d, cls):
+            return d or None
+        steps = d.get("steps")
+        return cls(int(d["start"]), tuple(int(i) for i in d["used"]), float(d["null_rho"]), float(d["null_decay"]),
+                   int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]),
+                   float(d.get("momentum") or 0.0), None if steps is None else tuple(int(i) for i in steps),
+                   int(d.get("replicas") or 0), float(d.get("replica_start") or 0.0),
+                   bool(d.get("replica_hyperplane") or False))
+
+
+@dataclass(frozen=True)
 class Curvature(_Record):
     """Late minus early half-window exponent (mean over walkers; a power law has 0), with the early and late values,
     the flat margin the classification reads it against and the Brownian null's 95% range of it."""
@@ -108,11 +155,12 @@ class LocalSlopes(_Record):
     local_slope: list | None = None
     envelope: Envelope | None = None
     null_decay: float | None = None
-    spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
+    spec: WindowSpec | None = None  # the window as the calibration simulates it
     momentum_bias: dict[str, MomentumBias] | None = None  # key effect -> what the file's momentum alone gives it
 
     _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict,
-               "curvature": Curvature.from_dict, "momentum_bias": _map(MomentumBias.from_dict)}
+               "curvature": Curvature.from_dict, "momentum_bias": _map(MomentumBias.from_dict),
+               "spec": WindowSpec.from_dict}
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from brownformer.statsfile import WindowSpec
+
 __all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "sphere_decay", "SIGNIFICANT", "RHO_MAX",
            "DECAY_DECORRELATED"]
 
@@ -76,7 +78,6 @@ class CalibrationShape:
     @classmethod
     def from_dict(cls, d: dict) -> "CalibrationShape":
         """Inverse of to_dict(full=True); ValueError when a field is missing."""
-        from brownformer.stats.diffusion.window_reading import WindowSpec
         try:
             return cls(str(d["kind"]), tuple(float(t) for t in d["times"]), tuple(int(g) for g in d["group_sizes"]),
                        int(d["d"]), bool(d["hyperplane"]), str(d["drift"]), float(d["rho"]), float(d["decay"]),

@@ -20,7 +20,7 @@ returns the per-file block the claims and the figure read:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -33,10 +33,10 @@ from brownformer.stats.diffusion.rule import Effect
 from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats.sphere.replica_null import simulate_null
 from brownformer.stats.diffusion.walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
-from brownformer.statsfile import Curvature, EffectResult, Envelope, LocalSlopes, SlopeWindow
+from brownformer.statsfile import Curvature, EffectResult, Envelope, LocalSlopes, SlopeWindow, WindowSpec
 
 __all__ = ["window_reading", "window_effects", "window_classification", "window_classification_of",
-           "key_effects_on_window", "window_exponent", "window_spec", "null_walks", "WindowSpec", "WindowReading",
+           "key_effects_on_window", "window_exponent", "window_spec", "spec_window", "null_walks", "WindowSpec", "WindowReading",
            "WindowBatch", "WindowExponentParts", "WINDOW_CLASSES"]
 
 WINDOW_CLASSES = ("brownian", "subdiffusive", "superdiffusive", "crossover", "mixed", "inconclusive")
@@ -46,51 +46,9 @@ ENSEMBLE_RESAMPLES = 99
 _DECAY_RANGE = (1 / 16, 16.0)
 
 
-@dataclass(frozen=True)
-class WindowSpec:
-    """What the window exponent of a file needs besides its trajectory: the window's capture indices and the
-    parameters of the Brownian motions whose median bias it subtracts. Part of the calibration shape
-    (shapes.CalibrationShape.window), so that the calibration simulates the very rule the verdict applies."""
-
-    start: int
-    used: tuple[int, ...]
-    null_rho: float
-    null_decay: float  # sphere: total decay of the simulated Brownian motions; 1 euclidean
-    envelope_replicates: int
-    local_decades: float
-    seed: int
-    #: the heavy-ball beta of the optimizer that produced the file (sidecar "momentum"; 0: none) and the training
-    #: steps of all its captures: the null is then Brownian motion through that momentum (simulate.heavy_ball_brownian)
-    momentum: float = 0.0
-    steps: tuple[int, ...] | None = None
-    #: a replica-contrast file of tokens on the sphere (stats/sphere/replica_null.py): R (0: none), the clock's share
-    #: from the common start at the first capture, the sphere in LayerNorm's hyperplane; null_decay: from the start
-    replicas: int = 0
-    replica_start: float = 0.0
-    replica_hyperplane: bool = False
-
-    @property
-    def carries_physics(self) -> bool:
-        """Whether the null differs from plain Brownian motion in a way every key effect must be corrected for
-        (momentum, the sphere of a replica-contrast file): brownian.null_bias."""
-        return bool(self.momentum or self.replicas)
-
-    def window(self) -> FittingWindow:
-        return FittingWindow(self.start, np.asarray(self.used, np.int64), None, 0, "calibration shape")
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "used": list(self.used), "steps": None if self.steps is None else list(self.steps)}
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "WindowSpec | None":
-        if not d:
-            return None
-        steps = d.get("steps")
-        return cls(int(d["start"]), tuple(int(i) for i in d["used"]), float(d["null_rho"]), float(d["null_decay"]),
-                   int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]),
-                   float(d.get("momentum") or 0.0), None if steps is None else tuple(int(i) for i in steps),
-                   int(d.get("replicas") or 0), float(d.get("replica_start") or 0.0),
-                   bool(d.get("replica_hyperplane") or False))
+def spec_window(spec: WindowSpec) -> FittingWindow:
+    """The fitting window a WindowSpec fixes (the calibration simulates on it)."""
+    return FittingWindow(spec.start, np.asarray(spec.used, np.int64), None, 0, "calibration shape")
 
 
 @dataclass(frozen=True)
@@ -198,7 +156,7 @@ def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, h
                 drift: str) -> WindowBatch:
     """`_batch` on Brownian motion simulated at the window's shape, cached within the process: the 16 weight
     matrices of a run share one shape, so they share one simulation (seeded by the shape, hence reproducible)."""
-    win = spec.window()
+    win = spec_window(spec)
     t_all = np.asarray(times, float)
     tw = t_all[win.start:]
     rel = (tw - tw[0]) / (tw[-1] - tw[0])
@@ -312,7 +270,7 @@ def window_exponent(X: np.ndarray, times, spec: WindowSpec, labels, *, kind: str
         when the window is too short).
     """
     R = X.shape[0]
-    win = spec.window()
+    win = spec_window(spec)
     if win.n_points < MIN_WINDOW_POINTS:
         return _undefined(f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}", R), None
     tau, F, ws, c0 = _walkers(X, times, win, kind=kind, k=k, drift=drift)
@@ -336,7 +294,7 @@ def _undefined_block(window: SlopeWindow, spec: WindowSpec | None, why: str) -> 
     """The window block of a file whose window exponent is undefined (too short a window, or a reading that failed)."""
     return LocalSlopes(classification="inconclusive", description=why,
                        effect=EffectResult.effect(None, (None, None), (None, None), why_undefined=why),
-                       window=window, spec=None if spec is None else spec.to_dict())
+                       window=window, spec=spec)
 
 
 def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: int, hyperplane: bool, drift: str,
@@ -431,7 +389,7 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
                                   "(descriptive)"},
         storage_offset=float(data.storage_offset[0]), tau=data.tau, curve=data.curve[0], local_slope=data.local[0],
         envelope=Envelope(low=env[0], median=env[1], high=env[2], n_replicates=R, level=0.95),
-        null_decay=spec.null_decay if kind == "sphere" else None, spec=spec.to_dict())
+        null_decay=spec.null_decay if kind == "sphere" else None, spec=spec)
     return WindowReading(block, walkers, spec)
 
 
