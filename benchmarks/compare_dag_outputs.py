@@ -27,7 +27,7 @@ MASKS = [(re.compile(r"\.new-[a-z0-9_]{8}"), ".new-<tmp>"),
          (re.compile(r"(seconds ratio (&gt;|>) ?|step-cost ratio |margin 1 / )[\d.]+"), r"\1<s>"),
          (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(\+\d\d:\d\d|Z)?"), "<time>"),
          (re.compile(r"\b[0-9a-f]{7,64}\b"), "<hash>"),
-         (re.compile(r"/tmp/typed_(ref|after|base|snap)"), "<dir>"),  # run directories and source copies
+         (re.compile(r"/tmp/typed_(ref|after|base|snap)(_B)?"), "<dir>"),  # run directories and source copies (_B: helper typedB's)
          (re.compile(r"[ \u2580-\u259f]+"), " ")]  # column padding, progress-bar blocks
 
 

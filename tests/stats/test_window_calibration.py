@@ -37,7 +37,7 @@ def test_calibration_shape_carries_the_window_of_the_verdict(brownian_file):
     assert shape.window is not None and shape.window.start == win.start_index == STEPS.index(10)
     assert list(shape.window.used) == win.used_indices
     assert all(STEPS[i] - 10 >= 5 for i in shape.window.used)  # lags shorter than the momentum time left out
-    assert shape.id == out.calibration_shape["id"]
+    assert shape.id == out.calibration_shape.id
 
 
 def test_calibrated_rule_is_the_verdict_rule(brownian_file, monkeypatch):

@@ -23,10 +23,10 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 from __future__ import annotations
 
 from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult
-from .files import (AttentionStats, BatteryStats, Clock, Curvature, Envelope, FileError, InputFile, LocalSlopes,
+from .files import (AttentionStats, BatteryStats, CalibrationShape, Clock, Curvature, Envelope, FileError, InputFile, LocalSlopes,
                     MomentumBias, NoiseCapture, NoiseStats, RunStatsFile, RunStatsSummary, SlopeWindow,
                     SphereNormalisation, SphereStats, SphereSummary, SummaryRow, WindowSpec, parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats",
            "SphereStats", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

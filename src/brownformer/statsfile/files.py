@@ -1,12 +1,14 @@
 """The per-run statistics files (one per trajectory file) and a run's summary.json."""
 from __future__ import annotations
 
+import hashlib
+import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -117,6 +119,66 @@ class WindowSpec:
 
 
 @dataclass(frozen=True)
+class CalibrationShape:
+    """Everything the calibration reproduces of one trajectory file (hashable; `id` names it): a battery file's
+    "calibration_shape" and its summary row's (stats/core/shapes.py shape_of builds it from the data)."""
+
+    kind: str
+    times: tuple[float, ...]  # elapsed share of the clock, 0..1, 4 significant digits
+    group_sizes: tuple[int, ...]
+    d: int
+    hyperplane: bool
+    drift: str
+    rho: float
+    decay: float  # sphere, and the walks of a sphere replica-contrast file (window.replicas): their total decay; else 0
+    #: the fitting window the verdict's MSD effect is read on (window_reading.WindowSpec); None: the full-range
+    #: exponent (a shape without a window reading)
+    window: WindowSpec | None = None
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def n_walkers(self) -> int:
+        return int(sum(self.group_sizes))
+
+    def labels(self) -> np.ndarray:
+        """(N,) the group of each walker."""
+        import numpy as np  # only the calibration needs it; the contract's readers do not
+        return np.repeat(np.arange(len(self.group_sizes)), self.group_sizes)
+
+    @property
+    def geometry(self) -> str:
+        """Where the null's walkers live: "sphere" (a sphere file, or the walks behind a sphere replica-contrast
+        file: window.replicas), else "euclidean"."""
+        return "sphere" if self.kind == "sphere" or getattr(self.window, "replicas", 0) else "euclidean"
+
+    def to_dict(self, *, full: bool = True) -> dict:
+        """Summary fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
+        `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
+        out = {"id": self.id, "kind": self.kind, "geometry": self.geometry, "T": len(self.times), "N": self.n_walkers, "d": self.d,
+               "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
+               "decay": self.decay, "window": self.window.to_dict() if self.window is not None else None}
+        if full:
+            out.update(times=list(self.times), group_sizes=list(self.group_sizes))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict | CalibrationShape | None, where: str | None = None) -> CalibrationShape | None:
+        """Inverse of to_dict(full=True) (the summary keys are derived, not read); ValueError when a field is
+        missing; a CalibrationShape is taken as it is, an empty mapping (no shape recorded) is None."""
+        if isinstance(d, cls) or not d:
+            return d or None
+        try:
+            return cls(str(d["kind"]), tuple(float(t) for t in d["times"]), tuple(int(g) for g in d["group_sizes"]),
+                       int(d["d"]), bool(d["hyperplane"]), str(d["drift"]), float(d["rho"]), float(d["decay"]),
+                       WindowSpec.from_dict(d.get("window")))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where or 'calibration shape'} {d!r} lacks a field ({exc})") from None
+
+
+@dataclass(frozen=True)
 class Curvature(_Record):
     """Late minus early half-window exponent (mean over walkers; a power law has 0), with the early and late values,
     the flat margin the classification reads it against and the Brownian null's 95% range of it."""
@@ -210,7 +272,7 @@ class BatteryStats(_Record):
     classification: str | None
     flags: list[str]
     within_group_correlation: float | None
-    calibration_shape: dict
+    calibration_shape: CalibrationShape
     curves: dict
     settings: dict
     calibration: dict | None
@@ -249,7 +311,7 @@ class BatteryStats(_Record):
             "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
             "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
-            "sphere_normalisation": SphereNormalisation.from_dict}
+            "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict}
 
 
 @dataclass(frozen=True)
@@ -370,11 +432,11 @@ class SummaryRow(_Record):
     brownian: bool | None = None
     msd_exponent: EffectResult | None = None
     battery_error: str | None = None
-    calibration_shape: dict | None = None
+    calibration_shape: CalibrationShape | None = None
     window_exponent: float | None = None
     sphere_tensor: str | None = None
 
-    _nested = {"msd_exponent": EffectResult.effect_from_dict}
+    _nested = {"msd_exponent": EffectResult.effect_from_dict, "calibration_shape": CalibrationShape.from_dict}
 
 
 @dataclass(frozen=True)

@@ -27,14 +27,14 @@ from brownformer.stats.core.batch_stat import BatchStat
 from brownformer.stats.diffusion.battery_registry import STATISTICS, TrajectoryInputs, batch_statistics, euclidean_inputs, sphere_inputs
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, Effect, margins_for
-from brownformer.stats.core.shapes import CalibrationShape, calibration_for, select_walkers, shape_of
+from brownformer.stats.core.shapes import calibration_for, select_walkers, shape_of
 from brownformer.stats.sphere.sphere_distance import gram_offdiagonal
 from brownformer.stats.diffusion.trajectory_inputs import validate_trajectory
 from brownformer.statsfile import BatteryStats, EffectResult, SphereNormalisation
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_trajectory", "trajectory_battery", "TrajectoryBattery", "battery_batch", "momentum_bias", "momentum_corrected", "BatteryResult", "CLASSES"]
+__all__ = ["analyze_trajectory", "trajectory_battery", "battery_batch", "momentum_bias", "momentum_corrected", "BatteryResult", "CLASSES"]
 
 #: "crossover" (the local slope is not flat across the window) and "mixed" (Brownian and non-Brownian walkers)
 #: come from the window reading (stats/diffusion/window_reading.py)
@@ -224,22 +224,13 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
     return out, curves
 
 
-@dataclass(frozen=True)
-class TrajectoryBattery:
-    """One trajectory's battery (trajectory_battery): its statistics record, decided on the full range, and the
-    calibration shape that decision was taken at (the window reading, window_verdict, adds its window to it)."""
-
-    stats: BatteryStats
-    shape: CalibrationShape
-
-
 def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int | None = None,
                        n_tokens: int | None = None, hyperplane: bool | None = None, drift: str = "common",
                        confidence_level: float = DEFAULT_STATS.confidence_level,
                        n_resamples: int = DEFAULT_STATS.n_resamples, alpha: float = DEFAULT_STATS.alpha,
                        margins: dict = DEFAULT_STATS.margins, max_walkers: int = DEFAULT_STATS.max_walkers,
                        rng=DEFAULT_STATS.seed, calibration=None,
-                       check_clocks: dict | None = None) -> TrajectoryBattery:
+                       check_clocks: dict | None = None) -> BatteryStats:
     """Run the Brownian battery on one trajectory array, decide (on the full range), and describe it.
 
     Args:
@@ -260,9 +251,9 @@ def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int |
         check_clocks: {clock name: (T,) times}: the MSD exponent is also reported on these clocks ("clock_check").
 
     Returns:
-        TrajectoryBattery: the statsfile.BatteryStats record (kind, n_times, n_walkers, dim, msd_exponent,
-        diffusion_coefficient, tests, effects: the key effects with margins, verdict, reason, brownian,
-        classification, flags, within_group_correlation, calibration_shape, calibration) and its CalibrationShape.
+        The statsfile.BatteryStats record (kind, n_times, n_walkers, dim, msd_exponent, diffusion_coefficient,
+        tests, effects: the key effects with margins, verdict, reason, brownian, classification, flags,
+        within_group_correlation, calibration_shape: the CalibrationShape it was decided at, calibration).
 
     Raises:
         ValueError: arrays that are not valid trajectories (see validate_trajectory), bad groups or drift.
@@ -301,10 +292,10 @@ def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int |
         span_dimension=bat.span_dimension, hyperplane=bat.hyperplane, times=times,
         drift_removed=drift if kind == "euclidean" else "none (the sphere branch tests drift, see tests)",
         msd_exponent=_estimate(expo, method=expo.method, why_undefined=expo.why_undefined),
-        diffusion_coefficient=_estimate(D), tests=tests, effects=effects, key_effects=list(key),
+        diffusion_coefficient=EffectResult.effect(_finite(D.estimate), _pair(D.confidence_interval)), tests=tests, effects=effects, key_effects=list(key),
         verdict=verdict, reason=reason, brownian=verdict == "brownian",
         classification=flags[0] if flags else ("brownian" if verdict == "brownian" else None),
-        flags=flags, within_group_correlation=float(bat.rho[0]), calibration_shape=shape.to_dict(), curves=curves,
+        flags=flags, within_group_correlation=float(bat.rho[0]), calibration_shape=shape, curves=curves,
         settings={"confidence_level": confidence_level, "alpha": alpha, "tost_level": 1 - 2 * alpha,
                   "n_resamples": n_resamples, "max_walkers": max_walkers, "margins": {k: list(v) for k, v in m.items()},
                   "interval": "t-interval over groups (G - 1 df) with the cluster-bootstrap SE"},
@@ -315,12 +306,12 @@ def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int |
                                               confidence_level, alpha, n_resamples, rng)
                      for name, t in check_clocks.items()} if check_clocks else None,
         sphere_normalisation=normalisation)
-    return TrajectoryBattery(record, shape)
+    return record
 
 
 def analyze_trajectory(X, **kwargs) -> dict:
     """trajectory_battery's record as plain JSON (its arguments): what `stats trajectory` writes before the window."""
-    return to_jsonable(trajectory_battery(X, **kwargs).stats)
+    return to_jsonable(trajectory_battery(X, **kwargs))
 
 
 def _finite(x) -> float | None:
@@ -328,10 +319,13 @@ def _finite(x) -> float | None:
     return float(x) if x is not None and np.isfinite(x) else None
 
 
+def _pair(v) -> tuple[float | None, float | None] | None:
+    return None if v is None else (_finite(v[0]), _finite(v[1]))
+
+
 def _estimate(r: EffectResult, **known) -> EffectResult:
     """A test's estimate with its intervals and p-value in the "effect" layout (NaN as None)."""
-    pair = lambda v: None if v is None else (_finite(v[0]), _finite(v[1]))  # noqa: E731
-    return EffectResult.effect(_finite(r.estimate), pair(r.confidence_interval), pair(r.tost_interval),
+    return EffectResult.effect(_finite(r.estimate), _pair(r.confidence_interval), _pair(r.tost_interval),
                                _finite(r.pvalue), **known)
 
 

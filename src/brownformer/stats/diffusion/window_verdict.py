@@ -15,7 +15,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from brownformer.stats.diffusion.brownian import TrajectoryBattery, trajectory_battery
+from brownformer.stats.diffusion.brownian import trajectory_battery
 from brownformer.stats.diffusion.trajectory_inputs import battery_inputs
 from brownformer.statsfile import BatteryStats, Decision, EffectResult, LocalSlopes, MomentumBias
 
@@ -131,7 +131,7 @@ def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, stats, min_la
     return reading, reading.local_slopes, idx, sub_labels, inputs
 
 
-def _on_window(battery: TrajectoryBattery, X: np.ndarray, meta: dict, stats, min_lag_steps: int = 0) -> BatteryStats:
+def _on_window(full: BatteryStats, X: np.ndarray, meta: dict, stats, min_lag_steps: int = 0) -> BatteryStats:
     """Claim 3's reading on the pre-fixed window (stats/diffusion/window_reading.py): "local_slopes", "walkers", and the
     verdict and classification decided once on the window exponent (the full-range ones are kept as
     "verdict_full_range", "classification_full_range"); the calibration shape gets the window (WindowSpec), so
@@ -139,7 +139,6 @@ def _on_window(battery: TrajectoryBattery, X: np.ndarray, meta: dict, stats, min
     from brownformer.stats.diffusion.brownian import momentum_bias
     from brownformer.stats.diffusion.rule import decide_results
     from brownformer.stats.diffusion.window_reading import key_effects_on_window, window_classification_of
-    full = battery.stats
     reading, slopes, idx, sub_labels, inputs = _read_window(full, X, meta, stats, min_lag_steps)
     spec = reading.spec if reading is not None else None
     bias = None
@@ -150,14 +149,12 @@ def _on_window(battery: TrajectoryBattery, X: np.ndarray, meta: dict, stats, min
             margins=dict(stats.margins), alpha=stats.alpha, n_resamples=stats.n_resamples).items()}
         slopes = replace(slopes, momentum_bias=bias)
     shape = full.calibration_shape
-    if spec is not None:
-        window_shape = replace(battery.shape, window=spec)
+    if spec is not None:  # its id and geometry cover the window
+        shape = replace(shape, window=spec)
         if spec.replicas:  # the sphere the contrasted walks live on: the null's decay and plane
             from brownformer.stats.core.shapes import sphere_decay
             from brownformer.stats.sphere.replica_null import contrast_decay
-            window_shape = replace(window_shape, decay=sphere_decay(contrast_decay(X[:, idx])),
-                                   hyperplane=spec.replica_hyperplane)
-        shape = window_shape.to_dict()  # its id and geometry cover the window
+            shape = replace(shape, decay=sphere_decay(contrast_decay(X[:, idx])), hyperplane=spec.replica_hyperplane)
     effects = _momentum_shifted(full.effects, bias, n_groups=int(full.n_groups or 0), alpha=stats.alpha) if bias \
         else full.effects
     decision = decide_results(key_effects_on_window(effects, slopes), kind=full.kind, margins=dict(stats.margins),
