@@ -81,7 +81,7 @@ def fit_file_null(path, *, stats, kind: str | None = None):
     Xs, labels, times, inputs = analysis_inputs(X, meta, stats)
     steps = (meta.get("clocks") or {}).get("step")
     beta = sidecar_window(meta, start_step=stats.window["start_step"], momentum_times=stats.momentum_times)[2]
-    null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs["hyperplane"],
-                    drift=inputs["drift"] if meta["kind"] == "euclidean" else "none", momentum=beta,
+    null = fit_null(Xs, kind=meta["kind"], times=times, labels=labels, hyperplane=inputs.hyperplane,
+                    drift=inputs.drift if meta["kind"] == "euclidean" else "none", momentum=beta,
                     steps=steps if steps is not None and len(steps) == X.shape[0] else None, meta=meta)
     return fitted_id(meta["sha256"], stats.seed, stats.max_walkers), null

@@ -180,13 +180,14 @@ def _classify(res: dict, m: dict, alpha: float, curves: dict) -> list[str]:
     return flags
 
 
-def _slopes(t: np.ndarray, y: np.ndarray) -> dict:
+def _slopes(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(early, late) log-log slope of y over the first and second half of t (NaN with fewer than 4 usable points)."""
     ok = np.isfinite(y) & (y > 0)
     t, y = t[ok], y[ok]
     if t.size < 4:
-        return {"early_slope": np.nan, "late_slope": np.nan}
+        return np.nan, np.nan
     h = (t.size + 1) // 2
-    return {"early_slope": float(B.log_slope(t[:h], y[:h])), "late_slope": float(B.log_slope(t[h - 1:], y[h - 1:]))}
+    return float(B.log_slope(t[:h], y[:h])), float(B.log_slope(t[h - 1:], y[h - 1:]))
 
 
 def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confidence_level) -> tuple[dict, dict]:
@@ -198,7 +199,8 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
         z = B.standardize(E / np.sqrt(np.diff(times) * bridge(np.diff(times)))[None, :, None, None])[0]
         disp, basis = X[-1] - X[0], None
         msd = bat.curves["msd"][0] if bat.curves["msd"].size else np.array([])
-        curves.update({"msd": msd, "tau": tau[: msd.size]}, **_slopes(tau[: msd.size], msd))
+        early, late = _slopes(tau[: msd.size], msd)
+        curves.update(msd=msd, tau=tau[: msd.size], early_slope=early, late_slope=late)
     else:
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
         v = bat.curves.pop("tangent_increments")[0]
@@ -214,7 +216,7 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
         curves.update({"mean_cos": cm, "second_harmonic": bat.curves["second_harmonic"][0], "tau": tau,
                        "n_usable_times": int(bat.curves["n_usable_times"][0]), "gram_offdiagonal": g,
                        "gram_offdiagonal_bm_prediction": g[0] * np.exp(-2 * (bat.span_dimension - 1) * D * (times - times[0])),
-                       **_slopes(tau, psi)})
+                       **dict(zip(("early_slope", "late_slope"), _slopes(tau, psi)))})
         e = v
     pick = rng.integers(0, z.shape[-1], size=z.shape[1])
     z = B.walker_scaled(z[None])[0]  # walkers of different rates are not a heavy tail

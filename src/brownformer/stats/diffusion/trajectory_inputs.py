@@ -4,12 +4,14 @@ Pure functions of arrays and sidecar dicts; reading the files is brownformer.sta
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from brownformer.stats.core.bootstrap import group_labels
 from brownformer.stats.core.shapes import select_walkers
 
-__all__ = ["validate_trajectory", "battery_inputs", "analysis_inputs", "KINDS"]
+__all__ = ["validate_trajectory", "battery_inputs", "BatteryInputs", "analysis_inputs", "KINDS"]
 
 KINDS = ("sphere", "euclidean")
 
@@ -53,8 +55,24 @@ def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.nda
     return X, times
 
 
-def battery_inputs(meta: dict, kind: str) -> dict:
-    """analyze_trajectory's keyword arguments from a sidecar: groups, hyperplane and drift handling."""
+@dataclass(frozen=True)
+class BatteryInputs:
+    """What a sidecar tells the battery besides the clock: dependent walkers (`groups`, or `n_inputs` x `n_tokens`),
+    whether the vectors lie in LayerNorm's hyperplane (None: detected), and the drift handling."""
+
+    groups: list | None
+    n_inputs: int | None
+    n_tokens: int | None
+    hyperplane: bool | None
+    drift: str
+
+    def labels(self, n_walkers: int) -> np.ndarray:
+        """(N,) group labels of the walkers (bootstrap.group_labels)."""
+        return group_labels(n_walkers, groups=self.groups, n_inputs=self.n_inputs, n_tokens=self.n_tokens)
+
+
+def battery_inputs(meta: dict, kind: str) -> BatteryInputs:
+    """trajectory_battery's inputs from a sidecar: groups, hyperplane and drift handling."""
     clock = meta.get("drift_clock")
     if clock is not None and meta.get("drift", "common") != "none" and clock != meta.get("time"):
         raise ValueError(f"sidecar drift_clock {clock!r} differs from its time clock {meta.get('time')!r}: the battery "
@@ -62,13 +80,13 @@ def battery_inputs(meta: dict, kind: str) -> dict:
     hyperplane = meta.get("sum_zero")
     if hyperplane is None and kind == "sphere" and meta.get("ln") in ("pre", "post"):
         hyperplane = True  # LayerNorm output before the affine: in the hyperplane sum(z) = 0
-    return {"groups": meta.get("groups"), "n_inputs": meta.get("n_inputs"), "n_tokens": meta.get("n_tokens"),
-            "hyperplane": hyperplane, "drift": meta.get("drift", "common")}
+    return BatteryInputs(meta.get("groups"), meta.get("n_inputs"), meta.get("n_tokens"), hyperplane,
+                         meta.get("drift", "common"))
 
 
 def analysis_inputs(X: np.ndarray, meta: dict, stats):
-    """(walker-selected X, labels, times, battery inputs) exactly as analyze_trajectory selects them."""
+    """(walker-selected X, labels, times, BatteryInputs) exactly as trajectory_battery selects them."""
     inputs = battery_inputs(meta, meta["kind"])
-    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
-    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # analyze_trajectory's first draw
+    labels = inputs.labels(X.shape[1])
+    idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's first draw
     return X[:, idx], np.unique(labels[idx], return_inverse=True)[1], np.asarray(meta["times"], float), inputs

@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from brownformer.stats.diffusion.brownian import trajectory_battery
-from brownformer.stats.diffusion.trajectory_inputs import battery_inputs
+from brownformer.stats.diffusion.trajectory_inputs import BatteryInputs, battery_inputs
 from brownformer.statsfile import BatteryStats, Decision, EffectResult, LocalSlopes, MomentumBias
 
 log = logging.getLogger(__name__)
@@ -37,11 +37,14 @@ def trajectory_result(X: np.ndarray, meta: dict, *, stats, calibration=None, min
             file whose sidecar gives no momentum of its own.
     """
     X, meta = momentum_captures(X, meta, stats)
-    battery = trajectory_battery(X, kind=meta["kind"], times=meta["times"], confidence_level=stats.confidence_level,
+    inputs = battery_inputs(meta, meta["kind"])
+    battery = trajectory_battery(X, kind=meta["kind"], times=meta["times"], groups=inputs.groups,
+                                 n_inputs=inputs.n_inputs, n_tokens=inputs.n_tokens, hyperplane=inputs.hyperplane,
+                                 drift=inputs.drift, confidence_level=stats.confidence_level,
                                  n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
                                  max_walkers=stats.max_walkers, rng=stats.seed, calibration=calibration,
-                                 check_clocks=_check_clocks(meta, X.shape[0]), **battery_inputs(meta, meta["kind"]))
-    return _on_window(battery, X, meta, stats, min_lag_steps)
+                                 check_clocks=_check_clocks(meta, X.shape[0]))
+    return _on_window(battery, X, meta, inputs, stats, min_lag_steps)
 
 
 def trajectory_verdict(X: np.ndarray, meta: dict, *, stats, calibration=None, min_lag_steps: int = 0) -> dict:
@@ -99,16 +102,14 @@ def _momentum_shifted(effects: dict[str, EffectResult], bias: dict[str, Momentum
     return out
 
 
-def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, stats, min_lag_steps: int):
+def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, inputs: BatteryInputs, stats, min_lag_steps: int):
     """(WindowReading or None when it failed, the block to store, the battery's walker indices and their labels)."""
-    from brownformer.stats.core.bootstrap import group_labels
     from brownformer.stats.core.shapes import select_walkers
     from brownformer.stats.diffusion.local_slope import sidecar_window
     from brownformer.stats.diffusion.window_reading import window_reading
-    inputs = battery_inputs(meta, battery.kind)
     rho = battery.within_group_correlation
     rho = float(rho) if rho is not None and np.isfinite(rho) else 0.0  # undefined (one walker per group): none
-    labels = group_labels(X.shape[1], groups=inputs["groups"], n_inputs=inputs["n_inputs"], n_tokens=inputs["n_tokens"])
+    labels = inputs.labels(X.shape[1])
     idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
     steps = (meta.get("clocks") or {}).get("step")
     steps = steps if steps is not None and len(steps) == X.shape[0] else None
@@ -119,7 +120,7 @@ def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, stats, min_la
     try:
         reading = window_reading(X[:, idx], battery.times, kind=battery.kind, labels=sub_labels,
                                  k=battery.span_dimension, hyperplane=battery.hyperplane,
-                                 drift=inputs["drift"] if battery.kind == "euclidean" else "none", steps=steps,
+                                 drift=inputs.drift if battery.kind == "euclidean" else "none", steps=steps,
                                  meta=side, stats=stats, rho=rho, rng=stats.seed,
                                  min_lag_steps=lag if steps is not None else 0, start_step=start, momentum=beta)
     except (ValueError, ArithmeticError, IndexError, np.linalg.LinAlgError) as exc:  # keep the battery's result
@@ -127,11 +128,12 @@ def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, stats, min_la
         why = f"window reading failed: {exc}"
         failed = LocalSlopes(classification="inconclusive", description=why,
                              effect=EffectResult.effect(None, (None, None), (None, None), why_undefined=why))
-        return None, failed, idx, sub_labels, inputs
-    return reading, reading.local_slopes, idx, sub_labels, inputs
+        return None, failed, idx, sub_labels
+    return reading, reading.local_slopes, idx, sub_labels
 
 
-def _on_window(full: BatteryStats, X: np.ndarray, meta: dict, stats, min_lag_steps: int = 0) -> BatteryStats:
+def _on_window(full: BatteryStats, X: np.ndarray, meta: dict, inputs: BatteryInputs, stats,
+               min_lag_steps: int = 0) -> BatteryStats:
     """Claim 3's reading on the pre-fixed window (stats/diffusion/window_reading.py): "local_slopes", "walkers", and the
     verdict and classification decided once on the window exponent (the full-range ones are kept as
     "verdict_full_range", "classification_full_range"); the calibration shape gets the window (WindowSpec), so
@@ -139,13 +141,13 @@ def _on_window(full: BatteryStats, X: np.ndarray, meta: dict, stats, min_lag_ste
     from brownformer.stats.diffusion.brownian import momentum_bias
     from brownformer.stats.diffusion.rule import decide_results
     from brownformer.stats.diffusion.window_reading import key_effects_on_window, window_classification_of
-    reading, slopes, idx, sub_labels, inputs = _read_window(full, X, meta, stats, min_lag_steps)
+    reading, slopes, idx, sub_labels = _read_window(full, X, meta, inputs, stats, min_lag_steps)
     spec = reading.spec if reading is not None else None
     bias = None
     if spec is not None and spec.carries_physics and slopes.effect.estimate is not None:
         bias = {name: MomentumBias(b, nv) for name, (b, nv) in momentum_bias(
             full.times, spec, sub_labels, d=X.shape[-1], kind=full.kind, k=full.span_dimension,
-            hyperplane=full.hyperplane, drift=inputs["drift"] if full.kind == "euclidean" else "none",
+            hyperplane=full.hyperplane, drift=inputs.drift if full.kind == "euclidean" else "none",
             margins=dict(stats.margins), alpha=stats.alpha, n_resamples=stats.n_resamples).items()}
         slopes = replace(slopes, momentum_bias=bias)
     shape = full.calibration_shape
