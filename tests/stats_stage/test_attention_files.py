@@ -40,13 +40,13 @@ def test_step0_is_the_baseline_with_paired_differences(attention_dir):
     out = analyze_attention_file(tmp / "c1.npy", STATS, init)
     assert out["step"] == 100
     assert out["null_models"]["init"] == init["result"]["aggregate"]
-    kappa = out["init_comparison"]["quantities"]["vmf_kappa"]
-    assert out["init_comparison"]["unit"] == "probe input" and kappa["n_units"] == B
+    kappa = out["init_comparison"].quantities["vmf_kappa"]
+    assert out["init_comparison"].unit == "probe input" and kappa.n_units == B
     # independent reference: the paired difference of the per-matrix kappas, averaged
     ref = np.mean(np.array(out["per_matrix"]["vmf_kappa"]) - np.array(init["result"]["per_matrix"]["vmf_kappa"]))
-    assert kappa["difference"] == pytest.approx(ref)
-    assert kappa["confidence_interval"][0] <= kappa["difference"] <= kappa["confidence_interval"][1]
-    assert kappa["difference"] == pytest.approx(5.5, abs=0.05)  # 6.0 - 0.5, both exact vMF kernels
+    assert kappa.difference == pytest.approx(ref)
+    assert kappa.confidence_interval[0] <= kappa.difference <= kappa.confidence_interval[1]
+    assert kappa.difference == pytest.approx(5.5, abs=0.05)  # 6.0 - 0.5, both exact vMF kernels
 
 
 def test_nulls_destroy_the_kernel(attention_dir):

@@ -18,6 +18,7 @@ from brownformer.io import find_sidecar, sha256_file
 from brownformer.stats.markov.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
 from brownformer.stats.markov.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
                                             validate_attention)
+from brownformer.statsfile import NullModelsInfo
 
 log = logging.getLogger(__name__)
 
@@ -108,21 +109,21 @@ def analyze_attention_file(path: Path, stats, init: dict | None) -> dict:
     rng = np.random.default_rng(stats.seed)
     sub_A, sub_F, idx = null_subsample(A, feats, rng)
     nulls = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level, rng=rng)
-    nulls_info = {"n_matrices": int(idx.size), "of": int(out["n_matrices"]),
-                  "row_shuffled": "each row's weights permuted (random Markov matrix with the same row laws)",
-                  "shuffled_keys": "vMF fit with key features permuted across tokens"}
+    exact = init_text = None
     if sub_F is not None and not out["causal"]:
         kappa = np.asarray(out["per_matrix"]["vmf_kappa"], float)[idx]
         nulls["vmf_exact"] = _exact_vmf_alternative(sub_F, kappa, stats)
-        nulls_info["vmf_exact"] = ("alternative, not a null: the exact vMF kernel softmax(kappa <u_i, u_j>) at each "
-                                   "matrix's fitted kappa on the real features (isotropic and reversible by "
-                                   "construction): the claim-2 rule must pass it")
+        exact = ("alternative, not a null: the exact vMF kernel softmax(kappa <u_i, u_j>) at each matrix's fitted "
+                 "kappa on the real features (isotropic and reversible by construction): the claim-2 rule must pass it")
     if init is not None and not is_init:
         nulls["init"] = init["result"]["aggregate"]
-        nulls_info["init"] = f"attention at step 0 ({init['path']})"
+        init_text = f"attention at step 0 ({init['path']})"
         out["init_comparison"] = paired_difference(out, init["result"], out["shape"], stats=stats)
     out["null_models"] = nulls
-    out["null_models_info"] = nulls_info
+    out["null_models_info"] = NullModelsInfo(
+        n_matrices=int(idx.size), of=int(out["n_matrices"]),
+        row_shuffled="each row's weights permuted (random Markov matrix with the same row laws)",
+        shuffled_keys="vMF fit with key features permuted across tokens", vmf_exact=exact, init=init_text)
     return out
 
 
@@ -181,7 +182,7 @@ def attention_file_stats(path: str | Path, *, features: str | Path | None = None
     sub_A, sub_F, idx = null_subsample(validate_attention(A), F, rng)
     result["null_models"] = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level,
                                                   rng=rng)
-    result["null_models_info"] = {"n_matrices": int(idx.size), "of": result["n_matrices"]}
+    result["null_models_info"] = NullModelsInfo(n_matrices=int(idx.size), of=int(result["n_matrices"]))
     if W is not None:
         Wq, Wk = (w[None] if w.ndim == 2 else w for w in W)
         result["head_kernels"] = {"per_layer": [weight_isotropy(q, k, int(n_heads)) for q, k in zip(Wq, Wk)]}

@@ -1,4 +1,5 @@
-"""The per-run statistics files (one per trajectory file) and a run's summary.json."""
+"""The per-run statistics files (one per trajectory file) and a run's summary.json (the package docstring says
+which blocks are records and which stay mappings)."""
 from __future__ import annotations
 
 import hashlib
@@ -8,7 +9,7 @@ from typing import Any
 
 from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["CalibrationShape", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -333,6 +334,42 @@ class SphereStats(_Record):
 
 
 @dataclass(frozen=True)
+class PairedDifference(_Record):
+    """One attention quantity at a capture against step 0 (stats/markov/attention_capture.py paired_difference): the
+    means of both, the mean paired difference with its confidence interval, over `n_units` units."""
+
+    capture_mean: float
+    init_mean: float
+    difference: float
+    confidence_interval: list
+    n_units: int
+
+
+@dataclass(frozen=True)
+class InitComparison(_Record):
+    """An attention file against the run's step-0 attention, per quantity; `unit`: what a resampled unit is."""
+
+    quantities: dict[str, PairedDifference]
+    unit: str
+    method: str
+
+    _nested = {"quantities": _map(PairedDifference.from_dict)}
+
+
+@dataclass(frozen=True)
+class NullModelsInfo(_Record):
+    """What the attention null models were computed on (a subsample of `n_matrices` of `of` matrices) and what each
+    is (present where computed)."""
+
+    n_matrices: int
+    of: int
+    row_shuffled: str | None = None
+    shuffled_keys: str | None = None
+    vmf_exact: str | None = None
+    init: str | None = None
+
+
+@dataclass(frozen=True)
 class AttentionStats(_Record):
     """Markov-chain statistics of attention matrices (stats/markov/markov_chain.py analyze_attention, the null models and the
     step-0 comparison of stats_stage/attention_files.py); `verdicts` only in `stats attention` output.
@@ -353,15 +390,16 @@ class AttentionStats(_Record):
     features_input: InputFile | None = None  # the token features the attention acts on
     step: int | None = None
     null_models: dict | None = None
-    null_models_info: dict | None = None
-    init_comparison: dict | None = None
+    null_models_info: NullModelsInfo | None = None
+    init_comparison: InitComparison | None = None
     verdicts: dict | None = None
     run_id: str | None = None
     category: str | None = None
     entry: dict | None = None
     input: InputFile | None = None
 
-    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict}
+    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict,
+               "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict}
 
 
 @dataclass(frozen=True)

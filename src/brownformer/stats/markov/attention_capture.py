@@ -9,6 +9,7 @@ import numpy as np
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap
 from brownformer.stats.markov.markov_chain import QUANTITIES, _broadcast_features, analyze_attention
+from brownformer.statsfile import InitComparison, PairedDifference
 
 __all__ = ["null_subsample", "paired_difference", "summary_text", "MAX_NULL_MATRICES", "INIT_QUANTITIES"]
 
@@ -29,7 +30,7 @@ def null_subsample(A: np.ndarray, feats, rng: np.random.Generator):
     return flat[idx], (None if F is None else np.ascontiguousarray(F[idx])), idx
 
 
-def paired_difference(cur: dict, init: dict, shape: list, *, stats) -> dict:
+def paired_difference(cur: dict, init: dict, shape: list, *, stats) -> InitComparison:
     """Mean per-matrix difference (this capture - initialisation) of each quantity, matrices paired by
     position (layer, head, input); cluster-bootstrap t-interval over probe inputs (axis -3 of the
     attention, stats/core/bootstrap.py) at stats.confidence_level."""
@@ -56,11 +57,11 @@ def paired_difference(cur: dict, init: dict, shape: list, *, stats) -> dict:
             boot = ClusterBootstrap(np.arange(units.size), n_resamples=stats.n_resamples, rng=stats.seed)
             lo, hi = boot.estimate(units[:, None], lambda m: m[..., 0]).interval(stats.confidence_level)
             ci = [float(lo[0]), float(hi[0])]
-        out[q] = {"capture_mean": float(np.nanmean(a)), "init_mean": float(np.nanmean(b)), "difference": est,
-                  "confidence_interval": ci, "n_units": int(units.size)}
-    return {"quantities": out, "unit": "probe input" if len(lead) >= 2 else "matrix",
-            "method": "mean of paired per-matrix differences (capture - step 0); cluster-bootstrap t-interval "
-                      "over units"}
+        out[q] = PairedDifference(capture_mean=float(np.nanmean(a)), init_mean=float(np.nanmean(b)), difference=est,
+                                  confidence_interval=ci, n_units=int(units.size))
+    return InitComparison(quantities=out, unit="probe input" if len(lead) >= 2 else "matrix",
+                          method="mean of paired per-matrix differences (capture - step 0); cluster-bootstrap "
+                                 "t-interval over units")
 
 
 def _exact_vmf_alternative(F: np.ndarray, kappa: np.ndarray, stats) -> dict:
