@@ -166,7 +166,7 @@ def _on_window(full: BatteryStats, X: np.ndarray, meta: dict, inputs: BatteryInp
         # how often the window exponent alone certifies Brownian motion simulated at this file's shape: a low
         # value says the data are too few to decide, not that the walk is not Brownian (the full rule's power
         # needs the calibration: `stats trajectory --calibrate` or the pipeline's calibrate stage)
-        decision = replace(decision, power=null["equivalence_power"], reason=decision.reason + (
+        decision = replace(decision, reason=decision.reason + (
             f" (power at this shape: the window exponent certifies {null['equivalence_power']:.0%} of "
             f"{null.get('n_replicates')} Brownian motions simulated at it)"))
     return replace(full, local_slopes=slopes, walkers=reading.walkers if reading is not None else None,
