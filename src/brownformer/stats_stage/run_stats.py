@@ -82,10 +82,9 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
     X, meta = load_trajectory(path, kind=kind)
     table = load_calibration(calibration)
     result = trajectory_result(X, meta, stats=stats, calibration=table, min_lag_steps=min_lag_steps)
-    fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
-    return replace(result, time=meta.get("time"),
-                   clock=Clock(time=meta.get("time"), why=meta.get("clock_reason"), warmup=meta.get("warmup")),
-                   input=InputFile(path=str(path), sha256=meta["sha256"], sidecar=meta["has_sidecar"]),
+    fid = fitted_id(meta.sha256, stats.seed, stats.max_walkers)
+    return replace(result, time=meta.time, clock=Clock(time=meta.time, why=meta.clock_reason, warmup=meta.warmup),
+                   input=InputFile(path=str(path), sha256=meta.sha256, sidecar=meta.has_sidecar),
                    fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid)})
 
 

@@ -23,6 +23,8 @@ identical code on simulated Brownian motion.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import warnings
 from dataclasses import dataclass
 
@@ -30,6 +32,7 @@ import numpy as np
 
 from brownformer.stats.diffusion.battery import levels, log_slope
 from brownformer.statsfile import SlopeWindow
+from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
 
 __all__ = ["FittingWindow", "fitting_window", "sidecar_window", "window_features", "ensemble_curve", "walker_curves",
            "fit_offset_power", "storage_offset", "local_slopes", "walker_slopes", "WalkerSlopes", "MIN_WINDOW_POINTS", "WALKER_COS_FLOOR"]
@@ -73,7 +76,7 @@ class FittingWindow:
                            start_clock=float(t[self.start]), why=self.why, lag_range=lag_range, step_range=step_range)
 
 
-def sidecar_window(meta: dict, *, start_step: int | None, momentum_times: float,
+def sidecar_window(meta, *, start_step: int | None, momentum_times: float,
                    min_lag_steps: int = 0) -> tuple[int | None, int, float]:
     """(start step, least lag in steps, momentum beta) of a training file's window, from its sidecar.
 
@@ -87,8 +90,9 @@ def sidecar_window(meta: dict, *, start_step: int | None, momentum_times: float,
         ValueError: a momentum outside [0, 1).
     """
     from brownformer.config import momentum_gap
-    beta = meta.get("momentum")
-    own = meta.get("window") if isinstance(meta.get("window"), dict) else {}
+    meta = TrajectorySidecar.from_dict(meta)
+    beta = meta.momentum
+    own = meta.window if isinstance(meta.window, Mapping) else {}
     if beta is None and own.get("momentum_steps"):
         beta = 1.0 - 1.0 / float(own["momentum_steps"])
     beta = 0.0 if beta is None else float(beta)

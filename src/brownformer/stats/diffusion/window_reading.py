@@ -298,7 +298,7 @@ def _undefined_block(window: SlopeWindow, spec: WindowSpec | None, why: str) -> 
 
 
 def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: int, hyperplane: bool, drift: str,
-                   steps, meta: dict, stats, rho: float = 0.0, rng=DEFAULT_STATS.seed, min_lag_steps: int = 0,
+                   steps, meta, stats, rho: float = 0.0, rng=DEFAULT_STATS.seed, min_lag_steps: int = 0,
                    start_step: int | None = None, momentum: float = 0.0) -> WindowReading:
     """The window block of one trajectory (module docstring).
 
@@ -307,7 +307,7 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
         kind, k, hyperplane: euclidean, or sphere with span dimension k (in LayerNorm's hyperplane or not).
         labels: (N,) groups of dependent walkers; drift: the battery's drift handling (euclidean).
         steps: (T,) training step of each capture, or None (no warm-up or momentum to skip).
-        meta: the sidecar (token types); stats: StatsConfig (window, margins, alpha, resamples);
+        meta: the sidecar (trajectory_inputs.TrajectorySidecar or its mapping: token types, replica contrasts); stats: StatsConfig (window, margins, alpha, resamples);
         rho: within-group correlation of the increments (the null reproduces it).
         min_lag_steps: lags shorter than this many training steps are left out (the run's momentum time,
             config.ExperimentConfig.analysis_window; 0 without a momentum or a step clock).

@@ -2,7 +2,7 @@
 full range), then the reading on the window fixed before the data (window_reading.window_reading), on which the
 verdict is decided once (rule.decide_results) and stored with the full-range one.
 
-`trajectory_result` is a pure function of the array and its sidecar dict: stats_stage/run_stats.py calls it on every
+`trajectory_result` is a pure function of the array and its sidecar (trajectory_inputs.TrajectorySidecar, or its mapping): stats_stage/run_stats.py calls it on every
 trajectory file, and stats/controls/positive_controls.py (through `trajectory_verdict`, its plain-JSON view) on the
 processes built to say yes (or no). A training file whose sidecar declares its optimizer's "momentum" is kept to the
 captures of its momentum window, and its full-range key effects lose what momentum alone gives them
@@ -16,7 +16,7 @@ from dataclasses import replace
 import numpy as np
 
 from brownformer.stats.diffusion.brownian import trajectory_battery
-from brownformer.stats.diffusion.trajectory_inputs import BatteryInputs, battery_inputs
+from brownformer.stats.diffusion.trajectory_inputs import BatteryInputs, TrajectorySidecar, battery_inputs
 from brownformer.statsfile import BatteryStats, Decision, EffectResult, LocalSlopes, MomentumBias
 
 log = logging.getLogger(__name__)
@@ -27,7 +27,7 @@ __all__ = ["trajectory_result", "trajectory_verdict", "momentum_captures", "WIND
 WINDOW_RULE = "equivalence of every key effect, the MSD exponent read on the pre-fixed window (rule.decide)"
 
 
-def trajectory_result(X: np.ndarray, meta: dict, *, stats, calibration=None, min_lag_steps: int = 0) -> BatteryStats:
+def trajectory_result(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None, min_lag_steps: int = 0) -> BatteryStats:
     """The battery, the window reading and the verdict of one trajectory X (T, N, d) with its sidecar `meta`
     ("kind", "times" and the optional sidecar keys of docs/ARTIFACTS.md), as its statistics record.
 
@@ -37,8 +37,8 @@ def trajectory_result(X: np.ndarray, meta: dict, *, stats, calibration=None, min
             file whose sidecar gives no momentum of its own.
     """
     X, meta = momentum_captures(X, meta, stats)
-    inputs = battery_inputs(meta, meta["kind"])
-    battery = trajectory_battery(X, kind=meta["kind"], times=meta["times"], groups=inputs.groups,
+    inputs = battery_inputs(meta, meta.kind)
+    battery = trajectory_battery(X, kind=meta.kind, times=meta.times, groups=inputs.groups,
                                  n_inputs=inputs.n_inputs, n_tokens=inputs.n_tokens, hyperplane=inputs.hyperplane,
                                  drift=inputs.drift, confidence_level=stats.confidence_level,
                                  n_resamples=stats.n_resamples, alpha=stats.alpha, margins=dict(stats.margins),
@@ -47,39 +47,39 @@ def trajectory_result(X: np.ndarray, meta: dict, *, stats, calibration=None, min
     return _on_window(battery, X, meta, inputs, stats, min_lag_steps)
 
 
-def trajectory_verdict(X: np.ndarray, meta: dict, *, stats, calibration=None, min_lag_steps: int = 0) -> dict:
+def trajectory_verdict(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None, min_lag_steps: int = 0) -> dict:
     """trajectory_result as plain JSON (what its statistics file holds), for callers that read it by key."""
     return trajectory_result(X, meta, stats=stats, calibration=calibration, min_lag_steps=min_lag_steps).to_dict()
 
 
-def _check_clocks(meta: dict, T: int) -> dict:
+def _check_clocks(meta: TrajectorySidecar, T: int) -> dict:
     clocks = {}
-    for name, values in (meta.get("clocks") or {}).items():
+    for name, values in (meta.clocks or {}).items():
         t = np.asarray(values, float)
-        if name != meta.get("time") and t.shape == (T,) and np.all(np.diff(t) > 0):
+        if name != meta.time and t.shape == (T,) and np.all(np.diff(t) > 0):
             clocks[name] = t
     return clocks
 
 
-def momentum_captures(X: np.ndarray, meta: dict, stats) -> tuple[np.ndarray, dict]:
+def momentum_captures(X: np.ndarray, meta: TrajectorySidecar | dict, stats) -> tuple[np.ndarray, TrajectorySidecar]:
     """A training file with a sidecar "momentum" and a step clock, kept to the captures of its analysis window:
     from max(warm-up, the momentum time) on, spaced at least one momentum time apart (local_slope.sidecar_window, the
     rule config.AnalysisWindow applies to the pipeline's replica files, which come thinned: their sidecar "window").
     Increments shorter than the momentum time carry the optimizer's filter, not the walk."""
     from brownformer.config import AnalysisWindow
     from brownformer.stats.diffusion.local_slope import sidecar_window
-    steps = (meta.get("clocks") or {}).get("step")
-    if not meta.get("momentum") or isinstance(meta.get("window"), dict) or steps is None or len(steps) != X.shape[0]:
+    meta = TrajectorySidecar.from_dict(meta)
+    steps = meta.step_clock(X.shape[0])
+    if not meta.momentum or isinstance(meta.window, dict) or steps is None:
         return X, meta
     start, gap, beta = sidecar_window(meta, start_step=stats.window["start_step"], momentum_times=stats.momentum_times)
     keep = AnalysisWindow(int(start or 0), gap, 1.0 / (1.0 - beta)).select([int(s) for s in steps])
     if len(keep) == X.shape[0]:
         return X, meta
-    clocks = {name: [v[i] for i in keep] for name, v in (meta.get("clocks") or {}).items() if len(v) == X.shape[0]}
-    log.info("%s: %d of %d captures in the momentum window (from step %s, >= %d steps apart)", meta.get("path"),
+    clocks = {name: [v[i] for i in keep] for name, v in (meta.clocks or {}).items() if len(v) == X.shape[0]}
+    log.info("%s: %d of %d captures in the momentum window (from step %s, >= %d steps apart)", meta.path,
              len(keep), X.shape[0], start, gap)
-    return X[keep], {**meta, "times": [meta["times"][i] for i in keep], "clocks": clocks,
-                     "momentum_captures": {"kept": keep, "n_total": int(X.shape[0])}}
+    return X[keep], replace(meta, times=[meta.times[i] for i in keep], clocks=clocks)
 
 
 def _momentum_shifted(effects: dict[str, EffectResult], bias: dict[str, MomentumBias], *, n_groups: int,
@@ -102,7 +102,7 @@ def _momentum_shifted(effects: dict[str, EffectResult], bias: dict[str, Momentum
     return out
 
 
-def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, inputs: BatteryInputs, stats, min_lag_steps: int):
+def _read_window(battery: BatteryStats, X: np.ndarray, meta: TrajectorySidecar, inputs: BatteryInputs, stats, min_lag_steps: int):
     """(WindowReading or None when it failed, the block to store, the battery's walker indices and their labels)."""
     from brownformer.stats.core.shapes import select_walkers
     from brownformer.stats.diffusion.local_slope import sidecar_window
@@ -111,9 +111,8 @@ def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, inputs: Batte
     rho = float(rho) if rho is not None and np.isfinite(rho) else 0.0  # undefined (one walker per group): none
     labels = inputs.labels(X.shape[1])
     idx = select_walkers(labels, stats.max_walkers, np.random.default_rng(stats.seed))  # the battery's walkers
-    steps = (meta.get("clocks") or {}).get("step")
-    steps = steps if steps is not None and len(steps) == X.shape[0] else None
-    side = {**meta, "n_tokens": meta.get("n_tokens") if idx.size == X.shape[1] else None}  # positions need all walkers
+    steps = meta.step_clock(X.shape[0])
+    side = replace(meta, n_tokens=meta.n_tokens if idx.size == X.shape[1] else None)  # positions need all walkers
     sub_labels = np.unique(labels[idx], return_inverse=True)[1]
     start, lag, beta = sidecar_window(meta, start_step=stats.window["start_step"], momentum_times=stats.momentum_times,
                                       min_lag_steps=min_lag_steps)
@@ -132,7 +131,7 @@ def _read_window(battery: BatteryStats, X: np.ndarray, meta: dict, inputs: Batte
     return reading, reading.local_slopes, idx, sub_labels
 
 
-def _on_window(full: BatteryStats, X: np.ndarray, meta: dict, inputs: BatteryInputs, stats,
+def _on_window(full: BatteryStats, X: np.ndarray, meta: TrajectorySidecar, inputs: BatteryInputs, stats,
                min_lag_steps: int = 0) -> BatteryStats:
     """Claim 3's reading on the pre-fixed window (stats/diffusion/window_reading.py): "local_slopes", "walkers", and the
     verdict and classification decided once on the window exponent (the full-range ones are kept as
