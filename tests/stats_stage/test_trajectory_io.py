@@ -90,3 +90,18 @@ def test_sidecar_is_parsed_once_into_its_record(tmp_path):
     (tmp_path / "e.sidecar.json").write_text(json.dumps({**side, "n_tokenz": 3}))
     with pytest.raises(ValueError, match=r"e\.sidecar\.json.*n_tokenz"):
         load_trajectory(tmp_path / "e.npy")
+
+
+def test_index_entries_are_parsed_once_and_recorded_as_written(tmp_path):
+    """index.json's entries become IndexEntry records (paths resolved under the index's folder) that keep the entry
+    exactly as written; an entry with an unknown key or without a path is named in the error."""
+    from brownformer.stats_stage.trajectory_io import read_index
+    written = {"path": "depth/ln_c0.npy", "category": "depth", "kind": "sphere", "time": None, "layer": None,
+               "tensor": "ln", "capture": 0}
+    (tmp_path / "index.json").write_text(json.dumps({"files": [written, {**written, "unit": "replica"}]}))
+    first, second = read_index(tmp_path)
+    assert (first.category, first.tensor, first.capture, first.unit, second.unit) == ("depth", "ln", 0, None, "replica")
+    assert first.resolve(tmp_path) == tmp_path / "depth" / "ln_c0.npy" and first.written == written
+    (tmp_path / "index.json").write_text(json.dumps({"files": [written, {"category": "depth", "tensr": "ln"}]}))
+    with pytest.raises(ValueError, match=r"files\[1\].*tensr.*path"):
+        read_index(tmp_path)

@@ -1,11 +1,14 @@
-"""Reading the statistics stage's inputs: trajectory arrays (T, N, d) with their optional JSON sidecars
-(docs/ARTIFACTS.md), the calibration table, and one file's fitted null."""
+"""Reading the statistics stage's inputs: a run's trajectories/index.json (`read_index`, its entries as `IndexEntry`),
+trajectory arrays (T, N, d) with their optional JSON sidecars (docs/ARTIFACTS.md), the calibration table, and one
+file's fitted null."""
 from __future__ import annotations
 
 import json
 import logging
-from dataclasses import replace
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +17,70 @@ from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar, ana
 
 log = logging.getLogger(__name__)
 
-__all__ = ["load_trajectory", "load_calibration", "fit_file_null"]
+__all__ = ["IndexEntry", "read_index", "read_sidecar", "load_trajectory", "load_calibration", "fit_file_null"]
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """One file of a run's trajectories/index.json as the extract stage writes it (probes/extract.py,
+    probes/replicas.py, pretrained/trajectories.py): its `path` (relative to the index's folder), `category`
+    ("depth", "training", "weights", "attention", "gradnoise"), `kind`, `time`, `layer`, `tensor`, `capture` and, for
+    a replica set's contrasts, `unit` ("replica"). `written` is the entry as read, which each statistics file
+    records unchanged."""
+
+    path: str
+    category: str | None = None
+    kind: str | None = None
+    time: str | None = None
+    layer: Any = None
+    tensor: str | None = None
+    capture: int | None = None
+    unit: str | None = None
+    written: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @classmethod
+    def from_dict(cls, d: Mapping, where: str = "index.json entry") -> IndexEntry:
+        """The entry from its JSON (ValueError naming `where` and an unknown or missing key); an IndexEntry is taken
+        as it is."""
+        if isinstance(d, cls):
+            return d
+        if not isinstance(d, Mapping):
+            raise ValueError(f"{where}: expected an object, got {type(d).__name__}")
+        names = {f.name for f in fields(cls)} - {"written"}
+        unknown, missing = sorted(set(d) - names), [] if "path" in d else ["path"]
+        if unknown or missing:
+            raise ValueError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}")
+        return cls(**d, written=dict(d))
+
+    def resolve(self, traj_dir: Path) -> Path:
+        """The file's path: `path` as it is when absolute, else under the index's folder."""
+        rel = Path(self.path)
+        return rel if rel.is_absolute() else Path(traj_dir) / rel
+
+
+def read_index(traj_dir: Path) -> list[IndexEntry]:
+    """The entries of traj_dir/index.json (ValueError naming the problem)."""
+    index_path = Path(traj_dir) / "index.json"
+    if not index_path.exists():
+        raise ValueError(f"{index_path} does not exist")
+    try:
+        files = list(json.loads(index_path.read_text())["files"])
+    except (json.JSONDecodeError, KeyError, TypeError) as exc:
+        raise ValueError(f"{index_path}: expected {{'files': [...]}} ({exc})") from None
+    return [IndexEntry.from_dict(e, f"{index_path} files[{i}]") for i, e in enumerate(files)]
+
+
+def read_sidecar(path: str | Path) -> TrajectorySidecar:
+    """FILE.npy's sidecar, parsed once (an empty one when the file has none; ValueError on invalid JSON or an unknown
+    key)."""
+    side = find_sidecar(path)
+    if side is None:
+        return TrajectorySidecar()
+    try:
+        raw = json.loads(side.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{side}: invalid JSON ({exc})") from None
+    return replace(TrajectorySidecar.from_dict(raw, str(side)), has_sidecar=True)
 
 
 def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.ndarray, TrajectorySidecar]:
@@ -39,13 +105,7 @@ def load_trajectory(path: str | Path, *, kind: str | None = None) -> tuple[np.nd
     except (OSError, ValueError) as exc:
         raise ValueError(f"{path}: cannot read as .npy ({exc})") from None
     sidecar = find_sidecar(path)
-    raw: dict = {}
-    if sidecar is not None:
-        try:
-            raw = json.loads(sidecar.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{sidecar}: invalid JSON ({exc})") from None
-    meta = TrajectorySidecar.from_dict(raw, str(sidecar))
+    meta = read_sidecar(path)
     times, time = meta.times, meta.time
     # the clock actually used: the sidecar's name for its times, "times (unnamed clock)" when it gives times
     # without a name, "index" (0..T-1) only when there are no times

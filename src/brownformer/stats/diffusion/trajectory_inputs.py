@@ -60,7 +60,7 @@ def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.nda
 
 #: Sidecar keys that describe the array for people (docs/ARTIFACTS.md) and that no statistic reads: kept as written
 #: in `TrajectorySidecar.described`.
-_DESCRIBED = ("note", "projection", "drift_reason", "radius", "ln_none_flag", "features", "groups_reason",
+_DESCRIBED = ("note", "drift_reason", "radius", "ln_none_flag", "features", "groups_reason",
               "samples_independent_across_time", "unit", "contrast", "replica_runs", "n_groups", "final_spread", "model",
               "depth_steps", "depth_steps_note", "norm_kind", "sphere_note")
 
@@ -77,7 +77,8 @@ class TrajectorySidecar:
         momentum: the optimizer's heavy-ball beta; window: a replica file's analysis window (its base run's).
         groups, n_inputs, n_tokens: dependent walkers; cls_index: the CLS token's position; walkers: their description.
         sum_zero: vectors in LayerNorm's hyperplane; ln: where LayerNorm sits; drift, drift_clock: drift handling.
-        n_replicas, contrast_of: a replica-contrast file; step, source, causal, axes, vocab_size: where it came from.
+        n_replicas, contrast_of: a replica-contrast file; step, source, causal, axes, vocab_size: where it came from;
+        projection: how weights were stored (random projections when "projected").
         described: the descriptive keys (`_DESCRIBED`), as written.
     """
 
@@ -105,6 +106,7 @@ class TrajectorySidecar:
     causal: bool | None = None
     axes: Any = None
     vocab_size: int | None = None
+    projection: Mapping[str, Any] | None = None
     path: str | None = None
     sha256: str | None = None
     has_sidecar: bool = False
@@ -123,6 +125,22 @@ class TrajectorySidecar:
             raise ValueError(f"{where}: unknown sidecar key(s) {unknown}")
         described = {k: d.pop(k) for k in _DESCRIBED if k in d}
         return cls(**d, described=described)
+
+    @property
+    def captures(self) -> list:
+        """The capture indices the array holds (its "source"), [] when not recorded."""
+        return list((self.source or {}).get("captures") or [])
+
+    @property
+    def projected(self) -> bool:
+        """Whether the array holds random projections of the weights (probes.max_weight_size)."""
+        return bool((self.projection or {}).get("projected"))
+
+    @property
+    def head_axis(self) -> int | None:
+        """The axis of an attention array's heads (its "axes"), None without one."""
+        axes = list(self.axes or [])
+        return axes.index("head") if "head" in axes else None
 
     def step_clock(self, T: int) -> list | None:
         """The "step" clock when it has one value per capture of a (T, ...) array, else None."""
