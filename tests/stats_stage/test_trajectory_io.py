@@ -101,7 +101,10 @@ def test_index_entries_are_parsed_once_and_recorded_as_written(tmp_path):
     (tmp_path / "index.json").write_text(json.dumps({"files": [written, {**written, "unit": "replica"}]}))
     first, second = read_index(tmp_path)
     assert (first.category, first.tensor, first.capture, first.unit, second.unit) == ("depth", "ln", 0, None, "replica")
-    assert first.resolve(tmp_path) == tmp_path / "depth" / "ln_c0.npy" and first.written == written
-    (tmp_path / "index.json").write_text(json.dumps({"files": [written, {"category": "depth", "tensr": "ln"}]}))
-    with pytest.raises(ValueError, match=r"files\[1\].*tensr.*path"):
+    assert first.resolve(tmp_path) == tmp_path / "depth" / "ln_c0.npy" and first.to_dict() == written
+    (tmp_path / "index.json").write_text(json.dumps({"files": [written, {**written, "tensr": "ln"}]}))
+    with pytest.raises(ValueError, match=r"files\[1\].*tensr"):
+        read_index(tmp_path)
+    (tmp_path / "index.json").write_text(json.dumps({"files": [written, {"category": "depth"}]}))
+    with pytest.raises(ValueError, match=r"files\[1\].*path"):
         read_index(tmp_path)

@@ -181,7 +181,7 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
             log.warning("%s: %s", path, exc)
             errors.append(FileError(path=str(rel), error=str(exc)))
             continue
-        record = replace(result, run_id=run_id, category=entry.category, entry=entry.written,
+        record = replace(result, run_id=run_id, category=entry.category, entry=entry,
                          input=InputFile(path=str(path), sha256=sha256_file(path)))
         write_json(out_dir / rel_out, record)
         files.append(_summary_row(entry, rel, rel_out, record))

@@ -5,57 +5,18 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass, field, fields, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
 from brownformer.io import find_sidecar, sha256_file
 from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar, analysis_inputs, validate_trajectory
+from brownformer.statsfile import IndexEntry
 
 log = logging.getLogger(__name__)
 
 __all__ = ["IndexEntry", "read_index", "read_sidecar", "load_trajectory", "load_calibration", "fit_file_null"]
-
-
-@dataclass(frozen=True)
-class IndexEntry:
-    """One file of a run's trajectories/index.json as the extract stage writes it (probes/extract.py,
-    probes/replicas.py, pretrained/trajectories.py): its `path` (relative to the index's folder), `category`
-    ("depth", "training", "weights", "attention", "gradnoise"), `kind`, `time`, `layer`, `tensor`, `capture` and, for
-    a replica set's contrasts, `unit` ("replica"). `written` is the entry as read, which each statistics file
-    records unchanged."""
-
-    path: str
-    category: str | None = None
-    kind: str | None = None
-    time: str | None = None
-    layer: Any = None
-    tensor: str | None = None
-    capture: int | None = None
-    unit: str | None = None
-    written: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
-
-    @classmethod
-    def from_dict(cls, d: Mapping, where: str = "index.json entry") -> IndexEntry:
-        """The entry from its JSON (ValueError naming `where` and an unknown or missing key); an IndexEntry is taken
-        as it is."""
-        if isinstance(d, cls):
-            return d
-        if not isinstance(d, Mapping):
-            raise ValueError(f"{where}: expected an object, got {type(d).__name__}")
-        names = {f.name for f in fields(cls)} - {"written"}
-        unknown, missing = sorted(set(d) - names), [] if "path" in d else ["path"]
-        if unknown or missing:
-            raise ValueError(f"{where}: unknown key(s) {unknown}, missing key(s) {missing}")
-        return cls(**d, written=dict(d))
-
-    def resolve(self, traj_dir: Path) -> Path:
-        """The file's path: `path` as it is when absolute, else under the index's folder."""
-        rel = Path(self.path)
-        return rel if rel.is_absolute() else Path(traj_dir) / rel
 
 
 def read_index(traj_dir: Path) -> list[IndexEntry]:
@@ -67,7 +28,11 @@ def read_index(traj_dir: Path) -> list[IndexEntry]:
         files = list(json.loads(index_path.read_text())["files"])
     except (json.JSONDecodeError, KeyError, TypeError) as exc:
         raise ValueError(f"{index_path}: expected {{'files': [...]}} ({exc})") from None
-    return [IndexEntry.from_dict(e, f"{index_path} files[{i}]") for i, e in enumerate(files)]
+    entries = [IndexEntry.from_dict(e, f"{index_path} files[{i}]") for i, e in enumerate(files)]
+    missing = [i for i, e in enumerate(entries) if not e.path]
+    if missing:
+        raise ValueError(f"{index_path}: files{missing} have no 'path'")
+    return entries
 
 
 def read_sidecar(path: str | Path) -> TrajectorySidecar:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["CalibrationShape", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -21,6 +22,39 @@ class InputFile(_Record):
     path: str
     sha256: str
     sidecar: bool | None = None
+
+
+@dataclass(frozen=True)
+class IndexEntry(_Record):
+    """One file of a run's trajectories/index.json as the extract stage writes it (probes/extract.py,
+    probes/replicas.py, pretrained/trajectories.py), and the "entry" each statistics file records: its `path`
+    (relative to the index's folder), `category` ("depth", "training", "weights", "attention", "gradnoise"),
+    `kind`, `time`, `layer`, `tensor`, `capture` and, for a replica set's contrasts, `unit` ("replica")."""
+
+    path: str | None = None
+    category: str | None = None
+    kind: str | None = None
+    time: str | None = None
+    layer: Any = None
+    tensor: str | None = None
+    capture: int | None = None
+    unit: str | None = None  # written only when set
+
+    def to_dict(self) -> dict:
+        """The entry as the extract stage writes it: every key, `unit` only when set."""
+        out = asdict(self)
+        if self.unit is None:
+            del out["unit"]
+        return out
+
+    def get(self, key: str, default=None):
+        """A key of the entry as written (the mapping view of readers that took the entry's JSON)."""
+        return self.to_dict().get(key, default)
+
+    def resolve(self, traj_dir) -> Path:
+        """The file's path: `path` as it is when absolute, else under the index's folder."""
+        rel = Path(self.path)
+        return rel if rel.is_absolute() else Path(traj_dir) / rel
 
 
 @dataclass(frozen=True)
@@ -296,7 +330,7 @@ class BatteryStats(_Record):
     calibration_seconds: float | None = None
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     sphere: SphereSummary | None = None
 
     def test(self, name: str) -> EffectResult | None:
@@ -312,7 +346,8 @@ class BatteryStats(_Record):
             "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
             "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
-            "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict}
+            "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
+            "entry": IndexEntry.from_dict}
 
 
 @dataclass(frozen=True)
@@ -327,10 +362,10 @@ class SphereStats(_Record):
     schema_version: int = SCHEMA_VERSION
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"sphere": SphereSummary.from_dict, "input": InputFile.from_dict}
+    _nested = {"sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "entry": IndexEntry.from_dict}
 
 
 @dataclass(frozen=True)
@@ -395,10 +430,10 @@ class AttentionStats(_Record):
     verdicts: dict | None = None
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict,
+    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict, "entry": IndexEntry.from_dict,
                "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict}
 
 
@@ -428,10 +463,11 @@ class NoiseStats(_Record):
     schema_version: int = SCHEMA_VERSION
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict}
+    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict,
+               "entry": IndexEntry.from_dict}
 
 
 RunStatsFile = BatteryStats | SphereStats | AttentionStats | NoiseStats

@@ -61,8 +61,8 @@ def validate_trajectory(X, *, kind: str, times=None) -> tuple[np.ndarray, np.nda
 #: Sidecar keys that describe the array for people (docs/ARTIFACTS.md) and that no statistic reads: kept as written
 #: in `TrajectorySidecar.described`.
 _DESCRIBED = ("note", "drift_reason", "radius", "ln_none_flag", "features", "groups_reason",
-              "samples_independent_across_time", "unit", "contrast", "replica_runs", "n_groups", "final_spread", "model",
-              "depth_steps", "depth_steps_note", "norm_kind", "sphere_note")
+              "samples_independent_across_time", "unit", "contrast", "replica_runs", "n_groups", "final_spread",
+              "model", "depth_steps", "depth_steps_note", "norm_kind", "sphere_note")
 
 
 @dataclass(frozen=True)

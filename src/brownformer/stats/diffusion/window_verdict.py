@@ -2,10 +2,11 @@
 full range), then the reading on the window fixed before the data (window_reading.window_reading), on which the
 verdict is decided once (rule.decide_results) and stored with the full-range one.
 
-`trajectory_result` is a pure function of the array and its sidecar (trajectory_inputs.TrajectorySidecar, or its mapping): stats_stage/run_stats.py calls it on every
-trajectory file, and stats/controls/positive_controls.py (through `trajectory_verdict`, its plain-JSON view) on the
-processes built to say yes (or no). A training file whose sidecar declares its optimizer's "momentum" is kept to the
-captures of its momentum window, and its full-range key effects lose what momentum alone gives them
+`trajectory_result` is a pure function of the array and its sidecar (trajectory_inputs.TrajectorySidecar, or its
+mapping): stats_stage/run_stats.py calls it on every trajectory file, and stats/controls/positive_controls.py (through
+`trajectory_verdict`, its plain-JSON view) on the processes built to say yes (or no). A training file whose sidecar
+declares its optimizer's "momentum" is kept to the captures of its momentum window, and its full-range key effects
+lose what momentum alone gives them
 (brownian.momentum_bias), as the calibration does (brownian.battery_batch with the file's window).
 """
 from __future__ import annotations
@@ -27,7 +28,8 @@ __all__ = ["trajectory_result", "trajectory_verdict", "momentum_captures", "WIND
 WINDOW_RULE = "equivalence of every key effect, the MSD exponent read on the pre-fixed window (rule.decide)"
 
 
-def trajectory_result(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None, min_lag_steps: int = 0) -> BatteryStats:
+def trajectory_result(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None,
+                      min_lag_steps: int = 0) -> BatteryStats:
     """The battery, the window reading and the verdict of one trajectory X (T, N, d) with its sidecar `meta`
     ("kind", "times" and the optional sidecar keys of docs/ARTIFACTS.md), as its statistics record.
 
@@ -47,7 +49,8 @@ def trajectory_result(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, c
     return _on_window(battery, X, meta, inputs, stats, min_lag_steps)
 
 
-def trajectory_verdict(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None, min_lag_steps: int = 0) -> dict:
+def trajectory_verdict(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None,
+                       min_lag_steps: int = 0) -> dict:
     """trajectory_result as plain JSON (what its statistics file holds), for callers that read it by key."""
     return trajectory_result(X, meta, stats=stats, calibration=calibration, min_lag_steps=min_lag_steps).to_dict()
 
