@@ -97,7 +97,7 @@ def _depth_tensor(entry: IndexEntry, path: Path) -> str:
     return "resid"
 
 
-def _sphere_part(entry: IndexEntry, path: Path, stats) -> dict:
+def _sphere_part(entry: IndexEntry, path: Path, stats) -> SphereSummary:
     """Claim 1 on one depth file, independent of the battery (any number of layers)."""
     from brownformer.stats.sphere.sphere_distance import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
     X = np.load(path, allow_pickle=False)
@@ -113,15 +113,14 @@ def _sphere_part(entry: IndexEntry, path: Path, stats) -> dict:
     if tensor == "ln_affine" and raw_path != path and raw_path.exists():  # the same tokens before the affine
         z_raw = np.load(raw_path, allow_pickle=False).astype(np.float64) * np.sqrt(X.shape[-1])
     out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins),
-                                n_inputs=meta.n_inputs, n_tokens=meta.n_tokens,
-                                confidence_level=stats.confidence_level, n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES),
-                                rng=stats.seed)
-    out.update({"ln": meta.ln, "step": meta.step, "capture": entry.capture,
-                "times": meta.times or list(range(X.shape[0]))})
-    return out
+                                n_inputs=meta.n_inputs, n_tokens=meta.n_tokens, confidence_level=stats.confidence_level,
+                                n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES), rng=stats.seed)
+    return replace(SphereSummary.from_dict(out, f"{path} sphere"), ln=meta.ln, step=meta.step, capture=entry.capture,
+                   times=meta.times or list(range(X.shape[0])))
 
 
-def _analyze_entry(entry: IndexEntry, path: Path, stats, calibration, init_attention, min_lag_steps: int = 0) -> RunStatsFile:
+def _analyze_entry(entry: IndexEntry, path: Path, stats, calibration, init_attention,
+                   min_lag_steps: int = 0) -> RunStatsFile:
     """One index entry's statistics record (the stage attaches run, category, entry and input)."""
     cat = entry.category or ""
     if cat == "attention":
@@ -133,7 +132,7 @@ def _analyze_entry(entry: IndexEntry, path: Path, stats, calibration, init_atten
     if cat != "depth":
         return trajectory_file_stats(path, stats=stats, kind=entry.kind, calibration=calibration,
                                      min_lag_steps=min_lag_steps)
-    sphere = SphereSummary.from_dict(_sphere_part(entry, path, stats), f"{path} sphere")
+    sphere = _sphere_part(entry, path, stats)
     if sphere.tensor == "ln_affine":
         return SphereStats(sphere=sphere, kind=entry.kind or "euclidean",
                            battery="not run: the after-affine LN output is analysed for claim 1 only")
