@@ -1,9 +1,9 @@
 """Per-file attention statistics (claim 2): one attention capture plus its null models.
 
-`analyze_attention_file` reads FILE.npy (attention, (..., n, n)), its sidecar FILE.json and optional
-FILE_features.npy, runs markov_chain.analyze_attention, and adds the row-shuffled, shuffled-key and step-0
-null models; the step-0 attention of the same run is analysed once (`init_attention`) and serves as the
-baseline for paired differences. The statistics themselves are pure functions of brownformer.stats
+`attention_file_record` reads FILE.npy (attention, (..., n, n)), its sidecar and optional FILE_features.npy, runs
+markov_chain.analyze_attention, and adds the row-shuffled, shuffled-key and step-0 null models, as the file's
+statistics record (statsfile.AttentionStats; `analyze_attention_file` is its JSON); the step-0 attention of the same
+run is analysed once (`init_attention`, an InitAttention) and serves as the baseline for paired differences. The statistics themselves are pure functions of brownformer.stats
 (markov_chain.py, attention_capture.py); this module reads the files.
 """
 from __future__ import annotations

@@ -34,7 +34,7 @@ has "schema_version", "run_id", "category", "entry" (its index.json entry) and "
   ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range". "local_slopes"."spec"
   (window_reading.WindowSpec) is also the "calibration_shape"."window", so that the calibration simulates the rule
   on that window (its shape id covers it).
-- gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
+- gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_files.attention_file_record.
 """
 from __future__ import annotations
 
