@@ -1,7 +1,7 @@
 """Issue 29 item 1's four counts, measured on the source with `ast` (not grep), plus the effect types and the JSON
 converters.
 
-    python benchmarks/typed_results_counts.py [--src src/brownformer]
+    python benchmarks/typed_results_counts.py [--src src/brownformer] [--list COUNT] [--by-file COUNT]
 
 - dict_returns: functions under stats/ whose return annotation is a dict (``dict``, ``dict[...]``, ``dict | None``),
   ``to_dict`` itself not counted.
@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+from collections import Counter
 from pathlib import Path
 
 DICT_NAMES = {"dict", "Dict", "Mapping", "MutableMapping"}
@@ -146,6 +147,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--src", default=str(Path(__file__).resolve().parents[1] / "src" / "brownformer"))
     ap.add_argument("--list", action="append", default=[], choices=sorted(COUNTS), help="print the hits of a count")
+    ap.add_argument("--by-file", action="append", default=[], choices=sorted(COUNTS),
+                    help="print a count's hits per file, most first")
     args = ap.parse_args()
     root = Path(args.src)
     for name, count in COUNTS.items():
@@ -153,6 +156,9 @@ def main() -> None:
         print(f"{name}: {len(hits)}")
         if name in args.list:
             print("\n".join(f"  {h}" for h in hits))
+        if name in args.by_file:
+            for path, n in Counter(h.split(":")[0] for h in hits).most_common():
+                print(f"  {n:5d}  {path}")
 
 
 if __name__ == "__main__":

@@ -125,8 +125,8 @@ def test_replica_contrast_file_keeps_all_five_contrasts_through_the_file_stage(t
     (tmp_path / "ln_l1.json").write_text(_json.dumps(side))
     stats = StatsConfig(n_resamples=49, max_walkers=512)
     out = trajectory_file_stats(tmp_path / "ln_l1.npy", stats=stats)
-    shape = out["calibration_shape"]
-    assert (out["n_groups"], out["n_walkers"], out["n_walkers_total"]) == (5, 510, 680)
-    assert (shape["G"], shape["N"]) == (5, 510) and "group(s)" not in out["reason"]
+    shape = out.calibration_shape
+    assert (out.n_groups, out.n_walkers, out.n_walkers_total) == (5, 510, 680)
+    assert (len(shape.group_sizes), shape.n_walkers) == (5, 510) and "group(s)" not in out.reason
     Xs, labels, *_ = analysis_inputs(*load_trajectory(tmp_path / "ln_l1.npy"), stats)  # the fitted null's walkers
     assert Xs.shape[1] == 510 and np.bincount(labels).tolist() == [102] * 5

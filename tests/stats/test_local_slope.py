@@ -6,7 +6,8 @@ from brownformer.config import DEFAULT_WINDOW, StatsConfig
 from brownformer.stats.diffusion.local_slope import (fit_offset_power, fitting_window, local_slopes, storage_offset,
                                              walker_slopes)
 from brownformer.stats.diffusion.simulate import fgn_increments, spherical_brownian_motion
-from brownformer.stats.diffusion.window_reading import window_effects, window_reading
+from brownformer.stats.diffusion.window_reading import key_effects_on_window, window_effects, window_reading
+from brownformer.statsfile import EffectResult
 
 T, G, N_PER, D = 40, 8, 16, 16
 N = G * N_PER
@@ -61,17 +62,17 @@ def test_mean_per_walker_slope_is_one_for_brownian_walkers_of_any_rate():
     rates = np.exp(rng.uniform(0, np.log(RATE_SPREAD), 100))
     Y = np.cumsum(rng.standard_normal((64, T - 1, 100, 3)) * np.sqrt(rates)[None, None, :, None], 1)  # Y_t - Y_0
     s = walker_slopes(TIMES[1:], np.einsum("rtnd,rtnd->rnt", Y, Y), np.zeros(64))
-    assert np.nanmean(s["alpha"]) == pytest.approx(1.0, abs=0.02)
-    assert np.log10(np.nanquantile(s["rate"], 0.9) / np.nanquantile(s["rate"], 0.1)) > 0.5  # the spread is seen
+    assert np.nanmean(s.alpha) == pytest.approx(1.0, abs=0.02)
+    assert np.log10(np.nanquantile(s.rate, 0.9) / np.nanquantile(s.rate, 0.1)) > 0.5  # the spread is seen
 
 
 def test_local_slope_of_brownian_motion_is_one_inside_its_envelope():
     rng = np.random.default_rng(1)
     out = _read(np.cumsum(rng.standard_normal((T, N, D)), 0))
-    ls, env = np.asarray(out["local_slope"], float), out["envelope"]
+    ls, env = np.asarray(out.local_slopes.local_slope, float), out.local_slopes.envelope
     assert abs(np.nanmedian(ls) - 1) < 0.05
-    inside = (ls >= np.asarray(env["low"]) - 0.02) & (ls <= np.asarray(env["high"]) + 0.02)
-    assert inside[np.isfinite(ls)].mean() >= 0.9 and out["classification"] == "brownian"
+    inside = (ls >= np.asarray(env.low) - 0.02) & (ls <= np.asarray(env.high) + 0.02)
+    assert inside[np.isfinite(ls)].mean() >= 0.9 and out.local_slopes.classification == "brownian"
 
 
 @pytest.mark.parametrize("kind", ["euclidean", "sphere"])
@@ -84,10 +85,10 @@ def test_brownian_walkers_with_rates_spread_over_10x_are_called_brownian(kind):
         X = np.concatenate([spherical_brownian_motion(T, 1, D, diffusion=r / ((D - 1) * T), rng=i)
                             for i, r in enumerate(rates)], axis=1)
     out = _read(X, kind=kind)
-    assert out["classification"] == "brownian", out["description"]
-    assert out["walkers"]["reading"] == "brownian-like" and out["walkers"]["rates"] == "spread"
+    assert out.local_slopes.classification == "brownian", out.local_slopes.description
+    assert out.walkers["reading"] == "brownian-like" and out.walkers["rates"] == "spread"
     if kind == "sphere":  # the ensemble curve bends (mean of exponentials): the window exponent does not
-        assert out["ensemble_exponent"]["estimate"] < 0.9 < out["effect"]["tost_interval"][0]
+        assert out.local_slopes.ensemble_exponent["estimate"] < 0.9 < out.local_slopes.effect.tost_interval[0]
 
 
 @pytest.mark.parametrize("other", ["ou", "ballistic"])
@@ -100,15 +101,15 @@ def test_mixtures_of_brownian_and_non_brownian_walkers_are_mixed(other):
     else:  # a constant velocity per walker plus a little noise
         X[:, 1::2] = np.cumsum(0.5 * rng.standard_normal((1, N // 2, D)) + 0.1 * rng.standard_normal((T, N // 2, D)), 0)
     out = _read(X)
-    assert out["walkers"]["reading"] == "mixed" and out["classification"] == "mixed", out["walkers"]["why"]
+    assert out.walkers["reading"] == "mixed" and out.local_slopes.classification == "mixed", out.walkers["why"]
 
 
 def test_fast_then_arrested_walk_is_a_crossover_not_subdiffusion():
     rng = np.random.default_rng(4)
     inc = rng.standard_normal((T, N, D)) * np.where(np.arange(T) < 12, 1.0, 0.1)[:, None, None]
     out = _read(np.cumsum(inc, 0))
-    assert out["classification"] == "crossover" and out["curvature"]["tost_interval"][1] < -STATS.window["flat_margin"]
-    assert "crossover" in out["description"]
+    assert out.local_slopes.classification == "crossover" and out.local_slopes.curvature.tost_interval[1] < -STATS.window["flat_margin"]
+    assert "crossover" in out.local_slopes.description
 
 
 @pytest.mark.parametrize("hurst,expected", [(0.3, "subdiffusive"), (0.7, "superdiffusive")])
@@ -116,17 +117,22 @@ def test_flat_power_laws_are_sub_or_superdiffusive(hurst, expected):
     rng = np.random.default_rng(5)
     X = np.cumsum(fgn_increments(T, hurst, N * D, rng).reshape(T, N, D), 0)
     out = _read(X)
-    assert out["classification"] == expected and out["walkers"]["reading"] == "anomalous"
-    assert out["effect"]["estimate"] == pytest.approx(2 * hurst, abs=0.1)
+    assert out.local_slopes.classification == expected and out.walkers["reading"] == "anomalous"
+    assert out.local_slopes.effect.estimate == pytest.approx(2 * hurst, abs=0.1)
 
 
 def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
     rng = np.random.default_rng(6)
     out = _read(np.cumsum(rng.standard_normal((T, N, D)), 0))
-    result = {"effects": {"msd_exponent": {"estimate": 0.5}, "variance_ratio": {"estimate": 1.0}}, "local_slopes": out}
+    typed = key_effects_on_window({"msd_exponent": EffectResult.effect(0.5), "variance_ratio": EffectResult.effect(1.0)},
+                                  out.local_slopes)
+    assert typed["msd_exponent"].estimate == out.local_slopes.effect.estimate and typed["msd_exponent"].key
+    assert typed["variance_ratio"].estimate == 1.0
+    result = {"effects": {"msd_exponent": {"estimate": 0.5}, "variance_ratio": {"estimate": 1.0}},
+              "local_slopes": out.local_slopes.to_dict()}  # the same on the file as JSON
     eff = window_effects(result)
-    assert eff["msd_exponent"]["estimate"] == out["effect"]["estimate"] and eff["variance_ratio"]["estimate"] == 1.0
-    assert out["effect"]["null"]["size"] <= 0.2 and out["effect"]["null"]["n_replicates"] == 29
+    assert eff["msd_exponent"]["estimate"] == out.local_slopes.effect.estimate and eff["variance_ratio"]["estimate"] == 1.0
+    assert out.local_slopes.effect.null["size"] <= 0.2 and out.local_slopes.effect.null["n_replicates"] == 29
 
 
 @pytest.mark.parametrize("window_estimate,null_size,expected", [

@@ -71,16 +71,16 @@ def _file(tmp_path, name: str, momentum=BETA):
                                           ("ou", "not brownian")])
 def test_momentum_in_the_null_certifies_heavy_ball_brownian_motion_only(tmp_path, name, verdict):
     out = trajectory_file_stats(_file(tmp_path, name), stats=DEFAULT_STATS)
-    assert out["verdict"] == verdict, out["reason"]
-    spec = out["local_slopes"]["spec"]
-    assert spec["momentum"] == BETA and spec["steps"][0] >= 10  # the null carries it, from the window's start
-    assert out["local_slopes"]["window"]["min_lag_steps"] == 10
+    assert out.verdict == verdict, out.reason
+    spec = out.local_slopes.spec
+    assert spec.momentum == BETA and spec.steps[0] >= 10  # the null carries it, from the window's start
+    assert out.local_slopes.window.min_lag_steps == 10
 
 
 def test_without_the_declared_momentum_the_heavy_ball_walk_is_not_brownian(tmp_path):
     """The positive result comes from the declared momentum, not from a rule that cannot say no."""
     out = trajectory_file_stats(_file(tmp_path, "heavy_ball", momentum=None), stats=DEFAULT_STATS)
-    assert out["verdict"] == "not brownian", out["reason"]
+    assert out.verdict == "not brownian", out.reason
 
 
 def test_window_and_null_come_from_one_momentum():
@@ -119,7 +119,7 @@ def test_calibration_at_a_momentum_shape_simulates_the_momentum_null(tmp_path):
     from brownformer.stats.core.calibration import run_calibration
     from brownformer.stats.core.shapes import CalibrationShape
     out = trajectory_file_stats(_file(tmp_path, "heavy_ball"), stats=DEFAULT_STATS)
-    shape = CalibrationShape.from_dict(out["calibration_shape"])
+    shape = CalibrationShape.from_dict(out.calibration_shape)
     assert shape.window.momentum == BETA
     tab = run_calibration([shape], n_replicates=40, processes=["brownian", "clock_1.1"],
                           n_resamples=DEFAULT_STATS.n_resamples).query("test == 'verdict'").set_index("process")
@@ -182,12 +182,12 @@ def test_gated_verdicts_at_the_momentum_shape(tmp_path, name):
     stats = dataclasses.replace(DEFAULT_STATS, calibration_replicates=CELL_REPLICATES)
     path = _file(tmp_path, name)
     out = calibrate_result(path, trajectory_file_stats(path, stats=stats), stats=stats, echo=lambda msg: None)
-    fitted = out["fitted_null"]["calibration"]
-    assert out["fitted_null"]["model"]["momentum"] == BETA  # the fitted null carries the file's momentum
+    fitted = out.fitted_null["calibration"]
+    assert out.fitted_null["model"]["momentum"] == BETA  # the fitted null carries the file's momentum
     if name == "heavy_ball":
-        assert out["rule_verdict"] == "brownian"
+        assert out.rule_verdict == "brownian"
         assert fitted["size"] <= 0.05  # 1/80 when measured; 1.0 while the fitted null had no momentum
-        assert out["calibration"]["size"] <= 0.05
-        assert out["verdict"] != "not brownian", out["reason"]
+        assert out.calibration["size"] <= 0.05
+        assert out.verdict != "not brownian", out.reason
     else:
-        assert out["verdict"] == "not brownian", out["reason"]
+        assert out.verdict == "not brownian", out.reason

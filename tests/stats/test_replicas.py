@@ -6,6 +6,7 @@ from brownformer.probes.replicas import replica_contrasts
 from brownformer.stats.diffusion.brownian import analyze_trajectory
 from brownformer.stats.claims.claim3_brownian import brownian_family_claim
 from brownformer.stats.diffusion.replica_sets import base_run, calibrated_files, replica_set_key, split_by_unit
+from brownformer.statsfile import CalibrationShape, RunStatsSummary, SummaryRow
 
 STATS = StatsConfig(n_resamples=99)
 BASE = "vit-pre__adamw__s0"
@@ -50,10 +51,10 @@ def test_replica_files_decide_and_single_paths_describe():
 
 
 def test_calibration_skips_single_path_files_of_replicated_families():
-    rows = [{"path": "weights/l0_q.npy", "category": "weights", "unit": "replica"},
-            {"path": "weights/l0_q.npy", "category": "weights"},
-            {"path": "training/ln_l0.npy", "category": "training"},
-            {"path": "depth/ln_c0.npy", "category": "depth"}]
+    rows = [SummaryRow(path="weights/l0_q.npy", output="weights/l0_q.json", category="weights", unit="replica"),
+            SummaryRow(path="weights/l0_q.npy", output="weights/l0_q.json", category="weights"),
+            SummaryRow(path="training/ln_l0.npy", output="training/ln_l0.json", category="training"),
+            SummaryRow(path="depth/ln_c0.npy", output="depth/ln_c0.json", category="depth")]
     kept = calibrated_files(rows)
     assert kept == [rows[0], rows[2], rows[3]]  # training has no replica file here: its single paths still decide
     assert calibrated_files(rows[1:]) == rows[1:]
@@ -62,18 +63,18 @@ def test_calibration_skips_single_path_files_of_replicated_families():
 def test_decided_replica_files_get_a_fitted_null_whatever_stats_fitted_null_lists(tmp_path, monkeypatch):
     """The replica files decide 3b/3c, so each claim-3 verdict can cite its size under the fitted null: the calibration
     fits them even when `stats.fitted_null` leaves their category out (the default leaves out weights)."""
-    import json
-
     import pandas as pd
 
+    from brownformer.io import write_json
     from brownformer.stats_stage import stages
     shape = _files()[0]["result"]["calibration_shape"]
-    row = {"category": "weights", "verdict": "not brownian", "calibration_shape": shape}
+    row = {"category": "weights", "verdict": "not brownian", "calibration_shape": CalibrationShape.from_dict(shape)}
     for name, rows in {"rep": [{**row, "path": "weights/l0_q.npy", "unit": "replica"}],
                        "run": [{**row, "path": "weights/l0_k.npy"}, {**row, "category": "depth", "path": "depth/x.npy"}]
                        }.items():
-        (tmp_path / name).mkdir()
-        (tmp_path / name / "summary.json").write_text(json.dumps({"traj_dir": str(tmp_path / name), "files": rows}))
+        files = [SummaryRow(output=r["path"].replace(".npy", ".json"), **r) for r in rows]
+        write_json(tmp_path / name / "summary.json", RunStatsSummary(
+            run_id=name, traj_dir=str(tmp_path / name), index_sha256="0", n_files=len(files), files=files, errors=[]))
     jobs = []
     monkeypatch.setattr(stages, "_cell", lambda job: jobs.append(job) or pd.DataFrame())
     stats = StatsConfig(fitted_null=("depth",))

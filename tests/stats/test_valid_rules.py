@@ -133,8 +133,8 @@ def test_user_array_output_records_clock_normalisation_and_missing_calibration(t
     np.save(tmp_path / "a.npy", X)
     (tmp_path / "a.json").write_text(json.dumps({"times": np.cumsum(rng.uniform(1, 2, 12)).tolist()}))
     _, meta = load_trajectory(tmp_path / "a.npy")
-    assert meta["time"] == "times (unnamed clock)"
-    out = analyze_trajectory(X, kind="sphere", times=meta["times"], n_resamples=49)
+    assert meta.time == "times (unnamed clock)"
+    out = analyze_trajectory(X, kind="sphere", times=meta.times, n_resamples=49)
     assert out["sphere_normalisation"]["rescaled_to_unit_length"] and "note" in out["sphere_normalisation"]
     assert out["calibration"] is None and out["calibration_note"].startswith("uncalibrated")
 

@@ -32,12 +32,12 @@ def brownian_file(tmp_path_factory):
 def test_calibration_shape_carries_the_window_of_the_verdict(brownian_file):
     path, _, _ = brownian_file
     out = trajectory_file_stats(path, stats=STATS, min_lag_steps=5)
-    shape = CalibrationShape.from_dict(out["calibration_shape"])
-    win = out["local_slopes"]["window"]
-    assert shape.window is not None and shape.window.start == win["start_index"] == STEPS.index(10)
-    assert list(shape.window.used) == win["used_indices"]
+    shape = CalibrationShape.from_dict(out.calibration_shape)
+    win = out.local_slopes.window
+    assert shape.window is not None and shape.window.start == win.start_index == STEPS.index(10)
+    assert list(shape.window.used) == win.used_indices
     assert all(STEPS[i] - 10 >= 5 for i in shape.window.used)  # lags shorter than the momentum time left out
-    assert shape.id == out["calibration_shape"]["id"]
+    assert shape.id == out.calibration_shape.id
 
 
 def test_calibrated_rule_is_the_verdict_rule(brownian_file, monkeypatch):
@@ -45,7 +45,7 @@ def test_calibrated_rule_is_the_verdict_rule(brownian_file, monkeypatch):
     through the same function (window_reading.window_exponent), and reaches the same verdict."""
     path, X, labels = brownian_file
     out = trajectory_file_stats(path, stats=STATS, min_lag_steps=5)
-    shape = CalibrationShape.from_dict(out["calibration_shape"])
+    shape = CalibrationShape.from_dict(out.calibration_shape)
     seen = {}
     decide = rule.decide
 
@@ -57,11 +57,11 @@ def test_calibrated_rule_is_the_verdict_rule(brownian_file, monkeypatch):
     bat = battery_batch(X[None], kind="euclidean", times=np.asarray(STEPS, float), labels=labels,
                         margins=dict(STATS.margins), alpha=STATS.alpha, drift="common", n_resamples=STATS.n_resamples,
                         rng=STATS.seed, window=shape.window)
-    eff, data = seen["msd_exponent"], out["local_slopes"]["effect"]
+    eff, data = seen["msd_exponent"], out.local_slopes.effect
     # equal up to float32 storage of the file (the data path reads it in float64)
-    assert eff.estimate[0] == pytest.approx(data["estimate"], rel=1e-6)
-    assert [eff.tost_low[0], eff.tost_high[0]] == pytest.approx(data["tost_interval"], rel=1e-6)
-    assert bat.verdicts[0] == out["verdict"]
+    assert eff.estimate[0] == pytest.approx(data.estimate, rel=1e-6)
+    assert [eff.tost_low[0], eff.tost_high[0]] == pytest.approx(list(data.tost_interval), rel=1e-6)
+    assert bat.verdicts[0] == out.verdict
 
 
 def test_windowed_and_full_range_rules_are_calibrated_apart():

@@ -25,16 +25,16 @@ def plain_bm(tmp_path_factory):
 
 def test_plain_brownian_motion_200_walkers_200_times_is_brownian(plain_bm):
     out = trajectory_file_stats(plain_bm, stats=DEFAULT_STATS)
-    assert out["verdict"] == "brownian", out["reason"]
-    lo, hi = out["local_slopes"]["effect"]["tost_interval"]
+    assert out.verdict == "brownian", out.reason
+    lo, hi = out.local_slopes.effect.tost_interval
     assert 0.9 <= lo < 1.0 < hi <= 1.1
 
 
 def test_origins_narrow_the_interval_against_one_origin(plain_bm, monkeypatch):
     """The same file read with one origin (the old estimator) has a wider interval: the gain is the estimator's."""
-    many = trajectory_file_stats(plain_bm, stats=DEFAULT_STATS)["local_slopes"]["effect"]["tost_interval"]
+    many = trajectory_file_stats(plain_bm, stats=DEFAULT_STATS).local_slopes.effect.tost_interval
     monkeypatch.setattr(local_slope, "MAX_ORIGINS", 1)
-    one = trajectory_file_stats(plain_bm, stats=DEFAULT_STATS)["local_slopes"]["effect"]["tost_interval"]
+    one = trajectory_file_stats(plain_bm, stats=DEFAULT_STATS).local_slopes.effect.tost_interval
     assert (many[1] - many[0]) < 0.8 * (one[1] - one[0])
 
 
@@ -51,7 +51,7 @@ def test_an_inconclusive_verdict_reports_the_power_at_its_shape(tmp_path):
     X = np.cumsum(np.random.default_rng(5).standard_normal((12, 16, 1)), 0)
     np.save(tmp_path / "short.npy", X)
     out = trajectory_file_stats(tmp_path / "short.npy", stats=DEFAULT_STATS)
-    assert out["verdict"] == "inconclusive" and "power at this shape" in out["reason"], out["reason"]
+    assert out.verdict == "inconclusive" and "power at this shape" in out.reason, out.reason
 
 
 def test_saturating_spherical_brownian_motion_is_brownian_as_kind_sphere(tmp_path):

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from brownformer.config import StatsConfig
-from brownformer.stats_stage.attention_files import analyze_attention_file, init_attention
+from brownformer.stats_stage.attention_files import analyze_attention_file, attention_file_record, init_attention
 
 STATS = StatsConfig(n_resamples=199)
 L, H, B, N, D = 1, 2, 6, 8, 5
@@ -36,17 +36,18 @@ def attention_dir(tmp_path):
 def test_step0_is_the_baseline_with_paired_differences(attention_dir):
     tmp, entries = attention_dir
     init = init_attention(entries, tmp, STATS)
-    assert init is not None and init["path"].endswith("c0.npy")
-    out = analyze_attention_file(tmp / "c1.npy", STATS, init)
-    assert out["step"] == 100
-    assert out["null_models"]["init"] == init["result"]["aggregate"]
-    kappa = out["init_comparison"]["quantities"]["vmf_kappa"]
-    assert out["init_comparison"]["unit"] == "probe input" and kappa["n_units"] == B
+    assert init is not None and init.path.endswith("c0.npy")
+    out = attention_file_record(tmp / "c1.npy", STATS, init)
+    assert out.step == 100
+    assert out.null_models["init"] == init.result.aggregate
+    kappa = out.init_comparison.quantities["vmf_kappa"]
+    assert out.init_comparison.unit == "probe input" and kappa.n_units == B
+    assert analyze_attention_file(tmp / "c1.npy", STATS, init) == out.to_dict()  # the JSON the file holds
     # independent reference: the paired difference of the per-matrix kappas, averaged
-    ref = np.mean(np.array(out["per_matrix"]["vmf_kappa"]) - np.array(init["result"]["per_matrix"]["vmf_kappa"]))
-    assert kappa["difference"] == pytest.approx(ref)
-    assert kappa["confidence_interval"][0] <= kappa["difference"] <= kappa["confidence_interval"][1]
-    assert kappa["difference"] == pytest.approx(5.5, abs=0.05)  # 6.0 - 0.5, both exact vMF kernels
+    ref = np.mean(np.array(out.per_matrix["vmf_kappa"]) - np.array(init.result.per_matrix["vmf_kappa"]))
+    assert kappa.difference == pytest.approx(ref)
+    assert kappa.confidence_interval[0] <= kappa.difference <= kappa.confidence_interval[1]
+    assert kappa.difference == pytest.approx(5.5, abs=0.05)  # 6.0 - 0.5, both exact vMF kernels
 
 
 def test_nulls_destroy_the_kernel(attention_dir):
@@ -81,4 +82,4 @@ def test_head_kernels_come_from_the_weights_at_the_files_capture(tmp_path):
     assert "head_averaged" in out and len(out["head_averaged"]["per_matrix"]["vmf_kappa"]) == L * B
     side["source"] = {"captures": [5]}  # a capture the weights never saw: no kernels, not a wrong one
     (att / "c4.json").write_text(json.dumps(side))
-    assert analyze_attention_file(att / "c4.npy", STATS, None)["head_kernels"] is None
+    assert attention_file_record(att / "c4.npy", STATS, None).head_kernels is None

@@ -1,6 +1,5 @@
 """The pipeline calibrates each run on its own (the replica sets as context) and merges the tables: the merge must
 hold the cells, and the rows, of one calibration over all runs."""
-import json
 
 import numpy as np
 import pandas as pd
@@ -10,6 +9,8 @@ from brownformer.config import StatsConfig
 from brownformer.stats.diffusion.brownian import analyze_trajectory
 from brownformer.stats.core.calibration import KEY_COLUMNS
 from brownformer.stats_stage import stages
+from brownformer.io import write_json
+from brownformer.statsfile import CalibrationShape, RunStatsSummary, SummaryRow
 
 STATS = StatsConfig(fitted_null=("depth",))
 
@@ -17,7 +18,7 @@ STATS = StatsConfig(fitted_null=("depth",))
 def _shape(T: int) -> dict:
     X = np.random.default_rng(T).standard_normal((T, 8, 4)).cumsum(0)
     res = analyze_trajectory(X, kind="euclidean", times=np.arange(1.0, T + 1), n_resamples=19, rng=0)
-    return res["calibration_shape"]
+    return CalibrationShape.from_dict(res["calibration_shape"])
 
 
 @pytest.fixture()
@@ -36,7 +37,9 @@ def summaries(tmp_path):
     for name, rows in units.items():
         (tmp_path / name).mkdir()
         paths[name] = tmp_path / name / "summary.json"
-        paths[name].write_text(json.dumps({"traj_dir": str(tmp_path / name), "files": rows}))
+        files = [SummaryRow(output=r["path"].replace(".npy", ".json"), **r) for r in rows]
+        write_json(paths[name], RunStatsSummary(run_id=name, traj_dir=str(tmp_path / name), index_sha256="0",
+                                                n_files=len(files), files=files, errors=[]))
     return paths
 
 

@@ -80,7 +80,7 @@ def test_per_file_outputs(run_dir):
     assert hr["estimate"] is not None
     assert _read(out, "gradnoise/l0_q.json")["kind"] == "gradient_noise"
     rows = {f.path: f for f in summary.files}
-    assert rows["training/ln_l0.npy"].calibration_shape["times"][-1] == 1.0
+    assert rows["training/ln_l0.npy"].calibration_shape.times[-1] == 1.0
 
 
 def test_calibration_at_the_files_shapes_and_the_claims_cite_it(run_dir, tmp_path):

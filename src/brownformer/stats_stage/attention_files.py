@@ -1,42 +1,33 @@
 """Per-file attention statistics (claim 2): one attention capture plus its null models.
 
-`analyze_attention_file` reads FILE.npy (attention, (..., n, n)), its sidecar FILE.json and optional
-FILE_features.npy, runs markov_chain.analyze_attention, and adds the row-shuffled, shuffled-key and step-0
-null models; the step-0 attention of the same run is analysed once (`init_attention`) and serves as the
-baseline for paired differences. The statistics themselves are pure functions of brownformer.stats
+`attention_file_record` reads FILE.npy (attention, (..., n, n)), its sidecar and optional FILE_features.npy, runs
+markov_chain.analyze_attention, and adds the row-shuffled, shuffled-key and step-0 null models, as the file's
+statistics record (statsfile.AttentionStats; `analyze_attention_file` is its JSON); the step-0 attention of the same
+run is analysed once (`init_attention`, an InitAttention) and serves as the baseline for paired differences. The statistics themselves are pure functions of brownformer.stats
 (markov_chain.py, attention_capture.py); this module reads the files.
 """
 from __future__ import annotations
 
-import json
 import logging
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import find_sidecar, sha256_file
+from brownformer.io import sha256_file
+from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
 from brownformer.stats.markov.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
 from brownformer.stats.markov.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
                                             validate_attention)
+from brownformer.statsfile import AttentionStats, InputFile, NullModelsInfo
+
+from .trajectory_io import IndexEntry, read_sidecar
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_attention_file", "attention_file_stats", "init_attention", "head_kernels"]
+__all__ = ["attention_file_record", "analyze_attention_file", "attention_file_stats", "init_attention", "InitAttention",
+           "head_kernels"]
 
-
-def _read_sidecar(path: Path) -> dict:
-    side = find_sidecar(path)
-    if side is None:
-        return {}
-    try:
-        return json.loads(side.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{side}: invalid JSON ({exc})") from None
-
-
-def _head_axis(meta: dict) -> int | None:
-    axes = meta.get("axes") or []
-    return axes.index("head") if "head" in axes else None
 
 
 def _pre_ln_gains(path: Path, captures: list) -> np.ndarray | None:
@@ -45,17 +36,17 @@ def _pre_ln_gains(path: Path, captures: list) -> np.ndarray | None:
     from brownformer.stats.sphere.sphere_fit import affine_map_fit
     depth = path.parent.parent / "depth"
     raw, aff = (depth / f"{stem}_c{captures[0]}.npy" for stem in ("ln", "lnaff")) if len(captures) == 1 else (None,) * 2
-    if raw is None or not (raw.exists() and aff.exists()) or _read_sidecar(raw).get("ln") != "pre":
+    if raw is None or not (raw.exists() and aff.exists()) or read_sidecar(raw).ln != "pre":
         return None
     return np.asarray(affine_map_fit(np.load(raw), np.load(aff))["gamma"], float)
 
 
-def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
+def head_kernels(path: Path, meta: TrajectorySidecar | dict, n_heads: int) -> dict | None:
     """Per layer, `weight_isotropy` of W_Q, W_K at this attention file's capture, read from the run's
     weights/l<l>_<q|k>.npy trajectories (unprojected only), with a pre-LN block's gamma folded in; None when they
     are missing or projected."""
     from brownformer.stats.markov.markov_chain import weight_isotropy
-    captures = (meta.get("source") or {}).get("captures") or []
+    captures = TrajectorySidecar.from_dict(meta).captures
     gains = _pre_ln_gains(path, captures)
     wdir = path.parent.parent / "weights"
     if len(captures) != 1 or not wdir.is_dir():
@@ -65,12 +56,12 @@ def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
         q, k = wdir / f"l{layer}_q.npy", wdir / f"l{layer}_k.npy"
         if not (q.exists() and k.exists()):
             break
-        side = _read_sidecar(q)
-        if (side.get("projection") or {}).get("projected"):
+        side = read_sidecar(q)
+        if side.projected:
             return {"why_undefined": "weights stored as random projections (probes.max_weight_size): W_Q^T W_K "
                                      "is not recoverable"}
         try:
-            i = list((side.get("source") or {}).get("captures") or []).index(captures[0])
+            i = side.captures.index(captures[0])
         except ValueError:
             return None
         Wq, Wk = np.load(q, mmap_mode="r")[i], np.load(k, mmap_mode="r")[i]
@@ -83,70 +74,85 @@ def head_kernels(path: Path, meta: dict, n_heads: int) -> dict | None:
 
 def _load_attention(path: Path):
     A = np.load(path, allow_pickle=False)
-    meta = _read_sidecar(path)
+    meta = read_sidecar(path)
     fpath = path.with_name(path.stem + "_features.npy")
     feats = np.load(fpath, allow_pickle=False) if fpath.exists() else None
     return A, meta, feats, fpath
 
 
-def analyze_attention_file(path: Path, stats, init: dict | None) -> dict:
-    """analyze_attention plus null models: row-shuffled and shuffled-key statistics on a subsample, and
-    the step-0 attention of the same run (`init`: {"path", "result"}) with paired differences."""
+@dataclass(frozen=True)
+class InitAttention:
+    """The run's step-0 attention, analysed once (`init_attention`): the file and its statistics record, the
+    baseline of every other capture's paired differences and its "init" null model."""
+
+    path: str
+    result: AttentionStats
+
+
+def attention_file_record(path: Path, stats, init: InitAttention | None) -> AttentionStats:
+    """analyze_attention plus null models, as the file's statistics record: row-shuffled and shuffled-key statistics
+    on a subsample, and the step-0 attention of the same run (`init`) with paired differences."""
     A, meta, feats, fpath = _load_attention(path)
-    is_init = init is not None and Path(init["path"]) == path
-    out = (dict(init["result"]) if is_init else
-           analyze_attention(A, features=feats, causal=meta.get("causal"), confidence_level=stats.confidence_level,
-                             rng=stats.seed, head_axis=_head_axis(meta)))
-    if not is_init and _head_axis(meta) is not None:
-        out["head_kernels"] = head_kernels(path, meta, A.shape[_head_axis(meta)])
-        if feats is not None and (out["head_kernels"] or {}).get("per_layer"):  # claim 2: fit in each head's subspace
-            out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(
-                A, feats, out["head_kernels"], head_axis=_head_axis(meta), causal=bool(out["causal"]), rng=stats.seed)
-    if feats is not None:
-        out["features_input"] = {"path": str(fpath), "sha256": sha256_file(fpath)}
-    out["step"] = meta.get("step")
+    is_init = init is not None and Path(init.path) == path
+    rec = init.result if is_init else _analysed(path, A, meta, feats, stats, subspace=True)
     rng = np.random.default_rng(stats.seed)
     sub_A, sub_F, idx = null_subsample(A, feats, rng)
     nulls = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level, rng=rng)
-    nulls_info = {"n_matrices": int(idx.size), "of": int(out["n_matrices"]),
-                  "row_shuffled": "each row's weights permuted (random Markov matrix with the same row laws)",
-                  "shuffled_keys": "vMF fit with key features permuted across tokens"}
-    if sub_F is not None and not out["causal"]:
-        kappa = np.asarray(out["per_matrix"]["vmf_kappa"], float)[idx]
+    exact = init_text = comparison = None
+    if sub_F is not None and not rec.causal:
+        kappa = np.asarray(rec.per_matrix["vmf_kappa"], float)[idx]
         nulls["vmf_exact"] = _exact_vmf_alternative(sub_F, kappa, stats)
-        nulls_info["vmf_exact"] = ("alternative, not a null: the exact vMF kernel softmax(kappa <u_i, u_j>) at each "
-                                   "matrix's fitted kappa on the real features (isotropic and reversible by "
-                                   "construction): the claim-2 rule must pass it")
+        exact = ("alternative, not a null: the exact vMF kernel softmax(kappa <u_i, u_j>) at each matrix's fitted "
+                 "kappa on the real features (isotropic and reversible by construction): the claim-2 rule must pass it")
     if init is not None and not is_init:
-        nulls["init"] = init["result"]["aggregate"]
-        nulls_info["init"] = f"attention at step 0 ({init['path']})"
-        out["init_comparison"] = paired_difference(out, init["result"], out["shape"], stats=stats)
-    out["null_models"] = nulls
-    out["null_models_info"] = nulls_info
-    return out
+        nulls["init"] = init.result.aggregate
+        init_text = f"attention at step 0 ({init.path})"
+        comparison = paired_difference(rec, init.result, rec.shape, stats=stats)
+    info = NullModelsInfo(
+        n_matrices=int(idx.size), of=int(rec.n_matrices),
+        row_shuffled="each row's weights permuted (random Markov matrix with the same row laws)",
+        shuffled_keys="vMF fit with key features permuted across tokens", vmf_exact=exact, init=init_text)
+    features = InputFile(path=str(fpath), sha256=sha256_file(fpath)) if feats is not None else None
+    return replace(rec, features_input=features, step=meta.step, null_models=nulls, null_models_info=info,
+                   init_comparison=comparison)
 
 
-def init_attention(entries: list, traj_dir: Path, stats) -> dict | None:
-    """The run's attention at step 0 (sidecar "step" == 0), analysed once: {"path", "result"} or None."""
-    for entry in entries:
-        rel = Path(entry["path"])
-        path = rel if rel.is_absolute() else traj_dir / rel
-        if entry.get("category") != "attention" or path.name.endswith("_features.npy") or not path.exists():
+def analyze_attention_file(path: Path, stats, init: InitAttention | None) -> dict:
+    """attention_file_record as plain JSON (what the file's statistics JSON holds), for callers that read it by
+    key."""
+    return attention_file_record(path, stats, init).to_dict()
+
+
+def _analysed(path: Path, A, meta, feats, stats, *, subspace: bool) -> AttentionStats:
+    """analyze_attention of one capture with its heads' weight kernels (and, with features and `subspace`, the vMF
+    fit in each head's subspace: claim 2)."""
+    rec = AttentionStats.from_dict(analyze_attention(A, features=feats, causal=meta.causal,
+                                                     confidence_level=stats.confidence_level, rng=stats.seed,
+                                                     head_axis=meta.head_axis), str(path))
+    if meta.head_axis is None:
+        return rec
+    kernels = head_kernels(path, meta, A.shape[meta.head_axis])
+    if subspace and feats is not None and (kernels or {}).get("per_layer"):
+        kernels = {**kernels, "subspace_vmf": head_subspace_vmf(A, feats, kernels, head_axis=meta.head_axis,
+                                                                causal=bool(rec.causal), rng=stats.seed)}
+    return replace(rec, head_kernels=kernels)
+
+
+def init_attention(entries: list, traj_dir: Path, stats) -> InitAttention | None:
+    """The run's attention at step 0 (sidecar "step" == 0), analysed once, or None. `entries`: index.json's
+    (trajectory_io.IndexEntry, or their mappings)."""
+    for entry in map(IndexEntry.from_dict, entries):
+        path = entry.resolve(traj_dir)
+        if entry.category != "attention" or path.name.endswith("_features.npy") or not path.exists():
             continue
-        if _read_sidecar(path).get("step") == 0:
+        if read_sidecar(path).step == 0:
             try:
                 A, meta, feats, _ = _load_attention(path)
-                result = analyze_attention(A, features=feats, causal=meta.get("causal"),
-                                           confidence_level=stats.confidence_level, rng=stats.seed,
-                                           head_axis=_head_axis(meta))
-                if _head_axis(meta) is not None:
-                    result["head_kernels"] = head_kernels(path, meta, A.shape[_head_axis(meta)])
-                return {"path": str(path), "result": result}
+                return InitAttention(path=str(path), result=_analysed(path, A, meta, feats, stats, subspace=False))
             except (ValueError, OSError) as exc:
                 log.warning("%s: initialisation attention unusable as a null model (%s)", path, exc)
                 return None
     return None
-
 
 
 def attention_file_stats(path: str | Path, *, features: str | Path | None = None, wq: str | Path | None = None,
@@ -181,7 +187,7 @@ def attention_file_stats(path: str | Path, *, features: str | Path | None = None
     sub_A, sub_F, idx = null_subsample(validate_attention(A), F, rng)
     result["null_models"] = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level,
                                                   rng=rng)
-    result["null_models_info"] = {"n_matrices": int(idx.size), "of": result["n_matrices"]}
+    result["null_models_info"] = NullModelsInfo(n_matrices=int(idx.size), of=int(result["n_matrices"]))
     if W is not None:
         Wq, Wk = (w[None] if w.ndim == 2 else w for w in W)
         result["head_kernels"] = {"per_layer": [weight_isotropy(q, k, int(n_heads)) for q, k in zip(Wq, Wk)]}

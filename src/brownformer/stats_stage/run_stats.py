@@ -1,7 +1,7 @@
 """One run's statistics: every file of trajectories/index.json -> one JSON per file, and summary.json.
 
-Every file written here is checked against the typed contract brownformer.statsfile first (its
-`parse_stats_file` and `RunStatsSummary`; schema_version, scipy's names), which the readers share.
+Every file written here is a record of the typed contract brownformer.statsfile (built by the statistics, written by
+its `to_dict`; schema_version, scipy's names), which the readers parse once (`parse_stats_file`, `RunStatsSummary`).
 Layout: out_dir mirrors traj_dir (".npy" -> ".json"); out_dir/summary.json lists
 {"schema_version", "run_id", "n_files", "files": [{"path", "output", "category", "verdict", "calibration_shape", ...}],
 "errors": [{"path", "error"}]}; the calibration stage reads the shapes to simulate from it.
@@ -34,21 +34,22 @@ has "schema_version", "run_id", "category", "entry" (its index.json entry) and "
   ones are kept as "verdict_full_range", "reason_full_range", "classification_full_range". "local_slopes"."spec"
   (window_reading.WindowSpec) is also the "calibration_shape"."window", so that the calibration simulates the rule
   on that window (its shape id covers it).
-- gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_stats.analyze_attention_file.
+- gradnoise/*.json: descriptive.analyze_noise; attention/*.json: attention_files.attention_file_record.
 """
 from __future__ import annotations
 
-import json
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
-from brownformer.io import find_sidecar, progress, sha256_file, write_json
-from brownformer.stats.diffusion.window_verdict import trajectory_verdict
-from brownformer.statsfile import SCHEMA_VERSION, Clock, FileError, RunStatsSummary, SummaryRow, parse_stats_file
+from brownformer.io import progress, sha256_file, write_json
+from brownformer.stats.diffusion.window_verdict import trajectory_result
+from brownformer.statsfile import (BatteryStats, Clock, FileError, InputFile, RunStatsFile,
+                                   RunStatsSummary, SphereStats, SphereSummary, SummaryRow)
 
-from .trajectory_io import load_calibration, load_trajectory
+from .trajectory_io import IndexEntry, load_calibration, load_trajectory, read_index, read_sidecar
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,8 @@ __all__ = ["stats_for_run", "trajectory_file_stats", "BATTERY_CATEGORIES"]
 BATTERY_CATEGORIES = ("depth", "training", "weights")
 
 
-def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None, min_lag_steps: int = 0) -> dict:
+def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=None,
+                          min_lag_steps: int = 0) -> BatteryStats:
     """The battery, verdict and description of one trajectory file (docs/ARTIFACTS.md, `stats trajectory`).
 
     Args:
@@ -68,26 +70,26 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
         min_lag_steps: the run's momentum time in steps (config.ExperimentConfig.analysis_window(run).min_gap): the
             window's shortest lag on a training-step clock (a replica file's sidecar "window" takes precedence).
 
+    Returns:
+        The file's statistics record (statsfile.BatteryStats), its clock, input and fitted-null id attached.
+
     Raises:
         ValueError: unreadable file, invalid trajectory or sidecar (a one-line message).
     """
-    X, meta = load_trajectory(path, kind=kind)
-    out = trajectory_verdict(X, meta, stats=stats, calibration=load_calibration(calibration),
-                             min_lag_steps=min_lag_steps)
-    from brownformer.stats.diffusion.fitted_null import fitted_id
     from brownformer.stats.core.shapes import fitted_calibration_for
-    out["time"] = meta.get("time")
-    out["clock"] = Clock(time=meta.get("time"), why=meta.get("clock_reason"), warmup=meta.get("warmup"))
-    out["input"] = {"path": str(path), "sha256": meta["sha256"], "sidecar": meta["has_sidecar"]}
-    fid = fitted_id(meta["sha256"], stats.seed, stats.max_walkers)
-    out["fitted_null"] = {"id": fid, "calibration": fitted_calibration_for(load_calibration(calibration), fid)}
-    out["schema_version"] = SCHEMA_VERSION
-    return out
+    from brownformer.stats.diffusion.fitted_null import fitted_id
+    X, meta = load_trajectory(path, kind=kind)
+    table = load_calibration(calibration)
+    result = trajectory_result(X, meta, stats=stats, calibration=table, min_lag_steps=min_lag_steps)
+    fid = fitted_id(meta.sha256, stats.seed, stats.max_walkers)
+    return replace(result, time=meta.time, clock=Clock(time=meta.time, why=meta.clock_reason, warmup=meta.warmup),
+                   input=InputFile(path=str(path), sha256=meta.sha256, sidecar=meta.has_sidecar),
+                   fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid)})
 
 
-def _depth_tensor(entry: dict, path: Path) -> str:
+def _depth_tensor(entry: IndexEntry, path: Path) -> str:
     """Which claim-1 tensor a depth file holds: "ln_raw", "ln_affine" or "resid"."""
-    tensor, name = entry.get("tensor"), path.name
+    tensor, name = entry.tensor, path.name
     if tensor == "ln_affine" or name.startswith("lnaff"):
         return "ln_affine"
     if tensor == "ln" or (tensor is None and name.startswith("ln")):
@@ -95,14 +97,13 @@ def _depth_tensor(entry: dict, path: Path) -> str:
     return "resid"
 
 
-def _sphere_part(entry: dict, path: Path, stats) -> dict:
+def _sphere_part(entry: IndexEntry, path: Path, stats) -> SphereSummary:
     """Claim 1 on one depth file, independent of the battery (any number of layers)."""
     from brownformer.stats.sphere.sphere_distance import SPHERE_MAX_RESAMPLES, tensor_sphere_summary
     X = np.load(path, allow_pickle=False)
     if X.ndim != 3:
         raise ValueError(f"{path}: depth file must be (layers, walkers, d), got shape {X.shape}")
-    side = find_sidecar(path)
-    meta = json.loads(side.read_text()) if side is not None else {}
+    meta = read_sidecar(path)
     tensor = _depth_tensor(entry, path)
     z = X.astype(np.float64)
     if tensor == "ln_raw":  # depth/ln files hold LN output / sqrt(d); claim 1 is about z = LN output itself
@@ -112,48 +113,35 @@ def _sphere_part(entry: dict, path: Path, stats) -> dict:
     if tensor == "ln_affine" and raw_path != path and raw_path.exists():  # the same tokens before the affine
         z_raw = np.load(raw_path, allow_pickle=False).astype(np.float64) * np.sqrt(X.shape[-1])
     out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins),
-                                n_inputs=meta.get("n_inputs"), n_tokens=meta.get("n_tokens"),
-                                confidence_level=stats.confidence_level, n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES),
-                                rng=stats.seed)
-    out.update({"ln": meta.get("ln"), "step": meta.get("step"), "capture": entry.get("capture"),
-                "times": meta.get("times") or list(range(X.shape[0]))})
-    return out
+                                n_inputs=meta.n_inputs, n_tokens=meta.n_tokens, confidence_level=stats.confidence_level,
+                                n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES), rng=stats.seed)
+    return replace(SphereSummary.from_dict(out, f"{path} sphere"), ln=meta.ln, step=meta.step, capture=entry.capture,
+                   times=meta.times or list(range(X.shape[0])))
 
 
-def _analyze_entry(entry: dict, path: Path, stats, calibration, init_attention, min_lag_steps: int = 0) -> dict:
-    cat = entry.get("category", "")
+def _analyze_entry(entry: IndexEntry, path: Path, stats, calibration, init_attention,
+                   min_lag_steps: int = 0) -> RunStatsFile:
+    """One index entry's statistics record (the stage attaches run, category, entry and input)."""
+    cat = entry.category or ""
     if cat == "attention":
-        from .attention_files import analyze_attention_file
-        return analyze_attention_file(path, stats, init_attention)
+        from .attention_files import attention_file_record
+        return attention_file_record(path, stats, init_attention)
     if cat == "gradnoise":
         from brownformer.stats.diffusion.descriptive import analyze_noise
         return analyze_noise(np.load(path, allow_pickle=False), confidence_level=stats.confidence_level)
     if cat != "depth":
-        return trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration,
+        return trajectory_file_stats(path, stats=stats, kind=entry.kind, calibration=calibration,
                                      min_lag_steps=min_lag_steps)
     sphere = _sphere_part(entry, path, stats)
-    if sphere["tensor"] == "ln_affine":
-        out = {"kind": entry.get("kind") or "euclidean",
-               "battery": "not run: the after-affine LN output is analysed for claim 1 only"}
-    else:
-        try:
-            out = trajectory_file_stats(path, stats=stats, kind=entry.get("kind"), calibration=calibration)
-        except ValueError as exc:  # e.g. T < 3 for a 2-layer model: keep the sphere part
-            log.info("%s: battery skipped (%s)", path, exc)
-            out = {"kind": entry.get("kind"), "battery_error": str(exc)}
-    out["sphere"] = sphere
-    return out
-
-
-def read_index(traj_dir: Path) -> list[dict]:
-    """The entries of traj_dir/index.json (ValueError naming the problem)."""
-    index_path = traj_dir / "index.json"
-    if not index_path.exists():
-        raise ValueError(f"{index_path} does not exist")
+    if sphere.tensor == "ln_affine":
+        return SphereStats(sphere=sphere, kind=entry.kind or "euclidean",
+                           battery="not run: the after-affine LN output is analysed for claim 1 only")
     try:
-        return list(json.loads(index_path.read_text())["files"])
-    except (json.JSONDecodeError, KeyError, TypeError) as exc:
-        raise ValueError(f"{index_path}: expected {{'files': [...]}} ({exc})") from None
+        return replace(trajectory_file_stats(path, stats=stats, kind=entry.kind, calibration=calibration),
+                       sphere=sphere)
+    except ValueError as exc:  # e.g. T < 3 for a 2-layer model: keep the sphere part
+        log.info("%s: battery skipped (%s)", path, exc)
+        return SphereStats(sphere=sphere, kind=entry.kind, battery_error=str(exc))
 
 
 def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, min_lag_steps: int = 0) -> dict:
@@ -177,13 +165,12 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
     entries = read_index(traj_dir)
     cal = load_calibration(calibration)
     init = None
-    if any(e.get("category") == "attention" for e in entries):
+    if any(e.category == "attention" for e in entries):
         from .attention_files import init_attention
         init = init_attention(entries, traj_dir, stats)
     files, errors = [], []
     for entry in progress(entries, desc=f"statistics {run_id or traj_dir.name}"):
-        rel = Path(entry["path"])
-        path = rel if rel.is_absolute() else traj_dir / rel
+        rel, path = Path(entry.path), entry.resolve(traj_dir)
         if path.name.endswith("_features.npy"):
             continue  # consumed with its attention file
         rel_out = (path.relative_to(traj_dir) if path.is_relative_to(traj_dir) else Path(path.name)).with_suffix(".json")
@@ -193,10 +180,8 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
             log.warning("%s: %s", path, exc)
             errors.append(FileError(path=str(rel), error=str(exc)))
             continue
-        result.update({"run_id": run_id, "category": entry.get("category"), "entry": entry,
-                       "input": {"path": str(path), "sha256": sha256_file(path)}, "schema_version": SCHEMA_VERSION})
-        # parsed once into the contract: a field the readers do not know fails here, at the writer, not in a figure
-        record = parse_stats_file(result, f"{rel_out}")
+        record = replace(result, run_id=run_id, category=entry.category, entry=entry,
+                         input=InputFile(path=str(path), sha256=sha256_file(path)))
         write_json(out_dir / rel_out, record)
         files.append(_summary_row(entry, rel, rel_out, record))
         log.info("%s: %s", rel, getattr(record, "verdict", None) or "done")
@@ -206,12 +191,12 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
     return summary
 
 
-def _summary_row(entry: dict, rel: Path, rel_out: Path, record) -> SummaryRow:
+def _summary_row(entry: IndexEntry, rel: Path, rel_out: Path, record) -> SummaryRow:
     """A file's line in summary.json, read off its typed record (fields a record lacks stay None: not written)."""
     slopes, sphere = getattr(record, "local_slopes", None), getattr(record, "sphere", None)
     return SummaryRow(
-        path=str(rel), output=str(rel_out), category=entry.get("category"),
-        unit=entry.get("unit") or None,  # "replica": contrasts of a replica set (stats/diffusion/replica_sets.py)
+        path=str(rel), output=str(rel_out), category=entry.category,
+        unit=entry.unit or None,  # "replica": contrasts of a replica set (stats/diffusion/replica_sets.py)
         kind=getattr(record, "kind", None), verdict=getattr(record, "verdict", None),
         classification=getattr(record, "classification", None), brownian=getattr(record, "brownian", None),
         msd_exponent=getattr(record, "msd_exponent", None), battery_error=getattr(record, "battery_error", None),

@@ -27,11 +27,10 @@ def stats_trajectory(file: Path, out: Path | None, *, stats, kind: str | None = 
     from brownformer.io import to_jsonable, write_json
 
     from .run_stats import trajectory_file_stats
-    result = trajectory_file_stats(file, stats=stats, kind=kind)
+    record = trajectory_file_stats(file, stats=stats, kind=kind)
     if calibrate:
         from .user_calibration import calibrate_result
-        result = calibrate_result(file, result, stats=stats, kind=kind, echo=echo)
-    record = _through_contract(result, str(file))
+        record = calibrate_result(file, record, stats=stats, kind=kind, echo=echo)
     if out is not None:
         write_json(out, record)
     return to_jsonable(record)  # what OUT.json holds: the CLI prints it
@@ -81,27 +80,26 @@ def decided_files(run_summaries: list[Path], context: list[Path] = ()) -> list[t
     stats/summary.json files, leaving out the single-path files of families that replica files decide
     (stats/diffusion/replica_sets.py); replica: whether the file holds replica contrasts. The `context` summaries (the
     replica sets', when one run is calibrated on its own) take part in that choice; their files are not listed."""
-    from brownformer.stats.diffusion.replica_sets import calibrated_files, is_replica_file
-    from brownformer.stats.core.shapes import CalibrationShape
+    from brownformer.stats.diffusion.replica_sets import calibrated_files
+    from brownformer.statsfile import RunStatsSummary
     from .run_stats import BATTERY_CATEGORIES
     own = {Path(p) for p in run_summaries}
     pairs = []
     for path in [*run_summaries, *(p for p in context if Path(p) not in own)]:
         path = Path(path)
         try:
-            summary = json.loads(path.read_text())
-            files = summary["files"]
-        except (OSError, json.JSONDecodeError, KeyError) as exc:
+            summary = RunStatsSummary.from_dict(json.loads(path.read_text()), f"{path} (a run's stats summary)")
+        except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: not a run's stats summary ({exc})") from None
-        pairs += [(f, Path(summary.get("traj_dir", ".")), path in own) for f in files]
-    kept = {id(f) for f in calibrated_files([f for f, *_ in pairs])}
+        pairs += [(row, Path(summary.traj_dir), path in own) for row in summary.files]
+    kept = {id(row) for row in calibrated_files([row for row, *_ in pairs])}
     out = []
-    for f, traj, listed in pairs:
-        if (listed and id(f) in kept and f.get("category") in BATTERY_CATEGORIES and f.get("calibration_shape")
-                and f.get("verdict") in ("brownian", "not brownian")):
-            rel = Path(f["path"])
-            out.append((CalibrationShape.from_dict(f["calibration_shape"]), rel if rel.is_absolute() else traj / rel,
-                        f["verdict"], f["category"], is_replica_file(f)))
+    for row, traj, listed in pairs:
+        if (listed and id(row) in kept and row.category in BATTERY_CATEGORIES and row.calibration_shape is not None
+                and row.verdict in ("brownian", "not brownian")):
+            rel = Path(row.path)
+            out.append((row.calibration_shape, rel if rel.is_absolute() else traj / rel, row.verdict, row.category,
+                        row.unit == "replica"))
     return out
 
 

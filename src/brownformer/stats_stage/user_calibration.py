@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import sys
 import time
+from dataclasses import replace
 
 import numpy as np
+
+from brownformer.statsfile import BatteryStats
 
 __all__ = ["calibrate_result", "cost_estimate", "PROBE_REPLICATES"]
 
@@ -39,7 +42,7 @@ def cost_estimate(shape, *, stats) -> dict:
             "alternatives": n_alt, "alternative_cap": max_power_replicates(n)}
 
 
-def calibrate_result(file, result: dict, *, stats, kind: str | None = None, echo=None) -> dict:
+def calibrate_result(file, result: BatteryStats, *, stats, kind: str | None = None, echo=None) -> BatteryStats:
     """`result` (trajectory_file_stats) with the calibration at its own shape and the gated verdict."""
     import pandas as pd
 
@@ -49,11 +52,10 @@ def calibrate_result(file, result: dict, *, stats, kind: str | None = None, echo
     from brownformer.stats.core.shapes import CalibrationShape, calibration_for, fitted_calibration_for
     from .trajectory_io import fit_file_null
     echo = echo or (lambda msg: print(msg, file=sys.stderr))
-    shape = CalibrationShape.from_dict(result["calibration_shape"])
+    shape = CalibrationShape.from_dict(result.calibration_shape)
     if len(shape.times) < MIN_TIME_POINTS:
-        result["calibration_note"] = (f"not calibrated: {len(shape.times)} time points < {MIN_TIME_POINTS}, "
-                                      "the verdict is inconclusive whatever the calibration")
-        return result
+        return replace(result, calibration_note=f"not calibrated: {len(shape.times)} time points < {MIN_TIME_POINTS}, "
+                                                "the verdict is inconclusive whatever the calibration")
     cost = cost_estimate(shape, stats=stats)
     echo(f"calibration at this array's shape (T={len(shape.times)}, N={shape.n_walkers}, G={len(shape.group_sizes)}, "
          f"d={shape.d}): {cost['seconds_per_replicate']:.3f} s per replicate; at most {cost['null_cap']} replicates "
@@ -65,12 +67,8 @@ def calibrate_result(file, result: dict, *, stats, kind: str | None = None, echo
     fid, null = fit_file_null(file, stats=stats, kind=kind)
     table = pd.concat([run_calibration([shape], **kw), calibrate_fitted(null, fid, window=shape.window, **kw)],
                       ignore_index=True)
-    verdict, reason, _ = file_verdict(result, stats, table)
-    result.update({
-        "rule_verdict": result["verdict"], "rule_reason": result["reason"], "verdict": verdict, "reason": reason,
-        "brownian": verdict == "brownian", "calibration": calibration_for(table, shape),
-        "fitted_null": {"id": fid, "calibration": fitted_calibration_for(table, fid), "model": null.summary()},
-        "calibration_seconds": time.perf_counter() - t0,
-    })
-    result.pop("calibration_note", None)
-    return result
+    verdict, reason, _ = file_verdict(result.to_dict(), stats, table)  # the claims' gates read the file as written
+    return replace(result, rule_verdict=result.verdict, rule_reason=result.reason, verdict=verdict, reason=reason,
+                   brownian=verdict == "brownian", calibration=calibration_for(table, shape),
+                   fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid), "model": null.summary()},
+                   calibration_seconds=time.perf_counter() - t0, calibration_note=None)

@@ -1,12 +1,16 @@
-"""The per-run statistics files (one per trajectory file) and a run's summary.json."""
+"""The per-run statistics files (one per trajectory file) and a run's summary.json (the package docstring says
+which blocks are records and which stay mappings)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
-from ._results import SCHEMA_VERSION, EffectResult, _check_version, _list, _map, _Record
+from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["Clock", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -18,6 +22,39 @@ class InputFile(_Record):
     path: str
     sha256: str
     sidecar: bool | None = None
+
+
+@dataclass(frozen=True)
+class IndexEntry(_Record):
+    """One file of a run's trajectories/index.json as the extract stage writes it (probes/extract.py,
+    probes/replicas.py, pretrained/trajectories.py), and the "entry" each statistics file records: its `path`
+    (relative to the index's folder), `category` ("depth", "training", "weights", "attention", "gradnoise"),
+    `kind`, `time`, `layer`, `tensor`, `capture` and, for a replica set's contrasts, `unit` ("replica")."""
+
+    path: str | None = None
+    category: str | None = None
+    kind: str | None = None
+    time: str | None = None
+    layer: Any = None
+    tensor: str | None = None
+    capture: int | None = None
+    unit: str | None = None  # written only when set
+
+    def to_dict(self) -> dict:
+        """The entry as the extract stage writes it: every key, `unit` only when set."""
+        out = asdict(self)
+        if self.unit is None:
+            del out["unit"]
+        return out
+
+    def get(self, key: str, default=None):
+        """A key of the entry as written (the mapping view of readers that took the entry's JSON)."""
+        return self.to_dict().get(key, default)
+
+    def resolve(self, traj_dir) -> Path:
+        """The file's path: `path` as it is when absolute, else under the index's folder."""
+        rel = Path(self.path)
+        return rel if rel.is_absolute() else Path(traj_dir) / rel
 
 
 @dataclass(frozen=True)
@@ -70,6 +107,136 @@ class Envelope(_Record):
 
 
 @dataclass(frozen=True)
+class WindowSpec:
+    """What the window exponent of a file needs besides its trajectory: the window's capture indices and the
+    parameters of the Brownian motions whose median bias it subtracts. Part of the calibration shape
+    (shapes.CalibrationShape.window), so that the calibration simulates the very rule the verdict applies; the
+    window reading's "spec" (stats/diffusion/window_reading.py window_spec builds it, spec_window gives its window).
+    Hashable (tuples); its JSON keeps every key, "steps" null included."""
+
+    start: int
+    used: tuple[int, ...]
+    null_rho: float
+    null_decay: float  # sphere: total decay of the simulated Brownian motions; 1 euclidean
+    envelope_replicates: int
+    local_decades: float
+    seed: int
+    #: the heavy-ball beta of the optimizer that produced the file (sidecar "momentum"; 0: none) and the training
+    #: steps of all its captures: the null is then Brownian motion through that momentum (simulate.heavy_ball_brownian)
+    momentum: float = 0.0
+    steps: tuple[int, ...] | None = None
+    #: a replica-contrast file of tokens on the sphere (stats/sphere/replica_null.py): R (0: none), the clock's share
+    #: from the common start at the first capture, the sphere in LayerNorm's hyperplane; null_decay: from the start
+    replicas: int = 0
+    replica_start: float = 0.0
+    replica_hyperplane: bool = False
+
+    @property
+    def carries_physics(self) -> bool:
+        """Whether the null differs from plain Brownian motion in a way every key effect must be corrected for
+        (momentum, the sphere of a replica-contrast file): brownian.null_bias."""
+        return bool(self.momentum or self.replicas)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "used": list(self.used), "steps": None if self.steps is None else list(self.steps)}
+
+    @classmethod
+    def from_dict(cls, d: dict | WindowSpec | None, where: str | None = None) -> WindowSpec | None:
+        """The spec from its JSON (older files lack the momentum and replica keys: their defaults); None for none."""
+        if not d or isinstance(d, cls):
+            return d or None
+        steps = d.get("steps")
+        return cls(int(d["start"]), tuple(int(i) for i in d["used"]), float(d["null_rho"]), float(d["null_decay"]),
+                   int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]),
+                   float(d.get("momentum") or 0.0), None if steps is None else tuple(int(i) for i in steps),
+                   int(d.get("replicas") or 0), float(d.get("replica_start") or 0.0),
+                   bool(d.get("replica_hyperplane") or False))
+
+
+@dataclass(frozen=True)
+class CalibrationShape:
+    """Everything the calibration reproduces of one trajectory file (hashable; `id` names it): a battery file's
+    "calibration_shape" and its summary row's (stats/core/shapes.py shape_of builds it from the data)."""
+
+    kind: str
+    times: tuple[float, ...]  # elapsed share of the clock, 0..1, 4 significant digits
+    group_sizes: tuple[int, ...]
+    d: int
+    hyperplane: bool
+    drift: str
+    rho: float
+    decay: float  # sphere, and the walks of a sphere replica-contrast file (window.replicas): their total decay; else 0
+    #: the fitting window the verdict's MSD effect is read on (window_reading.WindowSpec); None: the full-range
+    #: exponent (a shape without a window reading)
+    window: WindowSpec | None = None
+
+    @property
+    def id(self) -> str:
+        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
+
+    @property
+    def n_walkers(self) -> int:
+        return int(sum(self.group_sizes))
+
+    def labels(self) -> np.ndarray:
+        """(N,) the group of each walker."""
+        import numpy as np  # only the calibration needs it; the contract's readers do not
+        return np.repeat(np.arange(len(self.group_sizes)), self.group_sizes)
+
+    @property
+    def geometry(self) -> str:
+        """Where the null's walkers live: "sphere" (a sphere file, or the walks behind a sphere replica-contrast
+        file: window.replicas), else "euclidean"."""
+        return "sphere" if self.kind == "sphere" or getattr(self.window, "replicas", 0) else "euclidean"
+
+    def to_dict(self, *, full: bool = True) -> dict:
+        """Summary fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
+        `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
+        out = {"id": self.id, "kind": self.kind, "geometry": self.geometry, "T": len(self.times), "N": self.n_walkers, "d": self.d,
+               "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
+               "decay": self.decay, "window": self.window.to_dict() if self.window is not None else None}
+        if full:
+            out.update(times=list(self.times), group_sizes=list(self.group_sizes))
+        return out
+
+    @classmethod
+    def from_dict(cls, d: dict | CalibrationShape | None, where: str | None = None) -> CalibrationShape | None:
+        """Inverse of to_dict(full=True) (the summary keys are derived, not read); ValueError when a field is
+        missing; a CalibrationShape is taken as it is, an empty mapping (no shape recorded) is None."""
+        if isinstance(d, cls) or not d:
+            return d or None
+        try:
+            return cls(str(d["kind"]), tuple(float(t) for t in d["times"]), tuple(int(g) for g in d["group_sizes"]),
+                       int(d["d"]), bool(d["hyperplane"]), str(d["drift"]), float(d["rho"]), float(d["decay"]),
+                       WindowSpec.from_dict(d.get("window")))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{where or 'calibration shape'} {d!r} lacks a field ({exc})") from None
+
+
+@dataclass(frozen=True)
+class Curvature(_Record):
+    """Late minus early half-window exponent (mean over walkers; a power law has 0), with the early and late values,
+    the flat margin the classification reads it against and the Brownian null's 95% range of it."""
+
+    estimate: float
+    confidence_interval: list
+    tost_interval: list
+    early: float
+    late: float
+    flat_margin: float
+    null_range: list
+
+
+@dataclass(frozen=True)
+class MomentumBias(_Record):
+    """What the file's momentum (or the sphere of a replica-contrast file) alone gives a key effect: the median on the
+    simulated null less the Brownian value (`bias`), and that value (`null_value`)."""
+
+    bias: float
+    null_value: float
+
+
+@dataclass(frozen=True)
 class LocalSlopes(_Record):
     """Claim 3's reading on the window fixed before the data (stats/diffusion/window_reading.py)."""
 
@@ -77,18 +244,20 @@ class LocalSlopes(_Record):
     description: str
     effect: EffectResult
     window: SlopeWindow | None = None
-    curvature: dict | None = None
-    ensemble_exponent: dict | None = None
+    curvature: Curvature | None = None
+    ensemble_exponent: dict | None = None  # descriptive: {estimate, confidence_interval, fitted_offset, D, fit}
     storage_offset: float | None = None
     tau: list | None = None
     curve: list | None = None
     local_slope: list | None = None
     envelope: Envelope | None = None
     null_decay: float | None = None
-    spec: dict | None = None  # the window as the calibration simulates it (window_reading.WindowSpec)
-    momentum_bias: dict | None = None  # key effect -> {bias, null_value}: what the file's momentum alone gives it
+    spec: WindowSpec | None = None  # the window as the calibration simulates it
+    momentum_bias: dict[str, MomentumBias] | None = None  # key effect -> what the file's momentum alone gives it
 
-    _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict}
+    _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict,
+               "curvature": Curvature.from_dict, "momentum_bias": _map(MomentumBias.from_dict),
+               "spec": WindowSpec.from_dict}
 
 
 @dataclass(frozen=True)
@@ -138,7 +307,7 @@ class BatteryStats(_Record):
     classification: str | None
     flags: list[str]
     within_group_correlation: float | None
-    calibration_shape: dict
+    calibration_shape: CalibrationShape
     curves: dict
     settings: dict
     calibration: dict | None
@@ -161,18 +330,24 @@ class BatteryStats(_Record):
     calibration_seconds: float | None = None
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     sphere: SphereSummary | None = None
 
     def test(self, name: str) -> EffectResult | None:
         return next((t for t in self.tests if t.name == name), None)
+
+    @property
+    def decision(self) -> Decision:
+        """The file's verdict as written (the rule's, on the window exponent; after the gates where calibrated)."""
+        return Decision(self.verdict, self.reason, alpha=(self.settings or {}).get("alpha"))
 
     _nested = {
             "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
             "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
             "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
-            "sphere_normalisation": SphereNormalisation.from_dict}
+            "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
+            "entry": IndexEntry.from_dict}
 
 
 @dataclass(frozen=True)
@@ -187,10 +362,46 @@ class SphereStats(_Record):
     schema_version: int = SCHEMA_VERSION
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"sphere": SphereSummary.from_dict, "input": InputFile.from_dict}
+    _nested = {"sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "entry": IndexEntry.from_dict}
+
+
+@dataclass(frozen=True)
+class PairedDifference(_Record):
+    """One attention quantity at a capture against step 0 (stats/markov/attention_capture.py paired_difference): the
+    means of both, the mean paired difference with its confidence interval, over `n_units` units."""
+
+    capture_mean: float
+    init_mean: float
+    difference: float
+    confidence_interval: list
+    n_units: int
+
+
+@dataclass(frozen=True)
+class InitComparison(_Record):
+    """An attention file against the run's step-0 attention, per quantity; `unit`: what a resampled unit is."""
+
+    quantities: dict[str, PairedDifference]
+    unit: str
+    method: str
+
+    _nested = {"quantities": _map(PairedDifference.from_dict)}
+
+
+@dataclass(frozen=True)
+class NullModelsInfo(_Record):
+    """What the attention null models were computed on (a subsample of `n_matrices` of `of` matrices) and what each
+    is (present where computed)."""
+
+    n_matrices: int
+    of: int
+    row_shuffled: str | None = None
+    shuffled_keys: str | None = None
+    vmf_exact: str | None = None
+    init: str | None = None
 
 
 @dataclass(frozen=True)
@@ -214,15 +425,16 @@ class AttentionStats(_Record):
     features_input: InputFile | None = None  # the token features the attention acts on
     step: int | None = None
     null_models: dict | None = None
-    null_models_info: dict | None = None
-    init_comparison: dict | None = None
+    null_models_info: NullModelsInfo | None = None
+    init_comparison: InitComparison | None = None
     verdicts: dict | None = None
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict}
+    _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict, "entry": IndexEntry.from_dict,
+               "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict}
 
 
 @dataclass(frozen=True)
@@ -251,10 +463,11 @@ class NoiseStats(_Record):
     schema_version: int = SCHEMA_VERSION
     run_id: str | None = None
     category: str | None = None
-    entry: dict | None = None
+    entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict}
+    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict,
+               "entry": IndexEntry.from_dict}
 
 
 RunStatsFile = BatteryStats | SphereStats | AttentionStats | NoiseStats
@@ -293,11 +506,11 @@ class SummaryRow(_Record):
     brownian: bool | None = None
     msd_exponent: EffectResult | None = None
     battery_error: str | None = None
-    calibration_shape: dict | None = None
+    calibration_shape: CalibrationShape | None = None
     window_exponent: float | None = None
     sphere_tensor: str | None = None
 
-    _nested = {"msd_exponent": EffectResult.effect_from_dict}
+    _nested = {"msd_exponent": EffectResult.effect_from_dict, "calibration_shape": CalibrationShape.from_dict}
 
 
 @dataclass(frozen=True)

@@ -13,11 +13,11 @@ the calibration table for exactly that shape (None when there are none: the clai
 """
 from __future__ import annotations
 
-import hashlib
 import json
-from dataclasses import asdict, dataclass
 
 import numpy as np
+
+from brownformer.statsfile import CalibrationShape
 
 __all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "sphere_decay", "SIGNIFICANT", "RHO_MAX",
            "DECAY_DECORRELATED"]
@@ -28,61 +28,6 @@ SIGNIFICANT = 4
 RHO_MAX = 0.99
 #: a sphere walk whose mean cosine between first and last capture is <= 0 has decorrelated: simulated at this decay
 DECAY_DECORRELATED = 16.0
-
-
-@dataclass(frozen=True)
-class CalibrationShape:
-    """Everything the calibration reproduces of one trajectory file (hashable; `id` names it)."""
-
-    kind: str
-    times: tuple[float, ...]  # elapsed share of the clock, 0..1, 4 significant digits
-    group_sizes: tuple[int, ...]
-    d: int
-    hyperplane: bool
-    drift: str
-    rho: float
-    decay: float  # sphere, and the walks of a sphere replica-contrast file (window.replicas): their total decay; else 0
-    #: the fitting window the verdict's MSD effect is read on (window_reading.WindowSpec); None: the full-range
-    #: exponent (a shape without a window reading)
-    window: object = None
-
-    @property
-    def id(self) -> str:
-        return hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:12]
-
-    @property
-    def n_walkers(self) -> int:
-        return int(sum(self.group_sizes))
-
-    def labels(self) -> np.ndarray:
-        return np.repeat(np.arange(len(self.group_sizes)), self.group_sizes)
-
-    @property
-    def geometry(self) -> str:
-        """Where the null's walkers live: "sphere" (a sphere file, or the walks behind a sphere replica-contrast
-        file: window.replicas), else "euclidean"."""
-        return "sphere" if self.kind == "sphere" or getattr(self.window, "replicas", 0) else "euclidean"
-
-    def to_dict(self, *, full: bool = True) -> dict:
-        """Summary fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
-        `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
-        out = {"id": self.id, "kind": self.kind, "geometry": self.geometry, "T": len(self.times), "N": self.n_walkers, "d": self.d,
-               "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
-               "decay": self.decay, "window": self.window.to_dict() if self.window is not None else None}
-        if full:
-            out.update(times=list(self.times), group_sizes=list(self.group_sizes))
-        return out
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "CalibrationShape":
-        """Inverse of to_dict(full=True); ValueError when a field is missing."""
-        from brownformer.stats.diffusion.window_reading import WindowSpec
-        try:
-            return cls(str(d["kind"]), tuple(float(t) for t in d["times"]), tuple(int(g) for g in d["group_sizes"]),
-                       int(d["d"]), bool(d["hyperplane"]), str(d["drift"]), float(d["rho"]), float(d["decay"]),
-                       WindowSpec.from_dict(d.get("window")))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"calibration shape {d!r} lacks a field ({exc})") from None
 
 
 def _sig(x: float) -> float:

@@ -30,11 +30,11 @@ from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, Effect, m
 from brownformer.stats.core.shapes import calibration_for, select_walkers, shape_of
 from brownformer.stats.sphere.sphere_distance import gram_offdiagonal
 from brownformer.stats.diffusion.trajectory_inputs import validate_trajectory
-from brownformer.statsfile import SphereNormalisation
+from brownformer.statsfile import BatteryStats, EffectResult, SphereNormalisation
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_trajectory", "battery_batch", "momentum_bias", "momentum_corrected", "BatteryResult", "CLASSES"]
+__all__ = ["analyze_trajectory", "trajectory_battery", "battery_batch", "momentum_bias", "momentum_corrected", "BatteryResult", "CLASSES"]
 
 #: "crossover" (the local slope is not flat across the window) and "mixed" (Brownian and non-Brownian walkers)
 #: come from the window reading (stats/diffusion/window_reading.py)
@@ -120,8 +120,8 @@ def momentum_bias(times, spec, labels, *, d: int, kind: str, k: int, hyperplane:
         return {}
     from brownformer.stats.diffusion.window_reading import null_walks  # window_reading imports this module's users; keep it lazy
     null = null_walks(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
-    if "bias" not in null:
-        bat = battery_batch(null["full"], kind=kind, times=np.asarray(times, float), labels=labels, margins=margins,
+    if "bias" not in null.derived:  # one battery per cached null, shared by the files of its shape
+        bat = battery_batch(null.full, kind=kind, times=np.asarray(times, float), labels=labels, margins=margins,
                             alpha=alpha, n_resamples=n_resamples, rng=np.random.default_rng([spec.seed, 11]),
                             drift=drift, hyperplane=hyperplane)
         out = {}
@@ -129,8 +129,8 @@ def momentum_bias(times, spec, labels, *, d: int, kind: str, k: int, hyperplane:
             est = st.estimate
             if np.isfinite(est).any():
                 out[name] = (float(np.nanmedian(est)) - float(st.null_value), float(st.null_value))
-        null["bias"] = out
-    return null["bias"]
+        null.derived["bias"] = out
+    return null.derived["bias"]
 
 
 def momentum_corrected(effects: dict, times, window, labels, *, d: int, kind: str, k: int, hyperplane: bool,
@@ -180,13 +180,14 @@ def _classify(res: dict, m: dict, alpha: float, curves: dict) -> list[str]:
     return flags
 
 
-def _slopes(t: np.ndarray, y: np.ndarray) -> dict:
+def _slopes(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(early, late) log-log slope of y over the first and second half of t (NaN with fewer than 4 usable points)."""
     ok = np.isfinite(y) & (y > 0)
     t, y = t[ok], y[ok]
     if t.size < 4:
-        return {"early_slope": np.nan, "late_slope": np.nan}
+        return np.nan, np.nan
     h = (t.size + 1) // 2
-    return {"early_slope": float(B.log_slope(t[:h], y[:h])), "late_slope": float(B.log_slope(t[h - 1:], y[h - 1:]))}
+    return float(B.log_slope(t[:h], y[:h])), float(B.log_slope(t[h - 1:], y[h - 1:]))
 
 
 def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confidence_level) -> tuple[dict, dict]:
@@ -198,7 +199,8 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
         z = B.standardize(E / np.sqrt(np.diff(times) * bridge(np.diff(times)))[None, :, None, None])[0]
         disp, basis = X[-1] - X[0], None
         msd = bat.curves["msd"][0] if bat.curves["msd"].size else np.array([])
-        curves.update({"msd": msd, "tau": tau[: msd.size]}, **_slopes(tau[: msd.size], msd))
+        early, late = _slopes(tau[: msd.size], msd)
+        curves.update(msd=msd, tau=tau[: msd.size], early_slope=early, late_slope=late)
     else:
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
         v = bat.curves.pop("tangent_increments")[0]
@@ -214,7 +216,7 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
         curves.update({"mean_cos": cm, "second_harmonic": bat.curves["second_harmonic"][0], "tau": tau,
                        "n_usable_times": int(bat.curves["n_usable_times"][0]), "gram_offdiagonal": g,
                        "gram_offdiagonal_bm_prediction": g[0] * np.exp(-2 * (bat.span_dimension - 1) * D * (times - times[0])),
-                       **_slopes(tau, psi)})
+                       **dict(zip(("early_slope", "late_slope"), _slopes(tau, psi)))})
         e = v
     pick = rng.integers(0, z.shape[-1], size=z.shape[1])
     z = B.walker_scaled(z[None])[0]  # walkers of different rates are not a heavy tail
@@ -224,14 +226,14 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
     return out, curves
 
 
-def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int | None = None,
+def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int | None = None,
                        n_tokens: int | None = None, hyperplane: bool | None = None, drift: str = "common",
                        confidence_level: float = DEFAULT_STATS.confidence_level,
                        n_resamples: int = DEFAULT_STATS.n_resamples, alpha: float = DEFAULT_STATS.alpha,
                        margins: dict = DEFAULT_STATS.margins, max_walkers: int = DEFAULT_STATS.max_walkers,
                        rng=DEFAULT_STATS.seed, calibration=None,
-                       check_clocks: dict | None = None) -> dict:
-    """Run the Brownian battery on one trajectory array, decide, and describe it.
+                       check_clocks: dict | None = None) -> BatteryStats:
+    """Run the Brownian battery on one trajectory array, decide (on the full range), and describe it.
 
     Args:
         X: (T, N, d) = (time, walkers, dims).
@@ -251,10 +253,9 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
         check_clocks: {clock name: (T,) times}: the MSD exponent is also reported on these clocks ("clock_check").
 
     Returns:
-        JSON-ready dict in brownformer.statsfile's BatteryStats layout: kind, n_times, n_walkers, dim, msd_exponent
-        {estimate, confidence_interval, tost_interval, pvalue}, diffusion_coefficient {estimate, confidence_interval},
-        tests [EffectResult: name, statistic, pvalue, rejected, estimate, ...], effects (key effects with margins),
-        verdict, reason, brownian, classification, flags, within_group_correlation, calibration_shape, calibration.
+        The statsfile.BatteryStats record (kind, n_times, n_walkers, dim, msd_exponent, diffusion_coefficient,
+        tests, effects: the key effects with margins, verdict, reason, brownian, classification, flags,
+        within_group_correlation, calibration_shape: the CalibrationShape it was decided at, calibration).
 
     Raises:
         ValueError: arrays that are not valid trajectories (see validate_trajectory), bad groups or drift.
@@ -277,45 +278,62 @@ def analyze_trajectory(X, *, kind: str, times=None, groups=None, n_inputs: int |
     flags = _classify(res, m, alpha, curves)
     verdict, reason = str(bat.verdicts[0]), bat.reasons[0]
     key = margins_for(m, kind)
-    effects = {t: {**{f: res[t].to_dict()[f] for f in ("estimate", "confidence_interval", "tost_interval", "pvalue",
-                                                       "why_undefined")},
-                   "margin": list(key[t]), "key": True} for t in key if t in res}
+    effects = {t: _key_effect(res[t], key[t]) for t in key if t in res}
     tests = [r.decided(alpha) for name, r in res.items() if name != "diffusion_coefficient"]
     expo, D = res["msd_exponent"], res["diffusion_coefficient"]
     shape = shape_of(kind=kind, times=times, labels=labels, d=d, hyperplane=bat.hyperplane,
                      drift=drift if kind == "euclidean" else "none", rho=float(bat.rho[0]), decay=float(bat.decay[0]))
-    out = {
-        "kind": kind, "n_times": T, "n_walkers": N, "n_walkers_total": N_total, "n_groups": int(labels.max()) + 1,
-        "dim": d, "span_dimension": bat.span_dimension, "hyperplane": bat.hyperplane, "times": times,
-        "drift_removed": drift if kind == "euclidean" else "none (the sphere branch tests drift, see tests)",
-        "msd_exponent": {"estimate": expo.estimate, "confidence_interval": expo.confidence_interval,
-                         "tost_interval": expo.tost_interval, "pvalue": expo.pvalue, "method": expo.method,
-                         "why_undefined": expo.why_undefined},
-        "diffusion_coefficient": {"estimate": D.estimate, "confidence_interval": D.confidence_interval},
-        "tests": tests, "effects": effects, "key_effects": list(key),
-        "verdict": verdict, "reason": reason, "brownian": verdict == "brownian",
-        "classification": flags[0] if flags else ("brownian" if verdict == "brownian" else None),
-        "flags": flags, "within_group_correlation": float(bat.rho[0]),
-        "calibration_shape": shape.to_dict(), "curves": curves,
-        "settings": {"confidence_level": confidence_level, "alpha": alpha, "tost_level": 1 - 2 * alpha,
-                     "n_resamples": n_resamples, "max_walkers": max_walkers, "margins": {k: list(v) for k, v in m.items()},
-                     "interval": "t-interval over groups (G - 1 df) with the cluster-bootstrap SE"},
-    }
-    if not flags and verdict != "brownian":
-        out["classification_note"] = "no key effect outside its margin, but the verdict is not 'brownian': " + reason
-    if check_clocks:
-        out["clock_check"] = {name: _exponent_on_clock(X, np.asarray(t, float), kind, labels, drift, bat.hyperplane,
-                                                       confidence_level, alpha, n_resamples, rng)
-                              for name, t in check_clocks.items()}
-    if normalisation is not None:
-        out["sphere_normalisation"] = normalisation
-    out["calibration"] = calibration_for(calibration, shape) if calibration is not None else None
-    if out["calibration"] is None:
-        out["calibration_note"] = ("uncalibrated: no calibration table was given" if calibration is None else
-                                   "uncalibrated: the calibration table has no rows at this trajectory's shape") + (
-            "; the verdict's size and power at this shape are unknown (`brownformer stats trajectory FILE --calibrate` "
-            "simulates them; in the pipeline the calibrate stage does, and claims.json applies them)")
-    return to_jsonable(out)
+    calibrated = calibration_for(calibration, shape) if calibration is not None else None
+    uncalibrated = None if calibrated is not None else (
+        ("uncalibrated: no calibration table was given" if calibration is None else
+         "uncalibrated: the calibration table has no rows at this trajectory's shape") +
+        "; the verdict's size and power at this shape are unknown (`brownformer stats trajectory FILE --calibrate` "
+        "simulates them; in the pipeline the calibrate stage does, and claims.json applies them)")
+    record = BatteryStats(
+        kind=kind, n_times=T, n_walkers=N, n_walkers_total=N_total, n_groups=int(labels.max()) + 1, dim=d,
+        span_dimension=bat.span_dimension, hyperplane=bat.hyperplane, times=times,
+        drift_removed=drift if kind == "euclidean" else "none (the sphere branch tests drift, see tests)",
+        msd_exponent=_estimate(expo, method=expo.method, why_undefined=expo.why_undefined),
+        diffusion_coefficient=EffectResult.effect(_finite(D.estimate), _pair(D.confidence_interval)), tests=tests, effects=effects, key_effects=list(key),
+        verdict=verdict, reason=reason, brownian=verdict == "brownian",
+        classification=flags[0] if flags else ("brownian" if verdict == "brownian" else None),
+        flags=flags, within_group_correlation=float(bat.rho[0]), calibration_shape=shape, curves=curves,
+        settings={"confidence_level": confidence_level, "alpha": alpha, "tost_level": 1 - 2 * alpha,
+                  "n_resamples": n_resamples, "max_walkers": max_walkers, "margins": {k: list(v) for k, v in m.items()},
+                  "interval": "t-interval over groups (G - 1 df) with the cluster-bootstrap SE"},
+        calibration=calibrated, calibration_note=uncalibrated,
+        classification_note=("no key effect outside its margin, but the verdict is not 'brownian': " + reason)
+        if not flags and verdict != "brownian" else None,
+        clock_check={name: _exponent_on_clock(X, np.asarray(t, float), kind, labels, drift, bat.hyperplane,
+                                              confidence_level, alpha, n_resamples, rng)
+                     for name, t in check_clocks.items()} if check_clocks else None,
+        sphere_normalisation=normalisation)
+    return record
+
+
+def analyze_trajectory(X, **kwargs) -> dict:
+    """trajectory_battery's record as plain JSON (its arguments): what `stats trajectory` writes before the window."""
+    return to_jsonable(trajectory_battery(X, **kwargs))
+
+
+def _finite(x) -> float | None:
+    """A finite number as float, else None (how the "effect" layout stores an undefined value)."""
+    return float(x) if x is not None and np.isfinite(x) else None
+
+
+def _pair(v) -> tuple[float | None, float | None] | None:
+    return None if v is None else (_finite(v[0]), _finite(v[1]))
+
+
+def _estimate(r: EffectResult, **known) -> EffectResult:
+    """A test's estimate with its intervals and p-value in the "effect" layout (NaN as None)."""
+    return EffectResult.effect(_finite(r.estimate), _pair(r.confidence_interval), _pair(r.tost_interval),
+                               _finite(r.pvalue), **known)
+
+
+def _key_effect(r: EffectResult, margin: tuple[float, float]) -> EffectResult:
+    """A key effect of the rule: the test's estimate with its margin."""
+    return _estimate(r, why_undefined=r.why_undefined, margin=tuple(margin), key=True)
 
 
 #: unit vectors whose norms differ from 1 by more than this are reported as rescaled (stored float16 captures of
@@ -336,7 +354,8 @@ def _sphere_normalisation(X: np.ndarray) -> SphereNormalisation:
                                note=note if rescaled else None)
 
 
-def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_level, alpha, n_resamples, rng) -> dict:
+def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_level, alpha, n_resamples,
+                       rng) -> EffectResult:
     """The MSD exponent of the same trajectory on another clock (a check on the choice of the primary one)."""
     boot = ClusterBootstrap(labels, n_resamples=n_resamples, rng=rng)
     if kind == "euclidean":
@@ -346,5 +365,4 @@ def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_lev
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
         stat = S.cosine_law(U[None], times, S.span_dimension(U, hyperplane)[0], boot)[0]
     r = stat.result(0, confidence_level=confidence_level, alpha=alpha)
-    return {"estimate": r.estimate, "confidence_interval": r.confidence_interval, "tost_interval": r.tost_interval,
-            "why_undefined": r.why_undefined}
+    return EffectResult.effect(r.estimate, r.confidence_interval, r.tost_interval, why_undefined=r.why_undefined)

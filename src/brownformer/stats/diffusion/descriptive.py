@@ -11,6 +11,7 @@ import functools
 import numpy as np
 
 from brownformer.stats.core.batch_stat import EffectResult
+from brownformer.statsfile import NoiseCapture, NoiseStats
 
 __all__ = ["hill_estimator", "tail_test", "normality_test", "isotropy_test", "drift_test", "analyze_noise"]
 
@@ -140,14 +141,16 @@ def drift_test(disp: np.ndarray, labels: np.ndarray, *, rng) -> EffectResult:
                       why_undefined="" if np.isfinite(pval) else "singular covariance of the group displacements")
 
 
-def analyze_noise(G, *, confidence_level: float, n_surrogates: int = TAIL_SURROGATES) -> dict:
+def analyze_noise(G, *, confidence_level: float, n_surrogates: int = TAIL_SURROGATES) -> NoiseStats:
     """Tails and Gaussianity of gradient-noise samples G (C, M, p) = (captures, samples, params).
 
     Per capture: excess kurtosis and D'Agostino K^2 of the standardised coordinates, and the Hill index
     against matched Gaussian surrogates (Simsekli et al. 2019 report heavy tails; others report
     Gaussian noise at large batch).
+
+    Returns:
+        statsfile.NoiseStats: one NoiseCapture per capture (only `n` where fewer than 20 coordinates vary).
     """
-    from brownformer.io import to_jsonable
     G = np.asarray(G, dtype=float)
     if G.ndim != 3 or not np.all(np.isfinite(G)):
         raise ValueError(f"gradient noise must be a finite array (captures, samples, params); got shape {G.shape}")
@@ -157,11 +160,11 @@ def analyze_noise(G, *, confidence_level: float, n_surrogates: int = TAIL_SURROG
         sd = g.std(0, ddof=1)
         zz = (g / np.where(sd > 0, sd, 1.0))[:, sd > 0].ravel()
         if zz.size < 20:
-            rows.append({"capture": c, "n": int(zz.size)})
+            rows.append(NoiseCapture(capture=c, n=int(zz.size)))
             continue
         nt = normality_test(zz)
-        rows.append({"capture": c, "n": int(zz.size), "excess_kurtosis": nt.estimate,
-                     "normaltest_statistic": nt.statistic, "normaltest_pvalue": nt.pvalue,
-                     "tail_index": tail_test(zz, n_surrogates=n_surrogates, confidence_level=confidence_level).to_dict()})
-    return to_jsonable({"kind": "gradient_noise", "n_captures": int(G.shape[0]), "n_samples": int(G.shape[1]),
-                        "n_params": int(G.shape[2]), "per_capture": rows})
+        rows.append(NoiseCapture(capture=c, n=int(zz.size), excess_kurtosis=nt.estimate,
+                                 normaltest_statistic=nt.statistic, normaltest_pvalue=nt.pvalue,
+                                 tail_index=tail_test(zz, n_surrogates=n_surrogates, confidence_level=confidence_level)))
+    return NoiseStats(kind="gradient_noise", n_captures=int(G.shape[0]), n_samples=int(G.shape[1]),
+                      n_params=int(G.shape[2]), per_capture=rows)

@@ -113,9 +113,9 @@ def _clamp(rw: float, rb: float) -> tuple[float, float]:
 
 
 def fit_null(X: np.ndarray, *, kind: str, times, labels, hyperplane: bool, drift: str, momentum: float = 0.0,
-             steps=None, meta: dict | None = None) -> FittedNull:
+             steps=None, meta=None) -> FittedNull:
     """Fit the Brownian model of the module docstring to X (T, N, d) (the walkers the battery analysed); `momentum`
-    with the captures' `steps`: the optimizer's beta the null carries; `meta`: the sidecar (a sphere replica-contrast
+    with the captures' `steps`: the optimizer's beta the null carries; `meta`: the sidecar (trajectory_inputs.TrajectorySidecar or its mapping; a sphere replica-contrast
     file, replica_null.sphere_contrasts_of)."""
     from dataclasses import replace
 

@@ -23,15 +23,19 @@ identical code on simulated Brownian motion.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import warnings
 from dataclasses import dataclass
 
 import numpy as np
 
 from brownformer.stats.diffusion.battery import levels, log_slope
+from brownformer.statsfile import SlopeWindow
+from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
 
 __all__ = ["FittingWindow", "fitting_window", "sidecar_window", "window_features", "ensemble_curve", "walker_curves",
-           "fit_offset_power", "storage_offset", "local_slopes", "walker_slopes", "MIN_WINDOW_POINTS", "WALKER_COS_FLOOR"]
+           "fit_offset_power", "storage_offset", "local_slopes", "walker_slopes", "WalkerSlopes", "MIN_WINDOW_POINTS", "WALKER_COS_FLOOR"]
 
 #: a window needs this many lags (a slope over fewer is not a curve)
 MIN_WINDOW_POINTS = 6
@@ -58,20 +62,21 @@ class FittingWindow:
     def n_points(self) -> int:
         return int(self.used.size)
 
-    def to_dict(self, times: np.ndarray, steps=None) -> dict:
+    def record(self, times: np.ndarray, steps=None) -> SlopeWindow:
+        """Where the window lies, on the file's clock `times` and (a training file) its capture `steps`."""
         t = np.asarray(times, float)
-        out = {"start_index": self.start, "used_indices": self.used.tolist(), "n_points": self.n_points,
-               "start_step": self.start_step, "min_lag_steps": self.min_lag_steps, "start_clock": float(t[self.start]),
-               "why": self.why}
+        lag_range = step_range = None
         if self.used.size:
-            out["lag_range"] = [float(t[self.used[0]] - t[self.start]), float(t[self.used[-1]] - t[self.start])]
+            lag_range = [float(t[self.used[0]] - t[self.start]), float(t[self.used[-1]] - t[self.start])]
             if steps is not None:
                 s = np.asarray(steps)
-                out["step_range"] = [int(s[self.start]), int(s[self.used[-1]])]
-        return out
+                step_range = [int(s[self.start]), int(s[self.used[-1]])]
+        return SlopeWindow(start_index=self.start, used_indices=self.used.tolist(), n_points=self.n_points,
+                           start_step=self.start_step, min_lag_steps=self.min_lag_steps,
+                           start_clock=float(t[self.start]), why=self.why, lag_range=lag_range, step_range=step_range)
 
 
-def sidecar_window(meta: dict, *, start_step: int | None, momentum_times: float,
+def sidecar_window(meta, *, start_step: int | None, momentum_times: float,
                    min_lag_steps: int = 0) -> tuple[int | None, int, float]:
     """(start step, least lag in steps, momentum beta) of a training file's window, from its sidecar.
 
@@ -85,8 +90,9 @@ def sidecar_window(meta: dict, *, start_step: int | None, momentum_times: float,
         ValueError: a momentum outside [0, 1).
     """
     from brownformer.config import momentum_gap
-    beta = meta.get("momentum")
-    own = meta.get("window") if isinstance(meta.get("window"), dict) else {}
+    meta = TrajectorySidecar.from_dict(meta)
+    beta = meta.momentum
+    own = meta.window if isinstance(meta.window, Mapping) else {}
     if beta is None and own.get("momentum_steps"):
         beta = 1.0 - 1.0 / float(own["momentum_steps"])
     beta = 0.0 if beta is None else float(beta)
@@ -312,7 +318,18 @@ def local_slopes(tau: np.ndarray, y: np.ndarray, *, decades: float = 0.5) -> np.
     return out
 
 
-def walker_slopes(tau: np.ndarray, y: np.ndarray, offset) -> dict[str, np.ndarray]:
+@dataclass(frozen=True)
+class WalkerSlopes:
+    """Per-walker log-log slopes over the window (`alpha`), its early and late halves, and rates D_i: (R, N) each,
+    NaN where fewer than 3 (halves: 2) points are usable."""
+
+    alpha: np.ndarray
+    early: np.ndarray
+    late: np.ndarray
+    rate: np.ndarray
+
+
+def walker_slopes(tau: np.ndarray, y: np.ndarray, offset) -> WalkerSlopes:
     """Per-walker log-log slopes of y_i - c over the window, and over its early and late halves (split at
     the middle of log tau), plus each walker's rate D_i = sum (y_i - c) tau / sum tau^2 (least squares
     through the origin, the Brownian form).
@@ -321,7 +338,7 @@ def walker_slopes(tau: np.ndarray, y: np.ndarray, offset) -> dict[str, np.ndarra
         tau: (n,); y: (R, N, n) walker curves (NaN: not usable); offset: (R,) capture-noise offsets c.
 
     Returns:
-        {"alpha", "early", "late", "rate"}: (R, N) each, NaN where fewer than 3 (halves: 2) points are usable.
+        WalkerSlopes.
     """
     z = y - np.asarray(offset, float)[:, None, None]
     ok = np.isfinite(z) & (z > 0)
@@ -329,10 +346,8 @@ def walker_slopes(tau: np.ndarray, y: np.ndarray, offset) -> dict[str, np.ndarra
     mid = 0.5 * (np.log(tau[0]) + np.log(tau[-1]))
     early, late = np.log(tau) <= mid, np.log(tau) >= mid
     with np.errstate(all="ignore"):
-        out = {"alpha": np.where(ok.sum(-1) >= 3, log_slope(tau, zz, ok), np.nan)}
-        for name, part in (("early", early), ("late", late)):
-            m = ok & part
-            out[name] = np.where(m.sum(-1) >= 2, log_slope(tau, zz, m), np.nan)
+        alpha = np.where(ok.sum(-1) >= 3, log_slope(tau, zz, ok), np.nan)
+        half = [np.where((ok & part).sum(-1) >= 2, log_slope(tau, zz, ok & part), np.nan) for part in (early, late)]
         t2 = np.where(ok, tau * tau, 0.0).sum(-1)
-        out["rate"] = np.where(ok.sum(-1) >= 1, np.where(ok, z * tau, 0.0).sum(-1) / t2, np.nan)
-    return out
+        rate = np.where(ok.sum(-1) >= 1, np.where(ok, z * tau, 0.0).sum(-1) / t2, np.nan)
+    return WalkerSlopes(alpha, *half, rate)

@@ -10,6 +10,8 @@ config without replicas keeps the single-path decision, labelled as conditional 
 """
 from __future__ import annotations
 
+from brownformer.statsfile import SummaryRow
+
 __all__ = ["REPLICA_SET_SUFFIX", "REPLICA_FAMILIES", "replica_set_key", "base_run", "is_replica_file",
            "split_by_unit", "calibrated_files"]
 
@@ -48,9 +50,9 @@ def split_by_unit(category: str, files: list[dict]) -> tuple[list[dict], list[di
     return [{**f, "run": base_run(f["run"])} for f in reps], single
 
 
-def calibrated_files(files: list[dict]) -> list[dict]:
+def calibrated_files(rows: list[SummaryRow]) -> list[SummaryRow]:
     """The stats-summary rows whose shapes the calibration simulates: all, except single-path training/weights files
     when replica files of that family exist (those families are decided on replicas; `split_by_unit`)."""
-    with_replicas = {f.get("category") for f in files if is_replica_file(f)}
-    return [f for f in files if is_replica_file(f) or f.get("category") not in with_replicas
-            or f.get("category") not in REPLICA_FAMILIES]
+    with_replicas = {r.category for r in rows if r.unit == "replica"}
+    return [r for r in rows if r.unit == "replica" or r.category not in with_replicas
+            or r.category not in REPLICA_FAMILIES]

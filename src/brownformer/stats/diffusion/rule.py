@@ -20,10 +20,11 @@ from typing import Mapping
 import numpy as np
 
 from brownformer.stats.diffusion.battery import MIN_TIME_POINTS
-from brownformer.statsfile import RULE_VERDICTS
+from brownformer.statsfile import RULE_VERDICTS, Decision, EffectResult
 from brownformer.stats.diffusion.battery_registry import key_effects, margin_keys
 
 __all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDICTS", "Effect", "decide", "decide_one",
+           "decide_results",
            "margins_for", "shift_effect"]
 
 VERDICTS = RULE_VERDICTS
@@ -131,6 +132,16 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
             verdicts[r], why = BROWNIAN, [f"every key effect's {1 - 2 * alpha:.0%} interval lies inside its margin"]
         reasons.append("; ".join(why))
     return verdicts, reasons
+
+
+def decide_results(effects: Mapping[str, EffectResult], *, kind: str, margins: Mapping[str, tuple[float, float]],
+                   alpha: float, n_times: int, n_groups: int | None = None, rule: str | None = None) -> Decision:
+    """`decide` on one trajectory's key effects (statsfile.EffectResult), taken once as a Decision at `alpha`."""
+    arr = lambda x: np.array([np.nan if x is None else float(x)])  # noqa: E731
+    eff = {test: Effect(arr(e.estimate), *(arr(v) for v in (e.tost_interval or (None, None))), arr(e.pvalue),
+                        str(e.why_undefined or "")) for test, e in effects.items()}
+    verdicts, reasons = decide(eff, kind=kind, margins=margins, alpha=alpha, n_times=n_times, n_groups=n_groups)
+    return Decision(str(verdicts[0]), reasons[0], rule=rule, alpha=alpha)
 
 
 def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, tuple[float, float]],

@@ -30,6 +30,7 @@ import numpy as np
 
 from brownformer.stats.diffusion.battery import levels
 from brownformer.stats.sphere.sphere_battery import log_map
+from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
 
 __all__ = ["token_types", "andi_diagnostics", "walker_reading", "row_quantiles", "VACF_STEPS"]
 
@@ -37,19 +38,20 @@ VACF_STEPS = (1, 2, 4)
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
 
 
-def token_types(meta: dict, n_walkers: int) -> tuple[np.ndarray, np.ndarray | None]:
+def token_types(meta, n_walkers: int) -> tuple[np.ndarray, np.ndarray | None]:
     """(type of each walker, token position or None) from the sidecar.
 
     Walker i*n_tokens + t is token t of probe input i (probes/extract.py). With "cls_index" (or a "walkers"
     text naming the CLS token) the types are "cls" and "patch" (the ViT); with n_tokens only, "position"
     (the LM: every token is a position); without them every walker is a "walker" (weight rows, a user's array).
     """
-    n_tokens = meta.get("n_tokens")
+    meta = TrajectorySidecar.from_dict(meta)
+    n_tokens = meta.n_tokens
     if not n_tokens or n_walkers % int(n_tokens):
         return np.full(n_walkers, "walker", dtype=object), None
     pos = np.arange(n_walkers) % int(n_tokens)
-    cls = meta.get("cls_index")
-    if cls is None and "CLS token" in str(meta.get("walkers", "")):
+    cls = meta.cls_index
+    if cls is None and "CLS token" in str(meta.walkers or ""):
         cls = 0
     if cls is None:
         return np.full(n_walkers, "position", dtype=object), pos

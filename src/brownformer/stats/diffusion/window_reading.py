@@ -19,7 +19,8 @@ returns the per-file block the claims and the figure read:
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,14 +28,16 @@ from brownformer.config import DEFAULT_STATS
 
 from brownformer.stats.core.bootstrap import BootstrapEstimate, ClusterBootstrap
 from brownformer.stats.diffusion.local_slope import (MIN_WINDOW_POINTS, FittingWindow, ensemble_curve, fit_offset_power, fitting_window,
-                          local_slopes, storage_offset, walker_curves, walker_slopes, window_features)
+                          local_slopes, storage_offset, walker_curves, walker_slopes, window_features, WalkerSlopes)
 from brownformer.stats.diffusion.rule import Effect
 from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats.sphere.replica_null import simulate_null
 from brownformer.stats.diffusion.walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
+from brownformer.statsfile import Curvature, EffectResult, Envelope, LocalSlopes, SlopeWindow, WindowSpec
 
-__all__ = ["window_reading", "window_effects", "window_classification", "window_exponent", "window_spec",
-           "null_walks", "WindowSpec", "WINDOW_CLASSES"]
+__all__ = ["window_reading", "window_effects", "window_classification", "window_classification_of",
+           "key_effects_on_window", "window_exponent", "window_spec", "spec_window", "null_walks", "WindowSpec", "WindowReading",
+           "WindowBatch", "WindowExponentParts", "WINDOW_CLASSES"]
 
 WINDOW_CLASSES = ("brownian", "subdiffusive", "superdiffusive", "crossover", "mixed", "inconclusive")
 #: bootstrap resamples of the (descriptive) ensemble exponent's interval
@@ -43,51 +46,19 @@ ENSEMBLE_RESAMPLES = 99
 _DECAY_RANGE = (1 / 16, 16.0)
 
 
+def spec_window(spec: WindowSpec) -> FittingWindow:
+    """The fitting window a WindowSpec fixes (the calibration simulates on it)."""
+    return FittingWindow(spec.start, np.asarray(spec.used, np.int64), None, 0, "calibration shape")
+
+
 @dataclass(frozen=True)
-class WindowSpec:
-    """What the window exponent of a file needs besides its trajectory: the window's capture indices and the
-    parameters of the Brownian motions whose median bias it subtracts. Part of the calibration shape
-    (shapes.CalibrationShape.window), so that the calibration simulates the very rule the verdict applies."""
+class WindowReading:
+    """window_reading's result: the file's "local_slopes" block, its "walkers" block (walkers.walker_reading; None
+    when the window is too short) and the WindowSpec its null was simulated at."""
 
-    start: int
-    used: tuple[int, ...]
-    null_rho: float
-    null_decay: float  # sphere: total decay of the simulated Brownian motions; 1 euclidean
-    envelope_replicates: int
-    local_decades: float
-    seed: int
-    #: the heavy-ball beta of the optimizer that produced the file (sidecar "momentum"; 0: none) and the training
-    #: steps of all its captures: the null is then Brownian motion through that momentum (simulate.heavy_ball_brownian)
-    momentum: float = 0.0
-    steps: tuple[int, ...] | None = None
-    #: a replica-contrast file of tokens on the sphere (stats/sphere/replica_null.py): R (0: none), the clock's share
-    #: from the common start at the first capture, the sphere in LayerNorm's hyperplane; null_decay: from the start
-    replicas: int = 0
-    replica_start: float = 0.0
-    replica_hyperplane: bool = False
-
-    @property
-    def carries_physics(self) -> bool:
-        """Whether the null differs from plain Brownian motion in a way every key effect must be corrected for
-        (momentum, the sphere of a replica-contrast file): brownian.null_bias."""
-        return bool(self.momentum or self.replicas)
-
-    def window(self) -> FittingWindow:
-        return FittingWindow(self.start, np.asarray(self.used, np.int64), None, 0, "calibration shape")
-
-    def to_dict(self) -> dict:
-        return {**asdict(self), "used": list(self.used), "steps": None if self.steps is None else list(self.steps)}
-
-    @classmethod
-    def from_dict(cls, d: dict | None) -> "WindowSpec | None":
-        if not d:
-            return None
-        steps = d.get("steps")
-        return cls(int(d["start"]), tuple(int(i) for i in d["used"]), float(d["null_rho"]), float(d["null_decay"]),
-                   int(d["envelope_replicates"]), float(d["local_decades"]), int(d["seed"]),
-                   float(d.get("momentum") or 0.0), None if steps is None else tuple(int(i) for i in steps),
-                   int(d.get("replicas") or 0), float(d.get("replica_start") or 0.0),
-                   bool(d.get("replica_hyperplane") or False))
+    local_slopes: LocalSlopes
+    walkers: dict | None
+    spec: WindowSpec
 
 
 def _null_rho(rho: float) -> float:
@@ -135,33 +106,57 @@ def _walkers(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, sto
     return tau, F, walker_slopes(tau, walker_curves(F, tau, kind=kind, k=k), c0), c0
 
 
+@dataclass(frozen=True)
+class WindowBatch:
+    """Everything the reading needs from R trajectories (R, T, N, d) on the window: lags `tau`, per-walker features
+    `F` (R, N, n), the ensemble `curve` (R, n) with its fitted power law (`alpha`, `offset`, `D`), the storage
+    offsets, the local slopes (R, n), the per-walker slopes (local_slope.walker_slopes) and the ANDI diagnostics
+    (walkers.andi_diagnostics). A simulated null also keeps the whole paths of a momentum null (`full`, else None)
+    and `derived`: values computed once from it (brownian.momentum_bias)."""
+
+    tau: np.ndarray
+    F: np.ndarray
+    curve: np.ndarray
+    alpha: np.ndarray
+    offset: np.ndarray
+    storage_offset: np.ndarray
+    D: np.ndarray
+    local: np.ndarray
+    walker: WalkerSlopes
+    diag: dict
+    full: np.ndarray | None = None
+    derived: dict = field(default_factory=dict)
+
+
 def _batch(X, times, win: FittingWindow, *, kind: str, k: int, drift: str, points: float,
-           stored: bool = True, walkers=None) -> dict:
-    """Everything the reading needs from R trajectories X (R, T, N, d): the data (R = 1) or the null
-    (`stored` False: simulated in float32, no storage rounding); `walkers`: `_walkers`' result when already at hand."""
+           stored: bool = True, walkers=None, full=None) -> WindowBatch:
+    """The WindowBatch of R trajectories X (R, T, N, d): the data (R = 1) or the null (`stored` False: simulated in
+    float32, no storage rounding); `walkers`: `_walkers`' result when already at hand."""
     tau, F, ws, c0 = walkers or _walkers(X, times, win, kind=kind, k=k, drift=drift, stored=stored)
     curve = ensemble_curve(F.mean(1), kind=kind, k=k, n_walkers=F.shape[1])  # (R, n)
     alpha, c, D = fit_offset_power(tau, curve)  # the fitted offset: a check on the storage one
     diag = andi_diagnostics(X[:, win.start:], np.asarray(times, float)[win.start:], kind=kind, k=k, drift=drift,
                             ens_tau=tau, ens_curve=curve)
-    return {"tau": tau, "F": F, "curve": curve, "alpha": alpha, "offset": c, "storage_offset": c0, "D": D,
-            "local": local_slopes(tau, curve - c0[:, None], decades=points), "walker": ws, "diag": diag}
+    return WindowBatch(tau, F, curve, alpha, c, c0, D, local_slopes(tau, curve - c0[:, None], decades=points), ws,
+                       diag, full)
 
 
 _NULL_CACHE: dict = {}
 _NULL_CACHE_SIZE = 16
 
 
-def null_walks(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str) -> dict:
-    """The Brownian motions simulated at a file's window shape (cached): "full" holds the whole paths of a momentum
-    null (R, T, N, d), None otherwise; the other keys are `_batch`'s on the window."""
+def null_walks(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool,
+               drift: str) -> WindowBatch:
+    """The Brownian motions simulated at a file's window shape (cached): `full` holds the whole paths of a momentum
+    null (R, T, N, d), None otherwise."""
     return _null_batch(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
 
 
-def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str) -> dict:
+def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, hyperplane: bool,
+                drift: str) -> WindowBatch:
     """`_batch` on Brownian motion simulated at the window's shape, cached within the process: the 16 weight
     matrices of a run share one shape, so they share one simulation (seeded by the shape, hence reproducible)."""
-    win = spec.window()
+    win = spec_window(spec)
     t_all = np.asarray(times, float)
     tw = t_all[win.start:]
     rel = (tw - tw[0]) / (tw[-1] - tw[0])
@@ -186,8 +181,7 @@ def _null_batch(times, spec: WindowSpec, labels, *, d: int, kind: str, k: int, h
         if len(_NULL_CACHE) >= _NULL_CACHE_SIZE:
             _NULL_CACHE.pop(next(iter(_NULL_CACHE)))
         _NULL_CACHE[key] = _batch(Xs, tw, null_win, kind=kind, k=k, drift=drift, points=spec.local_decades,
-                                  stored=False)
-        _NULL_CACHE[key]["full"] = full
+                                  stored=False, full=full)
     return _NULL_CACHE[key]
 
 
@@ -198,14 +192,11 @@ def _mean_over_walkers(boot: ClusterBootstrap, values: np.ndarray):
     return boot.estimate(F, lambda m: m[..., 0] / m[..., 1])
 
 
-def _interval_dict(est, r: int, *, confidence_level: float, alpha: float, null: float | None = None) -> dict:
+def _interval(est, r: int, *, confidence_level: float, alpha: float) -> tuple[float, list, list]:
+    """(estimate, confidence interval, (1 - 2 alpha) interval) of trajectory r of a BootstrapEstimate."""
     lo, hi = est.interval(confidence_level)
     tlo, thi = est.interval(1 - 2 * alpha)
-    out = {"estimate": float(est.estimate[r]), "confidence_interval": [float(lo[r]), float(hi[r])],
-           "tost_interval": [float(tlo[r]), float(thi[r])]}
-    if null is not None:
-        out["pvalue"] = float(est.pvalue(null)[r])
-    return out
+    return float(est.estimate[r]), [float(lo[r]), float(hi[r])], [float(tlo[r]), float(thi[r])]
 
 
 def _outside(est, tlo, thi, p, margin, alpha) -> np.ndarray:
@@ -213,13 +204,15 @@ def _outside(est, tlo, thi, p, margin, alpha) -> np.ndarray:
     return (thi < lo) | (tlo > hi) | ((np.nan_to_num(p, nan=1.0) < alpha) & ((est < lo) | (est > hi)))
 
 
-def _classify(effect: dict, curvature: dict, early: float, late: float, reading: str, *, margin, flat_margin: float,
-              alpha: float) -> tuple[str, str]:
+def _classify(effect: EffectResult, curvature: tuple[float, float, float], early: float, late: float, reading: str, *,
+              margin, flat_margin: float, alpha: float) -> tuple[str, str]:
+    """(classification, description) of the window (module docstring); `curvature`: (estimate, (1 - 2 alpha)
+    interval)."""
     f = lambda v: np.nan if v is None else float(v)  # noqa: E731
-    est, tlo, thi, p = f(effect["estimate"]), f(effect["tost_interval"][0]), f(effect["tost_interval"][1]), f(effect.get("pvalue"))
+    est, (tlo, thi), p = f(effect.estimate), (f(v) for v in effect.tost_interval), f(effect.pvalue)
     lo, hi = margin
     if not (np.isfinite(est) and np.isfinite(tlo) and np.isfinite(thi)):
-        return "inconclusive", "window exponent undefined: " + (effect.get("why_undefined") or "too few usable walkers")
+        return "inconclusive", "window exponent undefined: " + (effect.why_undefined or "too few usable walkers")
     text = f"window exponent {est:.2f} [{tlo:.2f}, {thi:.2f}]"
     if reading == "mixed":
         return "mixed", f"{text}; walkers are mixed (see walkers): the ensemble exponent describes no walker"
@@ -227,7 +220,7 @@ def _classify(effect: dict, curvature: dict, early: float, late: float, reading:
         return "brownian", f"{text} inside [{lo:g}, {hi:g}]"
     if not _outside(np.array(est), np.array(tlo), np.array(thi), np.array(p), margin, alpha):
         return "inconclusive", f"{text} overlaps the margin edge of [{lo:g}, {hi:g}]"
-    cest, (clo, chi) = curvature["estimate"], curvature["tost_interval"]
+    cest, clo, chi = curvature
     side = "subdiffusive" if est < lo else "superdiffusive"
     if np.isfinite(clo) and clo >= -flat_margin and chi <= flat_margin:
         return side, f"{text} outside [{lo:g}, {hi:g}] and flat across the window (curvature {cest:+.2f})"
@@ -246,8 +239,25 @@ def _undefined(why: str, R: int) -> Effect:
     return Effect(nan, nan, nan, nan, why)
 
 
+@dataclass(frozen=True)
+class WindowExponentParts:
+    """What the reading takes from window_exponent besides the Effect: the bias-corrected estimate of the data
+    (`expo`) and of the null (`null_expo`), the null's WindowBatch, the median `bias` subtracted, the per-walker
+    slopes, lags, features and storage offsets of the data, and each trajectory's share of walkers with a slope."""
+
+    expo: BootstrapEstimate
+    null: WindowBatch
+    null_expo: BootstrapEstimate
+    bias: float
+    walkers: WalkerSlopes
+    tau: np.ndarray
+    F: np.ndarray
+    offset: np.ndarray
+    share: np.ndarray
+
+
 def window_exponent(X: np.ndarray, times, spec: WindowSpec, labels, *, kind: str, k: int, hyperplane: bool,
-                    drift: str, boot: ClusterBootstrap, alpha: float) -> tuple[Effect, dict]:
+                    drift: str, boot: ClusterBootstrap, alpha: float) -> tuple[Effect, WindowExponentParts | None]:
     """The window exponent of R trajectories X (R, T, N, d): the key MSD effect the claim-3 verdict rests on.
 
     Mean over walkers of the log-log slope of y_i - c over the window (cluster bootstrap over groups), less the
@@ -256,35 +266,40 @@ def window_exponent(X: np.ndarray, times, spec: WindowSpec, labels, *, kind: str
     (`window_reading`) and the calibration (brownian.battery_batch with a window) both call this function.
 
     Returns:
-        (Effect (R,): estimate, (1 - 2 alpha) interval, p-value against 1; {"expo", "null", "null_expo", "bias",
-        "walkers", "tau", "F", "offset"} for the reading), the dict empty when the window is too short.
+        (Effect (R,): estimate, (1 - 2 alpha) interval, p-value against 1; WindowExponentParts for the reading, None
+        when the window is too short).
     """
     R = X.shape[0]
-    win = spec.window()
+    win = spec_window(spec)
     if win.n_points < MIN_WINDOW_POINTS:
-        return _undefined(f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}", R), {}
+        return _undefined(f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}", R), None
     tau, F, ws, c0 = _walkers(X, times, win, kind=kind, k=k, drift=drift)
     null = _null_batch(times, spec, labels, d=X.shape[-1], kind=kind, k=k, hyperplane=hyperplane, drift=drift)
     # parametric-bootstrap bias correction (Efron & Tibshirani 1993, ch. 10): the simulated Brownian motions'
     # median window exponent minus 1 (on the sphere -ln cos_i of one walker is biased up by its fluctuation)
-    nraw = _mean_over_walkers(boot, null["walker"]["alpha"])
+    nraw = _mean_over_walkers(boot, null.walker.alpha)
     bias = float(np.nanmedian(nraw.estimate)) - 1.0 if np.isfinite(nraw.estimate).any() else 0.0
     shift = lambda e: BootstrapEstimate(e.estimate - bias, e.standard_error, e.n_groups)  # noqa: E731
-    expo = shift(_mean_over_walkers(boot, ws["alpha"]))
+    expo = shift(_mean_over_walkers(boot, ws.alpha))
     lo, hi = expo.interval(1 - 2 * alpha)
     est, p = expo.estimate.copy(), expo.pvalue(1.0)
-    share = np.isfinite(ws["alpha"]).mean(1)
+    share = np.isfinite(ws.alpha).mean(1)
     few = share < 0.5
     est, lo, hi, p = (np.where(few, np.nan, a) for a in (est, lo, hi, p))
     why = f"only {share.min():.0%} of walkers have 3 usable lags in the window" if few.any() else ""
-    extra = {"expo": expo, "null": null, "null_expo": shift(nraw), "bias": bias, "walkers": ws, "tau": tau, "F": F,
-             "offset": c0, "share": share}
-    return Effect(est, lo, hi, p, why), extra
+    return Effect(est, lo, hi, p, why), WindowExponentParts(expo, null, shift(nraw), bias, ws, tau, F, c0, share)
+
+
+def _undefined_block(window: SlopeWindow, spec: WindowSpec | None, why: str) -> LocalSlopes:
+    """The window block of a file whose window exponent is undefined (too short a window, or a reading that failed)."""
+    return LocalSlopes(classification="inconclusive", description=why,
+                       effect=EffectResult.effect(None, (None, None), (None, None), why_undefined=why),
+                       window=window, spec=spec)
 
 
 def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: int, hyperplane: bool, drift: str,
-                   steps, meta: dict, stats, rho: float = 0.0, rng=DEFAULT_STATS.seed, min_lag_steps: int = 0,
-                   start_step: int | None = None, momentum: float = 0.0) -> dict:
+                   steps, meta, stats, rho: float = 0.0, rng=DEFAULT_STATS.seed, min_lag_steps: int = 0,
+                   start_step: int | None = None, momentum: float = 0.0) -> WindowReading:
     """The window block of one trajectory (module docstring).
 
     Args:
@@ -292,28 +307,27 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
         kind, k, hyperplane: euclidean, or sphere with span dimension k (in LayerNorm's hyperplane or not).
         labels: (N,) groups of dependent walkers; drift: the battery's drift handling (euclidean).
         steps: (T,) training step of each capture, or None (no warm-up or momentum to skip).
-        meta: the sidecar (token types); stats: StatsConfig (window, margins, alpha, resamples);
+        meta: the sidecar (trajectory_inputs.TrajectorySidecar or its mapping: token types, replica contrasts); stats: StatsConfig (window, margins, alpha, resamples);
         rho: within-group correlation of the increments (the null reproduces it).
         min_lag_steps: lags shorter than this many training steps are left out (the run's momentum time,
             config.ExperimentConfig.analysis_window; 0 without a momentum or a step clock).
         start_step: the window's first step (None: stats.window's); momentum: the optimizer's beta, which the null
             carries (local_slope.sidecar_window gives all three from a sidecar).
+
+    Returns:
+        WindowReading: the "local_slopes" block (statsfile.LocalSlopes), the "walkers" block and the WindowSpec.
     """
     w = dict(stats.window)
     times = np.asarray(times, float)
     win = fitting_window(times, steps, start_step=w["start_step"] if start_step is None else start_step,
                          min_lag_steps=min_lag_steps)
-    block = {"window": win.to_dict(times, steps)}
     from brownformer.stats.sphere.replica_null import sphere_contrasts_of
     replicas, rep_hyper = sphere_contrasts_of(meta, X) if kind == "euclidean" else (0, False)
     spec = window_spec(X, win, kind=kind, rho=rho, stats=stats, momentum=momentum, steps=steps, replicas=replicas,
                        times=times, replica_hyperplane=rep_hyper)
-    block["spec"] = spec.to_dict()
     if win.n_points < MIN_WINDOW_POINTS:
         why = f"{win.n_points} lags in the window < {MIN_WINDOW_POINTS}"
-        return {**block, "classification": "inconclusive", "description": why,
-                "effect": {"estimate": None, "confidence_interval": [None, None], "tost_interval": [None, None],
-                           "why_undefined": why}}
+        return WindowReading(_undefined_block(win.record(times, steps), spec, why), None, spec)
     X = np.asarray(X)[None]
     margin = tuple(stats.margins["msd_exponent"])
     conf, alpha, pts = stats.confidence_level, stats.alpha, float(w["local_decades"])
@@ -321,62 +335,70 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     boot = ClusterBootstrap(labels, n_resamples=stats.n_resamples, rng=rng)
     key, ex = window_exponent(X, times, spec, labels, kind=kind, k=k, hyperplane=hyperplane, drift=drift, boot=boot,
                               alpha=alpha)
-    data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts,
-                  walkers=(ex["tau"], ex["F"], ex["walkers"], ex["offset"]))
-    null, bias, expo, nexpo = ex["null"], ex["bias"], ex["expo"], ex["null_expo"]
-    both = np.isfinite(data["walker"]["late"] - data["walker"]["early"])  # one set of walkers for all three
-    curv = _mean_over_walkers(boot, data["walker"]["late"] - data["walker"]["early"])
-    curvature = _interval_dict(curv, 0, confidence_level=conf, alpha=alpha)
-    early = float(_mean_over_walkers(boot, np.where(both, data["walker"]["early"], np.nan)).estimate[0])
-    late = float(_mean_over_walkers(boot, np.where(both, data["walker"]["late"], np.nan)).estimate[0])
+    data = _batch(X, times, win, kind=kind, k=k, drift=drift, points=pts, walkers=(ex.tau, ex.F, ex.walkers, ex.offset))
+    null, bias, expo, nexpo = ex.null, ex.bias, ex.expo, ex.null_expo
+    both = np.isfinite(data.walker.late - data.walker.early)  # one set of walkers for all three
+    curv = _interval(_mean_over_walkers(boot, data.walker.late - data.walker.early), 0,
+                     confidence_level=conf, alpha=alpha)
+    early = float(_mean_over_walkers(boot, np.where(both, data.walker.early, np.nan)).estimate[0])
+    late = float(_mean_over_walkers(boot, np.where(both, data.walker.late, np.nan)).estimate[0])
     # descriptive (the verdict rests on the per-walker exponent): ENSEMBLE_RESAMPLES keep the profile fit cheap
     ens_boot = ClusterBootstrap(labels, n_resamples=min(ENSEMBLE_RESAMPLES, stats.n_resamples), rng=rng)
-    ens = ens_boot.estimate(data["F"], lambda m: fit_offset_power(data["tau"], ensemble_curve(
+    ens = ens_boot.estimate(data.F, lambda m: fit_offset_power(data.tau, ensemble_curve(
         m, kind=kind, k=k, n_walkers=labels.size))[0])
-    decay = spec.null_decay
     R = spec.envelope_replicates
-    effect = _interval_dict(expo, 0, confidence_level=conf, alpha=alpha, null=1.0)
-    if not np.isfinite(key.estimate[0]):  # the rule's own undefined case (window_exponent)
-        effect = {**{f: (None if f not in ("confidence_interval", "tost_interval") else [None, None]) for f in effect},
-                  "why_undefined": key.why_undefined}
-    effect["bias_correction"] = -bias
     ntlo, nthi = nexpo.interval(1 - 2 * alpha)
     lo, hi = margin
     null_out = _outside(nexpo.estimate, ntlo, nthi, nexpo.pvalue(1.0), margin, alpha)
     null_in = (ntlo >= lo) & (nthi <= hi)
-    ncurv = _mean_over_walkers(boot, null["walker"]["late"] - null["walker"]["early"]).estimate
-    env = row_quantiles(null["local"].T, [0.025, 0.5, 0.975])  # (3, n); NaN at lags without a local slope
-    effect.update(margin=list(margin), method="mean over walkers of the log-log slope of y_i - c over the pre-fixed "
-                  "window, minus the simulated Brownian motions' median bias; t-interval over groups with the "
-                  "cluster-bootstrap SE; H0 exponent = 1",
-                  null={"size": float(np.mean(null_out)), "equivalence_power": float(np.mean(null_in)),
-                        "n_replicates": R,
-                        "quantiles": [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
-                        "what": "the window exponent's own rule (interval inside / outside the margin) on Brownian "
-                                "motion simulated at this file's shape over the window"})
+    null_rule = {"size": float(np.mean(null_out)), "equivalence_power": float(np.mean(null_in)), "n_replicates": R,
+                 "quantiles": [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
+                 "what": "the window exponent's own rule (interval inside / outside the margin) on Brownian motion "
+                         "simulated at this file's shape over the window"}
+    method = ("mean over walkers of the log-log slope of y_i - c over the pre-fixed window, minus the simulated "
+              "Brownian motions' median bias; t-interval over groups with the cluster-bootstrap SE; H0 exponent = 1")
+    if np.isfinite(key.estimate[0]):
+        est, ci, tost = _interval(expo, 0, confidence_level=conf, alpha=alpha)
+        effect = EffectResult.effect(est, ci, tost, float(expo.pvalue(1.0)[0]), margin=margin, method=method,
+                                     null=null_rule, bias_correction=-bias)
+    else:  # the rule's own undefined case (window_exponent)
+        effect = EffectResult.effect(None, (None, None), (None, None), why_undefined=key.why_undefined,
+                                     margin=margin, method=method, null=null_rule, bias_correction=-bias)
+    ncurv = _mean_over_walkers(boot, null.walker.late - null.walker.early).estimate
+    env = row_quantiles(null.local.T, [0.025, 0.5, 0.975])  # (3, n); NaN at lags without a local slope
     types, positions = token_types(meta, labels.size)
-    walkers = walker_reading(data["walker"]["alpha"][0], data["walker"]["rate"][0], null["walker"]["alpha"],
-                             null["walker"]["rate"], types=types, positions=positions, mixed_share=w["mixed_share"])
+    walkers = walker_reading(data.walker.alpha[0], data.walker.rate[0], null.walker.alpha,
+                             null.walker.rate, types=types, positions=positions, mixed_share=w["mixed_share"])
     walkers["diagnostics"] = {name: {"estimate": float(v[0]), "null": [float(q) for q in np.nanquantile(
-        null["diag"][name], [0.025, 0.5, 0.975])] if np.isfinite(null["diag"][name]).any() else None}
-        for name, v in data["diag"].items()}
-    cls, desc = _classify(effect, curvature, early, late, walkers["reading"], margin=margin,
-                          flat_margin=float(w["flat_margin"]), alpha=alpha)
+        null.diag[name], [0.025, 0.5, 0.975])] if np.isfinite(null.diag[name]).any() else None}
+        for name, v in data.diag.items()}
+    flat = float(w["flat_margin"])
+    cls, desc = _classify(effect, (curv[0], *curv[2]), early, late, walkers["reading"], margin=margin,
+                          flat_margin=flat, alpha=alpha)
     if walkers.get("rates") == "spread" and cls == "brownian":
         desc += ("; walker rates differ beyond estimation noise, so the ensemble curve (one mean over "
                  "different rates) is not read as anomalous diffusion")
     ens_lo, ens_hi = ens.interval(conf)
-    return {**block, "classification": cls, "description": desc, "effect": effect,
-            "curvature": {**curvature, "early": early, "late": late, "flat_margin": float(w["flat_margin"]),
-                          "null_range": [float(q) for q in np.nanquantile(ncurv, [0.025, 0.975])]},
-            "ensemble_exponent": {"estimate": float(ens.estimate[0]), "confidence_interval": [float(ens_lo[0]), float(ens_hi[0])],
-                                  "fitted_offset": float(data["offset"][0]), "D": float(data["D"][0]),
-                                  "fit": "y = c + D tau^alpha on the ensemble curve, c >= 0 kept where an F-test "
-                                         "needs it (descriptive)"},
-            "storage_offset": float(data["storage_offset"][0]),
-            "tau": data["tau"], "curve": data["curve"][0], "local_slope": data["local"][0],
-            "envelope": {"low": env[0], "median": env[1], "high": env[2], "n_replicates": R, "level": 0.95},
-            "walkers": walkers, "null_decay": decay if kind == "sphere" else None}
+    block = LocalSlopes(
+        classification=cls, description=desc, effect=effect, window=win.record(times, steps),
+        curvature=Curvature(*curv, early=early, late=late, flat_margin=flat,
+                            null_range=[float(q) for q in np.nanquantile(ncurv, [0.025, 0.975])]),
+        ensemble_exponent={"estimate": float(ens.estimate[0]), "confidence_interval": [float(ens_lo[0]), float(ens_hi[0])],
+                           "fitted_offset": float(data.offset[0]), "D": float(data.D[0]),
+                           "fit": "y = c + D tau^alpha on the ensemble curve, c >= 0 kept where an F-test needs it "
+                                  "(descriptive)"},
+        storage_offset=float(data.storage_offset[0]), tau=data.tau, curve=data.curve[0], local_slope=data.local[0],
+        envelope=Envelope(low=env[0], median=env[1], high=env[2], n_replicates=R, level=0.95),
+        null_decay=spec.null_decay if kind == "sphere" else None, spec=spec)
+    return WindowReading(block, walkers, spec)
+
+
+def key_effects_on_window(effects: Mapping[str, EffectResult], slopes: LocalSlopes | None) -> dict[str, EffectResult]:
+    """Key effects with the MSD exponent replaced by the window exponent (the effect the claim-3 verdict rests on);
+    unchanged without a window block."""
+    if slopes is None or "msd_exponent" not in effects:
+        return dict(effects)
+    return {**effects, "msd_exponent": replace(slopes.effect, key=True)}
 
 
 def window_effects(result: dict) -> dict:
@@ -390,10 +412,17 @@ def window_effects(result: dict) -> dict:
 
 
 def window_classification(result: dict) -> str | None:
-    """The file's classification: the window's reading where it finds anomalous or mixed motion, else the
-    first descriptive flag that is not about the full-range exponent, else "brownian" for a Brownian verdict."""
-    wc = (result.get("local_slopes") or {}).get("classification")
+    """window_classification_of on a per-file output read as JSON."""
+    return window_classification_of((result.get("local_slopes") or {}).get("classification"),
+                                    result.get("flags") or [], result.get("verdict"))
+
+
+def window_classification_of(slopes: LocalSlopes | str | None, flags, verdict: str | None) -> str | None:
+    """The file's classification: the window's reading (`slopes`, or its classification) where it finds anomalous or
+    mixed motion, else the first descriptive flag that is not about the full-range exponent, else "brownian" for a
+    Brownian verdict."""
+    wc = slopes.classification if isinstance(slopes, LocalSlopes) else slopes
     if wc in ("subdiffusive", "superdiffusive", "crossover", "mixed"):
         return wc
-    other = [f for f in result.get("flags") or [] if f not in ("subdiffusive", "superdiffusive", "mean-reverting")]
-    return other[0] if other else ("brownian" if result.get("verdict") == "brownian" else None)
+    other = [f for f in flags or [] if f not in ("subdiffusive", "superdiffusive", "mean-reverting")]
+    return other[0] if other else ("brownian" if verdict == "brownian" else None)

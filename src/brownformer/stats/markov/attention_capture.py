@@ -1,7 +1,7 @@
 """One attention capture beyond markov_chain's statistics: the subsample its null models are computed on, the
 paired comparison with the step-0 attention, the exact vMF alternative, and the text summary of `stats attention`.
 
-Pure functions of arrays and result dicts; reading the capture files is brownformer.stats_stage.attention_files.
+Pure functions of arrays and statistics records; reading the capture files is brownformer.stats_stage.attention_files.
 """
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import numpy as np
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap
 from brownformer.stats.markov.markov_chain import QUANTITIES, _broadcast_features, analyze_attention
+from brownformer.statsfile import AttentionStats, InitComparison, PairedDifference
 
 __all__ = ["null_subsample", "paired_difference", "summary_text", "MAX_NULL_MATRICES", "INIT_QUANTITIES"]
 
@@ -29,17 +30,17 @@ def null_subsample(A: np.ndarray, feats, rng: np.random.Generator):
     return flat[idx], (None if F is None else np.ascontiguousarray(F[idx])), idx
 
 
-def paired_difference(cur: dict, init: dict, shape: list, *, stats) -> dict:
+def paired_difference(cur: AttentionStats, init: AttentionStats, shape: list, *, stats) -> InitComparison:
     """Mean per-matrix difference (this capture - initialisation) of each quantity, matrices paired by
     position (layer, head, input); cluster-bootstrap t-interval over probe inputs (axis -3 of the
     attention, stats/core/bootstrap.py) at stats.confidence_level."""
     lead = tuple(shape[:-2])
     out = {}
     for q in INIT_QUANTITIES:
-        if q not in cur.get("per_matrix", {}) or q not in init.get("per_matrix", {}):
+        if q not in (cur.per_matrix or {}) or q not in (init.per_matrix or {}):
             continue
-        a = np.array([np.nan if v is None else v for v in cur["per_matrix"][q]], float)
-        b = np.array([np.nan if v is None else v for v in init["per_matrix"][q]], float)
+        a = np.array([np.nan if v is None else v for v in cur.per_matrix[q]], float)
+        b = np.array([np.nan if v is None else v for v in init.per_matrix[q]], float)
         if a.shape != b.shape or not np.isfinite(a - b).any():
             continue
         diff = a - b
@@ -56,11 +57,11 @@ def paired_difference(cur: dict, init: dict, shape: list, *, stats) -> dict:
             boot = ClusterBootstrap(np.arange(units.size), n_resamples=stats.n_resamples, rng=stats.seed)
             lo, hi = boot.estimate(units[:, None], lambda m: m[..., 0]).interval(stats.confidence_level)
             ci = [float(lo[0]), float(hi[0])]
-        out[q] = {"capture_mean": float(np.nanmean(a)), "init_mean": float(np.nanmean(b)), "difference": est,
-                  "confidence_interval": ci, "n_units": int(units.size)}
-    return {"quantities": out, "unit": "probe input" if len(lead) >= 2 else "matrix",
-            "method": "mean of paired per-matrix differences (capture - step 0); cluster-bootstrap t-interval "
-                      "over units"}
+        out[q] = PairedDifference(capture_mean=float(np.nanmean(a)), init_mean=float(np.nanmean(b)), difference=est,
+                                  confidence_interval=ci, n_units=int(units.size))
+    return InitComparison(quantities=out, unit="probe input" if len(lead) >= 2 else "matrix",
+                          method="mean of paired per-matrix differences (capture - step 0); cluster-bootstrap "
+                                 "t-interval over units")
 
 
 def _exact_vmf_alternative(F: np.ndarray, kappa: np.ndarray, stats) -> dict:

@@ -20,6 +20,7 @@ import numpy as np
 from scipy.linalg import helmert
 
 from brownformer.stats.diffusion.simulate import heavy_ball_brownian, simulate_batch
+from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
 
 __all__ = ["simulate_null", "sphere_replica_contrasts", "contrast_decay", "replica_start_share", "sphere_contrasts_of",
            "SPHERE_CONTRAST"]
@@ -40,18 +41,18 @@ def simulate_null(process: str, *, replicas: int = 0, replica_start: float = 0.0
     return simulate_batch(process, **kw)
 
 
-def sphere_contrasts_of(meta: dict | None, X: np.ndarray) -> tuple[int, bool]:
+def sphere_contrasts_of(meta, X: np.ndarray) -> tuple[int, bool]:
     """(R, in LayerNorm's hyperplane) of a replica-contrast file of points on the unit sphere (sidecar "contrast_of":
     "sphere" and "n_replicas"), (0, False) for any other file. The hyperplane is the sidecar's "sum_zero", else
     detected: contrasts of points with sum(z) = 0 sum to 0 as well (sphere_battery.HYPERPLANE_TOL)."""
     from brownformer.stats.sphere.sphere_battery import HYPERPLANE_TOL
-    meta = meta or {}
-    if meta.get("contrast_of") != SPHERE_CONTRAST:
+    meta = TrajectorySidecar.from_dict(meta)
+    if meta.contrast_of != SPHERE_CONTRAST:
         return 0, False
-    R = int(meta.get("n_replicas") or 0)
+    R = int(meta.n_replicas or 0)
     if R < 3:
         raise ValueError(f"a sphere replica-contrast file needs 'n_replicas' >= 3 in its sidecar; got {R}")
-    hyper = meta.get("sum_zero")
+    hyper = meta.sum_zero
     if hyper is None:
         hyper = bool(X.shape[-1] >= 3 and np.max(np.abs(np.asarray(X).sum(-1))) < HYPERPLANE_TOL)
     return R, bool(hyper)
