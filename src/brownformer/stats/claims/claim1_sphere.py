@@ -190,9 +190,9 @@ def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> SeedCriterion 
              for p in pools]
     worst = max(range(L), key=lambda l: pools[l].estimate if math.isfinite(pools[l].estimate) else -math.inf)
     p = pools[worst]
-    return SeedCriterion(verdict=_iut([v for v, _ in verdicts]), estimate=p.estimate,
+    return SeedCriterion(verdict=_iut([d.verdict for d in verdicts]), estimate=p.estimate,
                          confidence_interval=list(p.confidence_interval), layer=worst, margin=list(margin),
-                         n_layers=L, n_seeds=p.n_seeds, why=next((why for _, why in verdicts if why), None),
+                         n_layers=L, n_seeds=p.n_seeds, why=next((d.reason for d in verdicts if d.reason), None),
                          per_layer=[q.to_dict() for q in pools],
                          pvalue=None if any(v is None for v in pvals) else max(pvals))
 
