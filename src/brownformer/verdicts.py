@@ -274,7 +274,7 @@ class ClaimRecord:
         return {"claim": self.claim, "title": self.title, "verdict": self.verdict, "reason": self.reason,
                 "estimate": self.estimate.to_dict() if self.estimate else None,
                 "margin": list(self.margin) if self.margin else None,
-                "calibration": self.calibration, "pvalue_holm": self.pvalue_holm, "tests": self.tests,
+                "calibration": _plain(self.calibration), "pvalue_holm": self.pvalue_holm, "tests": self.tests,
                 "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
                 "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
                 "per_model": {k: v.to_dict() for k, v in self.per_model.items()},

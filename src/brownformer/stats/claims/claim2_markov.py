@@ -59,7 +59,7 @@ from brownformer.stats.core.rule_history import claim_rule_history
 from .claim2_seed import (OUTPUT_ERROR, RESIDUAL, TITLE, SeedValues, combine, fmt_value, per_input_values, seed_record,
                           upper_margin)
 from .details import (Claim2ConfigurationDetails, Claim2Details, Claim2FixedModelDetails, InputCriterion2,
-                      PooledCriterion)
+                      InputPower, PooledCriterion, SeedPower)
 from .claim_inputs import Aggregate, AttentionFile, view
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
@@ -86,7 +86,7 @@ CRITERIA = {"head_isotropy": ("head_isotropy", "lower", 1.0), "vmf_output_error"
             "reversibility": ("reversibility_residual", "upper", 0.0)}
 
 
-def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
+def _power(pool, margin, edge: str, ideal: float, stats) -> SeedPower:
     """Power of the seed-level rule where the claim is true but not trivially: halfway to the margin edge."""
     bound = margin[0] if edge == "lower" else margin[1]
     true = 0.5 * (ideal + bound)
@@ -94,8 +94,8 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
     one = (bound, math.inf) if edge == "lower" else (-math.inf, bound)
     at = {n: seed_interval_power(n, sd, true, one, confidence_level=stats.confidence_level)
           if math.isfinite(sd) else None for n in sorted({pool.n_seeds, MIN_SEEDS, POWER_DESIGN_SEEDS})}
-    return {"true_value": true, "seed_sd": finite_or_none(sd), "power_at_n_seeds": {str(k): v for k, v in at.items()},
-            "method": "noncentral t: per-seed estimates N(true value, observed seed SD^2)"}
+    return SeedPower(true_value=true, seed_sd=finite_or_none(sd), power_at_n_seeds={str(k): v for k, v in at.items()},
+                     method="noncentral t: per-seed estimates N(true value, observed seed SD^2)")
 
 
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats) -> ClaimRecord:
@@ -144,11 +144,11 @@ def _fixed_model_record(run: str, rec: ClaimRecord, info: SeedValues, stats) -> 
             why=why, interval_over=FIXED_MODEL_UNIT if name != "head_isotropy" else
             "exact: the worst head of the fixed model's weights (no sampling error)",
             pvalue=equivalence_pvalue(value, se, one) if math.isfinite(value) else None)
-        powers[name] = {"true_value": true, "standard_error": finite_or_none(se),
-                        "power": interval_power(se, true, one, confidence_level=stats.confidence_level),
-                        "n_inputs": info.n_inputs,
-                        "method": "normal: the estimate over inputs N(true value, its standard error^2); exact "
-                                  "quantities (se 0) have power 1 at any true value inside the margin"}
+        powers[name] = InputPower(true_value=true, standard_error=finite_or_none(se),
+                                  power=interval_power(se, true, one, confidence_level=stats.confidence_level),
+                                  n_inputs=info.n_inputs,
+                                  method="normal: the estimate over inputs N(true value, its standard error^2); exact "
+                                         "quantities (se 0) have power 1 at any true value inside the margin")
     decision, out, fits = _decided_record(crit, powers, {run: (rec, info)}, stats,
                                           f"one fixed model ({FIXED_MODEL_UNIT})", "over its probe inputs",
                                           "over probe inputs")
