@@ -25,7 +25,7 @@ from .comparison_records import BaselineVerdict, KMMedian, MedianRatio, RuleErro
 
 __all__ = ["InputPower", "SeedPower", "UndecidedCriterion", "SeedCriterion", "InputCriterion", "PooledCriterion", "InputCriterion2",
            "WithinSeed", "GaugeDependent", "Definitional", "Claim1SeedDetails", "Claim1ConfigurationDetails",
-           "Claim1FixedModelDetails", "Claim1Details", "Claim2Margins", "HeadAveraged", "Claim2SeedDetails", "Claim2ConfigurationDetails",
+           "Claim1FixedModelDetails", "Claim1Details", "Claim2Margins", "HeadAveraged", "WorstHead", "HeadCheck", "UndefinedHeadCheck", "Claim2SeedDetails", "Claim2ConfigurationDetails",
            "Claim2FixedModelDetails", "Claim2Details", "FileRow", "RunPooling", "ClaimPooling", "SinglePath",
            "Claim3RunDetails", "Claim3OptimizerDetails", "Claim3Details", "Claim4ModelDetails", "Claim4EstimatedModelDetails", "Claim4Details",
            "parse_details", "parse_criterion", "criteria_of"]
@@ -260,12 +260,57 @@ class HeadAveraged(ClaimDetails):
 
 
 @dataclass(frozen=True)
+class WorstHead(ClaimDetails):
+    """Claim 2, one seed: where its worst head is (per (layer, head) the mean iota_relative over the late captures,
+    then the minimum), or why no head could be read."""
+    layer: int | None = None
+    head: int | None = None
+    n_heads: int | None = None
+    why_undefined: str | None = None
+    _optional = frozenset({"layer", "head", "n_heads", "why_undefined"})
+
+
+@dataclass(frozen=True)
+class HeadCheck(ClaimDetails):
+    """Claim 2, one seed: every head of its late captures against the head-isotropy margin (description; the worst
+    head's value, how many heads lie inside, the heads' asymmetry and the step-0 baseline's)."""
+    verdict: str
+    estimate: float
+    step: int | None
+    layer: int
+    head: int
+    judged_from_step: float
+    margin: list
+    n_heads_checked: int
+    n_heads_inside: int
+    median_iota_relative: float
+    rank_bound: int | None
+    asymmetry_median: float
+    asymmetry_max: float
+    step0_iota_relative_max: float | None
+    step0_asymmetry_median: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class UndefinedHeadCheck(ClaimDetails):
+    """Claim 2, one seed whose heads cannot be read (no W_Q, W_K, or projected weights): inconclusive."""
+    verdict: str
+    why_undefined: str
+    margin: list
+
+
+def _head_check(d: dict, where: str) -> ClaimDetails:
+    return (HeadCheck if "estimate" in d else UndefinedHeadCheck).from_dict(d, where)
+
+
+@dataclass(frozen=True)
 class Claim2SeedDetails(ClaimDetails):
     """Claim 2, one seed (per_run): its nested values and description, never a decision."""
     values: dict[str, float | None]
-    worst_head: dict
+    worst_head: WorstHead
     within_seed: dict
-    head_isotropy: dict
+    head_isotropy: HeadCheck | UndefinedHeadCheck
     vmf_fit: str
     whole_sphere_fit: dict
     causal: bool
@@ -274,7 +319,8 @@ class Claim2SeedDetails(ClaimDetails):
     n_captures: int
     step0_baseline: dict
     head_averaged: HeadAveraged | None
-    _nested = {"margins": Claim2Margins.from_dict, "head_averaged": HeadAveraged.from_dict}
+    _nested = {"margins": Claim2Margins.from_dict, "head_averaged": HeadAveraged.from_dict,
+               "worst_head": WorstHead.from_dict, "head_isotropy": _head_check}
 
 
 @dataclass(frozen=True)
