@@ -41,12 +41,15 @@ Numbers that JSON cannot hold (NaN, inf) are null.
   Claim2ConfigurationDetails {"pvalue", "causal", "criteria", "vmf_fit", "seeds", "verdict_head_isotropy",
   "verdict_vmf_output_error", "verdict_reversibility"} or Claim2FixedModelDetails (the same and "unit",
   "description"); per_run Claim2SeedDetails {"values", "worst_head", "within_seed", "head_isotropy", "vmf_fit",
-  "whole_sphere_fit", "causal", "margins", "n_inputs", "n_captures", "step0_baseline", "head_averaged"}.
+  "whole_sphere_fit", "causal", "margins", "n_inputs", "n_captures", "step0_baseline", "head_averaged"}, its
+  "worst_head" a WorstHead {"layer", "head", "n_heads"} or {"why_undefined"}, its "head_isotropy" a HeadCheck
+  {"verdict", "estimate", "step", "layer", "head", ...} or UndefinedHeadCheck {"verdict", "why_undefined", "margin"}.
 - Criterion (claims 1, 2), by layout: SeedCriterion {"verdict", "estimate", "confidence_interval", "layer",
   "margin", "n_layers", "n_seeds", "why", "per_layer", "pvalue"}; InputCriterion (claim 1, one fixed model) {...,
-  "capture", "n_cells", "interval_over", "power"}; PooledCriterion (claim 2) {"verdict", "estimate",
-  "confidence_interval", "margin", "why", "pool", "pvalue"}; InputCriterion2 (claim 2, one fixed model) {...,
-  "interval_over"}; UndecidedCriterion {"verdict", "margin", "why" [opt], "why_undefined" [opt]}.
+  "capture", "n_cells", "interval_over", "power" (InputPower {"true_value", "standard_error", "power", "method"})};
+  PooledCriterion (claim 2) {"verdict", "estimate", "confidence_interval", "margin", "why", "pool", "pvalue"};
+  InputCriterion2 (claim 2, one fixed model) {..., "interval_over"}; UndecidedCriterion {"verdict", "margin",
+  "why" [opt], "why_undefined" [opt]}.
 - Claims 3a/3b/3c. headline Claim3Details {"pvalue", "per_configuration": {configuration: seed pool},
   "pvalue_note", "pooling": ClaimPooling | {}, "run_q_values_bh", "rule", "pooling_rule", "rule_history", "n_runs",
   "unit_of_replication", "estimate_se", "estimate_df", "estimate_method", "single_path" [opt]: {run: {"n_files",
@@ -63,7 +66,13 @@ Numbers that JSON cannot hold (NaN, inf) are null.
   (stats/comparison/time_to_target.py): "model", "metric", "higher_is_better", "target", "proposed", "baseline",
   "baselines", "runs", "km_median_steps", "ratios", "verdicts", "final_at_budget", "verdict", "reason",
   "protocol_met"}, or Claim4EstimatedModelDetails where a steps ratio exists (the same and "estimate_bound",
-  "estimate_text", "n_censored").
+  "estimate_text", "n_censored"); its blocks are stats/claims/comparison_records.py's records, each written key for
+  key as its stats/comparison result writes itself: "km_median_steps" optimizer -> KMMedian {"estimate", "bound",
+  "n", "n_censored", "text"}, "ratios" baseline -> clock -> MedianRatio {"estimate", "bound", "text",
+  "confidence_interval", "confidence_level", "medians", "n", "n_censored", "margin", "statistic", "pvalue",
+  "pvalue_slower", "method"}, "verdicts" baseline -> BaselineVerdict {"verdict", "reason"}, "rule_error_rates"
+  RuleErrorSummary {"size", "size_not_supported", "max_size", "per_baseline": baseline -> BaselineRates}, "levels"
+  share -> TargetLevel {"target", "best_baseline", "km_median_steps", "steps_ratios", "verdict", "reason"}.
 
 SeedUnit (issue 32: seeds are the unit of inference)::
 
@@ -274,7 +283,7 @@ class ClaimRecord:
         return {"claim": self.claim, "title": self.title, "verdict": self.verdict, "reason": self.reason,
                 "estimate": self.estimate.to_dict() if self.estimate else None,
                 "margin": list(self.margin) if self.margin else None,
-                "calibration": self.calibration, "pvalue_holm": self.pvalue_holm, "tests": self.tests,
+                "calibration": _plain(self.calibration), "pvalue_holm": self.pvalue_holm, "tests": self.tests,
                 "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
                 "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
                 "per_model": {k: v.to_dict() for k, v in self.per_model.items()},

@@ -13,10 +13,10 @@ from . import realistic_claims as rc
 def test_a_ratio_over_a_median_not_reached_is_the_records_bound_with_the_end_that_bounds_it():
     d = rc.claim4().per_model["vit-post"].details
     ratio = d.ratios["adamw"]["steps"]
-    assert ratio["bound"] == "<"
+    assert ratio.bound == "<"
     cell = ratio_cell(ratio)
-    assert cell.startswith("< " + ratio["text"].lstrip("<"))
-    hi = ratio["confidence_interval"][1]
+    assert cell.startswith("< " + ratio.text.lstrip("<"))
+    hi = ratio.confidence_interval[1]
     assert ("upper bound" in cell) == (hi is not None and 0 < hi < float("inf"))
     assert not re.search(r"(?<![\d.])(0|inf)\s?[x×]", cell)
 

@@ -251,6 +251,25 @@ def _runs(config, make, seeds=SEEDS, steps=(50, 100)):
     return [{"run": f"{config}__s{s}", "attention": make(step)} for s in seeds for step in steps]
 
 
+def _assert_claim2_round_trip(rec):
+    """claims.json of a claim-2 record reads back as the records the rule built (details, power), JSON unchanged."""
+    import json
+
+    from brownformer.io import to_jsonable
+    from brownformer.stats.claims.details import HeadCheck, SeedPower, WorstHead, parse_details
+    from brownformer.verdicts import ClaimRecord
+
+    written = to_jsonable(rec.to_dict())
+    back = ClaimRecord.from_dict(json.loads(json.dumps(written)), parse_details=parse_details)
+    assert to_jsonable(back.to_dict()) == written
+    seed = back.per_run["vit-pre__adamw__s0"].details
+    assert isinstance(seed.head_isotropy, HeadCheck) and isinstance(seed.worst_head, WorstHead)
+    assert seed.worst_head.why_undefined is None and "why_undefined" not in written["per_run"][
+        "vit-pre__adamw__s0"]["details"]["worst_head"]  # a key that does not apply is left out
+    power = rec.per_model["vit-pre__adamw"].calibration["power"]["vmf_output_error"]
+    assert isinstance(power, SeedPower) and set(power.power_at_n_seeds) >= {str(MIN_SEEDS)}
+
+
 def test_markov_claim_rule_over_seeds_and_step0_baseline():
     rng = np.random.default_rng(3)
     iso, d = 6.0 * np.eye(6), 6
@@ -269,11 +288,12 @@ def test_markov_claim_rule_over_seeds_and_step0_baseline():
     assert conf.details.criteria["head_isotropy"].estimate == pytest.approx(1.0)
     run = rec.per_run["vit-pre__adamw__s0"]
     assert run.verdict == "inconclusive" and run.details.n_inputs == B_INPUTS
-    assert run.details.head_isotropy["rank_bound"] == pytest.approx(0.5)
+    assert run.details.head_isotropy.rank_bound == pytest.approx(0.5)
     assert run.details.whole_sphere_fit["value"] > 0.1  # one kappa on the whole sphere cannot fit such heads
     assert run.calibration["size"] == 0.0  # no null passes the rule
     assert run.calibration["power"]["exact_vmf_kernel"] == 1.0
     assert set(conf.calibration["power"]) == {"head_isotropy", "vmf_output_error", "reversibility"}
+    _assert_claim2_round_trip(rec)
     rec = markov_claim(good + base + bad, STATS)
     bad_conf = rec.per_model["vit-post__adamw"]
     assert bad_conf.verdict == "not supported"

@@ -89,3 +89,22 @@ def test_configuration_pools_group_runs_and_replica_sets_by_configuration():
     assert pools["vit-pre__adamw"].n_seeds == 3 and pools["vit-pre__adamw"].estimate == pytest.approx(1.0)
     assert not pools["vit-post__sgd"].decidable and not pools["my-model"].decidable
     assert configuration_of("vit-pre__adamw__s2__replicas") == ("vit-pre__adamw", "s2")
+
+
+@pytest.mark.parametrize("values, margin, verdict", [
+    ([0.10, 0.12, 0.11, 0.09], (-np.inf, 0.5), "supported"),  # the t-interval lies well below the ceiling
+    ([0.90, 0.92, 0.91, 0.89], (-np.inf, 0.5), "not supported"),  # entirely above it
+    ([0.10, 0.12], (-np.inf, 0.5), "inconclusive"),  # below MIN_SEEDS: never decides
+], ids=["inside", "outside", "too-few-seeds"])
+def test_seed_verdict_is_a_decision_on_the_t_interval(values, margin, verdict):
+    from brownformer.statsfile import Decision
+    from brownformer.stats.claims.common import seed_verdict
+
+    pool = seed_pool({f"s{i}": v for i, v in enumerate(values)}, confidence_level=0.95)
+    ref = sps.ttest_1samp(values, 0.0).confidence_interval(0.95) if len(values) >= 2 else None
+    decision = seed_verdict(pool, margin)
+    assert isinstance(decision, Decision) and decision.verdict == verdict
+    if len(values) < MIN_SEEDS:
+        assert decision.reason == f"n seeds {len(values)} < minimum {MIN_SEEDS}"
+    else:  # the verdict read off scipy's t-interval
+        assert (ref.high < margin[1]) == (verdict == "supported") and decision.reason == ""

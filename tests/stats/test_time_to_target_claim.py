@@ -41,7 +41,7 @@ def test_faster_slower_and_too_few_seeds():
     assert model.estimate.confidence_interval[1] < STATS4.margins["time_to_target_steps_ratio"][1]
     assert model.details.estimate_bound is None and fast.details.estimate_text == model.details.estimate_text
     rates = model.details.rule_error_rates
-    assert 0 <= rates["per_baseline"]["adamw"]["size"] == rates["size"] <= rates["max_size"] == 0.05
+    assert 0 <= rates.per_baseline["adamw"].size == rates.size <= rates.max_size == 0.05
     assert optimizer_claim(_grid(0.8), STATS4, REPORT).verdict == "not supported"
     few = optimizer_claim(_grid(2.5, seeds=range(2)), STATS4, REPORT)
     assert few.verdict == "inconclusive" and "seeds" in few.per_model["vit-pre"].reason
@@ -68,7 +68,7 @@ def test_the_best_first_order_optimizer_decides():
     assert "muon" in model.estimate.name
     beaten = optimizer_claim(_grid(2.0, baselines=(("adamw", 0.4), ("muon", 0.8))), STATS4, report)
     rates = beaten.per_model["vit-pre"].details.rule_error_rates
-    assert beaten.verdict == "supported" and set(rates["per_baseline"]) == {"adamw", "muon"}
+    assert beaten.verdict == "supported" and set(rates.per_baseline) == {"adamw", "muon"}
 
 
 def test_a_rule_over_its_size_at_this_shape_is_inconclusive(monkeypatch):
@@ -80,10 +80,10 @@ def test_a_rule_over_its_size_at_this_shape_is_inconclusive(monkeypatch):
 def test_every_target_level_is_reported_and_the_largest_decides():
     rec = optimizer_claim(_grid(2.5), STATS4, REPORT)
     levels = rec.per_model["vit-pre"].details.levels
-    assert set(levels) == {"0.5", "0.75", "0.9"} and levels["0.9"]["target"] == pytest.approx(0.8)
+    assert set(levels) == {"0.5", "0.75", "0.9"} and levels["0.9"].target == pytest.approx(0.8)
     start = np.median([df["val_accuracy"].iat[0] for df in _grid(2.5).values()])
-    assert levels["0.5"]["target"] == pytest.approx(start + 0.5 / 0.9 * (0.8 - start))
-    assert levels["0.5"]["target"] < levels["0.75"]["target"] < levels["0.9"]["target"]
+    assert levels["0.5"].target == pytest.approx(start + 0.5 / 0.9 * (0.8 - start))
+    assert levels["0.5"].target < levels["0.75"].target < levels["0.9"].target
     assert rec.per_model["vit-pre"].details.final_at_budget["adamw"]["n"] == 8
 
 
@@ -132,3 +132,28 @@ def test_full_rule_on_simulated_censored_runs(ratio, median, spread):
         assert supported / n_rep <= 0.05
     else:
         assert supported / n_rep >= 0.8
+
+
+def test_the_comparison_records_write_their_results_json_and_read_back_as_records():
+    """claims.json keeps the layout of stats/comparison's own to_dict (the records only type it), and parsing the
+    written JSON gives the records the claim built."""
+    from brownformer.io import to_jsonable
+    from brownformer.stats.claims.comparison_records import KMMedian, MedianRatio, TargetLevel
+    from brownformer.stats.claims.details import parse_details
+    from brownformer.stats.comparison.time_to_target import time_to_target
+
+    runs = _grid(2.5)
+    res = time_to_target(runs, {"vit-pre": 0.8}, stats=STATS4, report=REPORT)["vit-pre"]
+    d = optimizer_claim(runs, STATS4, REPORT).per_model["vit-pre"].details
+    own = to_jsonable(res.to_dict())  # the comparison's JSON, written by stats/comparison
+    written = to_jsonable(d.to_dict())
+    assert {k: written[k] for k in own} == own and list(written)[-len(own):] == list(own)
+    ratio = res.ratios["adamw"]["steps"]
+    assert to_jsonable(MedianRatio.of(ratio).to_dict()) == to_jsonable(ratio.to_dict())
+    assert to_jsonable(KMMedian.of(res.medians["adamw"]).to_dict()) == to_jsonable(res.medians["adamw"].to_dict())
+    back = parse_details("4", "per_model", written)
+    assert isinstance(back.ratios["adamw"]["steps"], MedianRatio) and isinstance(back.levels["0.9"], TargetLevel)
+    assert back.ratios["adamw"]["steps"].medians[1] == KMMedian.from_dict(written["ratios"]["adamw"]["steps"]
+                                                                          ["medians"][1])
+    assert to_jsonable(back.to_dict()) == written
+    assert back.km_median_steps["adamw"].reached and back.rule_error_rates.per_baseline["adamw"].replicates == 60

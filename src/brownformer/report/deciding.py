@@ -19,6 +19,7 @@ from brownformer.report.markdown import fmt, fmt_ci
 from brownformer.report.phrases import rate_text, tidy
 from brownformer.report.section_claims12 import CRITERION_LABELS, bound_text
 from brownformer.results import calibration_fields
+from brownformer.stats.claims.comparison_records import STEPS, KMMedian, MedianRatio, RuleErrorSummary
 from brownformer.stats.claims.details import Claim4Details, Claim4ModelDetails, criteria_of
 from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, ClaimDetails, ClaimRecord
 
@@ -133,35 +134,34 @@ def _first_clause(reason: str) -> str:
 NOT_SIMULATED = "not simulated (no decisive comparison)"
 
 
-def typed_text(value: dict | None) -> str:
+def typed_text(value: KMMedian | MedianRatio | None) -> str:
     """A typed claims.json number (a Kaplan-Meier median or a ratio of them) as its record prints it: "175",
     "> 200" for a median not reached, "< 0.537" for a ratio over one, "undefined" (a space after the bound sign)."""
-    text = str((value or {}).get("text") or "n/a")
+    text = str((value.text if value is not None else None) or "n/a")
     return re.sub(r"^([<>])\s*", r"\1 ", text)
 
 
 def claim4_groups(details: Claim4ModelDetails | None) -> dict[str, dict]:
     """Per optimizer of one claim-4 model record: n runs, censored (never reached) and the record's KM median
-    (the comparison's JSON per optimizer, time_to_target's CensoredMedian.to_dict)."""
-    return {o: {"n": int(m.get("n") or 0), "censored": int(m.get("n_censored") or 0), "median": typed_text(m),
-                "reached": m.get("bound") is None and math.isfinite(_num(m.get("estimate")))}
-            for o, m in sorted((details.km_median_steps if details else {}).items()) if isinstance(m, dict)}
+    (comparison_records.KMMedian per optimizer)."""
+    return {o: {"n": int(m.n or 0), "censored": int(m.n_censored or 0), "median": typed_text(m), "reached": m.reached}
+            for o, m in sorted((details.km_median_steps if details else {}).items())}
 
 
-def ratio_cell(r: dict | None) -> str:
+def ratio_cell(r: MedianRatio | None) -> str:
     """One typed ratio of medians with its interval: "2.05 [1.8, 2.4]"; a bound with the interval's end that
     bounds it ("< 0.537, 95% CI upper bound 0.61"), or no interval where the data cannot bound it."""
     if not r:
         return "n/a"
-    lo, hi = (_num(c) for c in (r.get("confidence_interval") or [None, None]))
-    level = _num(r.get("confidence_level"))
+    lo, hi = (_num(c) for c in (r.confidence_interval or [None, None]))
+    level = _num(r.confidence_level)
     level = f"{level if math.isfinite(level) else 0.95:.0%} CI"
-    bound = r.get("bound")
+    bound = r.bound
     if bound == "<":
         return typed_text(r) + (f", {level} upper bound {fmt(hi)}" if math.isfinite(hi) and hi > 0 else "")
     if bound == ">":
         return typed_text(r) + (f", {level} lower bound {fmt(lo)}" if math.isfinite(lo) and lo > 0 else "")
-    if not math.isfinite(_num(r.get("estimate"))):
+    if not math.isfinite(_num(r.estimate)):
         return "undefined (neither median reached)"
     ends = [fmt(c) if math.isfinite(c) and c > 0 else None for c in (lo, hi)]
     interval = ("" if ends == [None, None] else f" [{ends[0] or '0'}, {ends[1] or 'unbounded'}]")
@@ -193,23 +193,23 @@ def claim4_estimate(sub: ClaimRecord, model: str) -> str:
     if not (prop and ratios):
         return f"{model}: no ratio ({_first_clause(sub.reason) or 'no comparison'})"
     parts = [f"{prop} / {b}" + (" (best baseline)" if b == best else "") + " "
-             + ratio_cell((ratios.get(b) or {}).get("steps")) for b in claim4_baselines(d) if b in ratios]
+             + ratio_cell(ratios[b].get(STEPS)) for b in claim4_baselines(d) if b in ratios]
     censored = [f"{o}'s median not reached: {g['censored']} of {g['n']} censored, {g['median']} steps"
                 for o, g in claim4_groups(d).items() if not g["reached"]]
     return f"{model}: steps " + "; ".join(parts) + (f" ({'; '.join(censored)})" if censored else "")
 
 
-def _rates_text(rates: dict | None, best: str | None, margin: float) -> str:
+def _rates_text(rates: RuleErrorSummary | None, best: str | None, margin: float) -> str:
     """The size gate's simulated rates of the rule (rule_error_rates of a model record), and its power against
     the best baseline."""
-    if not rates or rates.get("size") is None:
+    if rates is None or rates.size is None:
         return NOT_SIMULATED
-    per = (rates.get("per_baseline") or {}).get(best) or {}
-    n = _num(per.get("replicates"))
-    size, size_not = (rate_text(_num(rates.get(k)), n=n) for k in ("size", "size_not_supported"))
+    per = rates.per_baseline.get(best)
+    n = _num(per.replicates if per else None)
+    size, size_not = (rate_text(_num(x), n=n) for x in (rates.size, rates.size_not_supported))
     text = (f"size: P(supported) {size}, P(not supported) {size_not} at a true ratio of {fmt(margin)} "
-            f"(gate ≤ {fmt(_num(rates.get('max_size')))})")
-    power = {_key(r): v for r, v in (per.get("rates") or {}).items() if isinstance(v, dict)}
+            f"(gate ≤ {fmt(_num(rates.max_size))})")
+    power = {_key(r): v for r, v in (per.rates if per else {}).items() if isinstance(v, dict)}
     lo = [r for r in power if math.isfinite(r) and r < margin]
     hi = [r for r in power if math.isfinite(r) and r > margin]
     said = ([f"P(supported) {fmt(power[min(lo)].get('supported'))} at {fmt(min(lo))}"] if lo else []) + (

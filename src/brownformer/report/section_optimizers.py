@@ -14,6 +14,7 @@ import pandas as pd
 from brownformer.report.context import ReportContext
 from brownformer.report.deciding import (NOT_SIMULATED, claim4_baselines, claim4_details, claim4_groups, model_details,
                                         ratio_cell, typed_text)
+from brownformer.stats.claims.comparison_records import SECONDS, STEPS, RuleErrorSummary
 from brownformer.stats.claims.details import Claim4ModelDetails
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.phrases import count_noun, rate_text
@@ -44,8 +45,9 @@ def _seconds_medians(d: Claim4ModelDetails) -> dict[str, str]:
     """optimizer -> its KM median training seconds to the target, the record's text (each seconds ratio carries
     the medians of its two optimizers)."""
     out = {}
-    for b, r in (d.ratios or {}).items():
-        medians = ((r or {}).get("seconds") or {}).get("medians") or []
+    for b, clocks in (d.ratios or {}).items():
+        seconds = clocks.get(SECONDS)
+        medians = seconds.medians if seconds else []
         if len(medians) == 2:
             out.setdefault(d.proposed, typed_text(medians[0]))
             out[b] = typed_text(medians[1])
@@ -77,24 +79,24 @@ def comparison_table(ctx: ReportContext) -> pd.DataFrame:
         seconds = _seconds_medians(d)
         runs = [r for r in d.runs or [] if isinstance(r, dict)]
         for opt, g in claim4_groups(d).items():
-            ratio = (d.ratios or {}).get(opt) or {}
+            ratio = (d.ratios or {}).get(opt) or {}  # clock -> MedianRatio
             final = (d.final_at_budget or {}).get(opt) or {}
             rows.append({
                 "model": model, "optimizer": opt, "role": _role(d, opt), "target": fmt(d.target),
                 "seeds": g["n"], "steps to target": _median_cell(g), "seconds to target": seconds.get(opt, "n/a"),
-                f"steps ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get("steps")),
-                f"seconds ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get("seconds")),
+                f"steps ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get(STEPS)),
+                f"seconds ratio {prop} / this": "—" if opt == prop else ratio_cell(ratio.get(SECONDS)),
                 "final at budget (median)": (f"{fmt(final.get('median'))} ({count_noun(int(final['n']), 'run')})"
                                              if final.get("n") else "none trained the whole budget"),
                 "stopped at target": sum(bool(r.get("stopped")) for r in runs if r.get("optimizer") == opt)})
     return pd.DataFrame(rows)
 
 
-def _rule_rates_text(rates: dict | None) -> str:
-    if not rates or rates.get("size") is None:
+def _rule_rates_text(rates: RuleErrorSummary | None) -> str:
+    if rates is None or rates.size is None:
         return NOT_SIMULATED
-    return (f"{rate_text(float(rates['size']))} / {rate_text(float(rates.get('size_not_supported', math.nan)))}"
-            f" (gate ≤ {fmt(rates.get('max_size'))})")
+    nan = math.nan if rates.size_not_supported is None else rates.size_not_supported
+    return f"{rate_text(float(rates.size))} / {rate_text(float(nan))} (gate ≤ {fmt(rates.max_size)})"
 
 
 def claim4_inference(ctx: ReportContext) -> list[str]:
@@ -114,10 +116,11 @@ def claim4_inference(ctx: ReportContext) -> list[str]:
                "protocol met": "yes" if d and d.protocol_met else "no", "verdict": m.verdict,
                "best baseline": (d.baseline if d else None) or "none"}
         for b in claim4_baselines(d):
-            steps = ((d.ratios or {}).get(b) or {}).get("steps")
+            steps = ((d.ratios or {}).get(b) or {}).get(STEPS)
+            verdict = (d.verdicts or {}).get(b)
             row[f"vs {b}: steps ratio [CI]"] = ratio_cell(steps)
-            row[f"vs {b}: p, verdict"] = (f"{fmt((steps or {}).get('pvalue'))}, "
-                                           f"{((d.verdicts or {}).get(b) or {}).get('verdict', 'n/a')}")
+            row[f"vs {b}: p, verdict"] = (f"{fmt(steps.pvalue if steps else None)}, "
+                                           f"{verdict.verdict if verdict else 'n/a'}")
         row["P(supported) / P(not supported) on the margin"] = _rule_rates_text(d.rule_error_rates if d else None)
         rows.append(row)
     runs = [r for m in rec.per_model.values() if (d := model_details(m)) for r in d.runs or []]
@@ -161,7 +164,7 @@ def kfac_sentences(ctx: ReportContext) -> list[str]:
             role = (f" (the best first-order baseline{median})" if b == d.baseline
                     else (f" ({median[2:]})" if median else ""))
             against.append(f"against `{b}`{role}"
-                           + f" steps ratio {ratio_cell(r.get('steps'))}, seconds ratio {ratio_cell(r.get('seconds'))}")
+                           + f" steps ratio {ratio_cell(r.get(STEPS))}, seconds ratio {ratio_cell(r.get(SECONDS))}")
         out.append(head + ("; " + "; ".join(against) if against else "") + f" ({sub.verdict} on this model).")
     return out
 

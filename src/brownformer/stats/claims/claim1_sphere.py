@@ -56,7 +56,8 @@ from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_tra
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     se_from_interval, seed_unit, seed_verdict)
 from .details import (Claim1ConfigurationDetails, Claim1Details, Claim1FixedModelDetails, Claim1SeedDetails,
-                      Definitional, GaugeDependent, InputCriterion, SeedCriterion, UndecidedCriterion, WithinSeed)
+                      Definitional, GaugeDependent, InputCriterion, InputPower, SeedCriterion, UndecidedCriterion,
+                      WithinSeed)
 from .claim_inputs import SphereFile
 
 __all__ = ["sphere_claim", "TITLE", "CRITERIA", "DECIDING_TENSOR"]
@@ -190,9 +191,9 @@ def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> SeedCriterion 
              for p in pools]
     worst = max(range(L), key=lambda l: pools[l].estimate if math.isfinite(pools[l].estimate) else -math.inf)
     p = pools[worst]
-    return SeedCriterion(verdict=_iut([v for v, _ in verdicts]), estimate=p.estimate,
+    return SeedCriterion(verdict=_iut([d.verdict for d in verdicts]), estimate=p.estimate,
                          confidence_interval=list(p.confidence_interval), layer=worst, margin=list(margin),
-                         n_layers=L, n_seeds=p.n_seeds, why=next((why for _, why in verdicts if why), None),
+                         n_layers=L, n_seeds=p.n_seeds, why=next((d.reason for d in verdicts if d.reason), None),
                          per_layer=[q.to_dict() for q in pools],
                          pvalue=None if any(v is None for v in pvals) else max(pvals))
 
@@ -231,9 +232,9 @@ def _input_criterion(files: list[SphereFile], quantity: str, margin, stats) -> I
         margin=list(margin), n_cells=len(cells), interval_over=FIXED_MODEL_UNIT,
         why=None if all(math.isfinite(c[1][1]) for c in cells) else "an interval over inputs is undefined",
         pvalue=None if any(p is None for p in pvals) else max(pvals),
-        power={"true_value": true, "standard_error": finite_or_none(se),
-               "power": interval_power(se, true, one_sided, confidence_level=stats.confidence_level),
-               "method": "normal: the deciding cell's estimate N(true value, its standard error^2)"})
+        power=InputPower(true_value=true, standard_error=finite_or_none(se),
+                         power=interval_power(se, true, one_sided, confidence_level=stats.confidence_level),
+                         method="normal: the deciding cell's estimate N(true value, its standard error^2)"))
 
 
 def _fixed_model_record(run: str, files: list[SphereFile], ln: str, stats) -> ClaimRecord:

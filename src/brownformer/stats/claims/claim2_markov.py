@@ -52,14 +52,14 @@ import math
 from dataclasses import dataclass, replace
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import Decision, EffectResult
 
 from brownformer.stats.core.pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
 from .claim2_seed import (OUTPUT_ERROR, RESIDUAL, TITLE, SeedValues, combine, fmt_value, per_input_values, seed_record,
                           upper_margin)
 from .details import (Claim2ConfigurationDetails, Claim2Details, Claim2FixedModelDetails, InputCriterion2,
-                      PooledCriterion)
+                      InputPower, PooledCriterion, SeedPower)
 from .claim_inputs import Aggregate, AttentionFile, view
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
@@ -79,12 +79,14 @@ _RULE = {"seeds": "per configuration, the t-interval over seeds of each criterio
                   "configuration supported",
          "inputs": "per fixed model, each criterion's interval over its probe inputs inside its margin (head isotropy "
                    "exact, from the weights); pooled: every model supported (" + FIXED_MODEL_UNIT + ")"}
+#: the rule of a configuration's (or fixed model's) verdict
+CRITERIA_RULE = "intersection-union over the criteria (head isotropy, vMF output error, reversibility)"
 #: criterion -> (margin key, which edge binds, the ideal value)
 CRITERIA = {"head_isotropy": ("head_isotropy", "lower", 1.0), "vmf_output_error": ("vmf_output_error", "upper", 0.0),
             "reversibility": ("reversibility_residual", "upper", 0.0)}
 
 
-def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
+def _power(pool, margin, edge: str, ideal: float, stats) -> SeedPower:
     """Power of the seed-level rule where the claim is true but not trivially: halfway to the margin edge."""
     bound = margin[0] if edge == "lower" else margin[1]
     true = 0.5 * (ideal + bound)
@@ -92,8 +94,8 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> dict:
     one = (bound, math.inf) if edge == "lower" else (-math.inf, bound)
     at = {n: seed_interval_power(n, sd, true, one, confidence_level=stats.confidence_level)
           if math.isfinite(sd) else None for n in sorted({pool.n_seeds, MIN_SEEDS, POWER_DESIGN_SEEDS})}
-    return {"true_value": true, "seed_sd": finite_or_none(sd), "power_at_n_seeds": {str(k): v for k, v in at.items()},
-            "method": "noncentral t: per-seed estimates N(true value, observed seed SD^2)"}
+    return SeedPower(true_value=true, seed_sd=finite_or_none(sd), power_at_n_seeds={str(k): v for k, v in at.items()},
+                     method="noncentral t: per-seed estimates N(true value, observed seed SD^2)")
 
 
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats) -> ClaimRecord:
@@ -104,21 +106,23 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedV
         pool = seed_pool({s: info.values.get(name) for s, (_, info) in seeds.items()},
                          confidence_level=stats.confidence_level)
         one = (margin[0], math.inf) if edge == "lower" else (-math.inf, margin[1])
-        verdict, why = seed_verdict(pool, one)
+        decision = seed_verdict(pool, one)
         undefined = name == "reversibility" and causal
         if undefined:
-            verdict, why = INCONCLUSIVE, "causal mask: token 1 is absorbing, pi = e_1"
+            decision = Decision(INCONCLUSIVE, "causal mask: token 1 is absorbing, pi = e_1", rule=decision.rule)
         elif pool.n_seeds == 0:
-            why = "undefined in every seed" + "".join(
-                f" ({w})" for w in sorted({info.why.get(name) for _, info in seeds.values()} - {None}))
+            decision = replace(decision, reason="undefined in every seed" + "".join(
+                f" ({w})" for w in sorted({info.why.get(name) for _, info in seeds.values()} - {None})))
+        verdict, why = decision.verdict, decision.reason or None
         p = (None if undefined or not pool.decidable else
              equivalence_pvalue(pool.estimate, pool.standard_error, one, df=pool.df or None))
         crit[name] = PooledCriterion(verdict=verdict, estimate=pool.estimate,
                                      confidence_interval=list(pool.confidence_interval), margin=list(margin), why=why,
                                      pool=pool.to_dict(), pvalue=p)
         powers[name] = _power(pool, margin, edge, ideal, stats)
-    rec, fits = _decided_record(crit, powers, seeds, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
-    return replace(rec, details=Claim2ConfigurationDetails(
+    decision, rec, fits = _decided_record(crit, powers, seeds, stats, f"{len(seeds)} seed(s)", "mean over seeds",
+                                          "over seeds")
+    return replace(rec, verdict=decision.verdict, reason=decision.reason, details=Claim2ConfigurationDetails(
         pvalue=_largest([c.pvalue for c in crit.values()]), causal=causal, criteria=crit, vmf_fit=fits,
         seeds=sorted(seeds), verdict_head_isotropy=crit["head_isotropy"].verdict,
         verdict_vmf_output_error=crit[OUTPUT_ERROR].verdict, verdict_reversibility=crit["reversibility"].verdict))
@@ -140,14 +144,15 @@ def _fixed_model_record(run: str, rec: ClaimRecord, info: SeedValues, stats) -> 
             why=why, interval_over=FIXED_MODEL_UNIT if name != "head_isotropy" else
             "exact: the worst head of the fixed model's weights (no sampling error)",
             pvalue=equivalence_pvalue(value, se, one) if math.isfinite(value) else None)
-        powers[name] = {"true_value": true, "standard_error": finite_or_none(se),
-                        "power": interval_power(se, true, one, confidence_level=stats.confidence_level),
-                        "n_inputs": info.n_inputs,
-                        "method": "normal: the estimate over inputs N(true value, its standard error^2); exact "
-                                  "quantities (se 0) have power 1 at any true value inside the margin"}
-    out, fits = _decided_record(crit, powers, {run: (rec, info)}, stats, f"one fixed model ({FIXED_MODEL_UNIT})",
-                                "over its probe inputs", "over probe inputs")
-    return replace(out, details=Claim2FixedModelDetails(
+        powers[name] = InputPower(true_value=true, standard_error=finite_or_none(se),
+                                  power=interval_power(se, true, one, confidence_level=stats.confidence_level),
+                                  n_inputs=info.n_inputs,
+                                  method="normal: the estimate over inputs N(true value, its standard error^2); exact "
+                                         "quantities (se 0) have power 1 at any true value inside the margin")
+    decision, out, fits = _decided_record(crit, powers, {run: (rec, info)}, stats,
+                                          f"one fixed model ({FIXED_MODEL_UNIT})", "over its probe inputs",
+                                          "over probe inputs")
+    return replace(out, verdict=decision.verdict, reason=decision.reason, details=Claim2FixedModelDetails(
         pvalue=_largest([c.pvalue for c in crit.values()]), causal=info.causal, criteria=crit, vmf_fit=fits, seeds=[],
         verdict_head_isotropy=crit["head_isotropy"].verdict, verdict_vmf_output_error=crit[OUTPUT_ERROR].verdict,
         verdict_reversibility=crit["reversibility"].verdict, unit=FIXED_MODEL_UNIT, description=rec.details))
@@ -159,17 +164,18 @@ def _largest(pvalues: list[float | None]) -> float | None:
 
 
 def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats, who: str,
-                    over: str, test_over: str) -> tuple[ClaimRecord, list[str]]:
-    """The decided claim-2 record of one configuration (over seeds) or one fixed model (over its inputs), without
-    its details, and the vMF fits it rests on."""
+                    over: str, test_over: str) -> tuple[Decision, ClaimRecord, list[str]]:
+    """(Decision, record, vMF fits) of one configuration (over seeds) or one fixed model (over its inputs): the
+    verdict taken once (intersection-union over the criteria), the record without its details carrying it, and
+    the vMF fits it rests on."""
     fits = sorted({info.fit for _, info in seeds.values() if info.fit})
-    verdict = combine([c.verdict for c in crit.values()])
     e = crit[OUTPUT_ERROR]
     reason = f"{who}; " + "; ".join(
         f"{n.replace('_', ' ')} {fmt_value(c.estimate)} CI [{fmt_value(c.confidence_interval[0])}, "
         f"{fmt_value(c.confidence_interval[1])}] vs {'>=' if CRITERIA[n][1] == 'lower' else '<='} "
         f"{c.margin[0 if CRITERIA[n][1] == 'lower' else 1]:.3g} ({c.verdict}"
         + (f": {c.why}" if c.why else "") + ")" for n, c in crit.items())
+    decision = Decision(combine([c.verdict for c in crit.values()]), reason, rule=CRITERIA_RULE, alpha=stats.alpha)
     cals = [_calibration_of(r) for r, _ in seeds.values()]
     sizes = [c.size for c in cals if c and c.size is not None]
     est = EffectResult.headline("attention-output error of the isotropic (vMF) kernel "
@@ -177,14 +183,14 @@ def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord
                                 + f", relative to the mean field ({over})", e.estimate, tuple(e.confidence_interval),
                                 stats.confidence_level)
     rec = ClaimRecord(
-        "2", TITLE, verdict, reason, estimate=est, margin=tuple(e.margin),
+        "2", TITLE, decision.verdict, decision.reason, estimate=est, margin=tuple(e.margin),
         calibration={"shape": {"n_seeds": len(seeds)}, "size": max(sizes) if sizes else None, "size_se": None,
                      "power": powers, "n_replicates": sum(c.n_replicates for c in cals if c),
                      "method": "size: largest per-seed pass rate of the rule on its nulls; power: module docstring"},
         tests=[{"name": f"{n} equivalence {test_over} (TOST)", "statistic": finite_or_none(c.estimate),
                 "pvalue": c.pvalue, "rejected": None if c.pvalue is None else bool(c.pvalue < stats.alpha)}
                for n, c in crit.items()])
-    return rec, fits
+    return decision, rec, fits
 
 
 @dataclass(frozen=True)

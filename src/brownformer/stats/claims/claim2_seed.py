@@ -13,7 +13,7 @@ import numpy as np
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
 from .common import equivalence_verdict, finite_or_none, unit_mean_interval
-from .details import Claim2Margins, Claim2SeedDetails, HeadAveraged
+from .details import Claim2Margins, Claim2SeedDetails, HeadAveraged, HeadCheck, UndefinedHeadCheck, WorstHead
 from .claim_inputs import Aggregate, AttentionFile, PerMatrix
 
 __all__ = ["seed_record", "per_input_values", "upper_margin", "combine", "fmt_value", "SeedValues", "TITLE",
@@ -164,29 +164,29 @@ def _head_values(files: list[AttentionFile]) -> tuple[list[tuple], list[float], 
     return cells, asym, None
 
 
-def _head_criterion(trained: list[AttentionFile], baseline: list[AttentionFile], margin) -> dict:
+def _head_criterion(trained: list[AttentionFile], baseline: list[AttentionFile],
+                    margin) -> HeadCheck | UndefinedHeadCheck:
     """Every head of the trained model (captures of the second half of training, as for claim 1) vs the margin."""
     steps = [f.step for f in trained if f.step is not None]
     half = 0.5 * max(steps) if steps else 0.0
     trained = [f for f in trained if f.step is None or f.step >= half] or trained
     cells, asym, why = _head_values(trained)
     if why:
-        return {"verdict": INCONCLUSIVE, "why_undefined": why, "margin": list(margin)}
+        return UndefinedHeadCheck(INCONCLUSIVE, why, list(margin))
     worst = min(cells, key=lambda c: c[0])
     first = next((f.head_layers[0] for f in trained if f.has_head_kernels), None)
     base_cells, base_asym, _ = _head_values(baseline) if baseline else ([], [], None)
     verdict = SUPPORTED if worst[0] >= margin[0] else NOT_SUPPORTED
-    return {"verdict": verdict, "estimate": worst[0], "step": worst[1], "layer": worst[2], "head": worst[3],
-            "judged_from_step": half,
-            "margin": list(margin), "n_heads_checked": len(cells),
-            "n_heads_inside": sum(c[0] >= margin[0] for c in cells),
-            "median_iota_relative": float(np.median([c[0] for c in cells])),
-            "rank_bound": first.rank_bound if first else None, "asymmetry_median": float(np.median(asym)),
-            "asymmetry_max": float(np.max(asym)),
-            "step0_iota_relative_max": max((c[0] for c in base_cells), default=None),
-            "step0_asymmetry_median": float(np.median(base_asym)) if base_asym else None,
-            "note": "iota <= d_h/d for one head: no head is isotropic on the whole sphere; iota_relative = 1 iff "
-                    "isotropic within its d_h-dimensional subspace"}
+    return HeadCheck(verdict=verdict, estimate=worst[0], step=worst[1], layer=worst[2], head=worst[3],
+                     judged_from_step=half, margin=list(margin), n_heads_checked=len(cells),
+                     n_heads_inside=sum(c[0] >= margin[0] for c in cells),
+                     median_iota_relative=float(np.median([c[0] for c in cells])),
+                     rank_bound=first.rank_bound if first else None, asymmetry_median=float(np.median(asym)),
+                     asymmetry_max=float(np.max(asym)),
+                     step0_iota_relative_max=max((c[0] for c in base_cells), default=None),
+                     step0_asymmetry_median=float(np.median(base_asym)) if base_asym else None,
+                     note="iota <= d_h/d for one head: no head is isotropic on the whole sphere; iota_relative = 1 "
+                          "iff isotropic within its d_h-dimensional subspace")
 
 
 def _head_averaged(trained: list[AttentionFile]) -> HeadAveraged | None:
@@ -204,17 +204,17 @@ def _late(files: list[AttentionFile]) -> list[AttentionFile]:
     return [f for f in files if f.step is None or f.step >= half] or files
 
 
-def _worst_head(trained: list[AttentionFile]) -> tuple[float, dict]:
+def _worst_head(trained: list[AttentionFile]) -> tuple[float, WorstHead]:
     """A seed's head isotropy: per (layer, head) the mean iota_relative over the late captures, then the minimum."""
     cells, _, why = _head_values(_late(trained))
     if why:
-        return math.nan, {"why_undefined": why}
+        return math.nan, WorstHead(why_undefined=why)
     per: dict[tuple, list] = {}
     for v, _, layer, head in cells:
         per.setdefault((layer, head), []).append(v)
     means = {k: float(np.mean(v)) for k, v in per.items()}
     (layer, head), worst = min(means.items(), key=lambda kv: kv[1])
-    return worst, {"layer": layer, "head": head, "n_heads": len(means)}
+    return worst, WorstHead(layer=layer, head=head, n_heads=len(means))
 
 
 def seed_record(run: str, files: list[AttentionFile], stats) -> tuple[ClaimRecord, SeedValues]:
@@ -236,7 +236,7 @@ def seed_record(run: str, files: list[AttentionFile], stats) -> tuple[ClaimRecor
     iso, where = _worst_head(trained)
     values = {"head_isotropy": iso, OUTPUT_ERROR: err.estimate if fit else math.nan,
               "reversibility": math.nan if causal else rev.estimate}
-    why = {"head_isotropy": where.get("why_undefined"), OUTPUT_ERROR: None if fit else NO_HEAD_FIT,
+    why = {"head_isotropy": where.why_undefined, OUTPUT_ERROR: None if fit else NO_HEAD_FIT,
            "reversibility": "causal mask: token 1 is absorbing, pi = e_1" if causal else None}
     heads = _head_criterion(trained, baseline, m.head_isotropy)
     base = {q: _mean(baseline[0].aggregate, q) for q in (OUTPUT_ERROR, RESIDUAL, "spectral_gap")} if baseline else {}

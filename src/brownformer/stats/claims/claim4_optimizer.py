@@ -34,19 +34,17 @@ from brownformer.metrics import val_metric
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
 from brownformer.statsfile import Decision, EffectResult
 
-from brownformer.io import to_jsonable
 from brownformer.stats.core.rule_history import claim_rule_history
 from brownformer.stats.comparison.time_to_target import level_targets, reference_target, time_to_target
 from brownformer.stats.comparison.time_to_target_size import MAX_SIZE, log_time_law, rule_error_rates
 from .common import finite_or_none, pool_runs
+from .comparison_records import STEPS, RuleErrorSummary, TargetLevel
 from .details import Claim4Details, Claim4EstimatedModelDetails, Claim4ModelDetails
 
 __all__ = ["optimizer_claim", "claim4_targets", "claim4_scope", "TITLE"]
 
 TITLE = "Iterative K-FAC reaches the target in fewer steps than the best first-order optimizer"
 DECISIVE = ("supported", "not supported")
-#: the clock claim 4 decides on (time_to_target's ratios are per clock: "steps", "seconds")
-STEPS = "steps"
 
 
 def claim4_targets(metrics_by_run: dict[str, pd.DataFrame], report) -> dict[str, tuple[float, str]]:
@@ -149,35 +147,22 @@ def _estimate(res):
     return EffectResult.headline(name, ratio.estimate, tuple(ratio.confidence_interval), ratio.confidence_level), ratio
 
 
-def _levels_summary(levels: dict[float, object]) -> dict[str, dict]:
-    """Per target share: the target, KM medians and every baseline's steps ratio (reported, not deciding)."""
-    out = {}
-    for f, res in sorted(levels.items()):
-        out[f"{f:g}"] = {"target": res.target, "best_baseline": res.baseline,
-                         "km_median_steps": {o: m.to_dict() for o, m in res.medians.items()},
-                         "steps_ratios": {b: r[STEPS].to_dict() for b, r in res.ratios.items()},
-                         "verdict": res.verdict, "reason": res.reason}
-    return out
-
-
 def _model_record(res, levels: dict, source: str, stats, margin: tuple[float, float], in_scope: bool) -> ClaimRecord:
     rates = ({b: _rule_rates(res, b, stats, margin[1]) for b in res.verdicts}
              if res.protocol_met and res.verdict in DECISIVE else None)
     decision = _gated(res, rates) if rates else Decision(res.verdict, res.reason)
-    # the largest rates over the baselines on top (what one number can say), each baseline's beside them
-    summary = None if rates is None else {
-        "size": max(r.size for r in rates.values()),
-        "size_not_supported": max(r.size_not_supported for r in rates.values()), "max_size": MAX_SIZE,
-        "per_baseline": {b: r.to_dict() for b, r in rates.items()}}
+    summary = None if rates is None else RuleErrorSummary.of(rates, MAX_SIZE)
     est, ratio = _estimate(res)
     reason = (f"{decision.reason}; target {res.metric} {res.target:.4g} from the {source}; best first-order baseline "
               f"{res.baseline or 'none'}" + ("" if in_scope else "; not in report.scope: reported, not deciding"))
     pvals = [_steps_ratio(res, b) for b in res.baselines]
     p = max(r.pvalue for r in pvals) if pvals and all(r is not None for r in pvals) else None
-    common = dict(pvalue=p, rule_error_rates=summary, levels=_levels_summary(levels), **to_jsonable(res.to_dict()))
-    details = (Claim4ModelDetails(**common) if ratio is None else Claim4EstimatedModelDetails(
-        **common, estimate_bound=ratio.bound, estimate_text=ratio.text(),
-        n_censored={o: m.n_censored for o, m in res.medians.items()}))
+    # per target share (reported, not deciding): the target, KM medians and every baseline's steps ratio
+    shares = {f"{f:g}": TargetLevel.of(r) for f, r in sorted(levels.items())}
+    details = (Claim4ModelDetails.of(res, pvalue=p, rule_error_rates=summary, levels=shares) if ratio is None else
+               Claim4EstimatedModelDetails.of(res, pvalue=p, rule_error_rates=summary, levels=shares,
+                                              estimate_bound=ratio.bound, estimate_text=ratio.text(),
+                                              n_censored={o: m.n_censored for o, m in res.medians.items()}))
     return ClaimRecord("4", TITLE, decision.verdict, reason, estimate=est, margin=margin, details=details)
 
 

@@ -196,11 +196,16 @@ def configuration_of(run: str) -> tuple[str, str]:
     return f"{spec.model}__{spec.optimizer}", f"s{spec.seed}" + (f"r{spec.replica}" if spec.replica else "")
 
 
-def seed_verdict(pool: SeedPoolResult, margin) -> tuple[str, str | None]:
-    """equivalence_verdict of a seed-level interval, "inconclusive" (with the reason) below the seed minimum."""
+#: the rule seed_verdict decides by
+SEED_RULE = "equivalence: the t-interval over seeds inside the margin"
+
+
+def seed_verdict(pool: SeedPoolResult, margin) -> Decision:
+    """The Decision of a seed-level interval: equivalence_verdict of its interval (reason ""), "inconclusive" with
+    the pool's reason below the seed minimum."""
     if not pool.decidable:
-        return INCONCLUSIVE, pool.why_undecidable
-    return equivalence_verdict(pool.confidence_interval, margin), None
+        return Decision(INCONCLUSIVE, pool.why_undecidable or "", rule=SEED_RULE)
+    return Decision(equivalence_verdict(pool.confidence_interval, margin), rule=SEED_RULE)
 
 
 def seed_unit(n_seeds: dict[str, int], *, nesting: str = NESTING,

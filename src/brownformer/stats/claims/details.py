@@ -3,7 +3,8 @@
 The claim rules build these; claims.json writes their `to_dict()` (the JSON key is the field's name, so the file's
 layout is these fields); the report and the figures read them back through `parse_details` (brownformer.results'
 reader passes it to `verdicts.read_claims`) and use attributes. Blocks that are description only and that no reader
-digs into (rule histories, seed pools, a seed's nulls, claim 4's comparison tables) stay plain JSON mappings.
+digs into (rule histories, seed pools, a seed's nulls, claim 4's per-run rows) stay plain JSON mappings; claim 4's
+comparison blocks are stats/claims/comparison_records.py's records.
 
 Levels (verdicts.LEVELS): "claim" (the headline record), "per_model" (claims 1, 2: one training configuration or one
 fixed model; claim 4: one model variant), "per_run" (claims 1, 2: one seed; claim 3: one run or replica set),
@@ -14,12 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
+from brownformer.io import to_jsonable
 from brownformer.statsfile import EffectResult
 from brownformer.verdicts import ClaimDetails, NoDetails
 
-__all__ = ["UndecidedCriterion", "SeedCriterion", "InputCriterion", "PooledCriterion", "InputCriterion2",
+from .comparison_records import BaselineVerdict, KMMedian, MedianRatio, RuleErrorSummary, TargetLevel, records_of
+
+__all__ = ["InputPower", "SeedPower", "UndecidedCriterion", "SeedCriterion", "InputCriterion", "PooledCriterion", "InputCriterion2",
            "WithinSeed", "GaugeDependent", "Definitional", "Claim1SeedDetails", "Claim1ConfigurationDetails",
-           "Claim1FixedModelDetails", "Claim1Details", "Claim2Margins", "HeadAveraged", "Claim2SeedDetails", "Claim2ConfigurationDetails",
+           "Claim1FixedModelDetails", "Claim1Details", "Claim2Margins", "HeadAveraged", "WorstHead", "HeadCheck", "UndefinedHeadCheck", "Claim2SeedDetails", "Claim2ConfigurationDetails",
            "Claim2FixedModelDetails", "Claim2Details", "FileRow", "RunPooling", "ClaimPooling", "SinglePath",
            "Claim3RunDetails", "Claim3OptimizerDetails", "Claim3Details", "Claim4ModelDetails", "Claim4EstimatedModelDetails", "Claim4Details",
            "parse_details", "parse_criterion", "criteria_of"]
@@ -27,6 +33,31 @@ __all__ = ["UndecidedCriterion", "SeedCriterion", "InputCriterion", "PooledCrite
 
 def _headline(d: Any, where: str) -> EffectResult | None:
     return EffectResult.from_dict(d, where, form="headline")
+
+
+# --- power of claims 1 and 2 where the claim is true but not trivially (halfway between the ideal and the edge) ----
+
+@dataclass(frozen=True)
+class InputPower(ClaimDetails):
+    """A fixed model's power (unit "inputs"): P(the interval over its inputs lies inside the margin) with the estimate
+    N(true value, its standard error^2) (common.interval_power); None where the standard error is undefined."""
+    true_value: float
+    standard_error: float | None
+    power: float | None
+    method: str
+    n_inputs: int | None = None  # claim 2: the probe inputs the interval is over
+    _optional = frozenset({"n_inputs"})
+    _order = ("true_value", "standard_error", "power", "n_inputs", "method")
+
+
+@dataclass(frozen=True)
+class SeedPower(ClaimDetails):
+    """A configuration's power over seeds (noncentral t: per-seed estimates N(true value, observed seed SD^2)) at its
+    own seed count, at MIN_SEEDS and at the design count, keyed by the seed count ("3")."""
+    true_value: float
+    seed_sd: float | None
+    power_at_n_seeds: dict[str, float | None]
+    method: str
 
 
 # --- criteria of claims 1 and 2 (a decided configuration's or fixed model's `criteria`) ---------------------------
@@ -72,7 +103,8 @@ class InputCriterion(ClaimDetails):
     interval_over: str
     why: str | None
     pvalue: float | None
-    power: dict
+    power: InputPower
+    _nested = {"power": InputPower.from_dict}
 
 
 @dataclass(frozen=True)
@@ -228,12 +260,57 @@ class HeadAveraged(ClaimDetails):
 
 
 @dataclass(frozen=True)
+class WorstHead(ClaimDetails):
+    """Claim 2, one seed: where its worst head is (per (layer, head) the mean iota_relative over the late captures,
+    then the minimum), or why no head could be read."""
+    layer: int | None = None
+    head: int | None = None
+    n_heads: int | None = None
+    why_undefined: str | None = None
+    _optional = frozenset({"layer", "head", "n_heads", "why_undefined"})
+
+
+@dataclass(frozen=True)
+class HeadCheck(ClaimDetails):
+    """Claim 2, one seed: every head of its late captures against the head-isotropy margin (description; the worst
+    head's value, how many heads lie inside, the heads' asymmetry and the step-0 baseline's)."""
+    verdict: str
+    estimate: float
+    step: int | None
+    layer: int
+    head: int
+    judged_from_step: float
+    margin: list
+    n_heads_checked: int
+    n_heads_inside: int
+    median_iota_relative: float
+    rank_bound: int | None
+    asymmetry_median: float
+    asymmetry_max: float
+    step0_iota_relative_max: float | None
+    step0_asymmetry_median: float | None
+    note: str
+
+
+@dataclass(frozen=True)
+class UndefinedHeadCheck(ClaimDetails):
+    """Claim 2, one seed whose heads cannot be read (no W_Q, W_K, or projected weights): inconclusive."""
+    verdict: str
+    why_undefined: str
+    margin: list
+
+
+def _head_check(d: dict, where: str) -> ClaimDetails:
+    return (HeadCheck if "estimate" in d else UndefinedHeadCheck).from_dict(d, where)
+
+
+@dataclass(frozen=True)
 class Claim2SeedDetails(ClaimDetails):
     """Claim 2, one seed (per_run): its nested values and description, never a decision."""
     values: dict[str, float | None]
-    worst_head: dict
+    worst_head: WorstHead
     within_seed: dict
-    head_isotropy: dict
+    head_isotropy: HeadCheck | UndefinedHeadCheck
     vmf_fit: str
     whole_sphere_fit: dict
     causal: bool
@@ -242,7 +319,8 @@ class Claim2SeedDetails(ClaimDetails):
     n_captures: int
     step0_baseline: dict
     head_averaged: HeadAveraged | None
-    _nested = {"margins": Claim2Margins.from_dict, "head_averaged": HeadAveraged.from_dict}
+    _nested = {"margins": Claim2Margins.from_dict, "head_averaged": HeadAveraged.from_dict,
+               "worst_head": WorstHead.from_dict, "head_isotropy": _head_check}
 
 
 @dataclass(frozen=True)
@@ -395,26 +473,45 @@ class Claim3Details(ClaimDetails):
 
 @dataclass(frozen=True)
 class Claim4ModelDetails(ClaimDetails):
-    """Claim 4, one model variant (per_model): the gate's simulated error rates, the typed headline, the other
-    target shares, and the comparison's own JSON (stats/comparison/time_to_target.py TimeToTargetResult.to_dict)."""
+    """Claim 4, one model variant (per_model): the gate's simulated error rates, the other target shares (keyed by
+    the share, "0.5"), and the comparison at the deciding target, key for key the JSON of stats/comparison/
+    time_to_target.py TimeToTargetResult.to_dict with its medians, ratios (baseline -> clock -> ratio) and verdicts
+    as records (comparison_records); the per-run rows and final metrics stay table rows."""
     pvalue: float | None
-    rule_error_rates: dict | None
-    levels: dict[str, dict]
+    rule_error_rates: RuleErrorSummary | None
+    levels: dict[str, TargetLevel]
     model: str
     metric: str
     higher_is_better: bool
-    target: float
+    target: float | None
     proposed: str
     baseline: str | None
     baselines: list[str]
-    runs: list[dict]
-    km_median_steps: dict[str, dict]
-    ratios: dict[str, dict]
-    verdicts: dict[str, dict]
-    final_at_budget: dict[str, dict]
+    runs: list[dict]  # one row per run (optimizer, seed, run, steps, seconds, reached, final, censored_at, ...)
+    km_median_steps: dict[str, KMMedian]
+    ratios: dict[str, dict[str, MedianRatio]]
+    verdicts: dict[str, BaselineVerdict]
+    final_at_budget: dict[str, dict]  # optimizer -> {"median", "n", ...} of the final metric at the budget
     verdict: str
     reason: str
     protocol_met: bool
+    _nested = {"rule_error_rates": RuleErrorSummary.from_dict, "levels": records_of(TargetLevel.from_dict),
+               "km_median_steps": records_of(KMMedian.from_dict),
+               "ratios": records_of(records_of(MedianRatio.from_dict)),
+               "verdicts": records_of(BaselineVerdict.from_dict)}
+
+    @classmethod
+    def of(cls, res, **extra) -> Claim4ModelDetails:
+        """From the deciding target's time_to_target.TimeToTargetResult and this record's own fields (`extra`:
+        pvalue, rule_error_rates, levels and, for Claim4EstimatedModelDetails, the headline's bound and text)."""
+        return cls(**extra, model=res.model, metric=res.metric, higher_is_better=bool(res.higher_is_better),
+                   target=to_jsonable(res.target), proposed=res.proposed, baseline=res.baseline,
+                   baselines=list(res.baselines), runs=to_jsonable(res.runs.replace([np.inf], None).to_dict("records")),
+                   km_median_steps={o: KMMedian.of(m) for o, m in res.medians.items()},
+                   ratios={o: {u: MedianRatio.of(r) for u, r in v.items()} for o, v in res.ratios.items()},
+                   verdicts={b: BaselineVerdict(v, r) for b, (v, r) in res.verdicts.items()},
+                   final_at_budget=to_jsonable({o: dict(v) for o, v in res.final.items()}), verdict=res.verdict,
+                   reason=res.reason, protocol_met=bool(res.protocol_met))
 
 
 @dataclass(frozen=True)
