@@ -113,3 +113,16 @@ def test_separate_tuning_runs_share_one_table_and_one_tuned_block(tmp_path):
     write_tuned(first, from_dict(yaml.safe_load(config.read_text())), tuned, into=config)
     block = yaml.safe_load(config.read_text())["tuned"]["vit-pre"]
     assert block["adamw"]["lr"] == 0.01 and block["kfac-iterative"]["lr"] == 0.1
+
+
+def test_tuning_one_optimizer_keeps_the_others_entries_as_the_config_holds_them(tmp_path):
+    """Re-tuning K-FAC alone rewrites the block from the config's parsed entries: AdamW's betas (a tuple once
+    parsed) are written and read back as the same pair (2026-12-01: it raised 'does not read back')."""
+    from brownformer.tuning.write import write_tuned
+    raw = _raw()
+    raw.setdefault("tuned", {}).setdefault("vit-pre", {})["adamw"] = {"lr": 0.002, "betas": [0.6, 0.97]}
+    cfg = from_dict(raw)
+    out = tmp_path / "tuned.yaml"
+    write_tuned([_pair("vit-pre", "kfac-iterative", 0.1, 90)], cfg, out)
+    block = yaml.safe_load(out.read_text())["tuned"]["vit-pre"]
+    assert block["adamw"] == {"lr": 0.002, "betas": [0.6, 0.97]} and block["kfac-iterative"]["lr"] == 0.1

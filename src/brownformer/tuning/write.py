@@ -35,7 +35,8 @@ def tuned_block(results, base: dict | None) -> dict:
     tuned = {m: {o: dict(s) for o, s in per.items()} for m, per in (base or {}).items()}
     for r in results:
         tuned.setdefault(r.model, {}).setdefault(r.optimizer, {}).update(r.best_settings)
-    return tuned
+    # plain JSON values (a config's parsed betas are a tuple; YAML reads the written pair back as a list)
+    return to_jsonable(tuned)
 
 
 def block_text(tuned: dict, comment: list[str]) -> str:
