@@ -206,9 +206,10 @@ def spd_inverse(m: torch.Tensor) -> torch.Tensor:
     """Inverses of a stack of symmetric positive definite matrices from their Cholesky factors (no eigendecomposition).
 
     ``M = L L^T`` (``torch.linalg.cholesky_ex``, which reports a failure instead of raising), then
-    ``M^-1 = L^-T L^-1`` (``torch.cholesky_inverse``). A matrix Cholesky rejects (not numerically positive
-    definite) gets ``I / ||M||_inf`` instead, still symmetric positive definite, so CG stays correct and only slower;
-    a non-finite matrix gives a non-finite result, which the caller counts as a failed step.
+    ``M^-1 = L^-T L^-1`` with ``L^-1`` from a triangular solve (``torch.cholesky_inverse`` would read the device on
+    the host). A matrix Cholesky rejects (not numerically positive definite) gets ``I / ||M||_inf`` instead, still
+    symmetric positive definite, so CG stays correct and only slower; a non-finite matrix gives a non-finite result,
+    which the caller counts as a failed step. No host read except, where one is free, to skip the fallback.
 
     Args:
         m: ``(k, n, n)`` symmetric positive definite matrices (damped factors).
@@ -218,11 +219,14 @@ def spd_inverse(m: torch.Tensor) -> torch.Tensor:
     """
     k, n, _ = m.shape
     chol, info = torch.linalg.cholesky_ex(m)
-    inverse = torch.cholesky_inverse(chol)
+    eye = torch.eye(n, dtype=m.dtype, device=m.device).expand(k, n, n)
+    chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)  # (k, n, n) L^-1
+    inverse = torch.bmm(chol_inv.transpose(1, 2), chol_inv)
     good = (info == 0) & finite_rows(inverse) & finite_rows(m)  # Cholesky reads one triangle only
+    if host_read_free(m.device) and bool(good.all()):
+        return inverse
     norm_inf = m.abs().sum(dim=2).amax(dim=1).clamp_min(torch.finfo(m.dtype).tiny)  # (k,)
-    scaled_eye = torch.eye(n, dtype=m.dtype, device=m.device).expand(k, n, n) / norm_inf[:, None, None]
-    return torch.where(good[:, None, None], inverse, scaled_eye)
+    return torch.where(good[:, None, None], inverse, eye / norm_inf[:, None, None])
 
 
 def split_damping(g: torch.Tensor, a: torch.Tensor, damping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
