@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-MAX_PADDING = 1.3  # padded area / own area: fc1 (64, 33) and fc2 (32, 65) share (64, 65) at width 32
+MAX_PADDING = 2.1  # padded area / own area: fc1 (64, 33) and fc2 (32, 65) share (64, 65) at width 32
 FEW = 2  # shapes with this many systems or fewer join any block at least as large
 
 
