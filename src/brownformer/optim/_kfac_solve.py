@@ -12,7 +12,7 @@ import torch
 
 from brownformer.optim._kfac_blocks import pad, per_system, plan_blocks, unpad
 from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS
-from brownformer.optim._kfac_math import eigen_solve, factor_eigh
+from brownformer.optim._kfac_math import eigen_solve, factor_eigh, host_read_free
 from brownformer.optim._kfac_pcg import block_conjugate_gradient, damped, spd_inverse, split_damping
 
 def eigen_directions(items: list, v: list[torch.Tensor], lam: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -93,12 +93,14 @@ class IterativeSolver:
         result = block_conjugate_gradient(g, a, padded_v, torch.cat([lam[i] for _, _, members in blocks for i in members]),
                                           x0=x0 if any(x is not None for x in x0) else None, max_iter=list(iterations),
                                           tol=self.tol, preconditioner=list(zip(y_g, y_a)))
-        xs = []
-        for (_, c, _), vj, x, ok in zip(items, v, unpad(list(result.solution), blocks, shapes),
-                                        per_system(result.ok, blocks, shapes)):
-            ok = ok[:, None, None]
-            xs.append(torch.where(ok, x, vj))  # a diverged system falls back to its gradient
-            c["cg_solution"] = torch.where(ok, x, 0.0)
+        xs = unpad(list(result.solution), blocks, shapes)
+        all_ok = host_read_free(result.ok.device) and bool(result.ok.all())  # where a read is free: no masking then
+        for j, ((_, c, _), vj, ok) in enumerate(zip(items, v, per_system(result.ok, blocks, shapes))):
+            if all_ok:
+                c["cg_solution"] = xs[j]
+                continue
+            c["cg_solution"] = torch.where(ok[:, None, None], xs[j], 0.0)
+            xs[j] = torch.where(ok[:, None, None], xs[j], vj)  # a diverged system falls back to its gradient
         # per block: systems stopped by the budget, and the most iterations a system used
         sizes = [sum(shapes[i][0] for i in members) for _, _, members in blocks]
         capped = torch.stack([((rel > self.tol) & ok).sum() for rel, ok in
