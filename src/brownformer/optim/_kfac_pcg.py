@@ -11,11 +11,11 @@ truncated preconditioned CG (Saad 2003, alg. 9.1) on it, every system of a padde
 (the factored Tikhonov damping of Martens & Grosse 2015 sec. 6.3: the exact inverse of
 ``(G + gamma_G I) (x) (A + gamma_A I)``, which differs from the operator only by the cross terms
 ``gamma_A G + gamma_G A``; it is kfac-pytorch's whole step, which CG then corrects to the exact damping). The two
-inverses come from Cholesky factorisations (:func:`spd_inverse`), one batched LAPACK call per stack and no
+inverses come from Cholesky factorisations (:func:`spd_inverse`), three batched calls per stack and no
 ``eigh``, refreshed only when the factors or the damping change. An exact preconditioner matters: Newton-Schulz
 iterations warm-started from the previous inverse (this module's earlier choice) left ``||Y M - I||`` at 1-8 after
-a factor update of a ViT's early steps, and so 6-10 CG iterations and a direction 12% (median) away from the exact
-solve at ``tol`` 1e-2, against 2% with exact inverses (benchmarks/results/kfac_cost_study.md).
+a factor update of a ViT's early steps, and so a direction 9.5-13% (median) away from the exact solve at ``tol``
+1e-2, against 1.9-4.4% with exact inverses (benchmarks/results/kfac_cost_direction.md).
 
 The loop is :func:`block_conjugate_gradient`: every iteration runs on all systems of a block at once
 (converged systems frozen); the caller chooses how many iterations to run at most (on an accelerator
