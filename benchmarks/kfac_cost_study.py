@@ -10,8 +10,10 @@ Every variant runs the optimizer work of one training step, timed by thread CPU 
 * AdamW: ``torch.optim.AdamW(foreach=True)`` on the layers' weights and biases (as training builds it on the CPU);
 * eigen: the factors ``A = a^T a / n``, ``G = R g^T g`` every ``factor_every`` steps, ``eigh`` of both every
   ``inverse_every`` steps, the eigenbasis solve every step (``_kfac_math.eigen_solve``);
-* iterative (factored): the same factors, Newton-Schulz refreshes of the preconditioner (``_kfac_solve``) when they
-  change, and Kronecker-preconditioned CG (``_kfac_pcg``) every step, no ``eigh``;
+* iterative (factored): the same factors, the Cholesky refresh of the preconditioner (``_kfac_solve``) when they
+  change, and Kronecker-preconditioned CG every step, no ``eigh``: the optimizer's own solver
+  (``_kfac_solve.IterativeSolver``: padded blocks, one CG loop over every layer of the step), timed over all
+  shapes together;
 * matrix-free: no factors; Jacobi-preconditioned CG on the rows of a token subsample (``--rows``) every step
   (``_kfac_matrix_free``);
 
@@ -43,8 +45,7 @@ import optimizer_overhead as overhead  # noqa: E402
 
 from brownformer.optim._kfac_math import eigen_solve, factor_eigh, stacked_input_factor, stacked_output_factor  # noqa: E402
 from brownformer.optim._kfac_matrix_free import matrix_free_cg, subsample_rows  # noqa: E402
-from brownformer.optim._kfac_pcg import block_conjugate_gradient, damped, newton_schulz_inverse, split_damping  # noqa: E402
-from brownformer.optim._kfac_solve import NEWTON_SCHULZ_WARM  # noqa: E402
+from brownformer.optim._kfac_solve import IterativeSolver, refresh_preconditioner  # noqa: E402
 
 BATCH, TOKENS, BLOCKS = 32, 17, 2
 DAMPING, CG_TOL, CG_MAX_ITER = 1e-2, 1e-2, 10  # config/config.yaml's damping; the solve's tolerance and cap
@@ -84,16 +85,8 @@ def _layer_costs(k: int, out: int, n_in: int, n: int, keep: int, repeats: int, g
                 stacked_output_factor(list(g_rows), weight_sharing="expand", scale=n))
     a, g = factors()
     pairs = factor_eigh([a, g])
-    gamma_g, gamma_a = split_damping(g, a, lam)
-    y_g = newton_schulz_inverse(damped(g, gamma_g), None, steps=24)
-    y_a = newton_schulz_inverse(damped(a, gamma_a), None, steps=24)
-
-    def refresh():
-        newton_schulz_inverse(damped(g, gamma_g), y_g, steps=NEWTON_SCHULZ_WARM)
-        newton_schulz_inverse(damped(a, gamma_a), y_a, steps=NEWTON_SCHULZ_WARM)
-
-    def cg():
-        return block_conjugate_gradient([g], [a], [v], lam, max_iter=CG_MAX_ITER, tol=CG_TOL, preconditioner=[(y_g, y_a)])
+    tensors = {"factor_a": a, "factor_g": g}
+    refresh_preconditioner(tensors, lam)
 
     ones = torch.ones(k, n, 1)
     a_full = torch.cat([a_rows, ones], dim=2)  # (k, n, in+1): the bias's ones column
@@ -111,17 +104,28 @@ def _layer_costs(k: int, out: int, n_in: int, n: int, keep: int, repeats: int, g
         "factors": _clock(factors, repeats),
         "eigh": _clock(lambda: factor_eigh([a, g]), repeats),
         "eigen_solve": _clock(lambda: eigen_solve(pairs[1], pairs[0], v, lam), repeats),
-        "newton_schulz": _clock(refresh, repeats),
-        "cg": _clock(cg, repeats),
+        "preconditioner": _clock(lambda: refresh_preconditioner(dict(tensors), lam), repeats),
         "matrix_free": _clock(matrix_free, repeats),
-        "cg_iterations": float(cg().iterations.float().mean()),
         "matrix_free_iterations": float(matrix_free().iterations.float().mean()),
+        "system": (tensors, v, lam),
         # kept between steps: factors + eigenbases (eigen); factors + two preconditioners + the last solution
         "eigen_bytes": 2 * factor_bytes + k * (n_in + 1 + out) * out_bytes,
         "iterative_bytes": 2 * factor_bytes + k * out * (n_in + 1) * out_bytes,
         # the kept rows of the subsample until the step (a, g) and nothing after it
         "matrix_free_bytes": k * keep * (n_in + 1 + out) * out_bytes,
     }
+
+
+def _iterative_solve(systems: list, repeats: int) -> tuple[float, float]:
+    """Seconds and mean CG iterations of the optimizer's solver on every layer of a step (all shapes at once)."""
+    items = [(None, tensors, True) for tensors, _, _ in systems]
+    v, lam = [s[1] for s in systems], [s[2] for s in systems]
+    solver = IterativeSolver(tol=CG_TOL, warm_start=False)
+    budget = [CG_MAX_ITER] * solver.n_blocks(items)
+
+    def solve():
+        return solver([(None, dict(t), True) for _, t, _ in items], v, lam, iterations=budget)
+    return _clock(solve, repeats), float(solve()[1]["cg_iterations"].float().mean())
 
 
 def _adamw(d: int, repeats: int, gen) -> tuple[float, int]:
@@ -153,16 +157,17 @@ def study(widths: list[int], *, keep: int, factor_every: int, inverse_every: int
         gen = torch.Generator().manual_seed(d)
         reps = max(1, repeats if d <= 128 else repeats // 2)
         parts = [_layer_costs(k, out, n_in, BATCH * TOKENS, keep, reps, gen) for k, out, n_in in _shapes(d)]
-        total = {key: sum(p[key] for p in parts) for key in parts[0] if not key.endswith("iterations")}
+        total = {key: sum(p[key] for p in parts) for key in parts[0] if key not in ("system", "matrix_free_iterations")}
         weights = [k for k, _, _ in _shapes(d)]
-        iters = {key: sum(w * p[key] for w, p in zip(weights, parts)) / sum(weights)
-                 for key in ("cg_iterations", "matrix_free_iterations")}
+        total["cg"], cg_iterations = _iterative_solve([p["system"] for p in parts], reps)
+        iters = {"cg_iterations": cg_iterations,
+                 "matrix_free_iterations": sum(w * p["matrix_free_iterations"] for w, p in zip(weights, parts)) / sum(weights)}
         adamw_s, adamw_bytes = _adamw(d, reps, gen)
         fwd_bwd = _forward_backward(d, reps)
         optimizer = {
             "adamw": adamw_s,
             "eigen": total["factors"] / factor_every + total["eigh"] / inverse_every + total["eigen_solve"],
-            "iterative": (total["factors"] + total["newton_schulz"]) / factor_every + total["cg"],
+            "iterative": (total["factors"] + total["preconditioner"]) / factor_every + total["cg"],
             "matrix-free": total["matrix_free"],
         }
         memory = {"adamw": adamw_bytes, "eigen": total["eigen_bytes"], "iterative": total["iterative_bytes"],

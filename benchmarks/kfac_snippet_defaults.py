@@ -1,15 +1,19 @@
-"""The README snippet's problems (tests/optim/test_kfac_defaults.py) at factors every step and every 5 steps:
-held-out loss and time per step (forward, backward and optimizer, thread CPU time, one thread) against
-``torch.optim.AdamW(foreach=True)`` at its defaults, both K-FAC variants, both seeds.
+"""The README snippet (``KFAC(model, inverse=...)`` at its defaults) against ``torch.optim.AdamW(foreach=True)`` at its
+defaults on the snippet test's problems (tests/optim/test_kfac_defaults.py): held-out loss and time per step
+(forward, backward, optimizer, K-FAC's closure re-evaluations; thread CPU time, one thread), both K-FAC variants,
+both seeds, and the iterative variant with factors every step (the constructor's default before issue 33).
 
-    PYTHONPATH=src python benchmarks/kfac_snippet_defaults.py > benchmarks/results/kfac_snippet_defaults.md
+    PYTHONPATH=src python benchmarks/kfac_snippet_defaults.py --repeats 3 --out benchmarks/results/kfac_snippet_defaults.md
 
-The evidence for the constructor's ``factor_every`` default (optim/kfac_settings.py). The first AdamW run of a
-process includes its warm-up (one-time costs), so its time is not a ratio's base; the table's ratios use the
-same seed's AdamW run.
+The evidence for the constructor's ``factor_every`` default (optim/kfac_settings.py) and the README's numbers.
+Each (problem, seed) runs AdamW and every K-FAC variant ``--repeats`` times interleaved; a time ratio is the
+median over repeats of K-FAC's time over the same repeat's AdamW time (min-max in brackets), so a transient load
+on a shared machine moves one repeat, not the ratio. The losses are deterministic (the same in every repeat).
 """
 from __future__ import annotations
 
+import argparse
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -23,7 +27,15 @@ from tests.optim.conftest import TinyTransformer  # noqa: E402
 from brownformer.optim.kfac import KFAC  # noqa: E402
 
 PROBLEMS = (("mlp-regression", 60), ("transformer", 200))
-FACTOR_EVERY = (1, 5)
+VARIANTS = {  # label -> optimizer builder; "defaults" is the README snippet
+    "cg, defaults": lambda m: KFAC(m, inverse="cg"),
+    "eigen, defaults": lambda m: KFAC(m, inverse="eigen"),
+    "cg, factor_every 1": lambda m: KFAC(m, inverse="cg", factor_every=1),
+}
+
+
+def _adamw(model):
+    return torch.optim.AdamW(model.parameters(), foreach=True)
 
 
 def _run(make_optimizer, problem: str, seed: int, steps: int) -> tuple[float, float]:
@@ -34,19 +46,35 @@ def _run(make_optimizer, problem: str, seed: int, steps: int) -> tuple[float, fl
     return loss, 1e3 * (time.thread_time() - start) / steps
 
 
-def main() -> int:
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--out", type=Path, default=None, help="markdown file (default: print only)")
+    args = p.parse_args(argv)
     torch.set_num_threads(1)
-    _run(lambda m: torch.optim.AdamW(m.parameters(), foreach=True), "mlp-regression", 0, 5)  # warm-up
-    print("| problem | seed | AdamW loss | AdamW ms/step | variant | factor_every | loss | loss / AdamW | ms/step | "
-          "time / AdamW |\n|---|---|---|---|---|---|---|---|---|---|")
+    _run(_adamw, "mlp-regression", 0, 5)  # warm-up: the first run of a process pays one-time costs
+    lines = ["| problem | seed | AdamW loss | AdamW ms/step | variant | loss | loss / AdamW | ms/step | "
+             "time / AdamW, median [min, max] |", "|---|---|---|---|---|---|---|---|---|"]
     for problem, steps in PROBLEMS:
         for seed in snippet.SEEDS:
-            base_loss, base_ms = _run(lambda m: torch.optim.AdamW(m.parameters(), foreach=True), problem, seed, steps)
-            for every in FACTOR_EVERY:
-                for inverse in ("cg", "eigen"):
-                    loss, ms = _run(lambda m: KFAC(m, inverse=inverse, factor_every=every), problem, seed, steps)
-                    print(f"| {problem} | {seed} | {base_loss:.4f} | {base_ms:.2f} | {inverse} | {every} | {loss:.4f} "
-                          f"| {loss / base_loss:.2f} | {ms:.2f} | {ms / base_ms:.2f} |", flush=True)
+            runs = {name: [] for name in ("adamw", *VARIANTS)}
+            for _ in range(args.repeats):
+                runs["adamw"].append(_run(_adamw, problem, seed, steps))
+                for name, make in VARIANTS.items():
+                    runs[name].append(_run(make, problem, seed, steps))
+            base_loss, base_ms = runs["adamw"][0][0], statistics.median(ms for _, ms in runs["adamw"])
+            for name in VARIANTS:
+                ratios = [ms / base for (_, ms), (_, base) in zip(runs[name], runs["adamw"])]
+                loss, ms = runs[name][0][0], statistics.median(ms for _, ms in runs[name])
+                lines.append(f"| {problem} | {seed} | {base_loss:.4f} | {base_ms:.2f} | {name} | {loss:.4f} | "
+                             f"{loss / base_loss:.2f} | {ms:.2f} | {statistics.median(ratios):.2f} "
+                             f"[{min(ratios):.2f}, {max(ratios):.2f}] |")
+                print(lines[-1], flush=True)
+    if args.out is not None:
+        command = " ".join(["PYTHONPATH=src python benchmarks/kfac_snippet_defaults.py",
+                            *(argv if argv is not None else sys.argv[1:])])
+        args.out.write_text(f"Command: `{command}` (torch {torch.__version__}, 1 thread, thread CPU time).\n\n"
+                            + "\n".join(lines) + "\n")
     return 0
 
 

@@ -42,7 +42,7 @@ def test_factor_weight_is_the_plain_mean_then_a_decay_per_step():
 def test_running_factors_equal_the_plain_mean_of_the_batch_factors(case_builder, reference_factors, case):
     """While n <= 1/(1 - rho) the running factors are the plain mean of every batch factor so far."""
     model, batch, loss_fn = case_builder(case)
-    opt = KFAC(model, lr=0.05, factor_decay=0.95, loss_reduction="batch", fisher="empirical")
+    opt = KFAC(model, lr=0.05, factor_decay=0.95, loss_reduction="batch", fisher="empirical", factor_every=1)
     refs = []
     for step in range(5):
         x, y = batch(step)
@@ -73,7 +73,7 @@ def _mean_g(fisher: str, model: nn.Module, n_batches: int = 40) -> dict[str, tor
     empirical Fisher equals the true Fisher in expectation); loss: mean over B*T tokens."""
     gen = torch.Generator().manual_seed(7)
     twin = copy.deepcopy(model)
-    opt = KFAC(twin, lr=1e-12, factor_decay=0.0, fisher=fisher, seed=5, momentum=0.0)
+    opt = KFAC(twin, lr=1e-12, factor_decay=0.0, fisher=fisher, seed=5, momentum=0.0, factor_every=1)  # every batch
     total: dict[str, torch.Tensor] = {}
     for _ in range(n_batches):
         x = torch.randn(64, 8, 6, generator=gen, dtype=torch.float64)  # (B, T, d): T > 1
@@ -172,7 +172,7 @@ def test_damping_recovers_after_an_injected_failure():
     back (x0.95 per step, applied every adapt_every steps) to its initial value, never below it."""
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
-    opt = KFAC(model, lr=0.05, inverse="eigen", inverse_every=1, damping=1e-2, adapt_every=1)
+    opt = KFAC(model, lr=0.05, inverse="eigen", inverse_every=1, damping=1e-2, adapt_every=1, factor_every=1)
 
     def step():
         opt.zero_grad()

@@ -186,6 +186,19 @@ def test_block_cg_equals_cg_per_block():
         assert torch.equal(joint.ok[lo: lo + len(v)], alone.ok)
 
 
+def test_block_cg_with_a_cap_per_block_equals_cg_per_block_at_its_cap():
+    """Per-block caps in one loop: each block stops at its own cap, exactly as alone (caps below convergence)."""
+    blocks = [_spd_factors(3, 4, 5, seed=3), _spd_factors(2, 6, 3, seed=4)]
+    caps = [1, 3]
+    joint = block_conjugate_gradient([b[0] for b in blocks], [b[1] for b in blocks], [b[2] for b in blocks], 1e-2,
+                                     max_iter=caps, tol=1e-12)
+    for j, ((g, a, v), cap) in enumerate(zip(blocks, caps)):
+        alone = conjugate_gradient(g, a, v, 1e-2, max_iter=cap, tol=1e-12)
+        lo = sum(b[2].shape[0] for b in blocks[:j])
+        assert torch.allclose(joint.solution[j], alone.solution, rtol=1e-12, atol=1e-14)
+        assert torch.equal(joint.iterations[lo: lo + len(v)], torch.full((len(v),), cap))
+
+
 def test_stacked_factors_equal_per_layer_factors():
     gen = torch.Generator().manual_seed(6)
     inputs = [torch.randn(4, 3, 5, generator=gen, dtype=torch.float64) for _ in range(3)]

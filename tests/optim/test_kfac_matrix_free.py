@@ -82,11 +82,13 @@ SOLVE_RTOL, SOLVE_ATOL = 1e-7, 1e-9  # CG to relative residual 1e-13, amplified 
 
 
 def _twin_steps(curvature: str, steps: int = 3, rows: int = 10_000):
-    """A float64 MLP on fixed batches, K-FAC with this step's factors only (``factor_decay=0``) and CG to round-off."""
+    """A float64 MLP on fixed batches, K-FAC with this step's factors only (``factor_every=1``, ``factor_decay=0``)
+    and CG to round-off."""
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.Tanh(), torch.nn.Linear(6, 3)).double()
     opt = KFAC(model, lr=0.1, inverse="cg", curvature=curvature, curvature_rows=rows, factor_decay=0.0,
-               cg_tol=1e-13, cg_max_iter=500, fisher="empirical", kl_clip=None, momentum=0.0, adapt_every=0)
+               factor_every=1, cg_tol=1e-13, cg_max_iter=500, fisher="empirical", kl_clip=None, momentum=0.0,
+               adapt_every=0)
     gen = torch.Generator().manual_seed(1)
     for _ in range(steps):
         x, y = torch.randn(16, 4, generator=gen, dtype=torch.float64), torch.randint(0, 3, (16,), generator=gen)

@@ -227,7 +227,7 @@ def test_consecutive_failures_stop_with_one_error(adapt_every):
 def test_nonfinite_factor_skips_the_step_raises_damping_and_refreshes_the_factors():
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)).double()
-    opt = KFAC(model, lr=0.1, inverse="eigen", inverse_every=1, momentum=0.0, kl_clip=None, damping=3e-3)
+    opt = KFAC(model, lr=0.1, inverse="eigen", inverse_every=1, momentum=0.0, kl_clip=None, damping=3e-3, factor_every=1)
     _one_batch_step(model, opt)
     opt.state[model[0].weight]["factor_a"][0, 0] = float("nan")  # a corrupted running factor
     model.zero_grad()

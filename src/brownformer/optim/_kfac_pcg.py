@@ -10,11 +10,12 @@ truncated preconditioned CG (Saad 2003, alg. 9.1) on it, every system of a padde
 
 (the factored Tikhonov damping of Martens & Grosse 2015 sec. 6.3: the exact inverse of
 ``(G + gamma_G I) (x) (A + gamma_A I)``, which differs from the operator only by the cross terms
-``gamma_A G + gamma_G A``). The two inverses are never factorised: :func:`newton_schulz_inverse`
-approximates them with matrix products only (``Y <- 2 Y - Y M Y``, Schulz 1933), warm-started from the
-previous step's inverse, so a refresh after a factor update costs a few products per factor instead of an
-``eigh``. A preconditioner need not be exact (CG corrects it to relative residual ``tol``); it must be
-symmetric positive definite, which the Newton-Schulz iterates are (:func:`newton_schulz_inverse`).
+``gamma_A G + gamma_G A``; it is kfac-pytorch's whole step, which CG then corrects to the exact damping). The two
+inverses come from Cholesky factorisations (:func:`spd_inverse`), three batched calls per stack and no
+``eigh``, refreshed only when the factors or the damping change. An exact preconditioner matters: Newton-Schulz
+iterations warm-started from the previous inverse (this module's earlier choice) left ``||Y M - I||`` at 1-8 after
+a factor update of a ViT's early steps, and so a direction 9.5-13% (median) away from the exact solve at ``tol``
+1e-2, against 1.9-4.4% with exact inverses (benchmarks/results/kfac_cost_direction.md).
 
 The loop is :func:`block_conjugate_gradient`: every iteration runs on all systems of a block at once
 (converged systems frozen); the caller chooses how many iterations to run at most (on an accelerator
@@ -31,10 +32,9 @@ from brownformer.optim._kfac_math import finite_rows, host_read_free, kronecker_
 
 def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
     """Per-system inner products ``<U_l, W_l>`` of block lists, concatenated: ``(sum_j k_j, 1, 1)``."""
-    # one batched product per block: (k, 1, n) @ (k, n, 1) -> (k, 1, 1). (u * w).sum() is 2-3x faster on the CPU
-    # but rounds differently, and a changed rounding changes CG iteration counts and so the trajectory (~3e-3
-    # in the loss after 80 vit-pre steps, measured): kept for bit-identical results
-    return torch.cat([torch.bmm(u.reshape(u.shape[0], 1, -1), w.reshape(w.shape[0], -1, 1)) for u, w in zip(us, ws)])
+    # an elementwise product and a sum, not a (k, 1, n) @ (k, n, 1) bmm: on the CPU that bmm costs 4-10x more
+    # (34 against 9 us at (8, 32, 33), 106 against 15 us at (8, 64, 65), measured) and was CG's largest cost
+    return torch.cat([(u * w).sum(dim=(1, 2), keepdim=True) for u, w in zip(us, ws)])
 
 
 def _energy(x: list[torch.Tensor], v: list[torch.Tensor], r: list[torch.Tensor]) -> torch.Tensor:
@@ -117,7 +117,7 @@ def block_conjugate_gradient(
     damping: float | torch.Tensor,
     *,
     x0: list[torch.Tensor | None] | None = None,
-    max_iter: int = 10,
+    max_iter: int | list[int] = 10,
     tol: float = 1e-2,
     preconditioner: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
 ) -> CGResult:
@@ -132,7 +132,8 @@ def block_conjugate_gradient(
     per system). ``preconditioner``: optional Kronecker-factored ``M^-1`` per block, a pair ``(Y_G, Y_A)``
     of ``(k_j, out_j, out_j)`` and ``(k_j, in_j, in_j)`` symmetric positive definite stacks applied as
     ``Z = Y_G R Y_A``, for preconditioned CG (Saad 2003, alg. 9.1): ``Z`` replaces ``R`` in the step sizes
-    and directions; the stopping rule stays on ``||R||``.
+    and directions; the stopping rule stays on ``||R||``. ``max_iter`` is one cap for every system or a list
+    with one cap per block (blocks with different budgets still share one loop).
 
     Converged systems are masked (their step sizes are zero). On an accelerator the loop runs exactly
     ``max_iter`` iterations and never reads the device on the host; on the CPU, where a host read
@@ -167,6 +168,12 @@ def block_conjugate_gradient(
     healthy = torch.ones_like(b_sq, dtype=torch.bool)
     threshold = tol**2 * b_sq
     active = rr > threshold
+    caps = None
+    if isinstance(max_iter, list):  # per-block caps: a system stops at its block's cap
+        if len(set(max_iter)) > 1:
+            caps = torch.cat([torch.full((sl.stop - sl.start, 1, 1), c, dtype=torch.long, device=b_sq.device)
+                              for sl, c in zip(blocks, max_iter)])
+        max_iter = max(max_iter, default=0)
     stop_early = host_read_free(v[0].device)
     for _ in range(max_iter):
         if stop_early and not bool(active.any()):
@@ -187,44 +194,39 @@ def block_conjugate_gradient(
         rz = torch.where(active, rz_new, rz)
         iterations += active
         active &= rr > threshold
+        if caps is not None:
+            active &= iterations < caps
     rel = (rr / b_sq.clamp_min(torch.finfo(b_sq.dtype).tiny)).sqrt().flatten()
     finite = torch.cat([finite_rows(xj) for xj in x])
     ok = healthy.flatten() & finite & torch.isfinite(rel) & (_energy(x, v, r) <= 0).flatten()
     return CGResult(solution=tuple(x), iterations=iterations.flatten(), relative_residual=rel, ok=ok)
 
 
-def newton_schulz_inverse(m: torch.Tensor, previous: torch.Tensor | None = None, *, steps: int) -> torch.Tensor:
-    """Approximate inverses of a stack of SPD matrices by Newton-Schulz iterations (matrix products only).
+def spd_inverse(m: torch.Tensor) -> torch.Tensor:
+    """Inverses of a stack of symmetric positive definite matrices from their Cholesky factors (no eigendecomposition).
 
-    ``Y_{k+1} = 2 Y_k - Y_k M Y_k`` (Schulz 1933; Pan & Schreiber 1991). With ``Z = M^1/2 Y M^1/2`` it reads
-    ``I - Z_{k+1} = (I - Z_k)^2``: from any symmetric positive definite start with the spectrum of ``M Y_0``
-    in ``(0, 1]`` it converges quadratically and its iterates stay symmetric positive definite. Both starts
-    used here have that spectrum, since an induced norm bounds the spectral radius: the warm start
-    ``Y_0 = Y_prev / max(1, ||M Y_prev||_inf)`` from the ``previous`` (SPD) inverse, whose error
-    ``1 - lambda_min(M Y_0)`` is small when the factors moved little, and the cold start ``Y_0 = I / ||M||_inf``
-    (no previous inverse, or a non-finite one), whose error ``1 - lambda_min(M) / ||M||_inf`` after ``steps``
-    iterations is raised to the power ``2^steps``.
+    ``M = L L^T`` (``torch.linalg.cholesky_ex``, which reports a failure instead of raising), then
+    ``M^-1 = L^-T L^-1`` with ``L^-1`` from a triangular solve (``torch.cholesky_inverse`` would read the device on
+    the host). A matrix Cholesky rejects (not numerically positive definite) gets ``I / ||M||_inf`` instead, still
+    symmetric positive definite, so CG stays correct and only slower; a non-finite matrix gives a non-finite result,
+    which the caller counts as a failed step. No host read except, where one is free, to skip the fallback.
 
     Args:
         m: ``(k, n, n)`` symmetric positive definite matrices (damped factors).
-        previous: Optional ``(k, n, n)`` earlier approximate inverses, symmetric positive definite (the warm start).
-        steps: Iterations (>= 0).
 
     Returns:
-        ``(k, n, n)`` symmetric approximate inverses.
+        ``(k, n, n)`` inverses.
     """
     k, n, _ = m.shape
-    tiny = torch.finfo(m.dtype).tiny
-    norm_inf = m.abs().sum(dim=2).amax(dim=1)  # (k,)
-    y = torch.eye(n, dtype=m.dtype, device=m.device).expand(k, n, n) / norm_inf.clamp_min(tiny)[:, None, None]
-    if previous is not None:
-        scale = torch.bmm(m, previous).abs().sum(dim=2).amax(dim=1).clamp_min(1.0)  # (k,) max(1, ||M Y_prev||_inf)
-        warm = torch.isfinite(scale) & finite_rows(previous)
-        y = torch.where(warm[:, None, None], previous / torch.where(warm, scale, 1.0)[:, None, None], y)
-    for _ in range(steps):
-        y = torch.baddbmm(y, torch.bmm(y, m), y, beta=2.0, alpha=-1.0)
-        y = (y + y.transpose(1, 2)).mul_(0.5)  # symmetric up to rounding: keep it exactly so
-    return y
+    chol, info = torch.linalg.cholesky_ex(m)
+    eye = torch.eye(n, dtype=m.dtype, device=m.device).expand(k, n, n)
+    chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)  # (k, n, n) L^-1
+    inverse = torch.bmm(chol_inv.transpose(1, 2), chol_inv)
+    good = (info == 0) & finite_rows(inverse) & finite_rows(m)  # Cholesky reads one triangle only
+    if host_read_free(m.device) and bool(good.all()):
+        return inverse
+    norm_inf = m.abs().sum(dim=2).amax(dim=1).clamp_min(torch.finfo(m.dtype).tiny)  # (k,)
+    return torch.where(good[:, None, None], inverse, eye / norm_inf[:, None, None])
 
 
 def split_damping(g: torch.Tensor, a: torch.Tensor, damping: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -2,7 +2,7 @@
 
 Both variants solve ``G X A + lambda X = V`` per layer (``_kfac_math``); an *item* is one shape group
 ``(group, tensors, persistent)`` whose ``tensors`` hold the stacked factors of its layers and, for eigen,
-their eigendecompositions, for CG their Kronecker preconditioner (``_kfac_pcg``; no eigendecomposition),
+their eigendecompositions, for CG their Kronecker preconditioner (``_kfac_pcg``; Cholesky, no eigendecomposition),
 so every product below is one batched call per shape group (or per padded block of shape groups for the
 CG, ``_kfac_blocks``), never a loop over layers.
 """
@@ -12,14 +12,8 @@ import torch
 
 from brownformer.optim._kfac_blocks import pad, per_system, plan_blocks, unpad
 from brownformer.optim._kfac_groups import EIGEN_KEYS, PRECONDITIONER_KEYS
-from brownformer.optim._kfac_math import eigen_solve, factor_eigh
-from brownformer.optim._kfac_pcg import block_conjugate_gradient, damped, newton_schulz_inverse, split_damping
-
-# Newton-Schulz iterations per preconditioner refresh (``_kfac_pcg.newton_schulz_inverse``): from the previous
-# inverse each one squares an error that a factor update keeps small; with none (first step, after a failure)
-# the cold start's error (1 - 1/kappa) needs ~log2(kappa) + 3 of them: 24 cover kappa = 1e6
-NEWTON_SCHULZ_WARM, NEWTON_SCHULZ_COLD = 2, 24
-
+from brownformer.optim._kfac_math import eigen_solve, factor_eigh, host_read_free
+from brownformer.optim._kfac_pcg import block_conjugate_gradient, damped, spd_inverse, split_damping
 
 def eigen_directions(items: list, v: list[torch.Tensor], lam: list[torch.Tensor]) -> list[torch.Tensor]:
     """``X = Q_G [(Q_G^T V Q_A) / (d_G d_A^T + lambda)] Q_A^T`` per item from its amortised eigendecomposition."""
@@ -43,13 +37,13 @@ def refresh_eigenbases(cur: dict, groups: list, refresh: list) -> list[torch.Ten
     return flags
 
 
-def refresh_preconditioner(tensors: dict, damping: torch.Tensor, *, steps: int) -> None:
-    """Store ``preconditioner_g ~ (G + gamma_G I)^-1`` and ``preconditioner_a ~ (A + gamma_A I)^-1`` for the
-    current factors and damping (``_kfac_pcg``), by Newton-Schulz from the previous ones where they are given."""
+def refresh_preconditioner(tensors: dict, damping: torch.Tensor) -> None:
+    """Store ``preconditioner_g = (G + gamma_G I)^-1`` and ``preconditioner_a = (A + gamma_A I)^-1`` for the
+    current factors and damping (``_kfac_pcg``; Cholesky, no eigendecomposition)."""
     g, a = tensors["factor_g"], tensors["factor_a"]
     gamma_g, gamma_a = split_damping(g, a, damping)
     for key, factor, gamma in (("preconditioner_g", g, gamma_g), ("preconditioner_a", a, gamma_a)):
-        tensors[key] = newton_schulz_inverse(damped(factor, gamma), tensors.get(key), steps=steps)
+        tensors[key] = spd_inverse(damped(factor, gamma))
 
 
 class IterativeSolver:
@@ -95,19 +89,22 @@ class IterativeSolver:
         padded_v = pad(v, blocks, shapes, "x")
         x0 = pad([c.get("cg_solution") if self.warm_start else None for _, c, _ in items], blocks, shapes, "x")
         g, a, y_g, y_a = self._padded_tensors(items, blocks, shapes)
-        results = [block_conjugate_gradient([g[j]], [a[j]], [padded_v[j]], torch.cat([lam[i] for i in members]),
-                                            x0=None if x0[j] is None else [x0[j]], max_iter=iterations[j],
-                                            tol=self.tol, preconditioner=[(y_g[j], y_a[j])])
-                   for j, (_, _, members) in enumerate(blocks)]
-        solutions = [r.solution[0] for r in results]
-        ok_all = torch.cat([r.ok for r in results])
-        xs = []
-        for (_, c, _), vj, x, ok in zip(items, v, unpad(solutions, blocks, shapes), per_system(ok_all, blocks, shapes)):
-            ok = ok[:, None, None]
-            xs.append(torch.where(ok, x, vj))  # a diverged system falls back to its gradient
-            c["cg_solution"] = torch.where(ok, x, 0.0)
+        # every block in one loop: the per-iteration scalar work (step sizes, stopping tests) is shared
+        result = block_conjugate_gradient(g, a, padded_v, torch.cat([lam[i] for _, _, members in blocks for i in members]),
+                                          x0=x0 if any(x is not None for x in x0) else None, max_iter=list(iterations),
+                                          tol=self.tol, preconditioner=list(zip(y_g, y_a)))
+        xs = unpad(list(result.solution), blocks, shapes)
+        all_ok = host_read_free(result.ok.device) and bool(result.ok.all())  # where a read is free: no masking then
+        for j, ((_, c, _), vj, ok) in enumerate(zip(items, v, per_system(result.ok, blocks, shapes))):
+            if all_ok:
+                c["cg_solution"] = xs[j]
+                continue
+            c["cg_solution"] = torch.where(ok[:, None, None], xs[j], 0.0)
+            xs[j] = torch.where(ok[:, None, None], xs[j], vj)  # a diverged system falls back to its gradient
         # per block: systems stopped by the budget, and the most iterations a system used
-        capped = torch.stack([((r.relative_residual > self.tol) & r.ok).sum() for r in results])
-        used = torch.stack([r.iterations.max() for r in results])
-        return xs, {"cg_iterations": torch.cat([r.iterations for r in results]), "cg_fallbacks": (~ok_all).sum(),
+        sizes = [sum(shapes[i][0] for i in members) for _, _, members in blocks]
+        capped = torch.stack([((rel > self.tol) & ok).sum() for rel, ok in
+                              zip(result.relative_residual.split(sizes), result.ok.split(sizes))])
+        used = torch.stack([its.max() for its in result.iterations.split(sizes)])
+        return xs, {"cg_iterations": result.iterations, "cg_fallbacks": (~result.ok).sum(),
                     "cg_capped": capped.sum(), "cg_block_capped": capped, "cg_block_iterations": used}

@@ -10,9 +10,8 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
 2. solve ``G X A + lambda X = V`` (``lambda`` the group's ``damping``): ``inverse="eigen"`` exactly, from
    eigendecompositions refreshed every ``inverse_every`` steps (for the factors of the last refresh);
    ``inverse="cg"`` for the current factors by truncated conjugate gradient with no eigendecomposition
-   (``_kfac_pcg``): preconditioned by the inverses of the factored-damped factors, which Newton-Schulz
-   iterations (matrix products) update from the previous ones when the factors or the damping change,
-   with a per-block budget of iterations (set at each check);
+   (``_kfac_pcg``): preconditioned by the inverses of the factored-damped factors (Cholesky), refreshed when
+   the factors or the damping change, with a per-block budget of iterations (set at each check);
 3. step bound (KL-clip, on by default): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2
    <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step; each param group
    is bounded by its own ``kl_clip`` over its own layers;
@@ -56,8 +55,7 @@ from brownformer.optim._kfac_control import (DAMPING_MAX, FAILURE_GROWTH, SHORT_
 from brownformer.optim._kfac_groups import EIGEN_KEYS, LAYER_KEYS, PRECONDITIONER_KEYS, group_layers
 from brownformer.optim._kfac_matrix_free import layer_rows, matrix_free_cg, matrix_free_operator, subsample_rows
 from brownformer.optim._kfac_math import all_finite, factor_scale, factor_weight, host_read_free
-from brownformer.optim._kfac_solve import (NEWTON_SCHULZ_COLD, NEWTON_SCHULZ_WARM, IterativeSolver, eigen_directions,
-                                           refresh_eigenbases, refresh_preconditioner)
+from brownformer.optim._kfac_solve import IterativeSolver, eigen_directions, refresh_eigenbases, refresh_preconditioner
 from brownformer.optim._kfac_step import bound_scales, commit, fold_factor, materialise_stats, solve_items
 from brownformer.optim.kfac_settings import ADAMW_REST_LR, DEFAULTS, GROUP_SETTINGS, OPTIMIZER_SETTINGS, SETTINGS, validate
 
@@ -246,7 +244,7 @@ class KFAC(Optimizer):
         self._decomposed_finite = refresh_eigenbases(cur, self.groups, refresh)
 
     def _preconditioners(self, cur: dict, new: dict) -> None:
-        """CG's preconditioner per shape group, refreshed by Newton-Schulz (no eigendecomposition) where the
+        """CG's preconditioner per shape group, refreshed by Cholesky (no eigendecomposition) where the
         factors or the damping changed since the last refresh; a non-finite one fails the step."""
         for g in self.groups:
             dampings = tuple(self._group_of(m)["damping"] for m in g.layers)
@@ -258,7 +256,7 @@ class KFAC(Optimizer):
             if have and g not in new and g.preconditioned_for == dampings:
                 continue
             lam = self._damping(g.layers, cur[g], g.dtype, g.device)
-            refresh_preconditioner(cur[g], lam, steps=NEWTON_SCHULZ_WARM if have else NEWTON_SCHULZ_COLD)
+            refresh_preconditioner(cur[g], lam)
             g.preconditioned_for = dampings
             self._decomposed_finite += [torch.isfinite(cur[g][k].sum()) for k in PRECONDITIONER_KEYS]
 
