@@ -26,19 +26,24 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import base_parser, load_raw, prepare_data, run_jobs  # noqa: E402
 
-ABSOLUTE, RELATIVE = "absolute", "relative"
+ABSOLUTE, RELATIVE, LM_PRECONDITIONED = "absolute", "relative", "lm-preconditioned"
 FLOOR = 1e-6  # _kfac_control.DAMPING_MIN, repeated here only to flag a run that reached it
 QK_STEP = 50  # the issue's check: Q/K mean eigenvalue / lambda >= 1 by this step
 
 
 def variant_settings(variant: str) -> tuple[dict, tuple[str, ...]]:
-    """``(tuned settings, config overrides)`` of a variant: ``absolute`` or ``relative:C``.
+    """``(tuned settings, config overrides)`` of a variant: ``absolute`` or ``relative:C``, optionally followed by
+    ``+lm-preconditioned`` (``lm_scope: preconditioned``: the reduction ratio of the preconditioned part only).
 
     Raises:
         ValueError: any other name, or a ``C`` that is not a positive number."""
-    if variant == ABSOLUTE:
-        return {}, ()
-    kind, _, start = variant.partition(":")
+    damping, _, scope = variant.partition("+")
+    if scope not in ("", LM_PRECONDITIONED):
+        raise ValueError(f"a variant's suffix is '+{LM_PRECONDITIONED}' or nothing, got {variant!r}")
+    overrides = ("optimizers.kfac-iterative.lm_scope=preconditioned",) if scope else ()
+    if damping == ABSOLUTE:
+        return {}, overrides
+    kind, _, start = damping.partition(":")
     try:
         value = float(start)
     except ValueError:
@@ -46,7 +51,7 @@ def variant_settings(variant: str) -> tuple[dict, tuple[str, ...]]:
     if kind != RELATIVE or not value > 0:
         raise ValueError(f"a variant is {ABSOLUTE!r} or '{RELATIVE}:C' with C > 0 (the starting relative damping), "
                          f"got {variant!r}")
-    return {"damping": value}, ("optimizers.kfac-iterative.relative_damping=true",)
+    return {"damping": value}, ("optimizers.kfac-iterative.relative_damping=true", *overrides)
 
 
 def steps_to_target(metrics: pd.DataFrame, target: float) -> float:

@@ -111,7 +111,7 @@ class KFAC(Optimizer):
                  betas: tuple[float, float] = DEFAULTS["betas"], eps: float = DEFAULTS["eps"],
                  n_heads: int | None = DEFAULTS["n_heads"], seed: int = DEFAULTS["seed"],
                  adapt_every: int = DEFAULTS["adapt_every"], max_failures: int = DEFAULTS["max_failures"],
-                 relative_damping: bool = DEFAULTS["relative_damping"]):
+                 relative_damping: bool = DEFAULTS["relative_damping"], lm_scope: str = DEFAULTS["lm_scope"]):
         given = locals()
         settings = validate({s.name: given[s.name] for s in SETTINGS})  # each checked by its rule (ValueError)
         scope, per_head, n_heads, rest_update = (settings[k] for k in ("scope", "per_head", "n_heads", "rest_update"))
@@ -429,11 +429,18 @@ class KFAC(Optimizer):
         """Scheduled host checks: every ``adapt_every`` steps (every step when ``adapt_every`` is 0)."""
         return self.adapt_every == 0 or step % self.adapt_every == 0
 
-    def _predicted_change(self, items, before: Snapshot) -> tuple[torch.Tensor, torch.Tensor]:
+    def _predicted_change(self, items, before: Snapshot) -> tuple[torch.Tensor, torch.Tensor, list]:
         """The two terms of the model's change for the update just applied: ``g^T delta`` and
-        ``1/2 sum_l <D_l, G_l D_l A_l>`` (0-d tensors; the prediction is their sum)."""
+        ``1/2 sum_l <D_l, G_l D_l A_l>`` (0-d tensors; the prediction is their sum), and the parameters the model
+        leaves out with their values before the step (``lm_scope="preconditioned"``: every parameter of no
+        preconditioned layer; the loss after the step is then read with these put back, see ``_loss_after``)."""
         params = [p for p in self._params() if p.grad is not None]
         index = {id(p): j for j, p in enumerate(self._params())}
+        held = []
+        if self.lm_scope == "preconditioned":
+            mine = {id(p) for m in self.layers for p in m.module.parameters()}
+            held = [(p, before.params[index[id(p)]]) for p in params if id(p) not in mine]
+            params = [p for p in params if id(p) in mine]
         delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
         linear = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
         moved = dict(zip(params, delta))
@@ -443,7 +450,21 @@ class KFAC(Optimizer):
             curvature = kronecker_quadratic(c["factor_g"], c["factor_a"], d) if "factor_g" in c else \
                 (d * matrix_free_operator(c["rows_g"], c["rows_a"], d, 0.0, scale=c["scale"])).sum()
             quadratic = quadratic + 0.5 * curvature.to(linear.dtype)
-        return linear, quadratic
+        return linear, quadratic, held
+
+    @staticmethod
+    def _loss_after(closure, held: list):
+        """The closure's loss (no grad) with each parameter of ``held`` ``[(p, value before the step)]`` at its value
+        before the step, then put back: the loss change of the preconditioned part of the update alone."""
+        now = [p.detach().clone() for p, _ in held]
+        for p, old in held:
+            p.copy_(old)
+        try:
+            with torch.no_grad():
+                return closure()
+        finally:
+            for (p, _), value in zip(held, now):
+                p.copy_(value)
 
     def _check(self, step: int, *, scheduled: bool = False, loss=None, closure=None, items=(), pending=None) -> None:
         """The host check: ONE read of the device's counts (and, on adaptation steps, of the reduction ratio).
@@ -455,9 +476,8 @@ class KFAC(Optimizer):
         adapt = scheduled and pending is not None and closure is not None and loss is not None
         lm = []
         if adapt:
-            linear, quadratic = self._predicted_change(items, pending)
-            with torch.no_grad():
-                after = closure()
+            linear, quadratic, held = self._predicted_change(items, pending)
+            after = self._loss_after(closure, held)
             lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(linear.device)
                   for t in (after, loss, linear, quadratic)]
             self._totals["adaptations"] += 1
