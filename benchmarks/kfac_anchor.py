@@ -59,6 +59,14 @@ REST_LR = 0.009  # replaced in main() by the config's kfac-iterative rest_lr (th
 LIBRARY_DAMPINGS = (1e-4, 1e-3, 1e-2)
 
 
+def split_registered(model, types: tuple) -> tuple[list, list]:
+    """The trainable parameters of the modules of ``types`` (kfac.layers.register's rule: every module of
+    those types), and every other trainable parameter, each in ``model.parameters()`` order."""
+    registered = {id(p) for m in model.modules() if isinstance(m, types) for p in m.parameters()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [p for p in params if id(p) in registered], [p for p in params if id(p) not in registered]
+
+
 class KfacPytorchSGD:
     """kfac-pytorch's KFACPreconditioner with SGD (momentum) on its layers and AdamW on the rest (a duck-typed torch
     optimizer; the schedule scales every group's ``initial_lr``).
@@ -73,11 +81,8 @@ class KfacPytorchSGD:
         from kfac.layers.register import CONV2D_TYPES, LINEAR_TYPES
         from kfac.preconditioner import KFACPreconditioner
 
-        registered = {id(p) for m in model.modules() if isinstance(m, LINEAR_TYPES + CONV2D_TYPES)
-                      for p in m.parameters() if p.requires_grad}  # kfac.layers.register's rule
-        params = [p for p in model.parameters() if p.requires_grad]
-        self.sgd = torch.optim.SGD([p for p in params if id(p) in registered], lr=lr, momentum=MOMENTUM)
-        rest = [p for p in params if id(p) not in registered]
+        registered, rest = split_registered(model, LINEAR_TYPES + CONV2D_TYPES)
+        self.sgd = torch.optim.SGD(registered, lr=lr, momentum=MOMENTUM)
         self.adamw = torch.optim.AdamW(rest, lr=rest_lr, weight_decay=0.0) if rest else None
         self.param_groups = self.sgd.param_groups + (self.adamw.param_groups if self.adamw else [])
         for group in self.param_groups:
