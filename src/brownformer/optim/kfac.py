@@ -19,7 +19,8 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
    group's ``update`` rule (``"sgd"`` or ``"adamw"``) on the raw gradient of every other parameter;
 5. every ``adapt_every`` steps: a snapshot of the state, and with a closure (``step(closure)``) the
-   Levenberg-Marquardt update of ``damping`` from the reduction ratio (``_kfac_control``).
+   Levenberg-Marquardt update of ``damping`` from the reduction ratio (``_kfac_control``) of the whole update or,
+   with ``lm_scope="preconditioned"``, of the preconditioned layers' part alone (the part the damping acts on).
 
 Settings per parameter group (``param_groups``, like ``lr``; a schedule edits them between steps):
 ``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
