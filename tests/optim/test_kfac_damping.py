@@ -94,3 +94,51 @@ def test_the_two_scopes_differ_when_the_rest_moves():
 def test_a_wrong_lm_scope_raises():
     with pytest.raises(ValueError, match="lm_scope"):
         KFAC(ScaledMLP(), lm_scope="rest")
+
+
+class QuietBranch(nn.Module):
+    """A layer whose output enters at 1e-6 (a branch beside the main first layer): its ``G``, and so its mean
+    Kronecker eigenvalue, is ~1e-12 of the main layer's."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc0, self.fc2 = nn.Linear(3, 4), nn.Linear(4, 2)
+        self.fc1 = nn.Linear(3, 4, bias=False)
+
+    def forward(self, x):
+        return self.fc2(torch.tanh(self.fc0(x) + 1e-6 * self.fc1(x)))
+
+
+@pytest.mark.parametrize("floor", [0.0, 1e-4])
+def test_relative_damping_is_floored_at_a_fraction_of_the_layers_mean_scale(floor):
+    """lambda_l = damping x max(s_l, floor x mean_j s_j), s_l = (tr A / n_A)(tr G / n_G): one exact (eigen) step at lr
+    1 equals the hand solve (A kron G + lambda_l I) vec(X) = vec(V) with that lambda, layer by layer; at floor 0 the
+    quiet layer's lambda is its own tiny scale, at 1e-4 the floor's (a positive control: the two steps differ)."""
+    torch.manual_seed(0)
+    model = QuietBranch().double()
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 3, generator=gen, dtype=torch.float64), torch.arange(32) % 2
+    damping = 0.5
+    opt = KFAC(model, lr=1.0, momentum=0.0, kl_clip=None, damping=damping, factor_decay=0.0, fisher="empirical",
+               relative_damping=True, relative_damping_floor=floor, adapt_every=0)
+    F.cross_entropy(model(x), y).backward()
+    before = {k: v.detach().clone() for k, v in model.named_parameters()}
+    grads = {k: v.grad.detach().clone() for k, v in model.named_parameters()}
+    opt.step()
+    layers = {"fc0": True, "fc1": False, "fc2": True}  # has a bias
+    factors = {n: (opt.state[getattr(model, n).weight]["factor_a"], opt.state[getattr(model, n).weight]["factor_g"])
+               for n in layers}
+    scale = {n: float(torch.diagonal(a).mean() * torch.diagonal(g).mean()) for n, (a, g) in factors.items()}
+    assert scale["fc1"] < 1e-9 * scale["fc0"]  # the quiet layer is quiet
+    mean = sum(scale.values()) / len(scale)
+    for name, bias in layers.items():
+        a, g = factors[name]
+        lam = damping * max(scale[name], floor * mean)
+        v = grads[f"{name}.weight"]
+        step = before[f"{name}.weight"] - getattr(model, name).weight.detach()
+        if bias:
+            v = torch.cat([v, grads[f"{name}.bias"][:, None]], dim=1)
+            step = torch.cat([step, (before[f"{name}.bias"] - getattr(model, name).bias.detach())[:, None]], dim=1)
+        kron = torch.kron(a, g) + lam * torch.eye(a.shape[0] * g.shape[0], dtype=torch.float64)
+        expected = torch.linalg.solve(kron, v.T.reshape(-1)).reshape(v.shape[1], v.shape[0]).T
+        assert torch.allclose(step, expected, rtol=1e-6, atol=1e-12 * float(expected.abs().max())), name

@@ -112,7 +112,9 @@ class KFAC(Optimizer):
                  betas: tuple[float, float] = DEFAULTS["betas"], eps: float = DEFAULTS["eps"],
                  n_heads: int | None = DEFAULTS["n_heads"], seed: int = DEFAULTS["seed"],
                  adapt_every: int = DEFAULTS["adapt_every"], max_failures: int = DEFAULTS["max_failures"],
-                 relative_damping: bool = DEFAULTS["relative_damping"], lm_scope: str = DEFAULTS["lm_scope"]):
+                 relative_damping: bool = DEFAULTS["relative_damping"],
+                 relative_damping_floor: float = DEFAULTS["relative_damping_floor"],
+                 lm_scope: str = DEFAULTS["lm_scope"]):
         given = locals()
         settings = validate({s.name: given[s.name] for s in SETTINGS})  # each checked by its rule (ValueError)
         scope, per_head, n_heads, rest_update = (settings[k] for k in ("scope", "per_head", "n_heads", "rest_update"))
@@ -156,6 +158,7 @@ class KFAC(Optimizer):
         self._iterative = IterativeSolver(tol=self.cg_tol, warm_start=self.warm_start)
         self._stats: dict = {}
         self._layer_groups = None  # (number of param groups, {id(weight): group})
+        self._mean_scale = None  # relative_damping: mean over layers of their mean Kronecker eigenvalue, this step
         self._tensor_cache: dict = {}
         self._index_cache: dict = {}  # per shape group: its layers' param groups and indices
         self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
@@ -228,6 +231,9 @@ class KFAC(Optimizer):
             a, gg = new.get(g) or g.factors(self.state)
             cur[g] = {"factor_a": a, "factor_g": gg}
         self._decomposed_finite = []
+        if self.relative_damping:  # the model's curvature scale, the unit of each layer's damping floor (_damping)
+            scales = [factor_scale(c["factor_g"], c["factor_a"]).flatten() for c in cur.values()]
+            self._mean_scale = torch.cat(scales).mean()
         if self.inverse == "eigen":
             self._eigen_bases(cur, new, step)
         else:
@@ -264,13 +270,16 @@ class KFAC(Optimizer):
             self._decomposed_finite += [torch.isfinite(cur[g][k].sum()) for k in PRECONDITIONER_KEYS]
 
     def _damping(self, layers, tensors: dict, dtype, device) -> torch.Tensor:
-        """``(k, 1, 1)`` per-layer ``lambda``: the group's ``damping``, times the layer's mean Kronecker eigenvalue
-        ``(tr A / n_A) (tr G / n_G)`` with ``relative_damping`` (so a layer with small factors, such as Q and K at
-        the loss's scale, is preconditioned rather than damped into SGD)."""
+        """``(k, 1, 1)`` per-layer ``lambda``: the group's ``damping``, or with ``relative_damping``
+        ``damping x max(s_l, relative_damping_floor x mean_j s_j)``, ``s_l = (tr A / n_A)(tr G / n_G)`` the layer's mean
+        Kronecker eigenvalue (so a layer with small factors, such as Q and K at the loss's scale, is preconditioned
+        rather than damped into SGD, while a layer with almost no curvature, 1e-15 of the others', does not get
+        steps 1e15 times theirs)."""
         lam = self._layer_tensor(layers, "damping", dtype, device)
         if not self.relative_damping:
             return lam
-        return lam * factor_scale(tensors["factor_g"], tensors["factor_a"])
+        scale = factor_scale(tensors["factor_g"], tensors["factor_a"])
+        return lam * torch.maximum(scale, self.relative_damping_floor * self._mean_scale.to(scale.dtype))
 
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
         """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""

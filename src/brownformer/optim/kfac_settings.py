@@ -228,6 +228,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("relative_damping", False, Flag(), "each layer's damping is `damping` times its mean Kronecker eigenvalue",
             "optimizer", reason="the tuned dampings are absolute; relative, the start must be re-tuned in its own units "
             "(benchmarks/results/kfac_damping.md)"),
+    Setting("relative_damping_floor", 1e-4, _NON_NEGATIVE,
+            "with relative_damping, each layer's lambda is at least this fraction of `damping` times the mean over "
+            "layers of their mean Kronecker eigenvalues", "optimizer",
+            reason="vit-post's first-block Q/K start with a mean eigenvalue of 1e-17 (1e-15 of the head's): unfloored, "
+            "their steps took the KL budget and the run stayed at chance; 1e-4 bounds the spread of the layers' "
+            "amplification to 1e4"),
     Setting("lm_scope", "whole", OneOf(("whole", "preconditioned")),
             "what Levenberg-Marquardt's reduction ratio judges: the whole update (the rest update in the model "
             "linearly) or the preconditioned layers' part (the loss re-evaluated with the rest as before the step)",
