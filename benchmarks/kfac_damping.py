@@ -9,8 +9,8 @@ with ``tuned.<model>.kfac-iterative``; closure and Levenberg-Marquardt as in tra
 probes, evaluating every ``--eval-every`` steps, and records after every step the damping and, for each attention
 Q and K layer, its mean Kronecker eigenvalue ``(tr A / n_A)(tr G / n_G)`` over its ``lambda`` (with
 ``relative_damping`` that ratio is ``1 / damping``). Variants: ``absolute`` (one ``lambda`` for every layer, the
-tuned damping) and ``relative:C`` (``relative_damping: true`` starting at ``damping = C``, each layer's
-``lambda = C x`` its mean eigenvalue). Per run also the final validation accuracy and the steps to claim 4's target
+tuned damping) and ``relative:C[/F]`` (``relative_damping: true`` starting at ``damping = C``, each layer's
+``lambda = C x`` its mean eigenvalue, floored at ``F`` (``relative_damping_floor``) x the layers' mean). Per run also the final validation accuracy and the steps to claim 4's target
 (``report.targets``, read on the running median as claim 4 reads it; censored at the budget), so a damping is
 compared with the current one on the same seeds. Writes OUT (markdown) and OUT with suffix .json (the series).
 """
@@ -32,7 +32,7 @@ QK_STEP = 50  # the issue's check: Q/K mean eigenvalue / lambda >= 1 by this ste
 
 
 def variant_settings(variant: str) -> tuple[dict, tuple[str, ...]]:
-    """``(tuned settings, config overrides)`` of a variant: ``absolute`` or ``relative:C``, optionally followed by
+    """``(tuned settings, config overrides)`` of a variant: ``absolute`` or ``relative:C[/F]``, optionally followed by
     ``+lm-preconditioned`` (``lm_scope: preconditioned``: the reduction ratio of the preconditioned part only).
 
     Raises:
@@ -44,13 +44,17 @@ def variant_settings(variant: str) -> tuple[dict, tuple[str, ...]]:
     if damping == ABSOLUTE:
         return {}, overrides
     kind, _, start = damping.partition(":")
+    start, _, floor = start.partition("/")
     try:
-        value = float(start)
+        value, floor_value = float(start), float(floor) if floor else None
     except ValueError:
-        value = float("nan")
-    if kind != RELATIVE or not value > 0:
-        raise ValueError(f"a variant is {ABSOLUTE!r} or '{RELATIVE}:C' with C > 0 (the starting relative damping), "
-                         f"got {variant!r}")
+        value, floor_value = float("nan"), None
+    if kind != RELATIVE or not value > 0 or (floor_value is not None and not floor_value >= 0):
+        raise ValueError(f"a variant is {ABSOLUTE!r} or '{RELATIVE}:C[/F]' with C > 0 (the starting relative damping) "
+                         f"and F >= 0 (its floor, relative_damping_floor), got {variant!r}")
+    if floor_value is not None:
+        # positional digits: YAML reads "1e-05" as a string
+        overrides = (f"optimizers.kfac-iterative.relative_damping_floor={floor_value:.12f}".rstrip("0"), *overrides)
     return {"damping": value}, ("optimizers.kfac-iterative.relative_damping=true", *overrides)
 
 

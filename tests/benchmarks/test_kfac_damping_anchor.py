@@ -25,6 +25,8 @@ def bench(monkeypatch):
     ("absolute", ({}, ())),
     ("absolute+lm-preconditioned", ({}, ("optimizers.kfac-iterative.lm_scope=preconditioned",))),
     ("relative:0.3", ({"damping": 0.3}, ("optimizers.kfac-iterative.relative_damping=true",))),
+    ("relative:0.5/0.00001", ({"damping": 0.5}, ("optimizers.kfac-iterative.relative_damping=true",
+                                                  "optimizers.kfac-iterative.relative_damping_floor=0.00001"))),
     ("relative:1+lm-preconditioned", ({"damping": 1.0}, ("optimizers.kfac-iterative.relative_damping=true",
                                                           "optimizers.kfac-iterative.lm_scope=preconditioned"))),
 ])
@@ -32,7 +34,8 @@ def test_variants_become_settings_and_overrides(bench, variant, expected):
     assert bench[0].variant_settings(variant) == expected
 
 
-@pytest.mark.parametrize("variant", ["relative", "relative:0", "relative:x", "relativ:1", "absolute+lm", "eigen"])
+@pytest.mark.parametrize("variant", ["relative", "relative:0", "relative:x", "relativ:1", "relative:1/-1",
+                                     "relative:1/x", "absolute+lm", "eigen"])
 def test_a_bad_variant_is_a_clear_error(bench, variant):
     with pytest.raises(ValueError, match="variant"):
         bench[0].variant_settings(variant)
