@@ -89,17 +89,20 @@ def _series(raw, model, variant, seed, data, steps, eval_every):
             return
         opt = built[0]
         stats = opt.last_stats
+        scales = {}  # every layer's mean Kronecker eigenvalue (the relative damping's floor is over all of them)
+        for layer in opt.layers:
+            state = opt.state[layer.module.weight]
+            if "factor_a" in state:
+                scales[layer.name] = float(torch.diagonal(state["factor_a"]).mean()
+                                           * torch.diagonal(state["factor_g"]).mean())
+        floor = opt.relative_damping_floor * float(np.mean(list(scales.values()))) if scales else 0.0
         ratios = []
         for layer in opt.layers:
-            if layer.name.rpartition(".")[2] not in ("q", "k"):
+            if layer.name.rpartition(".")[2] not in ("q", "k") or layer.name not in scales:
                 continue
-            state = opt.state[layer.module.weight]
-            if "factor_a" not in state:
-                continue
-            a, g = state["factor_a"], state["factor_g"]
-            scale = float(torch.diagonal(a).mean() * torch.diagonal(g).mean())
+            scale = scales[layer.name]
             group = next(g for g in opt.param_groups if any(p is layer.module.weight for p in g["params"]))
-            lam = group["damping"] * (scale if opt.relative_damping else 1.0)
+            lam = group["damping"] * (max(scale, floor) if opt.relative_damping else 1.0)
             ratios.append(scale / lam)
         rows.append({"step": step, "damping": stats["damping"], "qk_ratio_min": min(ratios, default=np.nan),
                      "qk_ratio_mean": float(np.mean(ratios)) if ratios else np.nan, "rho": stats.get("rho", np.nan)})
