@@ -231,9 +231,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("relative_damping_floor", 1e-4, _NON_NEGATIVE,
             "with relative_damping, each layer's lambda is at least this fraction of `damping` times the mean over "
             "layers of their mean Kronecker eigenvalues", "optimizer",
-            reason="vit-post's first-block Q/K start with a mean eigenvalue of 1e-17 (1e-15 of the head's): unfloored, "
-            "their steps took the KL budget and the run stayed at chance; 1e-4 bounds the spread of the layers' "
-            "amplification to 1e4"),
+            reason="bounds the spread of the layers' amplification to 1e4 (vit-post's first Q/K start at 1e-15 of the "
+            "head's scale); vit-pre trains as unfloored (60/50 steps), 1e-2 slows it (100/140); no floor tried made "
+            "vit-post train (benchmarks/results/kfac_damping.md)"),
     Setting("lm_scope", "whole", OneOf(("whole", "preconditioned")),
             "what Levenberg-Marquardt's reduction ratio judges: the whole update (the rest update in the model "
             "linearly) or the preconditioned layers' part (the loss re-evaluated with the rest as before the step)",
