@@ -19,10 +19,17 @@ Protocol (one run, same seeds for every optimizer; the tuning's own machinery, b
   seeds (100, 101), one setting each; kfac-pytorch at the best of its grid (lr x damping x ``--kl-clips``)
   chosen on the evaluation seeds themselves: the selection bias favours the anchor.
 
-kfac-pytorch runs as its README says: torch.optim.SGD (momentum 0.9) over every parameter, the
-KFACPreconditioner (KL-clip on, 1e-3; factors every step, decay 0.95; inverses every 10 steps) on
-every nn.Linear, its lr following the schedule. Ours run with the config's K-FAC settings and the grid's
-lr and damping. Writes OUT (markdown) and OUT with suffix .json.
+kfac-pytorch runs as its README says: torch.optim.SGD (momentum 0.9) on the parameters of the modules its
+KFACPreconditioner registers (KL-clip on, 1e-3; factors every step, decay 0.95; inverses every 10 steps; every
+nn.Linear and nn.Conv2d, ``kfac.layers.register``), its lr following the schedule; every other parameter (LayerNorm,
+positions, class token) gets torch.optim.AdamW at the lr our K-FAC gives its rest update (``rest_lr`` of the
+config's kfac-iterative entry), as ours does: with SGD on them a ViT stays near chance (issue 11), which would
+handicap the anchor. Its damping is searched on its own grid (``--library-dampings``), not ours: its ``G`` is the
+mean of ``g g^T`` over the batch's rows for the mean loss, ours ``B sum g g^T`` (``_kfac_math.output_factor``), so
+its curvature is ours / (B^2 T_l), T_l the rows per example of layer l (the token count in a block, 1 at the pooled
+head): no single damping converts across layers. The table says when its chosen damping or lr is at an edge of its
+grid (then the grid should be widened). Ours run with the config's K-FAC settings and the grid's lr and damping.
+Writes OUT (markdown) and OUT with suffix .json.
 """
 from __future__ import annotations
 
@@ -47,49 +54,74 @@ from brownformer.tuning.trial import run_trial
 
 LIBRARY = "kfac-pytorch"
 KL_CLIP, FACTOR_DECAY, INVERSE_EVERY, MOMENTUM = 1e-3, 0.95, 10, 0.9  # kfac-pytorch's defaults / author's code
+REST_LR = 0.009  # replaced in main() by the config's kfac-iterative rest_lr (the rest update ours gets)
+# kfac-pytorch's own damping grid: a decade either side of its default 1e-3, in its units (module docstring)
+LIBRARY_DAMPINGS = (1e-4, 1e-3, 1e-2)
+
+
+def split_registered(model, types: tuple) -> tuple[list, list]:
+    """The trainable parameters of the modules of ``types`` (kfac.layers.register's rule: every module of
+    those types), and every other trainable parameter, each in ``model.parameters()`` order."""
+    registered = {id(p) for m in model.modules() if isinstance(m, types) for p in m.parameters()}
+    params = [p for p in model.parameters() if p.requires_grad]
+    return [p for p in params if id(p) in registered], [p for p in params if id(p) not in registered]
 
 
 class KfacPytorchSGD:
-    """SGD with momentum preconditioned by kfac-pytorch's KFACPreconditioner (duck-typed torch optimizer).
+    """kfac-pytorch's KFACPreconditioner with SGD (momentum) on its layers and AdamW on the rest (a duck-typed torch
+    optimizer; the schedule scales every group's ``initial_lr``).
 
     ``bounds_its_step``: its KL-clip bounds the step, so the training step does not clip its gradients
     (as for our K-FAC: a clip before preconditioning would become part of the step rule)."""
 
     bounds_its_step = True
 
-    def __init__(self, model, lr: float, damping: float, kl_clip: float = KL_CLIP):
+    def __init__(self, model, lr: float, damping: float, kl_clip: float = KL_CLIP, rest_lr: float = REST_LR):
         import torch
+        from kfac.layers.register import CONV2D_TYPES, LINEAR_TYPES
         from kfac.preconditioner import KFACPreconditioner
 
-        self.sgd = torch.optim.SGD(model.parameters(), lr=lr, momentum=MOMENTUM)
-        self.param_groups, self.state = self.sgd.param_groups, self.sgd.state
+        registered, rest = split_registered(model, LINEAR_TYPES + CONV2D_TYPES)
+        self.sgd = torch.optim.SGD(registered, lr=lr, momentum=MOMENTUM)
+        self.adamw = torch.optim.AdamW(rest, lr=rest_lr, weight_decay=0.0) if rest else None
+        self.param_groups = self.sgd.param_groups + (self.adamw.param_groups if self.adamw else [])
         for group in self.param_groups:
             group.setdefault("initial_lr", group["lr"])
         self.preconditioner = KFACPreconditioner(
             model, lr=lambda _: self.sgd.param_groups[0]["lr"], damping=damping, kl_clip=kl_clip,
             factor_decay=FACTOR_DECAY, factor_update_steps=1, inv_update_steps=INVERSE_EVERY)
 
+    @property
+    def state(self):
+        return {**self.sgd.state, **(self.adamw.state if self.adamw else {})}
+
     def step(self, closure=None):
         self.preconditioner.step()
         self.sgd.step()
+        if self.adamw:
+            self.adamw.step()
 
     def zero_grad(self, set_to_none: bool = True):
         self.sgd.zero_grad(set_to_none=set_to_none)
+        if self.adamw:
+            self.adamw.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
-        return self.sgd.state_dict()
+        return {"sgd": self.sgd.state_dict(), "adamw": self.adamw.state_dict() if self.adamw else None}
 
     def load_state_dict(self, state):
-        self.sgd.load_state_dict(state)
+        self.sgd.load_state_dict(state["sgd"])
+        if self.adamw:
+            self.adamw.load_state_dict(state["adamw"])
 
 
-def _use_kfac_pytorch(damping: float | None, kl_clip: float = KL_CLIP) -> None:
+def _use_kfac_pytorch(damping: float | None, kl_clip: float = KL_CLIP, rest_lr: float = REST_LR) -> None:
     """Make brownformer.train build KfacPytorchSGD (``damping`` given) or the registry's optimizers (None)."""
     import brownformer.train as train
     from brownformer.optim import build_optimizer
 
     def build(model, type, lr, params):
-        return KfacPytorchSGD(model, lr, damping, kl_clip)
+        return KfacPytorchSGD(model, lr, damping, kl_clip, rest_lr)
     train.build_optimizer = build_optimizer if damping is None else build
 
 
@@ -97,7 +129,8 @@ def trial(raw: dict, model: str, optimizer: str, settings: dict, seeds: list[int
           eval_every: int) -> dict:
     """Every seed of one setting of one optimizer, each seed run stopped at the target."""
     # a worker runs several optimizers
-    _use_kfac_pytorch(settings["damping"] if optimizer == LIBRARY else None, settings.get("kl_clip", KL_CLIP))
+    _use_kfac_pytorch(settings["damping"] if optimizer == LIBRARY else None, settings.get("kl_clip", KL_CLIP),
+                      settings.get("rest_lr", REST_LR))
     config_settings = {"lr": settings["lr"]} if optimizer == LIBRARY else settings
     t0 = time.perf_counter()
     outcome = run_trial(raw, model, optimizer, config_settings, seeds, data_dir, target=target,
@@ -121,6 +154,8 @@ def main(argv=None) -> int:
     p.add_argument("--kl-clips", nargs="+", type=float, default=[KL_CLIP],
                    help="kfac-pytorch only: its KL-clip grid (lr x damping x kl_clip; more settings than ours "
                         "make the anchor stronger, i.e. the comparison harder for our K-FAC)")
+    p.add_argument("--library-dampings", nargs="+", type=float, default=list(LIBRARY_DAMPINGS),
+                   help="kfac-pytorch only: its damping grid, in its own units (the module docstring)")
     p.add_argument("--adamw-lrs", nargs="+", type=float, default=[0.003, 0.006, 0.009, 0.018])
     p.add_argument("--optimizers", nargs="+", default=["kfac-pytorch", "kfac-iterative", "kfac-eigen", "adamw"],
                    help="a subset of the four (the default: all)")
@@ -142,6 +177,7 @@ def main(argv=None) -> int:
     raw.pop("tuning", None)
     raw["optimizers"][LIBRARY] = {"type": "sgd", "lr": args.kfac_lrs[0], "momentum": MOMENTUM}
     cfg = from_dict(raw)
+    rest_lr = cfg.optimizer_for(args.model, "kfac-iterative").params.get("rest_lr") or REST_LR
     if args.model not in cfg.report.targets:
         raise SystemExit(f"--model {args.model!r}: no report.targets entry in {args.config} (known: "
                          f"{sorted(cfg.report.targets)})")
@@ -149,7 +185,8 @@ def main(argv=None) -> int:
     data_dir = dataset_dir(cfg, args.model, Path(args.data_root))
     kfac_grid = [{"lr": lr, "damping": d} for lr, d in itertools.product(args.kfac_lrs, args.dampings)]
     grids = {"adamw": [{"lr": lr} for lr in args.adamw_lrs], "kfac-iterative": kfac_grid, "kfac-eigen": kfac_grid,
-             LIBRARY: [{**s, "kl_clip": kl} for s in kfac_grid for kl in args.kl_clips]}
+             LIBRARY: [{"lr": lr, "damping": d, "kl_clip": kl, "rest_lr": rest_lr} for lr, d, kl in
+                       itertools.product(args.kfac_lrs, args.library_dampings, args.kl_clips)]}
     if args.tuned:  # one setting each: the tuned block's (shown in the table by its values)
         grids.update({o: [_tuned_settings(cfg, args.model, o)] for o in grids if o != LIBRARY})
     grids = {o: grids[o] for o in args.optimizers}
@@ -185,6 +222,7 @@ def _command(args) -> str:
     if LIBRARY in args.optimizers or (not args.tuned and any(o.startswith("kfac") for o in ours)):
         parts += [f"--kfac-lrs {' '.join(map(str, args.kfac_lrs))}", f"--dampings {' '.join(map(str, args.dampings))}"]
     if LIBRARY in args.optimizers:
+        parts.append(f"--library-dampings {' '.join(map(str, args.library_dampings))}")
         parts.append(f"--kl-clips {' '.join(map(str, args.kl_clips))}")
     parts.append("--tuned" if args.tuned else f"--adamw-lrs {' '.join(map(str, args.adamw_lrs))}")
     return " ".join(parts + [f"--workers {args.workers}"])
@@ -196,13 +234,25 @@ def _grid_text(args) -> str:
     if args.tuned:
         text.append("ours and AdamW at the config's tuned setting (tuning seeds apart)")
         if LIBRARY in args.optimizers:
-            text.append(f"kfac-pytorch best of lr {args.kfac_lrs} x damping {args.dampings} x KL-clip {args.kl_clips} "
-                        "on these seeds")
+            text.append(f"kfac-pytorch best of lr {args.kfac_lrs} x damping {args.library_dampings} (its units) x "
+                        f"KL-clip {args.kl_clips} on these seeds, AdamW on what it does not register")
     else:
         text.append(f"K-FACs lr {args.kfac_lrs} x damping {args.dampings}"
-                    + (f" (kfac-pytorch also x KL-clip {args.kl_clips})" if LIBRARY in args.optimizers else "")
+                    + (f" (kfac-pytorch: damping {args.library_dampings} in its units x KL-clip {args.kl_clips})"
+                       if LIBRARY in args.optimizers else "")
                     + f", AdamW lr {args.adamw_lrs}")
     return "; ".join(text) + "."
+
+
+def at_edge(chosen: dict, grid: list[dict]) -> list[str]:
+    """The knobs whose chosen value is the smallest or largest the grid tried (of knobs the grid varies): the
+    search did not bracket its winner there."""
+    edge = []
+    for key, value in chosen.items():
+        values = {s[key] for s in grid if key in s}
+        if len(values) > 1 and value in (min(values), max(values)):
+            edge.append(key)
+    return edge
 
 
 def _chosen(trials: list[dict]) -> dict:
@@ -233,12 +283,14 @@ def write(args, results: dict, target: float, wall: float, pending: int = 0) -> 
         row = {"optimizer": o, **{k: c["settings"].get(k) for k in ("lr", "damping", "kl_clip", "momentum")},
                "steps per seed": ", ".join(f"{t:g}" if r else f">{t:g}" for t, r in zip(times, reached)),
                "reached": f"{int(reached.sum())}/{reached.size}", "KM median": km_median(times, reached),
+               "at grid edge": ", ".join(at_edge(c["settings"], [t["settings"] for t in results[o]])) or "-",
                "CPU ms/step": 1e3 * float(np.median([s["cpu_seconds"] / max(s["steps_run"], 1)
                                                      for t in results[o] for s in t["outcome"].seeds]))}
         for ref in ("adamw", LIBRARY):
             if o != ref and ref in chosen:
-                r = median_ratio((times, reached), _times(chosen[ref]), confidence_level=0.95,
-                                 n_resamples=9999, rng=0)  # the 95% interval the table's header names
+                # the 95% interval the table's header names (a rank-test interval; times on the evaluation grid)
+                r = median_ratio((times, reached), _times(chosen[ref]), margin=1.0, confidence_level=0.95,
+                                 grid=args.eval_every)
                 row[f"/ {ref} [95% CI]"] = (f"{_num(r.estimate)} [{_num(r.confidence_interval[0])}, "
                                             f"{_num(r.confidence_interval[1])}]")
                 summary.setdefault(o, {})[ref] = r.to_dict()

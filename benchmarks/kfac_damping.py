@@ -1,14 +1,18 @@
-"""K-FAC damping over short runs: does it stay within 10x of its start, reach a floor, precondition Q and K?
+"""K-FAC damping over training runs: does it stay within 10x of its start, reach a floor, precondition Q and K,
+and does the run train as well as the current damping?
 
-    PYTHONPATH=src python benchmarks/kfac_damping.py --models vit-pre vit-post --seeds 100 101 --steps 200 \
-        --out benchmarks/results/kfac_damping.md
+    PYTHONPATH=src python benchmarks/kfac_damping.py --models vit-pre vit-post --seeds 100 101 --steps 400 \
+        --variants absolute relative:0.3 --out benchmarks/results/kfac_damping.md
 
-Trains each (model, variant, seed) at the config's tuned iterative K-FAC settings (``tuned.<model>.kfac-iterative``,
-closure and Levenberg-Marquardt as in training) for ``--steps`` steps without probes and records, after every
-step, the damping and, for each attention Q and K layer, its mean Kronecker eigenvalue ``(tr A / n_A)(tr G / n_G)``
-over its ``lambda`` (with ``relative_damping`` that ratio is ``1 / damping``). Variants: ``absolute`` (one
-``lambda`` for every layer) and ``relative`` (``relative_damping: true``). Writes OUT (markdown) and OUT with
-suffix .json (the per-step series).
+Trains each (model, variant, seed) at the config's tuned iterative K-FAC settings (the ``optimizers:`` entry merged
+with ``tuned.<model>.kfac-iterative``; closure and Levenberg-Marquardt as in training) for ``--steps`` steps without
+probes, evaluating every ``--eval-every`` steps, and records after every step the damping and, for each attention
+Q and K layer, its mean Kronecker eigenvalue ``(tr A / n_A)(tr G / n_G)`` over its ``lambda`` (with
+``relative_damping`` that ratio is ``1 / damping``). Variants: ``absolute`` (one ``lambda`` for every layer, the
+tuned damping) and ``relative:C[/F]`` (``relative_damping: true`` starting at ``damping = C``, each layer's
+``lambda = C x`` its mean eigenvalue, floored at ``F`` (``relative_damping_floor``) x the layers' mean). Per run also the final validation accuracy and the steps to claim 4's target
+(``report.targets``, read on the running median as claim 4 reads it; censored at the budget), so a damping is
+compared with the current one on the same seeds. Writes OUT (markdown) and OUT with suffix .json (the series).
 """
 from __future__ import annotations
 
@@ -22,12 +26,49 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import base_parser, load_raw, prepare_data, run_jobs  # noqa: E402
 
-VARIANTS = {"absolute": (), "relative": ("optimizers.kfac-iterative.relative_damping=true",)}
+ABSOLUTE, RELATIVE, LM_PRECONDITIONED = "absolute", "relative", "lm-preconditioned"
 FLOOR = 1e-6  # _kfac_control.DAMPING_MIN, repeated here only to flag a run that reached it
 QK_STEP = 50  # the issue's check: Q/K mean eigenvalue / lambda >= 1 by this step
 
 
-def _series(raw, model, variant, seed, data, steps):
+def variant_settings(variant: str) -> tuple[dict, tuple[str, ...]]:
+    """``(tuned settings, config overrides)`` of a variant: ``absolute`` or ``relative:C[/F]``, optionally followed by
+    ``+lm-preconditioned`` (``lm_scope: preconditioned``: the reduction ratio of the preconditioned part only).
+
+    Raises:
+        ValueError: any other name, or a ``C`` that is not a positive number."""
+    damping, _, scope = variant.partition("+")
+    if scope not in ("", LM_PRECONDITIONED):
+        raise ValueError(f"a variant's suffix is '+{LM_PRECONDITIONED}' or nothing, got {variant!r}")
+    overrides = ("optimizers.kfac-iterative.lm_scope=preconditioned",) if scope else ()
+    if damping == ABSOLUTE:
+        return {}, overrides
+    kind, _, start = damping.partition(":")
+    start, _, floor = start.partition("/")
+    try:
+        value, floor_value = float(start), float(floor) if floor else None
+    except ValueError:
+        value, floor_value = float("nan"), None
+    if kind != RELATIVE or not value > 0 or (floor_value is not None and not floor_value >= 0):
+        raise ValueError(f"a variant is {ABSOLUTE!r} or '{RELATIVE}:C[/F]' with C > 0 (the starting relative damping) "
+                         f"and F >= 0 (its floor, relative_damping_floor), got {variant!r}")
+    if floor_value is not None:
+        # positional digits: YAML reads "1e-05" as a string
+        overrides = (f"optimizers.kfac-iterative.relative_damping_floor={floor_value:.12f}".rstrip("0"), *overrides)
+    return {"damping": value}, ("optimizers.kfac-iterative.relative_damping=true", *overrides)
+
+
+def steps_to_target(metrics: pd.DataFrame, target: float) -> float:
+    """First evaluated step whose running median (claim 4's reading, ``target_stop.smoothed``) reaches ``target``;
+    inf when none does."""
+    from brownformer.target_stop import smoothed
+
+    evals = metrics.dropna(subset=["val_accuracy"]).sort_values("step")
+    hit = evals["step"][(smoothed(evals["val_accuracy"]) >= target).to_numpy()]
+    return float(hit.iloc[0]) if len(hit) else float("inf")
+
+
+def _series(raw, model, variant, seed, data, steps, eval_every):
     """One run; the optimizer is caught when train_run builds it, and read by a callback every step."""
     import torch
 
@@ -48,17 +89,20 @@ def _series(raw, model, variant, seed, data, steps):
             return
         opt = built[0]
         stats = opt.last_stats
+        scales = {}  # every layer's mean Kronecker eigenvalue (the relative damping's floor is over all of them)
+        for layer in opt.layers:
+            state = opt.state[layer.module.weight]
+            if "factor_a" in state:
+                scales[layer.name] = float(torch.diagonal(state["factor_a"]).mean()
+                                           * torch.diagonal(state["factor_g"]).mean())
+        floor = opt.relative_damping_floor * float(np.mean(list(scales.values()))) if scales else 0.0
         ratios = []
         for layer in opt.layers:
-            if layer.name.rpartition(".")[2] not in ("q", "k"):
+            if layer.name.rpartition(".")[2] not in ("q", "k") or layer.name not in scales:
                 continue
-            state = opt.state[layer.module.weight]
-            if "factor_a" not in state:
-                continue
-            a, g = state["factor_a"], state["factor_g"]
-            scale = float(torch.diagonal(a).mean() * torch.diagonal(g).mean())
+            scale = scales[layer.name]
             group = next(g for g in opt.param_groups if any(p is layer.module.weight for p in g["params"]))
-            lam = group["damping"] * (scale if opt.relative_damping else 1.0)
+            lam = group["damping"] * (max(scale, floor) if opt.relative_damping else 1.0)
             ratios.append(scale / lam)
         rows.append({"step": step, "damping": stats["damping"], "qk_ratio_min": min(ratios, default=np.nan),
                      "qk_ratio_mean": float(np.mean(ratios)) if ratios else np.nan, "rho": stats.get("rho", np.nan)})
@@ -69,13 +113,16 @@ def _series(raw, model, variant, seed, data, steps):
         return original_train_run(*args, callbacks=[record], **kwargs)
     train.build_optimizer, train.train_run = catching, with_callback
     try:
-        result = one_run(raw, model, "kfac-iterative", seed, {}, data, 1,
-                         (f"train.steps={steps}", "train.eval_every=50", *VARIANTS[variant]))
+        settings, overrides = variant_settings(variant)
+        result = one_run(raw, model, "kfac-iterative", seed, settings, data, 1,
+                         (f"train.steps={steps}", f"train.eval_every={eval_every}", *overrides))
     finally:
         train.build_optimizer, train.train_run = original, original_train_run
-    final = pd.DataFrame(result["metrics"]).dropna(subset=["val_accuracy"]).iloc[-1]
+    metrics = pd.DataFrame(result["metrics"])
+    final = metrics.dropna(subset=["val_accuracy"]).iloc[-1]
     return {"model": model, "variant": variant, "seed": seed, "series": rows,
-            "final_val_accuracy": float(final["val_accuracy"]), "finite": result["finite"]}
+            "final_val_accuracy": float(final["val_accuracy"]), "finite": result["finite"],
+            "steps_to_target": steps_to_target(metrics, float(raw["report"]["targets"][model]))}
 
 
 def _summary(run: dict) -> dict:
@@ -87,18 +134,24 @@ def _summary(run: dict) -> dict:
             "within_10x": bool(s["damping"].max() <= 10 * start and s["damping"].min() >= start / 10),
             "hit_floor": bool(s["damping"].min() <= FLOOR * 1.0001),
             f"qk_ratio_min_at_{QK_STEP}": at["qk_ratio_min"], f"qk_ratio_mean_at_{QK_STEP}": at["qk_ratio_mean"],
-            "final_val_accuracy": run["final_val_accuracy"], "finite": run["finite"]}
+            "final_val_accuracy": run["final_val_accuracy"], "steps_to_target": run["steps_to_target"],
+            "finite": run["finite"]}
 
 
 def main(argv=None) -> int:
     p = base_parser(__doc__.splitlines()[0], seeds=[100, 101], out="benchmarks/results/kfac_damping.md")
-    p.add_argument("--steps", type=int, default=200)
-    p.add_argument("--variants", nargs="+", default=list(VARIANTS))
+    p.add_argument("--steps", type=int, default=400)
+    p.add_argument("--eval-every", type=int, default=5)
+    p.add_argument("--variants", nargs="+", default=[ABSOLUTE, f"{RELATIVE}:0.3"],
+                   help=f"{ABSOLUTE!r} (the tuned damping) or '{RELATIVE}:C' (relative damping starting at C)")
     args = p.parse_args(argv)
     raw = load_raw(args.config)
     models = args.models or ["vit-pre", "vit-post"]
     data = {m: prepare_data(raw, m, Path(args.data_root)) for m in models}
-    jobs = [(raw, m, v, s, data[m], args.steps) for m in models for v in args.variants for s in args.seeds]
+    for v in args.variants:
+        variant_settings(v)  # a bad name fails before any training
+    jobs = [(raw, m, v, s, data[m], args.steps, args.eval_every) for m in models for v in args.variants
+            for s in args.seeds]
     runs = run_jobs(jobs, args.workers, fn=_series)
     table = pd.DataFrame([_summary(r) for r in runs])
     out = Path(args.out)
@@ -106,7 +159,8 @@ def main(argv=None) -> int:
     lines = [f"# K-FAC damping over {args.steps}-step runs at the tuned iterative settings ({args.config})\n",
              f"Command: `{' '.join(sys.argv)}`. Per run: the damping's range against its start (within 10x?), whether "
              f"it reached the floor {FLOOR:g}, and the Q/K layers' mean Kronecker eigenvalue / lambda at step "
-             f"{QK_STEP} (min and mean over the Q and K layers). Series: the .json beside this file.\n",
+             f"{QK_STEP} (min and mean over the Q and K layers), the final validation accuracy and the steps to claim "
+             f"4's target (inf: not reached in the budget). Series: the .json beside this file.\n",
              table.to_markdown(index=False, floatfmt=".3g"), ""]
     out.write_text("\n".join(lines) + "\n")
     print(table.to_string())

@@ -12,7 +12,10 @@ The host check that applies them is ``KFAC._check`` (kfac.py); what it does:
   ``adapt_every`` steps, with a closure that re-evaluates the loss on the step's batch,
   ``rho = (h(theta + delta) - h(theta)) / (g^T delta + 1/2 sum_l <D_l, G_l D_l A_l>)`` (actual over
   the change the undamped Kronecker quadratic model predicts, ``delta`` the whole update, momentum and
-  the AdamW half included; the parameters K-FAC does not precondition enter the model linearly);
+  the AdamW half included; the parameters K-FAC does not precondition enter the model linearly); with
+  ``lm_scope="preconditioned"`` ``delta`` is the preconditioned layers' part only and ``h(theta + delta)`` is read
+  with every other parameter at its value before the step (the AdamW part, whose curvature the model lacks and on
+  which the damping does not act, then neither lowers rho nor raises the damping);
   ``damping *= omega`` if ``rho > 3/4`` and the step was at least ``SHORT_STEP`` of the model's minimiser along
   it (a shorter step, from a small lr or the KL bound, fits any quadratic model: its rho says nothing about
   the damping), ``/= omega`` if ``rho < 1/4``,

@@ -18,7 +18,8 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
    group's ``update`` rule (``"sgd"`` or ``"adamw"``) on the raw gradient of every other parameter;
 5. every ``adapt_every`` steps: a snapshot of the state, and with a closure (``step(closure)``) the
-   Levenberg-Marquardt update of ``damping`` from the reduction ratio (``_kfac_control``).
+   Levenberg-Marquardt update of ``damping`` from the reduction ratio (``_kfac_control``) of the whole update or,
+   with ``lm_scope="preconditioned"``, of the preconditioned layers' part alone (the part the damping acts on).
 
 Settings per parameter group (``param_groups``, like ``lr``; a schedule edits them between steps):
 ``lr``, ``momentum``, ``weight_decay``, ``damping``, ``kl_clip``, ``update``, ``betas``, ``eps``.
@@ -109,7 +110,9 @@ class KFAC(Optimizer):
                  betas: tuple[float, float] = DEFAULTS["betas"], eps: float = DEFAULTS["eps"],
                  n_heads: int | None = DEFAULTS["n_heads"], seed: int = DEFAULTS["seed"],
                  adapt_every: int = DEFAULTS["adapt_every"], max_failures: int = DEFAULTS["max_failures"],
-                 relative_damping: bool = DEFAULTS["relative_damping"]):
+                 relative_damping: bool = DEFAULTS["relative_damping"],
+                 relative_damping_floor: float = DEFAULTS["relative_damping_floor"],
+                 lm_scope: str = DEFAULTS["lm_scope"]):
         given = locals()
         settings = validate({s.name: given[s.name] for s in SETTINGS})  # each checked by its rule (ValueError)
         scope, per_head, n_heads, rest_update = (settings[k] for k in ("scope", "per_head", "n_heads", "rest_update"))
@@ -153,6 +156,7 @@ class KFAC(Optimizer):
         self._iterative = IterativeSolver(tol=self.cg_tol, warm_start=self.warm_start)
         self._stats: dict = {}
         self._layer_groups = None  # (number of param groups, {id(weight): group})
+        self._mean_scale = None  # relative_damping: mean over layers of their mean Kronecker eigenvalue, this step
         self._tensor_cache: dict = {}
         self._index_cache: dict = {}  # per shape group: its layers' param groups and indices
         self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
@@ -225,6 +229,9 @@ class KFAC(Optimizer):
             a, gg = new.get(g) or g.factors(self.state)
             cur[g] = {"factor_a": a, "factor_g": gg}
         self._decomposed_finite = []
+        if self.relative_damping:  # the model's curvature scale, the unit of each layer's damping floor (_damping)
+            scales = [factor_scale(c["factor_g"], c["factor_a"]).flatten() for c in cur.values()]
+            self._mean_scale = torch.cat(scales).mean()
         if self.inverse == "eigen":
             self._eigen_bases(cur, new, step)
         else:
@@ -261,13 +268,16 @@ class KFAC(Optimizer):
             self._decomposed_finite += [torch.isfinite(cur[g][k].sum()) for k in PRECONDITIONER_KEYS]
 
     def _damping(self, layers, tensors: dict, dtype, device) -> torch.Tensor:
-        """``(k, 1, 1)`` per-layer ``lambda``: the group's ``damping``, times the layer's mean Kronecker eigenvalue
-        ``(tr A / n_A) (tr G / n_G)`` with ``relative_damping`` (so a layer with small factors, such as Q and K at
-        the loss's scale, is preconditioned rather than damped into SGD)."""
+        """``(k, 1, 1)`` per-layer ``lambda``: the group's ``damping``, or with ``relative_damping``
+        ``damping x max(s_l, relative_damping_floor x mean_j s_j)``, ``s_l = (tr A / n_A)(tr G / n_G)`` the layer's mean
+        Kronecker eigenvalue (so a layer with small factors, such as Q and K at the loss's scale, is preconditioned
+        rather than damped into SGD, while a layer with almost no curvature, 1e-15 of the others', does not get
+        steps 1e15 times theirs)."""
         lam = self._layer_tensor(layers, "damping", dtype, device)
         if not self.relative_damping:
             return lam
-        return lam * factor_scale(tensors["factor_g"], tensors["factor_a"])
+        scale = factor_scale(tensors["factor_g"], tensors["factor_a"])
+        return lam * torch.maximum(scale, self.relative_damping_floor * self._mean_scale.to(scale.dtype))
 
     def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
         """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
@@ -427,11 +437,18 @@ class KFAC(Optimizer):
         """Scheduled host checks: every ``adapt_every`` steps (every step when ``adapt_every`` is 0)."""
         return self.adapt_every == 0 or step % self.adapt_every == 0
 
-    def _predicted_change(self, items, before: Snapshot) -> tuple[torch.Tensor, torch.Tensor]:
+    def _predicted_change(self, items, before: Snapshot) -> tuple[torch.Tensor, torch.Tensor, list]:
         """The two terms of the model's change for the update just applied: ``g^T delta`` and
-        ``1/2 sum_l <D_l, G_l D_l A_l>`` (0-d tensors; the prediction is their sum)."""
+        ``1/2 sum_l <D_l, G_l D_l A_l>`` (0-d tensors; the prediction is their sum), and the parameters the model
+        leaves out with their values before the step (``lm_scope="preconditioned"``: every parameter of no
+        preconditioned layer; the loss after the step is then read with these put back, see ``_loss_after``)."""
         params = [p for p in self._params() if p.grad is not None]
         index = {id(p): j for j, p in enumerate(self._params())}
+        held = []
+        if self.lm_scope == "preconditioned":
+            mine = {id(p) for m in self.layers for p in m.module.parameters()}
+            held = [(p, before.params[index[id(p)]]) for p in params if id(p) not in mine]
+            params = [p for p in params if id(p) in mine]
         delta = torch._foreach_sub([p.detach() for p in params], [before.params[index[id(p)]] for p in params])
         linear = torch.dot(torch.cat([p.grad.flatten() for p in params]), torch.cat([d.flatten() for d in delta]))
         moved = dict(zip(params, delta))
@@ -441,7 +458,21 @@ class KFAC(Optimizer):
             curvature = kronecker_quadratic(c["factor_g"], c["factor_a"], d) if "factor_g" in c else \
                 (d * matrix_free_operator(c["rows_g"], c["rows_a"], d, 0.0, scale=c["scale"])).sum()
             quadratic = quadratic + 0.5 * curvature.to(linear.dtype)
-        return linear, quadratic
+        return linear, quadratic, held
+
+    @staticmethod
+    def _loss_after(closure, held: list):
+        """The closure's loss (no grad) with each parameter of ``held`` ``[(p, value before the step)]`` at its value
+        before the step, then put back: the loss change of the preconditioned part of the update alone."""
+        now = [p.detach().clone() for p, _ in held]
+        for p, old in held:
+            p.copy_(old)
+        try:
+            with torch.no_grad():
+                return closure()
+        finally:
+            for (p, _), value in zip(held, now):
+                p.copy_(value)
 
     def _check(self, step: int, *, scheduled: bool = False, loss=None, closure=None, items=(), pending=None) -> None:
         """The host check: ONE read of the device's counts (and, on adaptation steps, of the reduction ratio).
@@ -453,9 +484,8 @@ class KFAC(Optimizer):
         adapt = scheduled and pending is not None and closure is not None and loss is not None
         lm = []
         if adapt:
-            linear, quadratic = self._predicted_change(items, pending)
-            with torch.no_grad():
-                after = closure()
+            linear, quadratic, held = self._predicted_change(items, pending)
+            after = self._loss_after(closure, held)
             lm = [torch.as_tensor(t, dtype=torch.float64).reshape(()).to(linear.device)
                   for t in (after, loss, linear, quadratic)]
             self._totals["adaptations"] += 1

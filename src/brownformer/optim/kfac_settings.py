@@ -228,7 +228,18 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("max_failures", 5, Interval(0, integer=True),
             "consecutive failed checks before the run stops with an error", "optimizer"),
     Setting("relative_damping", False, Flag(), "each layer's damping is `damping` times its mean Kronecker eigenvalue",
-            "optimizer", reason="on, training collapsed (benchmarks/results/kfac_damping.md)"),
+            "optimizer", reason="the tuned dampings are absolute; relative, the start must be re-tuned in its own units "
+            "(benchmarks/results/kfac_damping.md)"),
+    Setting("relative_damping_floor", 1e-4, _NON_NEGATIVE,
+            "with relative_damping, each layer's lambda is at least this fraction of `damping` times the mean over "
+            "layers of their mean Kronecker eigenvalues", "optimizer",
+            reason="bounds the spread of the layers' amplification to 1e4 (vit-post's first Q/K start at 1e-15 of the "
+            "head's scale); vit-pre trains as unfloored (60/50 steps), 1e-2 slows it (100/140); no floor tried made "
+            "vit-post train (benchmarks/results/kfac_damping.md)"),
+    Setting("lm_scope", "whole", OneOf(("whole", "preconditioned")),
+            "what Levenberg-Marquardt's reduction ratio judges: the whole update (the rest update in the model "
+            "linearly) or the preconditioned layers' part (the loss re-evaluated with the rest as before the step)",
+            "optimizer", reason="the tuned settings were chosen with it (benchmarks/results/kfac_damping.md)"),
     Setting("per_head", False, Flag(), "one block per attention head instead of per Q/K/V matrix", "build"),
     Setting("scope", "all", OneOf(("all", "attention", "mlp")), "which nn.Linear layers it preconditions", "build"),
     Setting("rest_update", "adamw", OneOf(("sgd", "adamw")), "update of the parameters it does not precondition",
