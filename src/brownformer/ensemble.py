@@ -5,7 +5,11 @@ member's weights are stacked on a leading member axis (`torch.func.stack_module_
 `vmap` of `functional_call` over that axis, and the loss is the sum of the members' losses, so each member's
 gradient is that of its own loss. The optimizer (AdamW or SGD: brownformer.config.ensembles.ENSEMBLE_OPTIMIZERS)
 is elementwise, so one step on the stacked tensors is every member's own step; gradient clipping is per member.
-Attention runs the math kernel under vmap (F.scaled_dot_product_attention's fused CPU kernel has no batching rule).
+Two forwards (`backend`, ENSEMBLE_BACKENDS): "batched" (default) writes every layer with the member axis
+(brownformer.ensemble_batched: one batched matmul per linear layer, attention with members folded into the
+batch); "vmap" maps `functional_call` of the model over the member axis, attention on the math kernel
+(F.scaled_dot_product_attention's fused CPU kernel has no batching rule). Both equal the runs alone to float
+rounding; "batched" is the cheaper (benchmarks/results/ensemble_compute.md).
 
 A member is a run as `brownformer.train.train_run` trains it, to float rounding: its own initialisation
 (torch seed), data order (RunSpec.data_seed), probes (its own recorder, called with the member's weights),
@@ -36,6 +40,7 @@ from tqdm.auto import tqdm
 from brownformer.config import ExperimentConfig, RunPlan
 from brownformer.config.ensembles import ensemble_key
 from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
+from brownformer.ensemble_batched import batched_logits
 from brownformer.metrics import val_metric_for_kind
 from brownformer.models import loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
@@ -47,7 +52,10 @@ from brownformer.train_step import LossTracker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train_ensemble"]
+__all__ = ["ENSEMBLE_BACKENDS", "train_ensemble"]
+
+#: how the members' forward is batched: layers holding the member axis, or vmap over one model's forward
+ENSEMBLE_BACKENDS = ("batched", "vmap")
 
 
 @dataclass
@@ -82,7 +90,8 @@ class _Member:
 
 def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Path, runs_dir: str | Path, *,
                    probes: bool = False, callbacks: dict[str, list[StepCallback]] | None = None,
-                   stop_after: int | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+                   stop_after: int | None = None, progress: bool = True,
+                   backend: str = "batched") -> dict[str, pd.DataFrame]:
     """Train `run_ids` (runs of one `config.ensembles.ensemble_key`) as one batched model.
 
     Args:
@@ -92,11 +101,14 @@ def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Pa
         probes: record each member's probes when the config probes it (as `train_run`).
         callbacks: run id -> extra callbacks of that member, called as in `train_run`.
         stop_after: stop every member (with a checkpoint) after this many steps, as if killed; for tests.
+        backend: the batched forward, one of ENSEMBLE_BACKENDS (the same numbers to float rounding).
     Returns:
         Run id -> its metrics table (written to its run folder when it completes).
     Raises:
-        ValueError: no runs, a run twice, or runs that cannot train together (naming them).
+        ValueError: no runs, a run twice, runs that cannot train together (naming them), or an unknown backend.
     """
+    if backend not in ENSEMBLE_BACKENDS:
+        raise ValueError(f"unknown ensemble backend {backend!r}; known: {', '.join(ENSEMBLE_BACKENDS)}")
     if not run_ids or len(set(run_ids)) != len(run_ids):
         raise ValueError(f"an ensemble needs distinct runs, got {list(run_ids)}")
     plans = {run_id: cfg.plan(run_id) for run_id in run_ids}
@@ -114,7 +126,8 @@ def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Pa
     # members at one step train together (after a kill between checkpoint writes they may stand apart)
     for start in sorted({(m.start_step, m.stopped) for m in members}):
         part = [m for m in members if (m.start_step, m.stopped) == start]
-        out.update(_train_together(part, data, device, flags, run_ids, stop_after=stop_after, progress=progress))
+        out.update(_train_together(part, data, device, flags, run_ids, stop_after=stop_after, progress=progress,
+                                   backend=backend))
     return {run_id: out[run_id] for run_id in run_ids if run_id in out}
 
 
@@ -145,8 +158,8 @@ def _open_member(plan: RunPlan, out_dir: Path, data: PreparedData, device: torch
 class _Stack:
     """The members' weights stacked on a leading axis, the batched forward, and the optimizer over them."""
 
-    def __init__(self, members: list[_Member], device: torch.device):
-        self.n = len(members)
+    def __init__(self, members: list[_Member], device: torch.device, backend: str):
+        self.n, self.backend = len(members), backend
         params, buffers = stack_module_state([m.model for m in members])
         self.names = list(params)
         self.params = {k: nn.Parameter(v) for k, v in params.items()}  # (E, *shape) each
@@ -162,6 +175,8 @@ class _Stack:
 
     def forward(self, x: torch.Tensor, *, shared_input: bool = False) -> torch.Tensor:
         """Logits of every member, (E, B, ...): x is (E, B, ...), or one batch (B, ...) for all (shared_input)."""
+        if self.backend == "batched":
+            return batched_logits(self.params, self.base, x.expand(self.n, *x.shape) if shared_input else x)
         def one(params, buffers, inputs):
             return functional_call(self.base, (params, buffers), (inputs,))
         with sdpa_kernel([SDPBackend.MATH]):
@@ -227,11 +242,12 @@ def _evaluate_members(stack: _Stack, batches, kind: str) -> list[dict]:
 
 
 def _train_together(members: list[_Member], data: PreparedData, device: torch.device, flags: dict,
-                    ensemble: list[str], *, stop_after: int | None, progress: bool) -> dict[str, pd.DataFrame]:
+                    ensemble: list[str], *, stop_after: int | None, progress: bool,
+                    backend: str) -> dict[str, pd.DataFrame]:
     """Train members that stand at one step to the end of the budget (each stops at its claim-4 target)."""
     tcfg, n = members[0].plan.train, len(members)
     seq_len = members[0].plan.model.seq_len if data.kind == "text" else None
-    stack = _Stack(members, device)
+    stack = _Stack(members, device, backend)
     val = eval_batches_on(eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches,
                                       seq_len=seq_len), device)
     targets = [m.plan.stop_target for m in members]
