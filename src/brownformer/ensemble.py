@@ -52,7 +52,7 @@ from brownformer.train_step import LossTracker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["ENSEMBLE_BACKENDS", "train_ensemble"]
+__all__ = ["ENSEMBLE_BACKENDS", "clip_members", "train_ensemble"]
 
 #: how the members' forward is batched: layers holding the member axis, or vmap over one model's forward
 ENSEMBLE_BACKENDS = ("batched", "vmap")
@@ -183,12 +183,7 @@ class _Stack:
             return vmap(one, in_dims=(0, 0, None if shared_input else 0))(self.params, self.buffers, x)
 
     def clip(self, max_norm: float) -> None:
-        """Each member's gradient scaled to global norm <= max_norm, as torch.nn.utils.clip_grad_norm_ on one run."""
-        grads = [p.grad for p in self.params.values() if p.grad is not None]
-        norms = torch.stack([g.reshape(self.n, -1).norm(dim=1) for g in grads], dim=1)  # (E, n_tensors)
-        coef = (max_norm / (norms.norm(dim=1) + 1e-6)).clamp(max=1.0)  # (E,)
-        for g in grads:
-            g.mul_(coef.view(self.n, *([1] * (g.dim() - 1))))
+        clip_members([p.grad for p in self.params.values() if p.grad is not None], self.n, max_norm)
 
     def set_lr(self, factor: float) -> float:
         for group in self.optimizer.param_groups:
@@ -206,6 +201,15 @@ class _Stack:
         full = self.optimizer.state_dict()
         state = {k: {key: _member_entry(key, v, i) for key, v in s.items()} for k, s in full["state"].items()}
         return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+
+
+def clip_members(grads: list[torch.Tensor], n: int, max_norm: float) -> None:
+    """Each member's gradient (stacked tensors (n, ...)) scaled in place to global norm <= max_norm, as
+    torch.nn.utils.clip_grad_norm_ scales one run's."""
+    norms = torch.stack([g.reshape(n, -1).norm(dim=1) for g in grads], dim=1)  # (E, n_tensors)
+    coef = (max_norm / (norms.norm(dim=1) + 1e-6)).clamp(max=1.0)  # (E,)
+    for g in grads:
+        g.mul_(coef.view(n, *([1] * (g.dim() - 1))))
 
 
 def _member_entry(key: str, value, i: int):
