@@ -16,6 +16,8 @@ batched GEMM may block the sum differently from the one-model GEMM): tests/train
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -25,23 +27,33 @@ from brownformer.models import CharTransformer, VisionTransformer
 __all__ = ["batched_logits"]
 
 
-def _linear(params: dict[str, torch.Tensor], name: str, x: torch.Tensor) -> torch.Tensor:
+class _Weights(NamedTuple):
+    params: dict[str, torch.Tensor]  # name -> (E, *shape)
+    taps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None  # linear layer -> (its input, its output)
+
+
+def _linear(w: _Weights, name: str, x: torch.Tensor) -> torch.Tensor:
     """Member-wise nn.Linear `name`: x (E, ..., in) -> (E, ..., out)."""
-    w, b = params[f"{name}.weight"], params.get(f"{name}.bias")  # (E, out, in), (E, out)
+    weight, bias = w.params[f"{name}.weight"], w.params.get(f"{name}.bias")  # (E, out, in), (E, out)
     E, *lead, n_in = x.shape
     flat = x.reshape(E, -1, n_in)  # (E, N, in)
-    y = torch.bmm(flat, w.transpose(1, 2)) if b is None else torch.baddbmm(b.unsqueeze(1), flat, w.transpose(1, 2))
-    return y.view(E, *lead, w.size(1))  # (E, ..., out)
+    y = (torch.bmm(flat, weight.transpose(1, 2)) if bias is None
+         else torch.baddbmm(bias.unsqueeze(1), flat, weight.transpose(1, 2)))  # (E, N, out)
+    if w.taps is not None:
+        if y.requires_grad:
+            y.retain_grad()  # its gradient after backward: the output gradients of K-FAC's G factor
+        w.taps[name] = (flat, y)
+    return y.view(E, *lead, weight.size(1))  # (E, ..., out)
 
 
-def _layer_norm(params: dict[str, torch.Tensor], name: str, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _layer_norm(w: _Weights, name: str, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Member-wise nn.LayerNorm `name` (or the identity of ln 'none'): x (E, ..., d)."""
     if not isinstance(module, nn.LayerNorm):
         return x
     E, d = x.size(0), x.size(-1)
     shape = (E, *([1] * (x.dim() - 2)), d)  # each member's gamma and beta, broadcast over its tokens
     normed = F.layer_norm(x, (d,), eps=module.eps)
-    return torch.addcmul(params[f"{name}.bias"].view(shape), normed, params[f"{name}.weight"].view(shape))
+    return torch.addcmul(w.params[f"{name}.bias"].view(shape), normed, w.params[f"{name}.weight"].view(shape))
 
 
 def _softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool) -> torch.Tensor:
@@ -59,72 +71,75 @@ def _softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, cau
     return torch.matmul(scores.softmax(dim=-1), v)
 
 
-def _attention(params: dict[str, torch.Tensor], name: str, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _attention(w: _Weights, name: str, module: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """Member-wise brownformer.models.Attention: x (E, B, T, C) -> (E, B, T, C)."""
     E, B, T, C = x.shape
     H = module.n_heads
 
     def heads(y):
         return y.view(E * B, T, H, C // H).transpose(1, 2)  # (E*B, H, T, hs): members folded into the batch
-    q, k, v = (heads(_linear(params, f"{name}.{p}", x)) for p in ("q", "k", "v"))
+    q, k, v = (heads(_linear(w, f"{name}.{p}", x)) for p in ("q", "k", "v"))
     y = _softmax_attention(q, k, v, causal=module.causal)  # (E*B, H, T, hs)
-    return _linear(params, f"{name}.o", y.transpose(1, 2).reshape(E, B, T, C))
+    return _linear(w, f"{name}.o", y.transpose(1, 2).reshape(E, B, T, C))
 
 
-def _blocks(params: dict[str, torch.Tensor], model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def _blocks(w: _Weights, model: nn.Module, x: torch.Tensor) -> torch.Tensor:
     """The blocks and the final LayerNorm of `model` (brownformer.models' _Backbone), member-wise."""
     for i, block in enumerate(model.blocks):
         pre = f"blocks.{i}"
 
         def attn(y):
-            return _attention(params, f"{pre}.attn", block.attn, y)
+            return _attention(w, f"{pre}.attn", block.attn, y)
 
         def mlp(y):
-            return _linear(params, f"{pre}.mlp.fc2", F.gelu(_linear(params, f"{pre}.mlp.fc1", y)))
+            return _linear(w, f"{pre}.mlp.fc2", F.gelu(_linear(w, f"{pre}.mlp.fc1", y)))
 
         def ln1(y):
-            return _layer_norm(params, f"{pre}.ln1", block.ln1, y)
+            return _layer_norm(w, f"{pre}.ln1", block.ln1, y)
 
         def ln2(y):
-            return _layer_norm(params, f"{pre}.ln2", block.ln2, y)
+            return _layer_norm(w, f"{pre}.ln2", block.ln2, y)
         if block.ln_placement == "post":
             x = ln1(x + attn(x))
             x = ln2(x + mlp(x))
         else:
             x = x + attn(ln1(x))
             x = x + mlp(ln2(x))
-    return _layer_norm(params, "ln_f", model.ln_f, x)
+    return _layer_norm(w, "ln_f", model.ln_f, x)
 
 
-def _vit(params: dict[str, torch.Tensor], model: VisionTransformer, images: torch.Tensor) -> torch.Tensor:
+def _vit(w: _Weights, model: VisionTransformer, images: torch.Tensor) -> torch.Tensor:
     E, B = images.shape[:2]
     patches = model.patchify(images.flatten(0, 1)).view(E, B, model.n_patches, -1)  # (E, B, P, C*p*p)
-    x = _linear(params, "patch_embed", patches)  # (E, B, P, d)
-    cls = params["cls_token"].expand(E, B, 1, x.size(-1))  # (E, 1, 1, d) -> (E, B, 1, d)
-    x = torch.cat([cls, x], dim=2) + params["pos_emb"]  # (E, B, P + 1, d); pos_emb (E, 1, P + 1, d)
-    x = _blocks(params, model, x)
+    x = _linear(w, "patch_embed", patches)  # (E, B, P, d)
+    cls = w.params["cls_token"].expand(E, B, 1, x.size(-1))  # (E, 1, 1, d) -> (E, B, 1, d)
+    x = torch.cat([cls, x], dim=2) + w.params["pos_emb"]  # (E, B, P + 1, d); pos_emb (E, 1, P + 1, d)
+    x = _blocks(w, model, x)
     pooled = x[:, :, 1:].mean(dim=2) if model.pool == "mean" else x[:, :, 0]  # (E, B, d)
-    return _linear(params, "head", pooled)  # (E, B, n_classes)
+    return _linear(w, "head", pooled)  # (E, B, n_classes)
 
 
-def _char(params: dict[str, torch.Tensor], model: CharTransformer, idx: torch.Tensor) -> torch.Tensor:
+def _char(w: _Weights, model: CharTransformer, idx: torch.Tensor) -> torch.Tensor:
     E, B, T = idx.shape
     if T > model.cfg.seq_len:
         raise ValueError(f"sequence length {T} exceeds the model's seq_len={model.cfg.seq_len}")
-    table = params["tok_emb.weight"]  # (E, V, d)
+    table = w.params["tok_emb.weight"]  # (E, V, d)
     V = table.size(1)
     offset = (torch.arange(E, device=idx.device) * V).view(E, 1, 1)  # member e's rows of the flat table
-    x = F.embedding(idx + offset, table.flatten(0, 1)) + params["pos_emb"][:, :, :T]  # (E, B, T, d)
-    return _linear(params, "head", _blocks(params, model, x))  # (E, B, T, vocab)
+    x = F.embedding(idx + offset, table.flatten(0, 1)) + w.params["pos_emb"][:, :, :T]  # (E, B, T, d)
+    return _linear(w, "head", _blocks(w, model, x))  # (E, B, T, vocab)
 
 
-def batched_logits(params: dict[str, torch.Tensor], model: nn.Module, x: torch.Tensor) -> torch.Tensor:
+def batched_logits(params: dict[str, torch.Tensor], model: nn.Module, x: torch.Tensor, *,
+                   taps: dict[str, tuple[torch.Tensor, torch.Tensor]] | None = None) -> torch.Tensor:
     """Every member's logits: `params` are `model`'s parameters stacked on a member axis E, x is (E, B, ...).
 
     Args:
         params: name -> (E, *shape) for every parameter of `model` (`torch.func.stack_module_state`).
         model: the architecture (a VisionTransformer or CharTransformer without dropout; any device, meta too).
         x: each member's batch, stacked.
+        taps: when given, filled with linear layer name -> (its input (E, N, in), its output (E, N, out)); the
+            output keeps its gradient after backward (`.grad`): what per-member K-FAC factors are made of.
     Returns:
         (E, B, n_classes) for a ViT, (E, B, T, vocab) for the LM.
     Raises:
@@ -133,7 +148,7 @@ def batched_logits(params: dict[str, torch.Tensor], model: nn.Module, x: torch.T
     if model.cfg.dropout:
         raise ValueError("the batched ensemble forward has no dropout (ensembles take models without it)")
     if isinstance(model, VisionTransformer):
-        return _vit(params, model, x)
+        return _vit(_Weights(params, taps), model, x)
     if isinstance(model, CharTransformer):
-        return _char(params, model, x)
+        return _char(_Weights(params, taps), model, x)
     raise ValueError(f"no batched forward for {type(model).__name__}")

@@ -76,3 +76,30 @@ def test_dropout_is_refused():
     params, _ = stack_module_state([model])
     with pytest.raises(ValueError, match="dropout"):
         batched_logits(params, model, torch.zeros(1, 2, 1, 4, 4))
+
+
+def test_taps_hold_each_members_layer_inputs_and_output_gradients():
+    """What per-member K-FAC factors need: each linear layer's input and output gradient, as hooks on the
+    member's own nn.Linear modules see them."""
+    models = _members(CASES["lm-pre-causal"])
+    params, _ = stack_module_state(models)
+    params = {name: p.detach().requires_grad_() for name, p in params.items()}
+    x, y = _batches(models[0], torch.Generator().manual_seed(3))
+    taps = {}
+    logits = batched_logits(params, models[0], x, taps=taps)
+    sum(loss_fn(logits[e], y[e]) for e in range(MEMBERS)).backward()
+    linears = {name: m for name, m in models[0].named_modules() if isinstance(m, torch.nn.Linear)}
+    assert set(taps) == set(linears)
+    for e, model in enumerate(models):
+        seen = {}
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_hook(lambda m, i, o, name=name: seen.__setitem__((name, "in"), i[0]))
+                module.register_full_backward_hook(
+                    lambda m, gi, go, name=name: seen.__setitem__((name, "grad_out"), go[0]))
+        loss_fn(model(x[e]), y[e]).backward()
+        for name, (inputs, outputs) in taps.items():
+            n_in = inputs.size(-1)
+            torch.testing.assert_close(inputs[e], seen[name, "in"].reshape(-1, n_in), rtol=TOL, atol=TOL)
+            torch.testing.assert_close(outputs.grad[e], seen[name, "grad_out"].reshape(-1, outputs.size(-1)),
+                                       rtol=TOL, atol=TOL, msg=f"member {e} {name}")
