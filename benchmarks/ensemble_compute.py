@@ -7,6 +7,7 @@ One thread, the config's batch per member, AdamW (foreach, as on the CPU) with p
 Paths, timed in interleaved rounds (a load change on the shared cores hits every path alike), CPU seconds of
 this process per step:
   one      a plain module trained by brownformer.train_step.TrainStep (eager, SDPA attention): a run alone;
+  one-math the same with SDPA held to its math kernel (what a run alone would cost with attention as matmuls);
   vmap     vmap of functional_call over the stacked weights (brownformer.ensemble, backend "vmap");
   batched  brownformer.ensemble_batched.batched_logits (backend "batched");
   compile  torch.compile (inductor) of the batched forward and loss; its backward is compiled with it.
@@ -39,7 +40,6 @@ from brownformer.train_step import TrainStep
 
 #: the digits images and classes (brownformer.data: sklearn's 8x8 digits) and the LM's vocabulary order of size
 IMAGE_SHAPE, N_CLASSES, VOCAB = (1, 8, 8), 10, 96
-PATHS = ("one", "vmap", "batched", "compile")
 
 
 def _model(cfg, name: str, seed: int):
@@ -64,12 +64,20 @@ def _member_losses(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return torch.stack([loss_fn(logits[e], y[e]) for e in range(logits.size(0))])
 
 
+def _math_attention(model, x):
+    with sdpa_kernel([SDPBackend.MATH]):
+        return model(x)
+
+
 def step_functions(cfg, name: str, members: int) -> dict:
     """Path name -> a callable doing one training step of that path (state kept inside)."""
     batch, clip = cfg.train.batch_size, cfg.train.grad_clip
     one = _model(cfg, name, 0)
     train_one = TrainStep(one, torch.optim.AdamW(one.parameters(), lr=1e-3, foreach=True), device="cpu",
                           grad_clip=clip)
+    one_math = _model(cfg, name, 0)
+    train_math = TrainStep(one_math, torch.optim.AdamW(one_math.parameters(), lr=1e-3, foreach=True), device="cpu",
+                           grad_clip=clip, forward=lambda x: _math_attention(one_math, x))
     x1, y1 = _batch(cfg, name, batch)
     xs, ys = _batch(cfg, name, batch, members)
     base = _model(cfg, name, 0).to("meta")
@@ -96,14 +104,15 @@ def step_functions(cfg, name: str, members: int) -> dict:
     pb, _, ob = stacked()
     pc, _, oc = stacked()
     compiled = torch.compile(lambda p, x, y: _member_losses(batched_logits(p, base, x), y))
-    return {"one": lambda: train_one(x1, y1),
+    return {"one": lambda: train_one(x1, y1), "one-math": lambda: train_math(x1, y1),
             "vmap": member_step(vmap_losses, pv, ov),
             "batched": member_step(lambda p: vmap(loss_fn)(batched_logits(p, base, xs), ys), pb, ob),
             "compile": member_step(lambda p: compiled(p, xs, ys), pc, oc)}
 
 
-def measure(cfg, name: str, members: int, steps: int, rounds: int) -> dict:
+def measure(cfg, name: str, members: int, steps: int, rounds: int, paths: list[str] | None = None) -> dict:
     fns = step_functions(cfg, name, members)
+    fns = {p: fn for p, fn in fns.items() if paths is None or p in paths}
     warm = {}
     for path, fn in fns.items():  # 3 warm-up steps (the compile path compiles in its first)
         t = time.perf_counter()
@@ -161,7 +170,7 @@ def _summary(r: dict) -> str:
     med = {p: statistics.median(v) for p, v in r["cpu_s_per_step"].items()}
     rows = [f"| {p} | {' / '.join(f'{v * 1e3:.1f}' for v in r['cpu_s_per_step'][p])} | {med[p] * 1e3:.1f} | "
             f"{' / '.join(f'{v:.2f}' for v in r['ratio_to_one'][p])} | "
-            f"{(r['members'] if p != 'one' else 1) / (med[p]):.1f} |" for p in med]
+            f"{(1 if p.startswith('one') else r['members']) / med[p]:.1f} |" for p in med]
     k = r["members"]
     return "\n".join([
         f"### {r['model']}: one training step, batch {r['batch_per_member']} per member, {k} members, 1 thread", "",
@@ -181,6 +190,7 @@ def main(argv=None):
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20, help="steps timed per path and round")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--paths", nargs="+", default=None, help="the paths to time (default: all)")
     ap.add_argument("--compile-cost", action="store_true", help="also time compiling in fresh processes")
     ap.add_argument("--first-step-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--out", type=Path, default=None, help="a JSON file the result is appended to (a list)")
@@ -189,7 +199,7 @@ def main(argv=None):
     cfg = load_config(args.config)
     if args.first_step_only:
         return _first_step_only(cfg, args.model, args.members)
-    r = measure(cfg, args.model, args.members, args.steps, args.rounds)
+    r = measure(cfg, args.model, args.members, args.steps, args.rounds, args.paths)
     if args.compile_cost:
         r["compile_cost"] = compile_cost(args.config, args.model, args.members)
     r["command"] = "python benchmarks/ensemble_compute.py " + " ".join(argv if argv is not None else sys.argv[1:])
