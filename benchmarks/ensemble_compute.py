@@ -42,7 +42,8 @@ from brownformer.train_step import TrainStep
 IMAGE_SHAPE, N_CLASSES, VOCAB = (1, 8, 8), 10, 96
 
 
-def _model(cfg, name: str, seed: int):
+def seeded_model(cfg, name: str, seed: int):
+    """The config's model `name` initialised from torch seed `seed` (as a run of that seed starts)."""
     torch.manual_seed(seed)
     mcfg = cfg.models[name]
     if mcfg.arch == "vit":
@@ -50,7 +51,8 @@ def _model(cfg, name: str, seed: int):
     return build_model(mcfg, vocab_size=VOCAB)
 
 
-def _batch(cfg, name: str, batch: int, members: int | None = None):
+def random_batch(cfg, name: str, batch: int, members: int | None = None):
+    """Random inputs and labels of the model's shape: (B, ...), or (members, B, ...)."""
     mcfg = cfg.models[name]
     lead = (members,) if members else ()
     if mcfg.arch == "vit":
@@ -72,18 +74,18 @@ def _math_attention(model, x):
 def step_functions(cfg, name: str, members: int) -> dict:
     """Path name -> a callable doing one training step of that path (state kept inside)."""
     batch, clip = cfg.train.batch_size, cfg.train.grad_clip
-    one = _model(cfg, name, 0)
+    one = seeded_model(cfg, name, 0)
     train_one = TrainStep(one, torch.optim.AdamW(one.parameters(), lr=1e-3, foreach=True), device="cpu",
                           grad_clip=clip)
-    one_math = _model(cfg, name, 0)
+    one_math = seeded_model(cfg, name, 0)
     train_math = TrainStep(one_math, torch.optim.AdamW(one_math.parameters(), lr=1e-3, foreach=True), device="cpu",
                            grad_clip=clip, forward=lambda x: _math_attention(one_math, x))
-    x1, y1 = _batch(cfg, name, batch)
-    xs, ys = _batch(cfg, name, batch, members)
-    base = _model(cfg, name, 0).to("meta")
+    x1, y1 = random_batch(cfg, name, batch)
+    xs, ys = random_batch(cfg, name, batch, members)
+    base = seeded_model(cfg, name, 0).to("meta")
 
     def stacked():
-        params, buffers = stack_module_state([_model(cfg, name, s) for s in range(members)])
+        params, buffers = stack_module_state([seeded_model(cfg, name, s) for s in range(members)])
         params = {k: torch.nn.Parameter(v.detach().clone()) for k, v in params.items()}
         return params, buffers, torch.optim.AdamW(params.values(), lr=1e-3, foreach=True)
 
@@ -126,8 +128,8 @@ def measure(cfg, name: str, members: int, steps: int, rounds: int, paths: list[s
             for _ in range(steps):
                 fn()
             per_round[path].append((time.process_time() - t) / steps)
-    one = _model(cfg, name, 0)
-    x, y = _batch(cfg, name, cfg.train.batch_size)
+    one = seeded_model(cfg, name, 0)
+    x, y = random_batch(cfg, name, cfg.train.batch_size)
     with FlopCounterMode(display=False) as counter:
         loss_fn(one(x), y).backward()
     mcfg = cfg.models[name]

@@ -38,7 +38,7 @@ from brownformer.optim import build_optimizer
 from brownformer.train_step import TrainStep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ensemble_compute import _batch, _model  # noqa: E402
+from ensemble_compute import random_batch, seeded_model  # noqa: E402
 
 
 def batched_kronecker_cg(G: torch.Tensor, A: torch.Tensor, V: torch.Tensor, damping: float,
@@ -61,13 +61,13 @@ def batched_kronecker_cg(G: torch.Tensor, A: torch.Tensor, V: torch.Tensor, damp
     return X
 
 
-def _factors(taps: dict, E: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-    """Layer -> (A (E, in+1, in+1), G (E, out, out)) from the taps after a backward."""
+def _factors(taps: dict, grads: list[torch.Tensor], E: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Layer -> (A (E, in+1, in+1), G (E, out, out)) from the taps' inputs and their outputs' gradients."""
     out = {}
-    for name, (a, y) in taps.items():
+    for (name, (a, _)), grad in zip(taps.items(), grads):
         N = a.size(1)
         a1 = torch.cat([a, a.new_ones(E, N, 1)], dim=2)  # (E, N, in+1): the bias as a ones column
-        g = y.grad * N  # (E, N, out): per-token output gradients of the summed loss
+        g = grad * N  # (E, N, out): per-token output gradients of the summed loss
         out[name] = (torch.bmm(a1.transpose(1, 2), a1) / N, torch.bmm(g.transpose(1, 2), g) / N)
     return out
 
@@ -75,11 +75,11 @@ def _factors(taps: dict, E: int) -> dict[str, tuple[torch.Tensor, torch.Tensor]]
 def prototype(cfg, name: str, members: int, damping: float, iterations: int):
     """(factor step, solve, AdamW ensemble step) callables on `members` stacked models."""
     E, batch, clip = members, cfg.train.batch_size, cfg.train.grad_clip
-    base = _model(cfg, name, 0).to("meta")
-    params, _ = stack_module_state([_model(cfg, name, s) for s in range(E)])
+    base = seeded_model(cfg, name, 0).to("meta")
+    params, _ = stack_module_state([seeded_model(cfg, name, s) for s in range(E)])
     params = {k: torch.nn.Parameter(v.detach().clone()) for k, v in params.items()}
     opt = torch.optim.AdamW(params.values(), lr=1e-3, foreach=True)
-    xs, ys = _batch(cfg, name, batch, E)
+    xs, ys = random_batch(cfg, name, batch, E)
     state = {}
 
     def factor_step():
@@ -87,9 +87,8 @@ def prototype(cfg, name: str, members: int, damping: float, iterations: int):
         logits = batched_logits(params, base, xs, taps=taps)
         with torch.no_grad():  # labels drawn from the model's own predictive distribution (`fisher: sampled`)
             sampled = torch.multinomial(F.softmax(logits.detach().flatten(0, -2).float(), -1), 1).view(ys.shape)
-        vmap(loss_fn)(logits, sampled).sum().backward()
-        state["factors"] = _factors(taps, E)
-        opt.zero_grad(set_to_none=True)
+        grads = torch.autograd.grad(vmap(loss_fn)(logits, sampled).sum(), [y for _, y in taps.values()])
+        state["factors"] = _factors(taps, grads, E)
 
     def solve():
         by_shape = defaultdict(list)  # (out, in+1) -> layers: one CG for all layers of a shape and all members
@@ -113,10 +112,10 @@ def prototype(cfg, name: str, members: int, damping: float, iterations: int):
 def _kfac_one(cfg, name: str):
     """One K-FAC run's training step, as the pipeline trains it (TrainStep and the config's optimizer)."""
     ocfg = cfg.plan(f"{name}__kfac-iterative__s0").optimizer
-    model = _model(cfg, name, 0)
+    model = seeded_model(cfg, name, 0)
     step = TrainStep(model, build_optimizer(model, ocfg.type, ocfg.lr, ocfg.params), device="cpu",
                      grad_clip=cfg.train.grad_clip)
-    x, y = _batch(cfg, name, cfg.train.batch_size)
+    x, y = random_batch(cfg, name, cfg.train.batch_size)
     return (lambda: step(x, y)), ocfg.params
 
 
