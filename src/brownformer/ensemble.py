@@ -1,8 +1,9 @@
 """Several runs of one (model, optimizer) trained in one process as one batched model.
 
-At d_model 32 a step is a few hundred small kernels; an ensemble runs them once for all its members. Each
-member's weights are stacked on a leading member axis (`torch.func.stack_module_state`), the forward is
-`vmap` of `functional_call` over that axis, and the loss is the sum of the members' losses, so each member's
+At d_model 32 a step is a few hundred small kernels; an ensemble runs them once for all its members (on the CPU
+that saves the calls, not the passes over the members' activations: 8 vit-pre members cost 4-6x one run's step).
+Each member's weights are stacked on a leading member axis (`torch.func.stack_module_state`), the forward runs them
+all at once (below), and the loss is the sum of the members' losses, so each member's
 gradient is that of its own loss. The optimizer (AdamW or SGD: brownformer.config.ensembles.ENSEMBLE_OPTIMIZERS)
 is elementwise, so one step on the stacked tensors is every member's own step; gradient clipping is per member.
 Two forwards (`backend`, ENSEMBLE_BACKENDS): "batched" (default) writes every layer with the member axis

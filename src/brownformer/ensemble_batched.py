@@ -5,14 +5,16 @@ The stacked weights are brownformer.models' own parameters with a leading member
 member's own module are those of the vmap ensemble; only the forward differs:
 
     linear      y[e] = x[e] W[e]^T + b[e]          one baddbmm over the members
-    attention   members folded into the batch      one F.scaled_dot_product_attention over (E*B, H, T, hs)
+    attention   members folded into the batch      softmax(q k^T / sqrt(hs)) v as two batched matmuls
     LayerNorm   normalised over the last axis, then each member's gamma and beta broadcast
     embedding   one table lookup in the (E*V, d) stack, member e's ids offset by e*V
 
-Why: at d_model 32 a CPU step is bound by the number of operations, and vmap adds its own (copies of batched
-views, and the math attention kernel, which has a batching rule where the fused one has none); here each
-layer is one call for all members. A member's logits are those of its model alone up to float rounding (a
-batched GEMM may block the sum differently from the one-model GEMM): tests/train/test_ensemble_batched.py.
+Why: vmap adds operations of its own (copies of batched views, the math attention kernel's mask handling);
+here each layer is one call for all members: 11-23% less CPU per 8-member vit-pre step than vmap
+(benchmarks/results/ensemble_compute.md). A member's logits and gradients are those of its model alone up to
+float rounding (a batched GEMM may block a sum differently from the one-model GEMM):
+tests/train/test_ensemble_batched.py. With `taps`, each linear layer's input and output per member are kept
+(the activations and output gradients per-member K-FAC factors are made of).
 """
 from __future__ import annotations
 
@@ -59,9 +61,9 @@ def _layer_norm(w: _Weights, name: str, module: nn.Module, x: torch.Tensor) -> t
 def _softmax_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool) -> torch.Tensor:
     """softmax(q k^T / sqrt(hs)) v as two batched matmuls, q, k, v (N, H, T, hs) -> (N, H, T, hs).
 
-    Not F.scaled_dot_product_attention: at T = 17 and hs = 8 its fused CPU kernel costs more than the whole
-    rest of the step (measured: benchmarks/results/ensemble_compute.md), and it does not get cheaper per head
-    with more heads in the batch; two bmm calls over all N*H heads do.
+    Not F.scaled_dot_product_attention: at T = 17 and hs = 8 its fused CPU kernel, called over members x batch,
+    took 40% of an 8-member vit-pre step (benchmarks/results/ensemble_compute.md); two bmm calls over all
+    N*H heads cost less.
     """
     N, H, T, hs = q.shape
     scores = torch.matmul(q, k.transpose(-2, -1)) * hs ** -0.5  # (N, H, T, T)
