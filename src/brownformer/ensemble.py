@@ -6,11 +6,13 @@ Each member's weights are stacked on a leading member axis (`torch.func.stack_mo
 all at once (below), and the loss is the sum of the members' losses, so each member's
 gradient is that of its own loss. The optimizer (AdamW or SGD: brownformer.config.ensembles.ENSEMBLE_OPTIMIZERS)
 is elementwise, so one step on the stacked tensors is every member's own step; gradient clipping is per member.
-Two forwards (`backend`, ENSEMBLE_BACKENDS): "batched" (default) writes every layer with the member axis
+Three forwards (`backend`, ENSEMBLE_BACKENDS): "batched" (default) writes every layer with the member axis
 (brownformer.ensemble_batched: one batched matmul per linear layer, attention with members folded into the
 batch); "vmap" maps `functional_call` of the model over the member axis, attention on the math kernel
-(F.scaled_dot_product_attention's fused CPU kernel has no batching rule). Both equal the runs alone to float
-rounding; "batched" is the cheaper (benchmarks/results/ensemble_compute.md).
+(F.scaled_dot_product_attention's fused CPU kernel has no batching rule); "compile" runs the batched forward
+(and its backward) under torch.compile in training steps: 10-33% less CPU a step than "batched" but 10-61 CPU-s
+to compile (warm or empty inductor cache), so it pays only in long runs (lm-pre's 2500 steps, not 400). All
+equal the runs alone to float rounding (benchmarks/results/ensemble_compute.md).
 
 A member is a run as `brownformer.train.train_run` trains it, to float rounding: its own initialisation
 (torch seed), data order (RunSpec.data_seed), probes (its own recorder, called with the member's weights),
@@ -55,8 +57,9 @@ log = logging.getLogger(__name__)
 
 __all__ = ["ENSEMBLE_BACKENDS", "clip_members", "train_ensemble"]
 
-#: how the members' forward is batched: layers holding the member axis, or vmap over one model's forward
-ENSEMBLE_BACKENDS = ("batched", "vmap")
+#: how the members' forward is batched: layers holding the member axis, vmap over one model's forward, or the
+#: first under torch.compile (training steps only; evaluation runs it eagerly)
+ENSEMBLE_BACKENDS = ("batched", "vmap", "compile")
 
 
 @dataclass
@@ -161,6 +164,8 @@ class _Stack:
 
     def __init__(self, members: list[_Member], device: torch.device, backend: str):
         self.n, self.backend = len(members), backend
+        # inductor fuses the elementwise work of forward and backward; compiled once per process and shape
+        self.compiled = torch.compile(batched_logits) if backend == "compile" else None
         params, buffers = stack_module_state([m.model for m in members])
         self.names = list(params)
         self.params = {k: nn.Parameter(v) for k, v in params.items()}  # (E, *shape) each
@@ -176,7 +181,9 @@ class _Stack:
 
     def forward(self, x: torch.Tensor, *, shared_input: bool = False) -> torch.Tensor:
         """Logits of every member, (E, B, ...): x is (E, B, ...), or one batch (B, ...) for all (shared_input)."""
-        if self.backend == "batched":
+        if self.backend == "compile" and not shared_input and torch.is_grad_enabled():
+            return self.compiled(self.params, self.base, x)
+        if self.backend in ("batched", "compile"):
             return batched_logits(self.params, self.base, x.expand(self.n, *x.shape) if shared_input else x)
         def one(params, buffers, inputs):
             return functional_call(self.base, (params, buffers), (inputs,))

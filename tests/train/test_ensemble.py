@@ -37,8 +37,13 @@ def _weights(run_dir):
     return state["model"]
 
 
-@pytest.mark.parametrize("backend", ENSEMBLE_BACKENDS)
-@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
+#: every backend once (compiling takes minutes on a loaded CPU: AdamW only, marked slow), the eager ones per optimizer
+BACKEND_CASES = [pytest.param("adamw", "compile", marks=pytest.mark.slow, id="adamw-compile"),
+                 *(pytest.param(o, b, id=f"{o}-{b}") for o in ("adamw", "sgd") for b in ENSEMBLE_BACKENDS
+                   if b != "compile")]
+
+
+@pytest.mark.parametrize(("optimizer", "backend"), BACKEND_CASES)
 def test_each_member_equals_its_run_trained_alone(raw_config, digits_dir, tmp_path, optimizer, backend):
     cfg = _cfg(raw_config, optimizer)
     together = train_ensemble(cfg, _runs(optimizer), digits_dir, tmp_path / "ens", progress=False, backend=backend)
