@@ -159,7 +159,8 @@ def main(argv=None):
               "cpu_s_per_call": rounds, "median": med, "prototype_step": per_step,
               "ratio_members_to_kfac_one": per_step[args.members] / med["kfac_one"], "load_average": os.getloadavg()}
     lines = [f"### {args.model}: K-FAC ensemble prototype, {args.members} members, 1 thread (CPU ms, median of "
-             f"{args.rounds} rounds of {args.steps} calls)", "", "| call | CPU ms each round | median |", "|---|---|---|"]
+             f"{args.rounds} rounds of {args.steps} calls)", "",
+             "| call | CPU ms each round | median |", "|---|---|---|"]
     lines += [f"| {k} | {' / '.join(f'{v * 1e3:.1f}' for v in rounds[k])} | {med[k] * 1e3:.1f} |" for k in rounds]
     lines += ["", f"Prototype step (AdamW-ensemble step + factors / {every} + solve): "
               + ", ".join(f"{E} member(s) {v * 1e3:.1f} ms" for E, v in per_step.items())

@@ -70,8 +70,8 @@ def test_members_do_not_mix():
 
 
 def test_dropout_is_refused():
-    cfg = ModelConfig(name="m", dataset="d", arch="vit", ln="pre", patch_size=2, d_model=16, n_layers=1, n_heads=4, mlp_ratio=2,
-                      dropout=0.1)
+    cfg = ModelConfig(name="m", dataset="d", arch="vit", ln="pre", patch_size=2, d_model=16, n_layers=1, n_heads=4,
+                      mlp_ratio=2, dropout=0.1)
     model = build_model(cfg, n_classes=5, image_shape=(1, 4, 4))
     params, _ = stack_module_state([model])
     with pytest.raises(ValueError, match="dropout"):
