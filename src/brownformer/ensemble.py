@@ -11,7 +11,7 @@ Three forwards (`backend`, ENSEMBLE_BACKENDS): "batched" (default) writes every 
 batch); "vmap" maps `functional_call` of the model over the member axis, attention on the math kernel
 (F.scaled_dot_product_attention's fused CPU kernel has no batching rule); "compile" runs the batched forward
 (and its backward) under torch.compile in training steps: 10-33% less CPU a step than "batched" but 10-61 CPU-s
-to compile (warm or empty inductor cache), so it pays only in long runs (lm-pre's 2500 steps, not 400). All
+to compile (warm or empty inductor cache), so it can pay only in long runs (500 lm-pre steps: break-even). All
 equal the runs alone to float rounding (benchmarks/results/ensemble_compute.md).
 
 A member is a run as `brownformer.train.train_run` trains it, to float rounding: its own initialisation
