@@ -1,11 +1,18 @@
 """Several runs of one (model, optimizer) trained in one process as one batched model.
 
-At d_model 32 a step is a few hundred small kernels; an ensemble runs them once for all its members. Each
-member's weights are stacked on a leading member axis (`torch.func.stack_module_state`), the forward is
-`vmap` of `functional_call` over that axis, and the loss is the sum of the members' losses, so each member's
+At d_model 32 a step is a few hundred small kernels; an ensemble runs them once for all its members (on the CPU
+that saves the calls, not the passes over the members' activations: 8 vit-pre members cost 4-6x one run's step).
+Each member's weights are stacked on a leading member axis (`torch.func.stack_module_state`), the forward runs them
+all at once (below), and the loss is the sum of the members' losses, so each member's
 gradient is that of its own loss. The optimizer (AdamW or SGD: brownformer.config.ensembles.ENSEMBLE_OPTIMIZERS)
 is elementwise, so one step on the stacked tensors is every member's own step; gradient clipping is per member.
-Attention runs the math kernel under vmap (F.scaled_dot_product_attention's fused CPU kernel has no batching rule).
+Three forwards (`backend`, ENSEMBLE_BACKENDS): "batched" (default) writes every layer with the member axis
+(brownformer.ensemble_batched: one batched matmul per linear layer, attention with members folded into the
+batch); "vmap" maps `functional_call` of the model over the member axis, attention on the math kernel
+(F.scaled_dot_product_attention's fused CPU kernel has no batching rule); "compile" runs the batched forward
+(and its backward) under torch.compile in training steps: 10-33% less CPU a step than "batched" but 10-61 CPU-s
+to compile (warm or empty inductor cache), so it can pay only in long runs (500 lm-pre steps: break-even). All
+equal the runs alone to float rounding (benchmarks/results/ensemble_compute.md).
 
 A member is a run as `brownformer.train.train_run` trains it, to float rounding: its own initialisation
 (torch seed), data order (RunSpec.data_seed), probes (its own recorder, called with the member's weights),
@@ -36,6 +43,7 @@ from tqdm.auto import tqdm
 from brownformer.config import ExperimentConfig, RunPlan
 from brownformer.config.ensembles import ensemble_key
 from brownformer.data import DeviceSampler, PreparedData, eval_batches, eval_batches_on, load_prepared
+from brownformer.ensemble_batched import batched_logits
 from brownformer.metrics import val_metric_for_kind
 from brownformer.models import loss_fn
 from brownformer.optim import build_optimizer, implementation_flags
@@ -47,7 +55,11 @@ from brownformer.train_step import LossTracker
 
 log = logging.getLogger(__name__)
 
-__all__ = ["train_ensemble"]
+__all__ = ["ENSEMBLE_BACKENDS", "clip_members", "train_ensemble"]
+
+#: how the members' forward is batched: layers holding the member axis, vmap over one model's forward, or the
+#: first under torch.compile (training steps only; evaluation runs it eagerly)
+ENSEMBLE_BACKENDS = ("batched", "vmap", "compile")
 
 
 @dataclass
@@ -82,7 +94,8 @@ class _Member:
 
 def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Path, runs_dir: str | Path, *,
                    probes: bool = False, callbacks: dict[str, list[StepCallback]] | None = None,
-                   stop_after: int | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
+                   stop_after: int | None = None, progress: bool = True,
+                   backend: str = "batched") -> dict[str, pd.DataFrame]:
     """Train `run_ids` (runs of one `config.ensembles.ensemble_key`) as one batched model.
 
     Args:
@@ -92,11 +105,14 @@ def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Pa
         probes: record each member's probes when the config probes it (as `train_run`).
         callbacks: run id -> extra callbacks of that member, called as in `train_run`.
         stop_after: stop every member (with a checkpoint) after this many steps, as if killed; for tests.
+        backend: the batched forward, one of ENSEMBLE_BACKENDS (the same numbers to float rounding).
     Returns:
         Run id -> its metrics table (written to its run folder when it completes).
     Raises:
-        ValueError: no runs, a run twice, or runs that cannot train together (naming them).
+        ValueError: no runs, a run twice, runs that cannot train together (naming them), or an unknown backend.
     """
+    if backend not in ENSEMBLE_BACKENDS:
+        raise ValueError(f"unknown ensemble backend {backend!r}; known: {', '.join(ENSEMBLE_BACKENDS)}")
     if not run_ids or len(set(run_ids)) != len(run_ids):
         raise ValueError(f"an ensemble needs distinct runs, got {list(run_ids)}")
     plans = {run_id: cfg.plan(run_id) for run_id in run_ids}
@@ -114,7 +130,8 @@ def train_ensemble(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Pa
     # members at one step train together (after a kill between checkpoint writes they may stand apart)
     for start in sorted({(m.start_step, m.stopped) for m in members}):
         part = [m for m in members if (m.start_step, m.stopped) == start]
-        out.update(_train_together(part, data, device, flags, run_ids, stop_after=stop_after, progress=progress))
+        out.update(_train_together(part, data, device, flags, run_ids, stop_after=stop_after, progress=progress,
+                                   backend=backend))
     return {run_id: out[run_id] for run_id in run_ids if run_id in out}
 
 
@@ -145,8 +162,10 @@ def _open_member(plan: RunPlan, out_dir: Path, data: PreparedData, device: torch
 class _Stack:
     """The members' weights stacked on a leading axis, the batched forward, and the optimizer over them."""
 
-    def __init__(self, members: list[_Member], device: torch.device):
-        self.n = len(members)
+    def __init__(self, members: list[_Member], device: torch.device, backend: str):
+        self.n, self.backend = len(members), backend
+        # inductor fuses the elementwise work of forward and backward; compiled once per process and shape
+        self.compiled = torch.compile(batched_logits) if backend == "compile" else None
         params, buffers = stack_module_state([m.model for m in members])
         self.names = list(params)
         self.params = {k: nn.Parameter(v) for k, v in params.items()}  # (E, *shape) each
@@ -162,18 +181,17 @@ class _Stack:
 
     def forward(self, x: torch.Tensor, *, shared_input: bool = False) -> torch.Tensor:
         """Logits of every member, (E, B, ...): x is (E, B, ...), or one batch (B, ...) for all (shared_input)."""
+        if self.backend == "compile" and not shared_input and torch.is_grad_enabled():
+            return self.compiled(self.params, self.base, x)
+        if self.backend in ("batched", "compile"):
+            return batched_logits(self.params, self.base, x.expand(self.n, *x.shape) if shared_input else x)
         def one(params, buffers, inputs):
             return functional_call(self.base, (params, buffers), (inputs,))
         with sdpa_kernel([SDPBackend.MATH]):
             return vmap(one, in_dims=(0, 0, None if shared_input else 0))(self.params, self.buffers, x)
 
     def clip(self, max_norm: float) -> None:
-        """Each member's gradient scaled to global norm <= max_norm, as torch.nn.utils.clip_grad_norm_ on one run."""
-        grads = [p.grad for p in self.params.values() if p.grad is not None]
-        norms = torch.stack([g.reshape(self.n, -1).norm(dim=1) for g in grads], dim=1)  # (E, n_tensors)
-        coef = (max_norm / (norms.norm(dim=1) + 1e-6)).clamp(max=1.0)  # (E,)
-        for g in grads:
-            g.mul_(coef.view(self.n, *([1] * (g.dim() - 1))))
+        clip_members([p.grad for p in self.params.values() if p.grad is not None], self.n, max_norm)
 
     def set_lr(self, factor: float) -> float:
         for group in self.optimizer.param_groups:
@@ -191,6 +209,15 @@ class _Stack:
         full = self.optimizer.state_dict()
         state = {k: {key: _member_entry(key, v, i) for key, v in s.items()} for k, s in full["state"].items()}
         return {"state": state, "param_groups": copy.deepcopy(full["param_groups"])}
+
+
+def clip_members(grads: list[torch.Tensor], n: int, max_norm: float) -> None:
+    """Each member's gradient (stacked tensors (n, ...)) scaled in place to global norm <= max_norm, as
+    torch.nn.utils.clip_grad_norm_ scales one run's."""
+    norms = torch.stack([g.reshape(n, -1).norm(dim=1) for g in grads], dim=1)  # (E, n_tensors)
+    coef = (max_norm / (norms.norm(dim=1) + 1e-6)).clamp(max=1.0)  # (E,)
+    for g in grads:
+        g.mul_(coef.view(n, *([1] * (g.dim() - 1))))
 
 
 def _member_entry(key: str, value, i: int):
@@ -227,11 +254,12 @@ def _evaluate_members(stack: _Stack, batches, kind: str) -> list[dict]:
 
 
 def _train_together(members: list[_Member], data: PreparedData, device: torch.device, flags: dict,
-                    ensemble: list[str], *, stop_after: int | None, progress: bool) -> dict[str, pd.DataFrame]:
+                    ensemble: list[str], *, stop_after: int | None, progress: bool,
+                    backend: str) -> dict[str, pd.DataFrame]:
     """Train members that stand at one step to the end of the budget (each stops at its claim-4 target)."""
     tcfg, n = members[0].plan.train, len(members)
     seq_len = members[0].plan.model.seq_len if data.kind == "text" else None
-    stack = _Stack(members, device)
+    stack = _Stack(members, device, backend)
     val = eval_batches_on(eval_batches(data, "val", batch_size=tcfg.batch_size, n_batches=tcfg.eval_batches,
                                       seq_len=seq_len), device)
     targets = [m.plan.stop_target for m in members]

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from brownformer.config import apply_overrides, from_dict
-from brownformer.ensemble import train_ensemble
+from brownformer.ensemble import ENSEMBLE_BACKENDS, train_ensemble
 from brownformer.train import train_run
 
 SEEDS = [0, 1, 2]
@@ -37,10 +37,16 @@ def _weights(run_dir):
     return state["model"]
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "sgd"])
-def test_each_member_equals_its_run_trained_alone(raw_config, digits_dir, tmp_path, optimizer):
+#: every backend once (compiling takes minutes on a loaded CPU: AdamW only, marked slow), the eager ones per optimizer
+BACKEND_CASES = [pytest.param("adamw", "compile", marks=pytest.mark.slow, id="adamw-compile"),
+                 *(pytest.param(o, b, id=f"{o}-{b}") for o in ("adamw", "sgd") for b in ENSEMBLE_BACKENDS
+                   if b != "compile")]
+
+
+@pytest.mark.parametrize(("optimizer", "backend"), BACKEND_CASES)
+def test_each_member_equals_its_run_trained_alone(raw_config, digits_dir, tmp_path, optimizer, backend):
     cfg = _cfg(raw_config, optimizer)
-    together = train_ensemble(cfg, _runs(optimizer), digits_dir, tmp_path / "ens", progress=False)
+    together = train_ensemble(cfg, _runs(optimizer), digits_dir, tmp_path / "ens", progress=False, backend=backend)
     for run in _runs(optimizer):
         alone = train_run(cfg, run, digits_dir, tmp_path / "alone" / run, progress=False)
         pd.testing.assert_frame_equal(together[run][["step", *COMPARED]], alone[["step", *COMPARED]],
@@ -98,6 +104,11 @@ def test_members_capture_their_own_probes(raw_config, digits_dir, tmp_path):
                 np.load(sorted((tmp_path / "ens" / run / "probes").glob("*.npz"))[k]) as b:
             key = next(n for n in a.files if n.startswith("resid"))
             np.testing.assert_allclose(b[key].astype(np.float32), a[key].astype(np.float32), rtol=1e-2, atol=1e-2)
+
+
+def test_an_unknown_backend_is_refused_naming_it(raw_config, digits_dir, tmp_path):
+    with pytest.raises(ValueError, match="'jit'"):
+        train_ensemble(_cfg(raw_config), _runs(), digits_dir, tmp_path, progress=False, backend="jit")
 
 
 def test_runs_that_cannot_train_together_are_refused_naming_them(raw_config, digits_dir, tmp_path):
