@@ -8,6 +8,7 @@ from scipy import stats as sps
 from brownformer.config import DEFAULT_MARGINS
 from brownformer.stats.diffusion import edges
 from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
+from brownformer.stats.claims.claim_inputs import FileCalibration, view
 from brownformer.stats.claims.claim3_brownian import _trustworthy
 from brownformer.stats.diffusion.fitted_null import fit_null, simulate_fitted, storage_precision
 from brownformer.stats.core.gates import POWER_GOAL, cp_bounds
@@ -45,18 +46,19 @@ def test_clopper_pearson_bounds_match_the_beta_quantiles(k, n):
 
 
 def test_power_gate_reads_the_lower_bound_not_the_point_estimate():
-    def cal(k, n):
+    def cal(k, n, **more):  # the calibration at a file's shape, as the claim reads it (claim_inputs.view)
         lo, _ = cp_bounds(k, n)
-        return {"size": 0.0, "size_upper": 0.01, "power": {"clock_1.1": k / n}, "power_lower": {"clock_1.1": lo}}
+        return view(FileCalibration, {"size": 0.0, "size_upper": 0.01, "power": {"clock_1.1": k / n},
+                                      "power_lower": {"clock_1.1": lo}, **more})
 
     weak = cal(46, 50)  # point 0.92 > 0.9, but 46 of 50 does not show power above 0.9
-    assert weak["power"]["clock_1.1"] > POWER_GOAL and not _trustworthy(weak, "brownian")[0]
+    assert weak.power["clock_1.1"] > POWER_GOAL and not _trustworthy(weak, "brownian")[0]
     assert _trustworthy(weak, "not brownian")[0]  # a rejection rests on size only
     assert _trustworthy(cal(390, 400), "brownian")[0]
-    big = {"size": 0.05, "size_upper": 0.09, "power": {}, "power_lower": {}}
+    big = view(FileCalibration, {"size": 0.05, "size_upper": 0.09, "power": {}, "power_lower": {}})
     assert not _trustworthy(big, "not brownian")[0]  # size gate on the upper bound too
-    fitted_bad = {"size": 0.1, "size_upper": 0.2}
-    assert not _trustworthy(cal(390, 400), "not brownian", fitted_bad)[0]
+    fitted_bad = {"size": 0.1, "size_upper": 0.2, "n_replicates": 40}
+    assert not _trustworthy(cal(390, 400, fitted=fitted_bad), "not brownian")[0]
 
 
 def _edge_rates(process, kind, n=60, **kw):

@@ -185,7 +185,7 @@ def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord
     rec = ClaimRecord(
         "2", TITLE, decision.verdict, decision.reason, estimate=est, margin=tuple(e.margin),
         calibration={"shape": {"n_seeds": len(seeds)}, "size": max(sizes) if sizes else None, "size_se": None,
-                     "power": powers, "n_replicates": sum(c.n_replicates for c in cals if c),
+                     "power": powers, "n_replicates": sum(c.n_replicates or 0 for c in cals if c),
                      "method": "size: largest per-seed pass rate of the rule on its nulls; power: module docstring"},
         tests=[{"name": f"{n} equivalence {test_over} (TOST)", "statistic": finite_or_none(c.estimate),
                 "pvalue": c.pvalue, "rejected": None if c.pvalue is None else bool(c.pvalue < stats.alpha)}
@@ -197,7 +197,7 @@ def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord
 class _Calibration:
     """What the claim level reads of a claim-2 record's calibration (claims.json writes the mapping)."""
     size: float | None = None
-    n_replicates: int = 0
+    n_replicates: int | None = None  # None: the record's calibration did not say (summed as 0)
     power: dict | None = None
 
 
@@ -294,7 +294,7 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         estimate=per_model[pick].estimate if pick else None, margin=per_model[pick].margin if pick else None,
         calibration={"shape": "per configuration (see per_model)", "size": max(sizes) if sizes else None,
                      "size_se": None, "power": {c: cal.power for c, cal in cals.items()},
-                     "n_replicates": sum(cal.n_replicates for cal in cals.values()),
+                     "n_replicates": sum(cal.n_replicates or 0 for cal in cals.values()),
                      "method": "largest per-configuration size of the rule on its nulls; power per configuration"}
         if per_model else None,
         tests=[{"name": "head isotropy, vMF output error and reversibility over seeds (intersection-union over "
