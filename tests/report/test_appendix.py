@@ -23,3 +23,11 @@ def test_only_runs_whose_run_hash_differs_are_stale(tmp_path, raw_config):
     fresh, stale = [r.run_id for r in cfg.runs()][:2]
     ctx = _context(tmp_path, cfg, {fresh: cfg.run_hash(fresh), stale: "trained under another model width"})
     assert provenance(ctx)["stale_runs"] == [stale]
+
+
+def test_the_appendix_states_the_seed_offset_the_study_ran_at(tmp_path, raw_config):
+    from brownformer.report.section_appendix import appendix
+    for offset in (0, 1000):
+        cfg = from_dict({**raw_config, "seed_offset": offset})
+        text = appendix(_context(tmp_path / str(offset), cfg, {}))
+        assert f"**Seed offset:** {offset} " in text and "benchmarks/results/replication.md" in text

@@ -81,7 +81,11 @@ def appendix(ctx: ReportContext) -> str:
         f"- **Device of the runs:** {device_text}",
         f"- **Seeds:** {', '.join(map(str, sorted({r.seed for r in cfg.runs()})))} (data split seed(s): "
         f"{', '.join(sorted({str(d.split_seed) for d in cfg.datasets.values()}))}; probe seed {cfg.probes.seed}; "
-        f"statistics seed {cfg.stats.seed})", "",
+        f"statistics seed {cfg.stats.seed})",
+        f"- **Seed offset:** {cfg.seed_offset} (added to every seed the runs use: initialisation, data order, "
+        "replicas, probe inputs). `snakemake --cores all --config seed_offset=1000` runs the study again on fresh "
+        "seeds; `python benchmarks/replication.py --config CONFIG --offsets 0 1000` runs and compares two offsets, "
+        "verdict by verdict and interval by interval (`benchmarks/results/replication.md`).", "",
         "### Package versions", md_table(vt), "",
         "### Wall time per stage (Snakemake benchmark files)",
         md_table(st) if not st.empty else "Stage wall times: not available (no results/benchmarks/*/*.tsv).", "",
