@@ -26,10 +26,5 @@ def test_a_verdict_outside_both_vocabularies_is_refused(verdict):
         Decision(verdict)
 
 
-def test_decisive_is_yes_or_no_only():
-    assert [Decision(v).decisive for v in CLAIM_VERDICTS] == [True, True, False, False]
-    assert [Decision(v).decisive for v in RULE_VERDICTS] == [True, True, False]
-
-
 def test_the_vocabularies_have_one_home():
     assert verdicts.VERDICTS is CLAIM_VERDICTS and rule.VERDICTS is RULE_VERDICTS

@@ -271,8 +271,3 @@ class Decision(_Record):
     def __post_init__(self):
         if self.verdict not in CLAIM_VERDICTS + RULE_VERDICTS:
             raise ValueError(f"Decision verdict {self.verdict!r} is not one of {list(CLAIM_VERDICTS + RULE_VERDICTS)}")
-
-    @property
-    def decisive(self) -> bool:
-        """Whether the verdict says yes or no (not inconclusive, not 'did not train')."""
-        return self.verdict in ("supported", "not supported", "brownian", "not brownian")

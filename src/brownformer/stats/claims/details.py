@@ -338,16 +338,9 @@ class Claim2ConfigurationDetails(ClaimDetails):
 
 
 @dataclass(frozen=True)
-class Claim2FixedModelDetails(ClaimDetails):
-    """Claim 2, one fixed model (unit "inputs"), decided on its probe inputs; its seed description beside it."""
-    pvalue: float | None
-    causal: bool
-    criteria: dict[str, ClaimDetails]
-    vmf_fit: list[str]
-    seeds: list[str]
-    verdict_head_isotropy: str
-    verdict_vmf_output_error: str
-    verdict_reversibility: str
+class Claim2FixedModelDetails(Claim2ConfigurationDetails):
+    """Claim 2, one fixed model (unit "inputs"), decided on its probe inputs: a configuration's fields (in the same
+    JSON order), then the unit and its seed description beside it."""
     unit: str
     description: ClaimDetails
     _nested = {"criteria": _criteria,
