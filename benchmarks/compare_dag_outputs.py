@@ -27,8 +27,10 @@ MASKS = [(re.compile(r"\.new-[a-z0-9_]{8}"), ".new-<tmp>"),
          (re.compile(r"(seconds ratio (&gt;|>) ?|step-cost ratio |margin 1 / )[\d.]+"), r"\1<s>"),
          (re.compile(r"\d{4}-\d\d-\d\d[T ]\d\d:\d\d(:\d\d(\.\d+)?)?(\+\d\d:\d\d|Z)?"), "<time>"),
          (re.compile(r"\b[0-9a-f]{7,64}\b"), "<hash>"),
-         # run directories and source copies, also a helper's (/tmp/typed_after_A, /tmp/typedA_snap)
+         # run directories and source copies, also a helper's (/tmp/typed_after_A, /tmp/typedA_snap, /tmp/ref_ci,
+         # /tmp/after_fast, /tmp/snap_fast)
          (re.compile(r"/tmp/typed[AB]?_(ref|after|base|snap)(_[AB])?"), "<dir>"),
+         (re.compile(r"/tmp/(ref|after|snap)_[A-Za-z0-9]+"), "<dir>"),
          (re.compile(r"[ \u2580-\u259f]+"), " ")]  # column padding, progress-bar blocks
 
 
