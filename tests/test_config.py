@@ -212,3 +212,9 @@ def test_non_boolean_block_probes_is_rejected_naming_the_key(raw_config, value):
     raw_config["grid"][0]["probes"] = value
     with pytest.raises(ConfigError, match=r"key 'grid\.0\.probes"):
         from_dict(raw_config)
+
+
+def test_a_baseline_both_evaluated_and_screened_is_an_error(raw_config):
+    raw_config.setdefault("report", {}).update(baselines=["adamw", "sgd"], screened_baselines=["sgd"])
+    with pytest.raises(ConfigError, match=r"report\.screened_baselines.*sgd"):
+        from_dict(raw_config)

@@ -71,6 +71,16 @@ def test_the_best_first_order_optimizer_decides():
     assert beaten.verdict == "supported" and set(rates.per_baseline) == {"adamw", "muon"}
 
 
+def test_a_baseline_screened_out_at_tuning_is_named_and_needs_no_runs():
+    report = ReportConfig(proposed="kfac-iterative", baselines=("adamw",), screened_baselines=("sgd",),
+                          scope=("vit-pre",), targets={"vit-pre": 0.8})
+    rec = optimizer_claim(_grid(2.5), STATS4, report)  # no SGD run in the grid: the protocol is still met
+    assert rec.verdict == "supported" and "screened out at tuning" in rec.reason and "sgd" in rec.reason
+    evaluated = optimizer_claim(_grid(2.5), STATS4, ReportConfig(**{**report.__dict__, "screened_baselines": (),
+                                                                   "baselines": ("adamw", "sgd")}))
+    assert evaluated.verdict == "inconclusive"  # an evaluated baseline without runs misses the protocol
+
+
 def test_a_rule_over_its_size_at_this_shape_is_inconclusive(monkeypatch):
     monkeypatch.setattr(claim4_optimizer, "MAX_SIZE", -1.0)  # every simulated size now exceeds the bound
     rec = optimizer_claim(_grid(2.5), STATS4, REPORT)

@@ -207,6 +207,11 @@ def _check_references(data: dict, source: str) -> None:
                 if name not in known:
                     raise ConfigError(f"{source}: key 'replicas.{i}.{key}': unknown {key[:-1]} {name!r}; "
                                       f"known: {sorted(known)}")
+    report = data.get("report") or {}
+    both = sorted(set(report.get("screened_baselines") or ()) & set(report.get("baselines") or ()))
+    if both:
+        raise ConfigError(f"{source}: key 'report.screened_baselines': {', '.join(both)} also in report.baselines "
+                          "(a baseline is either evaluated or screened out at tuning, not both)")
     _check_optimizer_keys(data, source)
     _check_schedules(data, source)
     for key, (low, high) in data.get("stats", {}).get("margins", {}).items():

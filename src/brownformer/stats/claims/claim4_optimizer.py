@@ -206,6 +206,9 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
         reason = f"model variant(s) in scope without runs: {', '.join(missing)}" if missing else "empty scope"
     reason += (f"; scope (report.scope, fixed before evaluation): {', '.join(scope) or 'none'}; baselines "
                f"{', '.join(report.baselines)}")
+    if report.screened_baselines:
+        reason += (f"; screened out at tuning, not evaluated (every tuning run missed the target): "
+                   f"{', '.join(report.screened_baselines)}")
     if excluded:
         reason += f"; did not train (censored at the budget): {', '.join(sorted(excluded))}"
     decided = [m for m in scope if m in per_model and per_model[m].estimate is not None]
