@@ -130,7 +130,7 @@ CLAIM_RULE_HISTORY = {
          "before evaluation", "787b879", "2026-12-01",
          "fixed before the evaluation at the re-tuned settings; SGD added as the third first-order baseline"),
         ("SGD screened out of the evaluation (report.screened_baselines): a baseline whose every tuning run missed "
-         "the target is not evaluated; baselines adamw, muon", "after data", "SCREENCOMMIT", "2026-12-01",
+         "the target is not evaluated; baselines adamw, muon", "after data", "c4b387f", "2026-12-01",
          "cost: SGD missed the target in all 27 tuning runs per ViT and in all 16 evaluation runs of 79e0c03; its 16 "
          "runs (~290 CPU-s) did not fit the 15-minute default run. Dropping a baseline that is censored on every "
          "seed cannot turn the intersection-union verdict against K-FAC"),
