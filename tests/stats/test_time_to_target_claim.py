@@ -150,11 +150,13 @@ def test_the_comparison_records_write_their_results_json_and_read_back_as_record
     from brownformer.io import to_jsonable
     from brownformer.stats.claims.comparison_records import KMMedian, MedianRatio, TargetLevel
     from brownformer.stats.claims.details import parse_details
-    from brownformer.stats.comparison.time_to_target import time_to_target
+    from brownformer.stats.comparison.time_to_target import time_to_target, with_critical_values
 
     runs = _grid(2.5)
     res = time_to_target(runs, {"vit-pre": 0.8}, stats=STATS4, report=REPORT)["vit-pre"]
     d = optimizer_claim(runs, STATS4, REPORT).per_model["vit-pre"].details
+    # the claim decides at the critical values it simulated at this shape and records
+    res = with_critical_values(res, {b: tuple(r.critical) for b, r in d.rule_error_rates.per_baseline.items()})
     own = to_jsonable(res.to_dict())  # the comparison's JSON, written by stats/comparison
     written = to_jsonable(d.to_dict())
     assert {k: written[k] for k in own} == own and list(written)[-len(own):] == list(own)

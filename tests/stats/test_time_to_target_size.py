@@ -42,3 +42,41 @@ def test_log_time_law_reads_the_median_and_floors_the_spread():
     assert mu == math.log(300) and sigma == MIN_LOG_SD
     mu, _ = log_time_law([100, 400, 400], [True, False, False])  # median not reached: put past the budget
     assert mu > math.log(400)
+
+
+def test_calibrated_critical_values_hold_the_size_where_the_normal_ones_do_not():
+    """A fast baseline (median 60 steps, tight seeds) on a 5-step grid: the normal critical values say "not
+    supported" 7% of the time with the true ratio on the margin; the values simulated at the shape hold both error
+    rates at the one-sided level (checked on a fresh stream) and keep the power."""
+    import math
+
+    from brownformer.stats.comparison.time_to_target_size import calibrated_critical, nominal_critical
+
+    shape = dict(n_proposed=8, n_baseline=8, mu=math.log(60), sigma=0.05, budget=400, eval_every=5, margin=0.75,
+                 confidence_level=0.95, replicates=400)
+    nominal = rule_error_rates(**shape, rng=0)
+    assert nominal.size_not_supported > MAX_SIZE
+    crit = calibrated_critical(**shape, rng=[0, 4])
+    z = nominal_critical(0.95)
+    assert crit[0] >= z[0] and crit[1] <= z[1] and crit[1] < z[1]
+    calibrated = rule_error_rates(**shape, rng=1, critical=crit)
+    assert calibrated.size <= MAX_SIZE and calibrated.size_not_supported <= MAX_SIZE
+    assert calibrated.rates[0.5]["supported"] >= 0.9 and calibrated.rates[1.0]["not supported"] >= 0.9
+    assert calibrated.critical == crit and nominal.critical == z
+
+
+def test_the_verdict_at_critical_values_is_the_p_value_verdict_at_the_normal_ones_and_none_beyond_reach():
+    from brownformer.config import ReportConfig, StatsConfig
+    from brownformer.stats.comparison.time_to_target import time_to_target, with_critical_values
+    from brownformer.stats.comparison.time_to_target_size import nominal_critical
+    from tests.stats.test_time_to_target_claim import _grid
+
+    stats = StatsConfig(calibration_replicates=60)
+    report = ReportConfig(proposed="kfac-iterative", baselines=("adamw",), scope=("vit-pre",), targets={"vit-pre": 0.8})
+    for speed, expected in ((2.5, "supported"), (0.6, "not supported")):
+        res = time_to_target(_grid(speed), {"vit-pre": 0.8}, stats=stats, report=report)["vit-pre"]
+        assert res.verdict == expected
+        same = with_critical_values(res, {"adamw": nominal_critical(0.95)})
+        assert same.verdicts["adamw"][0] == expected and same.verdict == expected
+        unreachable = with_critical_values(res, {"adamw": (1e9, -1e9)})
+        assert unreachable.verdicts["adamw"][0] == ("inconclusive" if expected == "supported" else expected)

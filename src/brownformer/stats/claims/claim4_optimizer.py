@@ -9,6 +9,10 @@ only when every model variant of ``report.scope`` is (intersection-union over ba
 claims/common.py). The scope is fixed in the config before evaluation: a model in scope that misses
 the protocol (seeds, evaluation spacing, a target, a baseline) is inconclusive and so is the claim.
 
+Critical values: each baseline's steps test rejects at critical values simulated at that comparison's shape
+(time_to_target_size.calibrated_critical: the statistic's quantiles with the true ratio on the margin), not at the
+normal ones, which were anti-conservative at 8 seeds a side on the evaluation grid.
+
 Size gate: every decisive verdict of a comparison carries the rule's simulated error rates at that
 comparison's own shape (stats/comparison/time_to_target_size.py: seeds, censoring, budget, evaluation grid); a
 "supported" needs P(supported | ratio on the margin) <= MAX_SIZE (5%) for every baseline, a "not
@@ -35,8 +39,10 @@ from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
 from brownformer.statsfile import Decision, EffectResult
 
 from brownformer.stats.core.rule_history import claim_rule_history
-from brownformer.stats.comparison.time_to_target import level_targets, reference_target, time_to_target
-from brownformer.stats.comparison.time_to_target_size import MAX_SIZE, log_time_law, rule_error_rates
+from brownformer.stats.comparison.time_to_target import (level_targets, reference_target, time_to_target,
+                                                         with_critical_values)
+from brownformer.stats.comparison.time_to_target_size import (MAX_SIZE, calibrated_critical, log_time_law,
+                                                              rule_error_rates)
 from .common import finite_or_none, pool_runs
 from .comparison_records import STEPS, RuleErrorSummary, TargetLevel
 from .details import Claim4Details, Claim4EstimatedModelDetails, Claim4ModelDetails
@@ -45,6 +51,9 @@ __all__ = ["optimizer_claim", "claim4_targets", "claim4_scope", "TITLE"]
 
 TITLE = "Iterative K-FAC reaches the target in fewer steps than the best first-order optimizer"
 DECISIVE = ("supported", "not supported")
+#: the critical values' simulation draws from numpy's stream [stats.seed, CRITICAL_STREAM], independent of the
+#: error rates' (stats.seed), so the gate checks the calibrated rule on fresh replicates
+CRITICAL_STREAM = 4
 
 
 def claim4_targets(metrics_by_run: dict[str, pd.DataFrame], report) -> dict[str, tuple[float, str]]:
@@ -90,20 +99,31 @@ def _start(metrics_by_run: dict[str, pd.DataFrame], model: str) -> float:
     return float(np.median(firsts)) if firsts else math.nan
 
 
-def _rule_rates(res, baseline: str, stats, margin: float):
-    """Simulated verdict rates of the steps rule at the shape of one comparison (module docstring):
-    time_to_target_size.RuleErrorRates."""
+def _shape(res, baseline: str, stats, margin: float) -> dict:
+    """The simulated shape of one comparison (module docstring): seeds, the baseline's log-normal law, budget,
+    evaluation grid, margin and level, as keywords of time_to_target_size's simulations."""
     runs = res.runs
     base = runs[runs["optimizer"] == baseline]
     times = np.where(base["reached"], base["steps"], base["censored_at"]).astype(float)
     mu, sigma = log_time_law(times, base["reached"].to_numpy(bool))
     n = runs.groupby("optimizer")["seed"].nunique()
     pair = runs[runs["optimizer"].isin([res.proposed, baseline])]
-    rates = rule_error_rates(int(n[res.proposed]), int(n[baseline]), mu=mu, sigma=sigma,
-                             budget=float(pair["censored_at"].max()), eval_every=float(pair["eval_spacing"].max()),
-                             margin=margin, confidence_level=stats.confidence_level,
-                             replicates=stats.calibration_replicates, rng=stats.seed)
-    return rates
+    return dict(n_proposed=int(n[res.proposed]), n_baseline=int(n[baseline]), mu=mu, sigma=sigma,
+                budget=float(pair["censored_at"].max()), eval_every=float(pair["eval_spacing"].max()),
+                margin=margin, confidence_level=stats.confidence_level, replicates=stats.calibration_replicates)
+
+
+def _critical(res, stats, margin: float) -> dict[str, tuple[float, float]]:
+    """Each baseline's critical values of the steps statistic, simulated at its comparison's shape
+    (time_to_target_size.calibrated_critical) on a stream of its own (not the error rates' stream)."""
+    return {b: calibrated_critical(**_shape(res, b, stats, margin), rng=[stats.seed, CRITICAL_STREAM])
+            for b in res.verdicts}
+
+
+def _rule_rates(res, baseline: str, stats, margin: float, critical: tuple[float, float] | None = None):
+    """Simulated verdict rates of the steps rule at the shape of one comparison, at its critical values (module
+    docstring): time_to_target_size.RuleErrorRates."""
+    return rule_error_rates(**_shape(res, baseline, stats, margin), rng=stats.seed, critical=critical)
 
 
 def _error_rate(rates, verdict: str) -> float:
@@ -148,7 +168,9 @@ def _estimate(res):
 
 
 def _model_record(res, levels: dict, source: str, stats, margin: tuple[float, float], in_scope: bool) -> ClaimRecord:
-    rates = ({b: _rule_rates(res, b, stats, margin[1]) for b in res.verdicts}
+    critical = _critical(res, stats, margin[1]) if res.protocol_met else {}
+    res = with_critical_values(res, critical)
+    rates = ({b: _rule_rates(res, b, stats, margin[1], critical.get(b)) for b in res.verdicts}
              if res.protocol_met and res.verdict in DECISIVE else None)
     decision = _gated(res, rates) if rates else Decision(res.verdict, res.reason)
     summary = None if rates is None else RuleErrorSummary.of(rates, MAX_SIZE)

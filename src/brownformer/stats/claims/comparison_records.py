@@ -99,6 +99,7 @@ class BaselineRates(ClaimDetails):
     size_not_supported: float
     max_size: float
     rates: dict[str, dict[str, float]]
+    critical: list[float] | None = None  # (faster, slower) critical values the rates were simulated at
 
     @classmethod
     def of(cls, r) -> BaselineRates:

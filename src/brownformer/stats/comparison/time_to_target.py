@@ -46,7 +46,7 @@ from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
 
 __all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "reference_target", "level_targets",
-           "time_to_target", "times_to_target", "censoring_times"]
+           "time_to_target", "times_to_target", "censoring_times", "with_critical_values"]
 
 #: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
 NOT_TRAINING_TIME = ("eval_wall_time", "probe_wall_time")
@@ -163,18 +163,42 @@ def _fmt_ci(r: MedianRatioResult) -> str:
     return "[" + ", ".join(f"{c:.3g}" for c in r.confidence_interval) + "]"
 
 
-def _verdict(ratio: Mapping[str, MedianRatioResult]) -> tuple[str, str]:
-    """One baseline's verdict from the one-sided AFT log-rank tests at the margins (module docstring)."""
+def _verdict(ratio: Mapping[str, MedianRatioResult],
+             critical: tuple[float, float] | None = None) -> tuple[str, str]:
+    """One baseline's verdict from the one-sided AFT log-rank tests at the margins (module docstring).
+
+    ``critical``: the steps statistic's ``(faster, slower)`` critical values calibrated at the comparison's shape
+    (time_to_target_size.calibrated_critical); None: the normal ones, i.e. the p-values at half the complement
+    of the confidence level. The seconds test stays at the normal level."""
     steps, seconds = ratio["steps"], ratio["seconds"]
     level = (1 - steps.confidence_level) / 2
     text = (f"steps ratio {steps.text()} CI {_fmt_ci(steps)} (margin {steps.margin:g}, one-sided p "
             f"{steps.pvalue:.3g}), seconds ratio {seconds.text()} CI {_fmt_ci(seconds)} (margin "
             f"{seconds.margin:g}, p {seconds.pvalue:.3g})")
-    if steps.pvalue_slower < level or seconds.pvalue_slower < level:
-        return "not supported", text + f": at least as slow as a margin allows (p < {level:g})"
-    if steps.pvalue < level and seconds.pvalue < level:
-        return "supported", text + f": faster than both margins (p < {level:g})"
+    if critical is None:
+        slower, faster = steps.pvalue_slower < level, steps.pvalue < level
+        rule = f"p < {level:g}"
+    else:
+        slower, faster = steps.statistic < critical[1], steps.statistic > critical[0]
+        rule = (f"steps statistic {steps.statistic:.3g} against its critical values {critical[0]:.3g} / "
+                f"{critical[1]:.3g} simulated at this shape; seconds p < {level:g}")
+    if slower or seconds.pvalue_slower < level:
+        return "not supported", text + f": at least as slow as a margin allows ({rule})"
+    if faster and seconds.pvalue < level:
+        return "supported", text + f": faster than both margins ({rule})"
     return "inconclusive", text + ": not decided at the margins"
+
+
+def with_critical_values(res: "TimeToTargetResult",
+                         critical: Mapping[str, tuple[float, float]]) -> "TimeToTargetResult":
+    """``res`` decided again with each baseline's steps test at its calibrated critical values (``critical``:
+    baseline -> (faster, slower); claims/claim4_optimizer.py simulates them at the comparison's shape). A result
+    whose protocol is not met stays as it is."""
+    if not res.protocol_met:
+        return res
+    verdicts = {b: _verdict(res.ratios[b], critical.get(b)) for b in res.verdicts}
+    verdict, reason = _pooled(verdicts)
+    return dataclasses.replace(res, verdicts=verdicts, verdict=verdict, reason=reason)
 
 
 def _pooled(verdicts: Mapping[str, tuple[str, str]]) -> tuple[str, str]:

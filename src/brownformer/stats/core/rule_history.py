@@ -134,6 +134,12 @@ CLAIM_RULE_HISTORY = {
          "cost: SGD missed the target in all 27 tuning runs per ViT and in all 16 evaluation runs of 79e0c03; its 16 "
          "runs (~290 CPU-s) did not fit the 15-minute default run. Dropping a baseline that is censored on every "
          "seed cannot turn the intersection-union verdict against K-FAC"),
+        ("each baseline's steps test at critical values simulated at its comparison's shape (the statistic's 2.5% "
+         "and 97.5% quantiles with the true ratio on the margin, never less extreme than +-1.96; "
+         "time_to_target_size.calibrated_critical); the size gate then simulated afresh at those values",
+         "after data", "CRITCOMMIT", "2026-12-01",
+         "the normal critical values were anti-conservative at 8 seeds a side on the 5-step grid (5.5-7.5% on the "
+         "margin at the default run's shapes), which left one ViT per seed offset inconclusive by the gate"),
     ),
 }
 
