@@ -195,3 +195,15 @@ def test_seconds_are_steps_times_the_measured_step_cost():
     assert seconds.confidence_interval == pytest.approx(tuple(3 * c for c in steps.confidence_interval))
     assert steps.pvalue < 0.025 and seconds.pvalue_slower < 0.025
     assert result.verdict == "not supported" and "seconds" in result.reason
+
+
+def test_a_not_supported_names_the_baseline_most_clearly_faster():
+    """Slower than AdamW and than a much faster Muon: the reason (and the size gate) name Muon, the best
+    first-order baseline, not the first name in alphabetical order."""
+    settings = _settings()
+    settings["report"] = ReportConfig(proposed="kfac-iterative", baselines=("adamw", "muon"))
+    runs = _runs({s: 300 + 5 * s for s in SEEDS}, {s: 250 + 5 * s for s in SEEDS})
+    runs.update({f"m__muon__s{s}": _curve(90 + 5 * s) for s in SEEDS})
+    result = time_to_target(runs, {"m": 0.8}, **settings)["m"]
+    assert result.verdicts["adamw"][0] == "not supported" and result.verdicts["muon"][0] == "not supported"
+    assert result.verdict == "not supported" and result.reason.startswith("not faster than muon")

@@ -39,8 +39,8 @@ from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
 from brownformer.statsfile import Decision, EffectResult
 
 from brownformer.stats.core.rule_history import claim_rule_history
-from brownformer.stats.comparison.time_to_target import (level_targets, reference_target, time_to_target,
-                                                         with_critical_values)
+from brownformer.stats.comparison.time_to_target import (deciding_baseline, level_targets, reference_target,
+                                                         time_to_target, with_critical_values)
 from brownformer.stats.comparison.time_to_target_size import (MAX_SIZE, calibrated_critical, log_time_law,
                                                               rule_error_rates)
 from .common import finite_or_none, pool_runs
@@ -138,7 +138,7 @@ def _gated(res, rates: dict) -> Decision:
     if verdict == "supported":
         over = {b: r.size for b, r in rates.items() if r.size > MAX_SIZE}
     elif verdict == "not supported":
-        deciding = next(b for b in sorted(res.verdicts) if res.verdicts[b][0] == "not supported")
+        deciding = deciding_baseline(res.verdicts, res.ratios)  # the baseline the reason names
         over = {deciding: rates[deciding].size_not_supported} if (
             rates[deciding].size_not_supported > MAX_SIZE) else {}
     else:

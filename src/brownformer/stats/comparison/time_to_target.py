@@ -33,6 +33,7 @@ evaluation and probe time, over the steps), so the runs need not have run side b
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -46,7 +47,7 @@ from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
 
 __all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "reference_target", "level_targets",
-           "time_to_target", "times_to_target", "censoring_times", "with_critical_values"]
+           "time_to_target", "times_to_target", "censoring_times", "with_critical_values", "deciding_baseline"]
 
 #: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
 NOT_TRAINING_TIME = ("eval_wall_time", "probe_wall_time")
@@ -197,15 +198,31 @@ def with_critical_values(res: "TimeToTargetResult",
     if not res.protocol_met:
         return res
     verdicts = {b: _verdict(res.ratios[b], critical.get(b)) for b in res.verdicts}
-    verdict, reason = _pooled(verdicts)
+    verdict, reason = _pooled(verdicts, res.ratios)
     return dataclasses.replace(res, verdicts=verdicts, verdict=verdict, reason=reason)
 
 
-def _pooled(verdicts: Mapping[str, tuple[str, str]]) -> tuple[str, str]:
+def deciding_baseline(verdicts: Mapping[str, tuple[str, str]],
+                      ratios: Mapping[str, Mapping[str, MedianRatioResult]]) -> str | None:
+    """The baseline a "not supported" names: of those not beaten, the one the steps test finds most clearly
+    faster than the proposed optimizer (smallest steps statistic; the rank statistic saturates when the groups
+    separate completely, so then the largest steps ratio), so the best baseline when it decides."""
+    slower = [b for b in sorted(verdicts) if verdicts[b][0] == "not supported"]
+
+    def key(b):
+        steps = ratios[b]["steps"] if b in ratios else None
+        stat = steps.statistic if steps is not None and math.isfinite(steps.statistic) else math.inf
+        ratio = steps.estimate if steps is not None and math.isfinite(steps.estimate) else -math.inf
+        return round(stat, 9), -ratio, b
+    return min(slower, key=key) if slower else None
+
+
+def _pooled(verdicts: Mapping[str, tuple[str, str]],
+            ratios: Mapping[str, Mapping[str, MedianRatioResult]]) -> tuple[str, str]:
     """Intersection-union over the baselines: supported iff every one is; not supported iff some one is."""
     names = sorted(verdicts)
-    if any(verdicts[b][0] == "not supported" for b in names):
-        b = next(b for b in names if verdicts[b][0] == "not supported")
+    b = deciding_baseline(verdicts, ratios)
+    if b is not None:
         return "not supported", f"not faster than {b}: {verdicts[b][1]}"
     if all(verdicts[b][0] == "supported" for b in names):
         return "supported", "; ".join(f"vs {b}: {verdicts[b][1]}" for b in names)
@@ -345,7 +362,7 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
         why = _protocol(table, target, model, proposed, baselines, min_seeds, max_eval_every)
         verdicts = {b: _verdict(ratios[b]) for b in present if b in ratios}
         if why is None:
-            verdict, reason = _pooled(verdicts)
+            verdict, reason = _pooled(verdicts, ratios)
         else:
             verdict, reason = "inconclusive", why
         out[model] = TimeToTargetResult(model=model, metric=m.column, higher_is_better=m.higher_is_better,
