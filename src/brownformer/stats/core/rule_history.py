@@ -137,7 +137,7 @@ CLAIM_RULE_HISTORY = {
         ("each baseline's steps test at critical values simulated at its comparison's shape (the statistic's 2.5% "
          "and 97.5% quantiles with the true ratio on the margin, never less extreme than +-1.96; "
          "time_to_target_size.calibrated_critical); the size gate then simulated afresh at those values",
-         "after data", "a5b8fde", "2026-12-01",
+         "after data", "60f4d76", "2026-12-01",
          "the normal critical values were anti-conservative at 8 seeds a side on the 5-step grid (5.5-7.5% on the "
          "margin at the default run's shapes), which left one ViT per seed offset inconclusive by the gate"),
     ),
