@@ -45,7 +45,7 @@ def _cmd_train(args) -> None:
                          "not --out")
     cfg = _load(args)
     if args.one_at_a_time:
-        from brownformer.interleaved import train_one_at_a_time
+        from brownformer.one_at_a_time import train_one_at_a_time
         train_one_at_a_time(cfg, args.run, args.data, args.runs_dir, probes=not args.no_probes,
                             stop_after=args.stop_after, progress=not args.quiet)
         return

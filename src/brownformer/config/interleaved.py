@@ -4,7 +4,7 @@ Claim 4 compares the training wall-clock of the proposed optimizer's runs with t
 claim-4 target (`timed_by_claim4`), so those runs train alone, never as an ensemble. As one job each they pay a
 process start-up apiece (Python, `import torch`, the dataset) that their own seconds do not even contain. A group
 trains several of them in one process, each exactly as `brownformer train --run X --out DIR` trains it alone
-(brownformer.interleaved), so its wall-clock is still a lone run's.
+(brownformer.one_at_a_time), so its wall-clock is still a lone run's.
 
 Order: seeds ascending, and within a seed the proposed optimizer first, then `report.baselines` in their order,
 then the rest. Every optimizer's runs are then spread alike over the job: a slow spell of the machine, or whatever
