@@ -8,40 +8,31 @@ same outputs, checkpoints, resume and rerun rules as the run in its own process,
 A run whose outputs are already those of its current config (`run_folder.outputs_current`) is not trained again;
 a half-trained one resumes from its checkpoint as `train_run` always does.
 
-Warm-up. A process's first steps with an optimizer pay one-time costs the later runs of the process do not (lazy
-imports and first calls inside torch.optim and K-FAC, kernel and allocator set-up): measured on vit-pre, the first
-run's training loop took 7% (K-FAC), 3% (AdamW) and 26% (Muon) more CPU than the same run later in the process
-(benchmarks/results/interleave.md). In a group that would bill them to the first seed of each optimizer only. So
-before its first run the job trains each optimizer of the group `WARM_UP_STEPS` untimed steps (the settings of that
-optimizer's first run, into a scratch folder that is then deleted, under a forked RNG): every run of the job then
-starts warm and its seconds are the steady cost of its steps, for every optimizer and seed alike.
+A process's first run pays nothing measurable inside its clock that the later ones do not: on vit-pre its first
+step and its first ten steps cost no more CPU than a later run's, and the one-time costs of a process (imports, the
+first model build: 1.7 CPU-s for the first K-FAC run) come before a run's clock starts. An untimed warm-up of each
+optimizer before the first run, and a garbage collection between runs, were tried and changed nothing beyond the
+noise of a shared machine, so the trainer does neither (benchmarks/results/interleave.md).
 """
 from __future__ import annotations
 
 import logging
-import tempfile
 from pathlib import Path
 
 import pandas as pd
-import torch
 
-from brownformer.config import ExperimentConfig, RunPlan
+from brownformer.config import ExperimentConfig
 from brownformer.run_folder import outputs_current
 from brownformer.train import StepCallback, train_plan
 
 log = logging.getLogger(__name__)
 
-__all__ = ["WARM_UP_STEPS", "train_one_at_a_time"]
-
-#: untimed steps per optimizer before a job's first run: two of K-FAC's inverse updates (every 10 steps in the
-#: default config) and a few evaluations, so every code path a run's steps take has run once
-WARM_UP_STEPS = 20
+__all__ = ["train_one_at_a_time"]
 
 
 def train_one_at_a_time(cfg: ExperimentConfig, run_ids: list[str], data_dir: str | Path, runs_dir: str | Path, *,
                         probes: bool = False, callbacks: dict[str, list[StepCallback]] | None = None,
-                        stop_after: int | None = None, progress: bool = True,
-                        warm_up: int = WARM_UP_STEPS) -> dict[str, pd.DataFrame]:
+                        stop_after: int | None = None, progress: bool = True) -> dict[str, pd.DataFrame]:
     """Train `run_ids` in order, one after the other, each into runs_dir/<run_id> as `train_run` trains it.
 
     Args:
@@ -52,7 +43,6 @@ def train_one_at_a_time(cfg: ExperimentConfig, run_ids: list[str], data_dir: str
         probes: record each run's probes when the config probes it (as `train_run`).
         callbacks: run id -> extra callbacks of that run, called as in `train_run`.
         stop_after: stop each run (with a checkpoint) after this many steps, as if killed; for tests.
-        warm_up: untimed steps per optimizer before the first run that trains (0: none; benchmarks/interleave.py).
     Returns:
         Run id -> its metrics table (a run already complete: the one in its folder; cut short: its rows so far).
     Raises:
@@ -64,29 +54,15 @@ def train_one_at_a_time(cfg: ExperimentConfig, run_ids: list[str], data_dir: str
     datasets = {run_id: plan.model.dataset for run_id, plan in plans.items()}
     if len(set(datasets.values())) > 1:
         raise ValueError(f"runs trained one at a time read one prepared dataset; these read several: {datasets}")
-    out, warm = {}, False
+    out = {}
     for k, (run_id, plan) in enumerate(plans.items(), start=1):
         run_dir = Path(runs_dir) / run_id
         if outputs_current(plan, run_dir, probes=probes):
             log.info("[%d/%d] %s: outputs complete for its config; not trained again", k, len(plans), run_id)
             out[run_id] = pd.read_parquet(run_dir / "metrics.parquet")
             continue
-        if not warm and warm_up > 0:
-            _warm_up(list(plans.values()), data_dir, warm_up)
-            warm = True
         log.info("[%d/%d] %s: training into %s", k, len(plans), run_id, run_dir)
         out[run_id] = train_plan(plan, data_dir, run_dir, probes=probes, callbacks=(callbacks or {}).get(run_id),
                                  stop_after=stop_after, progress=progress)
     return out
 
-
-def _warm_up(plans: list[RunPlan], data_dir: str | Path, steps: int) -> None:
-    """`steps` untimed steps of each optimizer of `plans` (its first run's plan), metrics only, in a scratch folder
-    deleted after; the torch RNG is restored after (each run seeds its own anyway: `train.open_run`)."""
-    first = {}
-    for plan in plans:
-        first.setdefault(plan.spec.optimizer, plan)
-    with tempfile.TemporaryDirectory(prefix="warm_up_") as scratch, torch.random.fork_rng(devices=[]):
-        for optimizer, plan in first.items():
-            log.info("warm-up: %d untimed steps of %s (%s's settings)", steps, optimizer, plan.run_id)
-            train_plan(plan, data_dir, Path(scratch) / plan.run_id, probes=False, stop_after=steps, progress=False)
