@@ -166,7 +166,8 @@ def schedule(jobs: dict[int, Job], cores: int) -> float:
 
 def cost_report(jobs: dict[int, Job], cores: int, title: str) -> str:
     """Markdown: CPU and idle time per rule, the critical path, the estimate of the wall-clock."""
-    frame = pd.DataFrame([{"rule": "train_ensemble" if j.rule.startswith("train_ensemble") else j.rule,
+    frame = pd.DataFrame([{"rule": next((g for g in ("train_ensemble", "train_interleaved") if j.rule.startswith(g)),
+                                        j.rule),
                            "cpu_s": j.cpu_s, "wall_s": j.wall_s, "idle_s": j.idle_s} for j in jobs.values()])
     by_rule = frame.groupby("rule").agg(jobs=("cpu_s", "size"), cpu_s=("cpu_s", "sum"), max_job_idle_s=(
         "idle_s", "max")).sort_values("cpu_s", ascending=False)

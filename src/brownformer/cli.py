@@ -40,14 +40,23 @@ def _cmd_data(args) -> None:
 
 
 def _cmd_train(args) -> None:
+    if args.one_at_a_time and (args.out is not None or args.runs_dir is None):
+        raise UsageError("train: --one-at-a-time trains each --run into RUNS_DIR/<run>: give --runs-dir DIR, "
+                         "not --out")
     cfg = _load(args)
+    if args.one_at_a_time:
+        from brownformer.one_at_a_time import train_one_at_a_time
+        train_one_at_a_time(cfg, args.run, args.data, args.runs_dir, probes=not args.no_probes,
+                            stop_after=args.stop_after, progress=not args.quiet)
+        return
     if len(args.run) == 1 and args.out is not None:
         from brownformer.train import train_run
         train_run(cfg, args.run[0], args.data, args.out, probes=not args.no_probes,
                   stop_after=args.stop_after, progress=not args.quiet)
         return
     if args.runs_dir is None or args.out is not None:
-        raise UsageError("train: one --run takes --out RUN_DIR; several (an ensemble) take --runs-dir DIR instead")
+        raise UsageError("train: one --run takes --out RUN_DIR; several take --runs-dir DIR instead (an ensemble, "
+                         "or each alone with --one-at-a-time)")
     from brownformer.ensemble import train_ensemble
     train_ensemble(cfg, args.run, args.data, args.runs_dir, probes=not args.no_probes, stop_after=args.stop_after,
                    progress=not args.quiet)
@@ -304,13 +313,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_data)
 
     p = sub.add_parser("train", help="train one run (<model>__<optimizer>__s<seed>), with probes, or several as one "
-                                      "batched ensemble (--run repeated, --runs-dir)")
+                                      "batched ensemble (--run repeated, --runs-dir) or one at a time "
+                                      "(--one-at-a-time)")
     _common(p)
     p.add_argument("--run", required=True, action="append", help="run id, e.g. vit-pre__adamw__s0; repeated: an "
-                   "ensemble (AdamW/SGD runs of one model), each member in RUNS_DIR/<run>")
+                   "ensemble (AdamW/SGD runs of one model), each member in RUNS_DIR/<run>, or with "
+                   "--one-at-a-time the runs to train in this order")
     p.add_argument("--data", type=Path, required=True, help="prepared dataset folder")
     p.add_argument("--out", type=Path, default=None, help="run folder (one --run)")
-    p.add_argument("--runs-dir", type=Path, default=None, help="folder of the members' run folders (an ensemble)")
+    p.add_argument("--runs-dir", type=Path, default=None, help="folder of the runs' run folders (several --run)")
+    p.add_argument("--one-at-a-time", action="store_true", help="train the --run runs in the given order, each "
+                   "alone as with --out RUNS_DIR/<run> (no ensemble), in this one process; a run whose outputs "
+                   "are complete for its config is not trained again")
     p.add_argument("--no-probes", action="store_true", help="train without trajectory capture")
     p.add_argument("--stop-after", type=int, default=None, help="stop (checkpointed) after N steps")
     p.add_argument("--quiet", action="store_true", help="no progress bar")

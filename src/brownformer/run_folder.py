@@ -5,6 +5,7 @@ the same way, so a run's folder reads the same however it was trained, and eithe
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import shutil
@@ -24,7 +25,10 @@ from brownformer.target_stop import BUDGET, STOPPED
 log = logging.getLogger(__name__)
 
 __all__ = ["save_checkpoint", "restart_if_probe_store_incomplete", "resume_state", "restart_if_rerun",
-           "write_run_outputs"]
+           "write_run_outputs", "outputs_current", "RUN_OUTPUTS"]
+
+#: the files a finished run leaves in its folder (the pipeline's training outputs)
+RUN_OUTPUTS = ("metrics.parquet", "manifest.json", f"probes/{INDEX_FILE}")
 
 
 def save_checkpoint(path: Path, state: dict) -> None:
@@ -83,6 +87,17 @@ def restart_if_rerun(out_dir: Path, run_id: str, steps: int) -> None:
         log.warning("%s: finished checkpoint without metrics.parquet (a rerun); training from step 0", run_id)
         ckpt.unlink()
         shutil.rmtree(out_dir / "probes", ignore_errors=True)
+
+
+def outputs_current(plan: RunPlan, out_dir: Path, *, probes: bool) -> bool:
+    """Whether the run folder holds the finished outputs of `plan` as it stands: every file of RUN_OUTPUTS, a
+    manifest written under the run's slice (`RunPlan.run_hash`, as `resume_state` checks a checkpoint's) and,
+    when the run is to capture probes (`probes` and `plan.probed`), a capture store the recorder opened."""
+    if not all((out_dir / name).is_file() for name in RUN_OUTPUTS):
+        return False
+    if probes and plan.probed and not (out_dir / "probes" / META_FILE).is_file():
+        return False
+    return json.loads((out_dir / "manifest.json").read_text()).get("run_hash") == plan.run_hash
 
 
 def write_run_outputs(plan: RunPlan, out_dir: Path, rows: list[dict], *, kind: str, probing: bool,

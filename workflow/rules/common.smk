@@ -5,6 +5,7 @@ import yaml
 
 from brownformer.config import ConfigError, from_dict
 from brownformer.config.ensembles import ensembles
+from brownformer.config.interleaved import interleaved_groups
 from brownformer.config.slices import SLICES, slice_path, write_slices
 from brownformer.results.catalog import FIGURES
 
@@ -27,7 +28,11 @@ REPLICA_RUNS = [r.run_id for r in CFG.replica_runs()]
 # model (rule train_ensemble_<first run>, one per ensemble, each declaring every member's outputs); the other runs
 # train alone (rule train_model). Every member keeps its own run folder, so every downstream rule is the same.
 ENSEMBLES = ensembles(CFG)
-SOLO_RUNS = [r for r in RUNS + REPLICA_RUNS if r not in {m for e in ENSEMBLES for m in e.runs}]
+# Interleaved groups (config train.interleave > 0): claim 4's timed runs of one model (each trains alone: claim 4
+# compares their wall-clock), a few seeds per job, trained one at a time seed-major across optimizers (rule
+# train_interleaved_<first run>, each declaring every member's outputs); saves a process start-up per run.
+INTERLEAVED = interleaved_groups(CFG)
+SOLO_RUNS = [r for r in RUNS + REPLICA_RUNS if r not in {m for g in (*ENSEMBLES, *INTERLEAVED) for m in g.runs}]
 ENV = "../../envs/brownformer.yaml"
 # Output roots (config `paths`): another config (config/scaling.yaml) writes beside the default, never over it.
 RESULTS = CFG.paths["results"]
@@ -93,21 +98,34 @@ def data_meta_of_run(wildcards):
     return str(Path(data_dir_of_run(wildcards), "meta.json"))
 
 
-def ensemble_rule_name(ens):
-    """train_ensemble_<first member's id, as a rule name> (rules defined in a loop need their own names)."""
-    return "train_ensemble_" + "".join(c if c.isalnum() else "_" for c in ens.runs[0])
+def group_rule_name(prefix, group):
+    """`prefix` (train_ensemble_, train_interleaved_) and the first member's id as a rule name (rules defined in a
+    loop need their own names)."""
+    first = "".join(c if c.isalnum() else "_" for c in group.runs[0])
+    return f"{prefix}{first}"
 
 
-def ensemble_outputs(ens, name):
-    """Every member's file `name` (metrics.parquet, manifest.json, probes/index.parquet) of an ensemble."""
-    return [in_results(f"runs/{run}/{name}") for run in ens.runs]
+def group_outputs(group, name):
+    """Every member's file `name` (metrics.parquet, manifest.json, probes/index.parquet) of an ensemble or an
+    interleaved group."""
+    return [in_results(f"runs/{run}/{name}") for run in group.runs]
 
 
-def ensemble_inputs(ens):
-    """Every member's run slice and the prepared dataset of their model."""
-    dataset = CFG.models[CFG.run(ens.runs[0]).model].dataset
-    return {"config": [str(slice_path(RESULTS, "run", run)) for run in ens.runs],
+def group_inputs(group):
+    """Every member's run slice and the prepared dataset of their model (one for the whole group)."""
+    dataset = CFG.models[CFG.run(group.runs[0]).model].dataset
+    return {"config": [str(slice_path(RESULTS, "run", run)) for run in group.runs],
             "meta": in_results(f"data/{dataset}/meta.json")}
+
+
+def group_data_dir(wildcards, input):
+    """The prepared dataset folder of a group's job (its meta.json's folder)."""
+    return str(Path(input.meta).parent)
+
+
+def group_runs_dir(wildcards, output):
+    """The folder of a group's run folders (results/runs): its first member's metrics file's grandparent."""
+    return str(Path(output.metrics[0]).parents[1])
 
 
 def train_resources_gpu(wildcards):

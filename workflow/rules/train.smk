@@ -1,6 +1,6 @@
 rule train_model:
     wildcard_constraints:
-        run="|".join(SOLO_RUNS) or "(?!)",  # an ensemble's members are its rule's outputs
+        run="|".join(SOLO_RUNS) or "(?!)",  # an ensemble's or interleaved group's members are its rule's outputs
     input:
         config=config_slice("run"),
         meta=data_meta_of_run,
@@ -34,18 +34,18 @@ for _ens in ENSEMBLES:
 
     rule:
         name:
-            ensemble_rule_name(_ens)
+            group_rule_name("train_ensemble_", _ens)
         input:
-            **ensemble_inputs(_ens),
+            **group_inputs(_ens),
         output:
-            metrics=ensemble_outputs(_ens, "metrics.parquet"),
-            manifest=ensemble_outputs(_ens, "manifest.json"),
-            probes=ensemble_outputs(_ens, "probes/index.parquet"),
+            metrics=group_outputs(_ens, "metrics.parquet"),
+            manifest=group_outputs(_ens, "manifest.json"),
+            probes=group_outputs(_ens, "probes/index.parquet"),
         params:
             config=CONFIG_FILE,
-            data=lambda w, input: str(Path(input.meta).parent),
+            data=group_data_dir,
             runs=" ".join(f"--run {run}" for run in _ens.runs),
-            runs_dir=lambda w, output: str(Path(output.metrics[0]).parents[1]),  # results/runs/<run>/metrics
+            runs_dir=group_runs_dir,
         threads: CFG.resources["train_threads"]
         resources:
             gpu=train_resources_gpu,
@@ -60,3 +60,38 @@ for _ens in ENSEMBLES:
         shell:
             "brownformer train --config {params.config} {params.runs} --data {params.data} "
             "--runs-dir {params.runs_dir} --set train.threads={threads} 2>> {log}"
+
+
+# One job per interleaved group (common.smk INTERLEAVED): claim 4's timed runs of one model, a few seeds, trained one
+# at a time in the group's order, each as `brownformer train --run <run> --out ...` trains it alone (its wall-clock
+# a lone run's), each into its own run folder; a member already complete for its config is not trained again.
+for _grp in INTERLEAVED:
+
+    rule:
+        name:
+            group_rule_name("train_interleaved_", _grp)
+        input:
+            **group_inputs(_grp),
+        output:
+            metrics=group_outputs(_grp, "metrics.parquet"),
+            manifest=group_outputs(_grp, "manifest.json"),
+            probes=group_outputs(_grp, "probes/index.parquet"),
+        params:
+            config=CONFIG_FILE,
+            data=group_data_dir,
+            runs=" ".join(f"--run {run}" for run in _grp.runs),
+            runs_dir=group_runs_dir,
+        threads: CFG.resources["train_threads"]
+        resources:
+            gpu=train_resources_gpu,
+            mem_mb=CFG.resources["train_mem_mb"],
+            runtime=CFG.resources["train_runtime_min"] * len(_grp.runs),
+        log:
+            in_results(f"logs/train_interleaved/{_grp.name}.log"),
+        benchmark:
+            in_results(f"benchmarks/train_interleaved/{_grp.name}.tsv")
+        conda:
+            ENV
+        shell:
+            "brownformer train --config {params.config} {params.runs} --data {params.data} "
+            "--runs-dir {params.runs_dir} --one-at-a-time --set train.threads={threads} 2>> {log}"

@@ -87,6 +87,7 @@ class TrainConfig:
     cuda_graphs: bool = False  # CUDA only; a no-op on the CPU (brownformer.train_step)
     num_workers: int = 0
     ensemble: int = 1  # runs per batched model (brownformer.config.ensembles); 1: each run alone
+    interleave: int = 4  # seeds per job of claim 4's timed runs (brownformer.config.interleaved); 0: a job per run
 
 
 @dataclass(frozen=True)
@@ -324,7 +325,7 @@ class ExperimentConfig:
         tuned = self.tuned_for(spec.model, spec.optimizer)
         slices = {"run": run_id, "model": model, "dataset": self.raw["datasets"][model["dataset"]],
                   "optimizer": {**self.raw["optimizers"][spec.optimizer], **(tuned.settings() if tuned else {})},
-                  # train.ensemble only groups runs into processes: a member trains as its run alone would
+                  # train.ensemble and train.interleave only group runs into processes: a run trains as alone
                   "train": {**{k: v for k, v in self.raw["train"].items() if k not in SCHEDULING_TRAIN_KEYS},
                             "eval_every": self.eval_every(run_id)},
                   # the probe seed as the run uses it (seed_offset added; as written when the offset is 0)
@@ -340,7 +341,7 @@ class ExperimentConfig:
 
 
 #: `train` keys that decide how runs are scheduled, not what a run computes: left out of `run_slice`
-SCHEDULING_TRAIN_KEYS = ("ensemble",)
+SCHEDULING_TRAIN_KEYS = ("ensemble", "interleave")
 
 
 def config_hash(raw: Mapping[str, Any]) -> str:

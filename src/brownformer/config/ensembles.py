@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from brownformer.config import ExperimentConfig, RunPlan, RunSpec
 
-__all__ = ["ENSEMBLE_OPTIMIZERS", "Ensemble", "ensemble_key", "ensembles"]
+__all__ = ["ENSEMBLE_OPTIMIZERS", "Ensemble", "ensemble_key", "ensembles", "even_chunks", "timed_by_claim4"]
 
 #: optimizer types whose step is elementwise in the parameters (torch.optim.AdamW, SGD with momentum)
 ENSEMBLE_OPTIMIZERS = ("adamw", "sgd")
@@ -39,12 +39,12 @@ def ensemble_key(cfg: ExperimentConfig, plan: RunPlan) -> tuple | None:
     target), or None when the run (`plan`, a run of `cfg`) trains alone (an optimizer or model that stacking would
     change)."""
     spec = plan.spec
-    if plan.optimizer.type not in ENSEMBLE_OPTIMIZERS or plan.model.dropout or _timed_by_claim4(cfg, spec):
+    if plan.optimizer.type not in ENSEMBLE_OPTIMIZERS or plan.model.dropout or timed_by_claim4(cfg, spec):
         return None
     return spec.model, spec.optimizer, plan.train, plan.stop_target
 
 
-def _timed_by_claim4(cfg: ExperimentConfig, spec: RunSpec) -> bool:
+def timed_by_claim4(cfg: ExperimentConfig, spec: RunSpec) -> bool:
     """A grid run of a model with a claim-4 target on which the grid also trains the proposed optimizer: claim 4
     reads its seconds to the target against the proposed optimizer's (replicas it does not read)."""
     return (spec.replica == 0 and spec.model in cfg.report.targets
@@ -63,9 +63,13 @@ def ensembles(cfg: ExperimentConfig) -> list[Ensemble]:
         key = ensemble_key(cfg, cfg.plan(spec.run_id))
         if key is not None:
             groups.setdefault(key, []).append(spec.run_id)
-    out = []
-    for ids in groups.values():
-        n_parts = -(-len(ids) // size)  # ceil: 7 runs in ensembles of 4 -> 4 + 3, not 4 + 4 + ...
-        bounds = [round(k * len(ids) / n_parts) for k in range(n_parts + 1)]
-        out += [Ensemble(tuple(ids[a:b])) for a, b in zip(bounds, bounds[1:]) if b - a > 1]
-    return out
+    return [Ensemble(part) for ids in groups.values() for part in even_chunks(ids, size) if len(part) > 1]
+
+
+def even_chunks(items, size: int) -> list[tuple]:
+    """`items` cut in order into the fewest chunks of at most `size`, as even as that allows (9 in chunks of 4:
+    3 + 3 + 3, not 4 + 4 + 1)."""
+    items = tuple(items)
+    n_parts = -(-len(items) // size)  # ceil
+    bounds = [round(k * len(items) / n_parts) for k in range(n_parts + 1)]
+    return [items[a:b] for a, b in zip(bounds, bounds[1:])]
