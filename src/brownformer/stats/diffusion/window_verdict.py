@@ -3,8 +3,8 @@ full range), then the reading on the window fixed before the data (window_readin
 verdict is decided once (rule.decide_results) and stored with the full-range one.
 
 `trajectory_result` is a pure function of the array and its sidecar (trajectory_inputs.TrajectorySidecar, or its
-mapping): stats_stage/run_stats.py calls it on every trajectory file, and stats/controls/positive_controls.py (through
-`trajectory_verdict`, its plain-JSON view) on the processes built to say yes (or no). A training file whose sidecar
+mapping): stats_stage/run_stats.py calls it on every trajectory file, and stats/controls/positive_controls.py on the
+processes built to say yes (or no). A training file whose sidecar
 declares its optimizer's "momentum" is kept to the captures of its momentum window, and its full-range key effects
 lose what momentum alone gives them
 (brownian.momentum_bias), as the calibration does (brownian.battery_batch with the file's window).
@@ -22,7 +22,7 @@ from brownformer.statsfile import BatteryStats, Decision, EffectResult, LocalSlo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["trajectory_result", "trajectory_verdict", "momentum_captures", "WINDOW_RULE"]
+__all__ = ["trajectory_result", "momentum_captures", "WINDOW_RULE"]
 
 #: the rule a file's verdict is taken by (Decision.rule)
 WINDOW_RULE = "equivalence of every key effect, the MSD exponent read on the pre-fixed window (rule.decide)"
@@ -47,12 +47,6 @@ def trajectory_result(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, c
                                  max_walkers=stats.max_walkers, rng=stats.seed, calibration=calibration,
                                  check_clocks=_check_clocks(meta, X.shape[0]))
     return _on_window(battery, X, meta, inputs, stats, min_lag_steps)
-
-
-def trajectory_verdict(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None,
-                       min_lag_steps: int = 0) -> dict:
-    """trajectory_result as plain JSON (what its statistics file holds), for callers that read it by key."""
-    return trajectory_result(X, meta, stats=stats, calibration=calibration, min_lag_steps=min_lag_steps).to_dict()
 
 
 def _check_clocks(meta: TrajectorySidecar, T: int) -> dict:
