@@ -503,7 +503,7 @@ class Claim4ModelDetails(ClaimDetails):
                    km_median_steps={o: KMMedian.of(m) for o, m in res.medians.items()},
                    ratios={o: {u: MedianRatio.of(r) for u, r in v.items()} for o, v in res.ratios.items()},
                    verdicts={b: BaselineVerdict(v, r) for b, (v, r) in res.verdicts.items()},
-                   final_at_budget=to_jsonable({o: dict(v) for o, v in res.final.items()}), verdict=res.verdict,
+                   final_at_budget=to_jsonable({o: v.to_dict() for o, v in res.final.items()}), verdict=res.verdict,
                    reason=res.reason, protocol_met=bool(res.protocol_met))
 
 

@@ -45,7 +45,7 @@ from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 
 from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
 
-__all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "reference_target", "level_targets",
+__all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "FinalMetric", "reference_target", "level_targets",
            "time_to_target", "times_to_target", "censoring_times"]
 
 #: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
@@ -145,7 +145,7 @@ class TimeToTargetResult:
     protocol_met: bool  # target, every baseline, min_seeds each, evaluations close enough
     baselines: tuple[str, ...]  # report.baselines
     verdicts: Mapping[str, tuple[str, str]]  # baseline -> (verdict, reason)
-    final: Mapping[str, Mapping]  # optimizer -> final metric at the budget
+    final: Mapping[str, FinalMetric]  # optimizer -> final metric at the budget
 
     def to_dict(self) -> dict:
         runs = self.runs.replace([np.inf], None).to_dict("records")
@@ -155,7 +155,7 @@ class TimeToTargetResult:
                 "km_median_steps": {o: m.to_dict() for o, m in self.medians.items()},
                 "ratios": {o: {u: r.to_dict() for u, r in v.items()} for o, v in self.ratios.items()},
                 "verdicts": {b: {"verdict": v, "reason": r} for b, (v, r) in self.verdicts.items()},
-                "final_at_budget": {o: dict(v) for o, v in self.final.items()},
+                "final_at_budget": {o: v.to_dict() for o, v in self.final.items()},
                 "verdict": self.verdict, "reason": self.reason, "protocol_met": self.protocol_met}
 
 
@@ -253,10 +253,22 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
     return {"steps": steps, "seconds": seconds}
 
 
-def _final(g: pd.DataFrame) -> dict:
+@dataclass(frozen=True)
+class FinalMetric:
+    """The final metric at the fixed budget: its median over the `n` runs that trained their whole budget (None when
+    none did; "inf"/"-inf" for an infinity, survival.json_number)."""
+
+    median: float | str | None
+    n: int
+
+    def to_dict(self) -> dict:
+        return {"median": self.median, "n": self.n}
+
+
+def _final(g: pd.DataFrame) -> FinalMetric:
     """Final metric at the fixed budget: median over the runs that trained their whole budget."""
     full = g.loc[~g["stopped"], "final"].dropna()
-    return {"median": json_number(full.median()) if len(full) else None, "n": int(len(full))}
+    return FinalMetric(json_number(full.median()) if len(full) else None, int(len(full)))
 
 
 def _protocol(table: pd.DataFrame, target: float, model: str, proposed: str, baselines, min_seeds: int,
