@@ -79,13 +79,13 @@ def test_affine_map_fit_recovers_gamma_beta_and_the_wielandt_bound():
     z = _layernorm(rng.standard_normal((2, 60, 10)))
     gamma, beta = np.linspace(0.5, 2.0, 10), rng.standard_normal(10)
     out = affine_map_fit(z, z * gamma + beta)
-    np.testing.assert_allclose(out["gamma"], np.broadcast_to(gamma, (2, 10)), atol=1e-10)
-    np.testing.assert_allclose(out["beta"], np.broadcast_to(beta, (2, 10)), atol=1e-10)
+    np.testing.assert_allclose(out.gamma, np.broadcast_to(gamma, (2, 10)), atol=1e-10)
+    np.testing.assert_allclose(out.beta, np.broadcast_to(beta, (2, 10)), atol=1e-10)
     x, y = np.zeros(10), np.zeros(10)
     x[[0, -1]], y[[0, -1]] = (1, 1), (1, -1)  # orthogonal; gamma_0 = 0.5 and gamma_9 = 2 are the extremes
     gx, gy = gamma * x, gamma * y
     cos = abs(gx @ gy) / (np.linalg.norm(gx) * np.linalg.norm(gy))
-    assert out["wielandt_cosine"][0] == pytest.approx(cos)
+    assert out.wielandt_cosine[0] == pytest.approx(cos)
 
 
 def test_sphere_about_separates_sphere_ellipsoid_offset_and_gaussian_cloud():

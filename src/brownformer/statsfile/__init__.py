@@ -17,13 +17,13 @@ One file is one of (`parse_stats_file` picks by "category" and content):
 
 Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`, with its window `WindowSpec`), the
 window reading (`LocalSlopes`: `SlopeWindow`, `Curvature`, `Envelope`, `MomentumBias` per key effect), the clock, the
-input, its index.json entry (`IndexEntry`), the sphere normalisation, the attention null models' description (`NullModelsInfo`) and step-0 comparison
+input, its index.json entry (`IndexEntry`), the sphere normalisation and a LayerNorm's recovered affine map (`AffineMap`), the attention null models' description (`NullModelsInfo`) and step-0 comparison
 (`InitComparison` of `PairedDifference`), every effect (`EffectResult`). These stay plain mappings, and why:
 - keyed by a name the data choose: "effects" and "clock_check" (by test or clock; their values are EffectResults),
   attention "per_matrix", "aggregate", "undefined", "uniform_reference" and "head_averaged" (by quantity),
   "null_models" (by null), a shape's margins;
 - a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines), the sphere's
-  "distribution", "geometry", "about" and "affine_map", "head_kernels", "walkers" (undefined, or quantiles by type and
+  "distribution", "geometry" and "about", "head_kernels", "walkers" (undefined, or quantiles by type and
   position) and attention "verdicts";
 - a row of another table or file: "calibration" and "fitted_null" (the calibration table at the file's shape), the
   descriptive "ensemble_exponent" (read by key by the results tables), `EffectResult.extra` and `.null`;
@@ -37,11 +37,11 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 from __future__ import annotations
 
 from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult
-from .files import (AttentionStats, BatteryStats, CalibrationShape, Clock, IndexEntry, Curvature, Envelope, FileError,
+from .files import (AffineMap, AttentionStats, BatteryStats, CalibrationShape, Clock, IndexEntry, Curvature, Envelope, FileError,
                     InitComparison, InputFile, LocalSlopes, MomentumBias, NoiseCapture, NoiseStats, NullModelsInfo,
                     PairedDifference, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation, SphereStats,
                     SphereSummary, SummaryRow, WindowSpec, parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "BatteryStats",
            "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

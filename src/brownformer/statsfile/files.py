@@ -10,7 +10,7 @@ from typing import Any
 
 from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -261,6 +261,21 @@ class LocalSlopes(_Record):
 
 
 @dataclass(frozen=True)
+class AffineMap(_Record):
+    """A LayerNorm's gain and bias recovered from its input-output pairs (stats/sphere/sphere_fit.py affine_map_fit):
+    `gamma`, `beta` per layer and dimension; per layer the gain's coefficient of variation and condition number,
+    Wielandt's cosine bound, the centre's offset in radii and the fit's relative residual (null where undefined)."""
+
+    gamma: list
+    beta: list
+    gain_cv: list
+    gain_condition: list
+    wielandt_cosine: list
+    offset_ratio: list
+    relative_residual: list
+
+
+@dataclass(frozen=True)
 class SphereSummary(_Record):
     """Claim 1 on one depth file (stats/sphere/sphere_distance.py tensor_sphere_summary and the capture it came from)."""
 
@@ -270,11 +285,13 @@ class SphereSummary(_Record):
     about: dict
     margins: dict
     definitional: bool
-    affine_map: dict | None = None
+    affine_map: AffineMap | None = None
     ln: str | None = None
     step: int | None = None
     capture: int | None = None
     times: list | None = None
+
+    _nested = {"affine_map": AffineMap.from_dict}
 
     def about_per_layer(self, quantity: str) -> dict:
         """{"estimate", "ci_low", "ci_high"}: lists over layers of one sphere_fit.ABOUT_QUANTITIES quantity."""

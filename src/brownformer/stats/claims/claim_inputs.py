@@ -16,6 +16,7 @@ from typing import Any, Mapping, TypeVar
 
 from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
+from brownformer.statsfile import AffineMap
 
 __all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FittedNull", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
@@ -236,7 +237,7 @@ class _Sphere:
     step: int | None = None
     about: _About | None = None
     geometry: _Geometry | None = None
-    affine_map: dict | None = None
+    affine_map: dict | None = None  # parsed by SphereFile.from_entry
     _views = {"about": _About, "geometry": _Geometry}
 
 
@@ -261,7 +262,7 @@ class SphereFile:
     measured_about: bool
     centre: Any
     fraction_on_sphere: float | None
-    affine_map: dict | None
+    affine_map: AffineMap | None
 
     @classmethod
     def from_entry(cls, f: Mapping) -> SphereFile:
@@ -273,7 +274,8 @@ class SphereFile:
         return cls(run=f["run"], path=f.get("path"), capture=f.get("capture"), ln=s.ln, tensor=s.tensor, step=s.step,
                    per_layer={q: view(LayerValues, v) for q, v in (about.per_layer or {}).items()},
                    measured_about=s.about is not None, centre=about.centre,
-                   fraction_on_sphere=float(frac.estimate) if frac else None, affine_map=s.affine_map or None)
+                   fraction_on_sphere=float(frac.estimate) if frac else None,
+                   affine_map=AffineMap.from_dict(s.affine_map, "sphere.affine_map") if s.affine_map else None)
 
 
 @dataclass(frozen=True)

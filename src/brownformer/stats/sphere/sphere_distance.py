@@ -218,7 +218,7 @@ def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFA
 
     Returns:
         {"tensor", "distribution": the distribution summary, "geometry", "about": sphere_fit.sphere_about output,
-         "affine_map": affine_map_fit output or None, "margins", "definitional": bool}.
+         "affine_map": the statsfile.AffineMap affine_map_fit recovered or None, "margins", "definitional": bool}.
     """
     from brownformer.stats.sphere.sphere_fit import affine_map_fit, sphere_about
     if tensor not in SPHERE_TENSORS:
@@ -234,7 +234,7 @@ def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFA
         centre = np.zeros(z3.shape[-1])  # the sphere of the definition is centred at the origin
     elif tensor == "ln_affine" and z_raw is not None:
         affine = affine_map_fit(np.asarray(z_raw, float).reshape(z3.shape), z3)
-        centre = np.asarray(affine["beta"], float)
+        centre = np.asarray(affine.beta, float)
     about = sphere_about(z3, centre, n_inputs=n_inputs, n_tokens=n_tokens, confidence_level=confidence_level,
                          n_resamples=n_resamples, rng=rng)
     return to_jsonable({"tensor": tensor, "distribution": summ, "geometry": geom, "about": about, "affine_map": affine,

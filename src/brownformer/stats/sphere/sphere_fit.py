@@ -23,6 +23,7 @@ import numpy as np
 
 from brownformer.io import to_jsonable
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
+from brownformer.statsfile import AffineMap
 
 __all__ = ["sphere_about", "affine_map_fit", "gaussian_null_spread", "ABOUT_QUANTITIES"]
 
@@ -89,7 +90,7 @@ def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int |
                         "method": "t-interval over probe inputs (cluster bootstrap); centre and null held fixed"})
 
 
-def affine_map_fit(z_raw, y) -> dict:
+def affine_map_fit(z_raw, y) -> AffineMap:
     """The LayerNorm gain and bias recovered from its input-output pairs: y_k = gamma_k z_k + beta_k per dim.
 
     Per layer and dimension a least-squares line through the tokens (exact up to storage rounding, which
@@ -103,8 +104,8 @@ def affine_map_fit(z_raw, y) -> dict:
             in gamma only up to that factor, so pass the raw output); y: (L, N, d) after the affine.
 
     Returns:
-        {"gamma": [L][d], "beta": [L][d], "gain_cv": [L], "gain_condition": [L], "wielandt_cosine": [L],
-         "offset_ratio": [L], "relative_residual": [L]}.
+        statsfile.AffineMap: gamma, beta [L][d]; gain_cv, gain_condition, wielandt_cosine, offset_ratio,
+        relative_residual [L] (plain lists, NaN as None).
     """
     z, y = np.asarray(z_raw, float), np.asarray(y, float)
     if z.shape != y.shape or z.ndim != 3:
@@ -118,7 +119,6 @@ def affine_map_fit(z_raw, y) -> dict:
         g = np.abs(gamma)
         kappa = g.max(1) / g.min(1)
         radius = np.sqrt(np.mean(np.sum((gamma[:, None] * z) ** 2, -1), 1))
-        out = {"gamma": gamma, "beta": beta, "gain_cv": g.std(1) / g.mean(1), "gain_condition": kappa,
-               "wielandt_cosine": (kappa**2 - 1) / (kappa**2 + 1), "offset_ratio": np.linalg.norm(beta, axis=1) / radius,
-               "relative_residual": rel}
-    return to_jsonable(out)
+        wielandt, offset = (kappa**2 - 1) / (kappa**2 + 1), np.linalg.norm(beta, axis=1) / radius
+        gain_cv = g.std(1) / g.mean(1)
+    return AffineMap(*(to_jsonable(v) for v in (gamma, beta, gain_cv, kappa, wielandt, offset, rel)))
