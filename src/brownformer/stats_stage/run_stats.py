@@ -46,7 +46,7 @@ import numpy as np
 
 from brownformer.io import progress, sha256_file, write_json
 from brownformer.stats.diffusion.window_verdict import trajectory_result
-from brownformer.statsfile import (BatteryStats, Clock, FileError, InputFile, RunStatsFile,
+from brownformer.statsfile import (BatteryStats, Clock, FileError, FittedNullInfo, InputFile, RunStatsFile,
                                    RunStatsSummary, SphereStats, SphereSummary, SummaryRow)
 
 from .trajectory_io import IndexEntry, load_calibration, load_trajectory, read_index, read_sidecar
@@ -84,7 +84,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
     fid = fitted_id(meta.sha256, stats.seed, stats.max_walkers)
     return replace(result, time=meta.time, clock=Clock(time=meta.time, why=meta.clock_reason, warmup=meta.warmup),
                    input=InputFile(path=str(path), sha256=meta.sha256, sidecar=meta.has_sidecar),
-                   fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid)})
+                   fitted_null=FittedNullInfo(fid, fitted_calibration_for(table, fid)))
 
 
 def _depth_tensor(entry: IndexEntry, path: Path) -> str:

@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from brownformer.statsfile import BatteryStats
+from brownformer.statsfile import BatteryStats, FittedNullInfo
 
 __all__ = ["calibrate_result", "cost_estimate", "PROBE_REPLICATES"]
 
@@ -70,5 +70,5 @@ def calibrate_result(file, result: BatteryStats, *, stats, kind: str | None = No
     verdict, reason, _ = file_verdict(result.to_dict(), stats, table)  # the claims' gates read the file as written
     return replace(result, rule_verdict=result.verdict, rule_reason=result.reason, verdict=verdict, reason=reason,
                    brownian=verdict == "brownian", calibration=calibration_for(table, shape),
-                   fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid), "model": null.summary()},
+                   fitted_null=FittedNullInfo(fid, fitted_calibration_for(table, fid), null.summary()),
                    calibration_seconds=time.perf_counter() - t0, calibration_note=None)

@@ -17,7 +17,8 @@ One file is one of (`parse_stats_file` picks by "category" and content):
 
 Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`, with its window `WindowSpec`), the
 window reading (`LocalSlopes`: `SlopeWindow`, `Curvature`, `Envelope`, `MomentumBias` per key effect), the clock, the
-input, its index.json entry (`IndexEntry`), the sphere normalisation and a LayerNorm's recovered affine map (`AffineMap`), the attention null models' description (`NullModelsInfo`) and step-0 comparison
+input, its index.json entry (`IndexEntry`), the sphere normalisation and a LayerNorm's recovered affine map (`AffineMap`), the fitted null (`FittedNullInfo`: `FittedCalibration`,
+`FittedModel`, `ReplicaContrast`), the attention null models' description (`NullModelsInfo`) and step-0 comparison
 (`InitComparison` of `PairedDifference`), every effect (`EffectResult`). These stay plain mappings, and why:
 - keyed by a name the data choose: "effects" and "clock_check" (by test or clock; their values are EffectResults),
   attention "per_matrix", "aggregate", "undefined", "uniform_reference" and "head_averaged" (by quantity),
@@ -25,7 +26,8 @@ input, its index.json entry (`IndexEntry`), the sphere normalisation and a Layer
 - a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines), the sphere's
   "distribution", "geometry" and "about", "head_kernels", "walkers" (undefined, or quantiles by type and
   position) and attention "verdicts";
-- a row of another table or file: "calibration" and "fitted_null" (the calibration table at the file's shape), the
+- a row of another table or file: "calibration" (the calibration table at the file's shape; its fitted null's row is
+  the record `FittedNullInfo`), the
   descriptive "ensemble_exponent" (read by key by the results tables), `EffectResult.extra` and `.null`;
 - "settings": the StatsConfig values the file was computed with (its margins keyed by margin name).
 A reader parses a file once (`parse_stats_file`); a writer builds the records and writes their `to_dict`.
@@ -38,10 +40,11 @@ from __future__ import annotations
 
 from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult
 from .files import (AffineMap, AttentionStats, BatteryStats, CalibrationShape, Clock, IndexEntry, Curvature, Envelope, FileError,
+                    FittedCalibration, FittedModel, FittedNullInfo, ReplicaContrast,
                     InitComparison, InputFile, LocalSlopes, MomentumBias, NoiseCapture, NoiseStats, NullModelsInfo,
                     PairedDifference, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation, SphereStats,
                     SphereSummary, SummaryRow, WindowSpec, parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
            "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

@@ -10,7 +10,7 @@ from typing import Any
 
 from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -299,6 +299,65 @@ class SphereSummary(_Record):
 
 
 @dataclass(frozen=True)
+class ReplicaContrast(_Record):
+    """What a fitted null of a sphere replica-contrast file carries of the sphere (stats/sphere/replica_null.py):
+    the replicas R, the clock's share from the common start, the walks' total decay, LayerNorm's hyperplane."""
+
+    replicas: int
+    replica_start: float
+    decay: float
+    hyperplane: bool
+
+
+@dataclass(frozen=True)
+class FittedModel(_Record):
+    """A file's fitted Brownian null as described in JSON (stats/diffusion/fitted_null.py FittedNull.summary): no
+    arrays of walkers, the spread of their rates and the anisotropy of the coordinates instead."""
+
+    kind: str
+    drift: str
+    rho_within: float
+    rho_between: float
+    walker_rate_spread: float | None
+    walker_rate_cv: float | None
+    anisotropy: float
+    storage: str
+    storage_factor: float
+    momentum: float
+    contrast: ReplicaContrast | None
+
+    _nested = {"contrast": ReplicaContrast.from_dict}
+
+
+@dataclass(frozen=True)
+class FittedCalibration(_Record):
+    """The rule's size under a file's fitted null (stats/core/shapes.py fitted_calibration_for: the calibration
+    table's "fitted" rows): the rate of "not brownian" (`size`) with its gate's upper bound, the rate of "brownian",
+    the replicates, and the model simulated (None: the table does not describe it)."""
+
+    id: str
+    size: float
+    size_upper: float
+    n_replicates: int
+    equivalence_power: float
+    model: FittedModel | None
+
+    _nested = {"model": FittedModel.from_dict}
+
+
+@dataclass(frozen=True)
+class FittedNullInfo(_Record):
+    """A battery file's fitted null: its id (the calibration table's shape_id), the calibration under it (None: not
+    simulated) and, from `stats trajectory --calibrate`, the model fitted."""
+
+    id: str
+    calibration: FittedCalibration | None
+    model: FittedModel | None = None
+
+    _nested = {"calibration": FittedCalibration.from_dict, "model": FittedModel.from_dict}
+
+
+@dataclass(frozen=True)
 class BatteryStats(_Record):
     """The Brownian battery, verdict and description of one trajectory (brownian.analyze_trajectory, the window
     reading, the clock and input; run_id, category and entry when written by `stats run`)."""
@@ -341,7 +400,7 @@ class BatteryStats(_Record):
     time: str | None = None
     clock: Clock | None = None
     input: InputFile | None = None
-    fitted_null: dict | None = None
+    fitted_null: FittedNullInfo | None = None
     rule_verdict: str | None = None  # `stats trajectory --calibrate`: the rule's verdict before the gates
     rule_reason: str | None = None
     calibration_seconds: float | None = None
@@ -364,7 +423,7 @@ class BatteryStats(_Record):
             "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
             "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
-            "entry": IndexEntry.from_dict}
+            "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict}
 
 
 @dataclass(frozen=True)

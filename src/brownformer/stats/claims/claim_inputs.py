@@ -16,9 +16,9 @@ from typing import Any, Mapping, TypeVar
 
 from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
-from brownformer.statsfile import AffineMap
+from brownformer.statsfile import AffineMap, FittedCalibration
 
-__all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FittedNull", "FileCalibration", "TrajectoryFile",
+__all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
 
 T = TypeVar("T")
@@ -104,15 +104,6 @@ class _Identified:
 
 
 @dataclass(frozen=True)
-class FittedNull:
-    """The rule's size under a file's fitted null (shapes.fitted_calibration_for)."""
-    size: float
-    size_upper: float
-    n_replicates: int
-    id: str | None = None
-
-
-@dataclass(frozen=True)
 class FileCalibration:
     """The rule's size and power at a file's exact shape (shapes.calibration_for), with its fitted null beside it;
     also a run's or claim's least favourable calibration (`claim3_brownian._worst_calibration`)."""
@@ -125,14 +116,14 @@ class FileCalibration:
     size_upper: float | None = None
     power_lower: dict[str, float] | None = None
     power_n_replicates: int | None = None
-    fitted: FittedNull | None = None
+    fitted: FittedCalibration | None = None  # (shapes.fitted_calibration_for)
     # a run's or claim's calibration: the worst fitted size over its files and how many had one
     size_fitted: float | None = None
     size_fitted_upper: float | None = None
     n_fitted: int | None = None
     n_files: int | None = None
     raw: dict = field(default_factory=dict, repr=False)  # the mapping as the calibration gave it (claims.json)
-    _views = {"fitted": FittedNull}
+    _views = {"fitted": FittedCalibration}
 
     @property
     def upper(self) -> float:

@@ -223,5 +223,5 @@ def calibrate_fitted(null, fit_id: str, *, n_replicates: int = DEFAULT_STATS.cal
                      margins=margins, alpha=alpha, n_resamples=n_resamples, decided=_size_stop, window=window)
     info = {"shape_id": fit_id, "kind": null.kind, "T": int(null.times.size), "N": int(null.labels.size),
             "d": int(null.coord_scale.size), "G": int(null.labels.max()) + 1, "drift": null.drift,
-            "rho": null.rho_within, "fitted": json.dumps(null.summary())}
+            "rho": null.rho_within, "fitted": json.dumps(null.summary().to_dict())}
     return pd.DataFrame(_rows(cell, info, "fitted", "size", time.perf_counter() - t0))

@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from brownformer.statsfile import CalibrationShape
+from brownformer.statsfile import CalibrationShape, FittedCalibration, FittedModel
 
 __all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "sphere_decay", "SIGNIFICANT", "RHO_MAX",
            "DECAY_DECORRELATED"]
@@ -147,7 +147,7 @@ def calibration_for(table, shape: CalibrationShape) -> dict | None:
             "rates": rates, "n_replicates": n, "power_n_replicates": min((reps[p] for p in alts), default=None)}
 
 
-def fitted_calibration_for(table, fit_id: str | None) -> dict | None:
+def fitted_calibration_for(table, fit_id: str | None) -> FittedCalibration | None:
     """Size of the rule under a file's fitted null (calibration.calibrate_fitted rows), or None."""
     if table is None or fit_id is None or len(table) == 0 or "shape_id" not in table:
         return None
@@ -157,5 +157,6 @@ def fitted_calibration_for(table, fit_id: str | None) -> dict | None:
     r = next(cell.itertuples())
     lo, hi = _gate_bounds(r, float(r.rate_not_brownian))
     fitted = getattr(r, "fitted", None)
-    return {"id": fit_id, "size": float(r.rate_not_brownian), "size_upper": hi, "n_replicates": int(r.n_replicates),
-            "equivalence_power": float(r.rate_brownian), "model": json.loads(fitted) if isinstance(fitted, str) else None}
+    return FittedCalibration(fit_id, float(r.rate_not_brownian), hi, int(r.n_replicates), float(r.rate_brownian),
+                             FittedModel.from_dict(json.loads(fitted), f"fitted null {fit_id}")
+                             if isinstance(fitted, str) else None)
