@@ -15,7 +15,8 @@ import pandas as pd
 from brownformer.config import from_dict
 from brownformer.io import write_json
 from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
-                                   NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow)
+                                   NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow,
+                                   WalkerReading, WalkerType)
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 RAW_CONFIG = {
@@ -111,10 +112,10 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
                          tau=tau.tolist(), local_slope=local.tolist(), curve=(tau**exponent).tolist(),
                          envelope=Envelope(low=(0.8 + 0 * tau).tolist(), median=(1 + 0 * tau).tolist(),
                                            high=(1.2 + 0 * tau).tolist(), n_replicates=19, level=0.95))
-    walkers = {"reading": "brownian-like", "rates": "spread",
-               "by_type": {t: {"n": 3, "exponent_quantiles": [exponent - 0.3, exponent - 0.1, exponent,
-                                                              exponent + 0.1, exponent + 0.3],
-                               "rate_quantiles": [0.1, 0.2, 0.3, 0.4, 0.5]} for t in ("cls", "patch")}}
+    walkers = WalkerReading("brownian-like", "fake", rates="spread",
+                            by_type={t: WalkerType(3, [exponent - 0.3, exponent - 0.1, exponent, exponent + 0.1,
+                                                       exponent + 0.3], [0.1, 0.2, 0.3, 0.4, 0.5])
+                                     for t in ("cls", "patch")})
     verdict = "brownian" if brownian else "not brownian"
     return BatteryStats(
         kind=kind, n_times=T, n_walkers=N, n_walkers_total=N, n_groups=N, dim=D, span_dimension=D, hyperplane=False,

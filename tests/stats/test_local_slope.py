@@ -86,9 +86,9 @@ def test_brownian_walkers_with_rates_spread_over_10x_are_called_brownian(kind):
                             for i, r in enumerate(rates)], axis=1)
     out = _read(X, kind=kind)
     assert out.local_slopes.classification == "brownian", out.local_slopes.description
-    assert out.walkers["reading"] == "brownian-like" and out.walkers["rates"] == "spread"
+    assert out.walkers.reading == "brownian-like" and out.walkers.rates == "spread"
     if kind == "sphere":  # the ensemble curve bends (mean of exponentials): the window exponent does not
-        assert out.local_slopes.ensemble_exponent["estimate"] < 0.9 < out.local_slopes.effect.tost_interval[0]
+        assert out.local_slopes.ensemble_exponent.estimate < 0.9 < out.local_slopes.effect.tost_interval[0]
 
 
 @pytest.mark.parametrize("other", ["ou", "ballistic"])
@@ -101,7 +101,7 @@ def test_mixtures_of_brownian_and_non_brownian_walkers_are_mixed(other):
     else:  # a constant velocity per walker plus a little noise
         X[:, 1::2] = np.cumsum(0.5 * rng.standard_normal((1, N // 2, D)) + 0.1 * rng.standard_normal((T, N // 2, D)), 0)
     out = _read(X)
-    assert out.walkers["reading"] == "mixed" and out.local_slopes.classification == "mixed", out.walkers["why"]
+    assert out.walkers.reading == "mixed" and out.local_slopes.classification == "mixed", out.walkers.why
 
 
 def test_fast_then_arrested_walk_is_a_crossover_not_subdiffusion():
@@ -117,7 +117,7 @@ def test_flat_power_laws_are_sub_or_superdiffusive(hurst, expected):
     rng = np.random.default_rng(5)
     X = np.cumsum(fgn_increments(T, hurst, N * D, rng).reshape(T, N, D), 0)
     out = _read(X)
-    assert out.local_slopes.classification == expected and out.walkers["reading"] == "anomalous"
+    assert out.local_slopes.classification == expected and out.walkers.reading == "anomalous"
     assert out.local_slopes.effect.estimate == pytest.approx(2 * hurst, abs=0.1)
 
 

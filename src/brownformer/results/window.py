@@ -32,8 +32,9 @@ def window_table(res: Results) -> pd.DataFrame:
                          "n_lags": b.window.n_points if b.window else None,
                          "reading": b.classification, "description": b.description,
                          "window_exponent": b.effect.estimate, "window_null_size": dig(b.effect.null, "size"),
-                         "ensemble_exponent": dig(b.ensemble_exponent, "estimate"),
+                         "ensemble_exponent": b.ensemble_exponent.estimate if b.ensemble_exponent else None,
                          "full_range_exponent": data.msd_exponent.estimate,
-                         "walkers": dig(data.walkers, "reading"), "rates": dig(data.walkers, "rates"),
+                         "walkers": data.walkers.reading if data.walkers else None,
+                         "rates": data.walkers.rates if data.walkers else None,
                          "verdict": data.verdict})
     return pd.DataFrame(rows)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
+from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _out, _Record
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -237,6 +237,18 @@ class MomentumBias(_Record):
 
 
 @dataclass(frozen=True)
+class EnsembleExponent(_Record):
+    """The descriptive fit y = c + D tau^alpha of the window's ensemble curve: alpha (`estimate`) with its interval,
+    the fitted offset c, D, and how it was fitted."""
+
+    estimate: float
+    confidence_interval: list
+    fitted_offset: float
+    D: float
+    fit: str
+
+
+@dataclass(frozen=True)
 class LocalSlopes(_Record):
     """Claim 3's reading on the window fixed before the data (stats/diffusion/window_reading.py)."""
 
@@ -245,7 +257,7 @@ class LocalSlopes(_Record):
     effect: EffectResult
     window: SlopeWindow | None = None
     curvature: Curvature | None = None
-    ensemble_exponent: dict | None = None  # descriptive: {estimate, confidence_interval, fitted_offset, D, fit}
+    ensemble_exponent: EnsembleExponent | None = None  # descriptive
     storage_offset: float | None = None
     tau: list | None = None
     curve: list | None = None
@@ -257,7 +269,7 @@ class LocalSlopes(_Record):
 
     _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict,
                "curvature": Curvature.from_dict, "momentum_bias": _map(MomentumBias.from_dict),
-               "spec": WindowSpec.from_dict}
+               "spec": WindowSpec.from_dict, "ensemble_exponent": EnsembleExponent.from_dict}
 
 
 @dataclass(frozen=True)
@@ -296,6 +308,75 @@ class SphereSummary(_Record):
     def about_per_layer(self, quantity: str) -> dict:
         """{"estimate", "ci_low", "ci_high"}: lists over layers of one sphere_fit.ABOUT_QUANTITIES quantity."""
         return dict(((self.about or {}).get("per_layer") or {}).get(quantity) or {})
+
+
+@dataclass(frozen=True)
+class WalkerType(_Record):
+    """One token type's walkers (stats/diffusion/walkers.py token_types): how many, and the quantiles of their
+    window exponents and rates (None: no walker with a usable slope)."""
+
+    n: int
+    exponent_quantiles: list | None
+    rate_quantiles: list | None
+
+
+@dataclass(frozen=True)
+class WalkerPositions(_Record):
+    """Per token position, the walkers' median window exponent and rate (files with positions)."""
+
+    median_exponent: list
+    median_rate: list
+
+
+@dataclass(frozen=True)
+class WalkerDiagnostic(_Record):
+    """One per-walker diagnostic of the window (stats/diffusion/walkers.py andi_diagnostics): the data's value and the
+    Brownian null's 2.5, 50 and 97.5% quantiles of it (None: undefined on the null)."""
+
+    estimate: float
+    null: list | None
+
+
+@dataclass(frozen=True)
+class WalkerReading(_Record):
+    """A file's "walkers" block (stats/diffusion/walkers.py walker_reading): the per-walker window exponents and rates
+    against their range on Brownian motion at the file's shape, and the reading ("mixed", "anomalous",
+    "brownian-like", or "undefined" with only `why`). Numbers are written as they are (NaN as null)."""
+
+    reading: str
+    why: str
+    rates: str | None = None
+    quantile_levels: list | None = None
+    exponent_quantiles: list | None = None
+    rate_quantiles: list | None = None
+    null_exponent_range: list | None = None
+    null_exponent_quantiles: list | None = None
+    share_outside: float | None = None
+    null_share_outside_limit: float | None = None
+    log10_rate_iqr: float | None = None
+    null_log10_rate_iqr_limit: float | None = None
+    exponent_iqr: float | None = None
+    null_exponent_iqr_limit: float | None = None
+    n_valid: int | None = None
+    by_type: dict[str, WalkerType] | None = None  # keyed by the token types the data have
+    by_position: WalkerPositions | None = None
+    diagnostics: dict[str, WalkerDiagnostic] | None = None  # keyed by diagnostic (walkers.andi_diagnostics)
+
+    _nested = {"by_type": _map(WalkerType.from_dict), "by_position": WalkerPositions.from_dict,
+               "diagnostics": _map(WalkerDiagnostic.from_dict)}
+
+    def to_dict(self) -> dict:
+        """{"reading", "why"} when undefined; else every key in the producer's order; "by_position" and
+        "diagnostics" when set."""
+        optional = ("by_position", "diagnostics")
+        if self.reading == "undefined":
+            out = {"reading": self.reading, "why": self.why}
+        else:
+            names = [f.name for f in fields(self) if f.name not in ("reading", "why", "rates", *optional)]
+            out = {"reading": self.reading, "rates": self.rates, "why": self.why,
+                   **{k: _out(getattr(self, k)) for k in names}}
+        out.update({k: _out(getattr(self, k)) for k in optional if getattr(self, k) is not None})
+        return out
 
 
 @dataclass(frozen=True)
@@ -393,7 +474,7 @@ class BatteryStats(_Record):
     clock_check: dict[str, EffectResult] | None = None
     sphere_normalisation: SphereNormalisation | None = None
     local_slopes: LocalSlopes | None = None
-    walkers: dict | None = None
+    walkers: WalkerReading | None = None
     verdict_full_range: str | None = None
     reason_full_range: str | None = None
     classification_full_range: str | None = None
@@ -423,7 +504,7 @@ class BatteryStats(_Record):
             "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
             "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
-            "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict}
+            "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict, "walkers": WalkerReading.from_dict}
 
 
 @dataclass(frozen=True)
