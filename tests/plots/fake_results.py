@@ -16,7 +16,7 @@ from brownformer.config import from_dict
 from brownformer.io import write_json
 from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
                                    NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow,
-                                   WalkerReading, WalkerType)
+                                   LayerValues, WalkerReading, WalkerType)
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 RAW_CONFIG = {
@@ -127,10 +127,15 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
         local_slopes=window, walkers=walkers, time="lr_sq_sum", run_id=run, category=entry["category"], entry=entry)
 
 
-def _sphere(tensor: str, **about_per_layer) -> SphereSummary:
-    return SphereSummary(tensor=tensor, distribution={"fraction_on_sphere": 1.0}, geometry={}, margins={},
-                         about={"per_layer": {q: {"estimate": v} for q, v in about_per_layer.items()}},
-                         definitional=tensor == "ln_raw", step=40, capture=0)
+def _sphere(tensor: str, radius_spread_ratio: list | None = None) -> SphereSummary:
+    """A sphere summary of 3 layers of random tokens (the producer's record), its ratios set where given."""
+    from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
+    s = tensor_sphere_summary(np.random.default_rng(0).standard_normal((3, 12, 4)), tensor=tensor, n_resamples=9)
+    if radius_spread_ratio is not None:
+        ratio = LayerValues(radius_spread_ratio, radius_spread_ratio, radius_spread_ratio)
+        layers = dataclasses.replace(s.about.per_layer, radius_spread_ratio=ratio)
+        s = dataclasses.replace(s, about=dataclasses.replace(s.about, per_layer=layers))
+    return dataclasses.replace(s, step=40, capture=0)
 
 
 def _attention_stats(rng, run: str) -> AttentionStats:

@@ -115,7 +115,7 @@ def _sphere_part(entry: IndexEntry, path: Path, stats) -> SphereSummary:
     out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins),
                                 n_inputs=meta.n_inputs, n_tokens=meta.n_tokens, confidence_level=stats.confidence_level,
                                 n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES), rng=stats.seed)
-    return replace(SphereSummary.from_dict(out, f"{path} sphere"), ln=meta.ln, step=meta.step, capture=entry.capture,
+    return replace(out, ln=meta.ln, step=meta.step, capture=entry.capture,
                    times=meta.times or list(range(X.shape[0])))
 
 

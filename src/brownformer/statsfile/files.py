@@ -6,11 +6,11 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
-from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _out, _Record
+from ._results import SCHEMA_VERSION, Decision, EffectResult, _build, _check_version, _list, _map, _out, _Record
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -288,14 +288,174 @@ class AffineMap(_Record):
 
 
 @dataclass(frozen=True)
+class Quantiles:
+    """Quantiles keyed by their level as JSON writes it ("0.01", "0.5", ...): `levels` and one value (a number, or a
+    list over layers) per level."""
+
+    levels: tuple[str, ...]
+    values: tuple
+
+    def to_dict(self) -> dict:
+        return dict(zip(self.levels, self.values))
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str = "quantiles") -> Quantiles:
+        if isinstance(d, cls):
+            return d
+        if not isinstance(d, dict):
+            raise ValueError(f"{where}: expected a JSON object of quantiles by level, got {type(d).__name__}")
+        return cls(tuple(d), tuple(d.values()))
+
+
+@dataclass(frozen=True)
+class Distribution(_Record):
+    """One per-token quantity's distribution (|z|/sqrt(d) or 1^T z/sqrt(d)): mean, sd, quantiles, the largest
+    deviation from the sphere's value, the number of tokens."""
+
+    mean: float
+    sd: float | None
+    quantiles: Quantiles
+    max_abs_deviation: float
+    n: int
+
+    _nested = {"quantiles": Quantiles.from_dict}
+
+
+@dataclass(frozen=True)
+class PerLeading(_Record):
+    """Per leading index (layer) of a tensor: mean and sd of |z|/sqrt(d), the largest |1^T z|/sqrt(d)."""
+
+    radius_mean: list
+    radius_sd: list
+    sum_abs_max: list
+
+
+@dataclass(frozen=True)
+class SphereMargins(_Record):
+    """The definitional check's margins (stats.margins sphere_radius, sphere_sum): (low, high) each."""
+
+    sphere_radius: list
+    sphere_sum: list
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorDistribution(_Record):
+    """The definitional check of one tensor (stats/sphere/sphere_distance.py): the radius and sum distributions and
+    the share of tokens inside each margin and inside both (`fraction_on_sphere`); per layer for (L, N, d)."""
+
+    dim: int
+    radius: Distribution
+    sum: Distribution
+    fraction_radius_in_margin: float
+    fraction_sum_in_margin: float
+    per_leading: PerLeading | None = None
+    fraction_on_sphere: float
+
+    _nested = {"radius": Distribution.from_dict, "sum": Distribution.from_dict, "per_leading": PerLeading.from_dict}
+
+
+@dataclass(frozen=True)
+class LayerValues(_Record):
+    """One quantity per layer: the estimate and its interval (null where undefined)."""
+
+    estimate: list
+    ci_low: list
+    ci_high: list
+
+    def cells(self):
+        """(layer, estimate, low, high) for each layer."""
+        return enumerate(zip(self.estimate, self.ci_low, self.ci_high))
+
+
+@dataclass(frozen=True)
+class PooledValue(_Record):
+    """One quantity averaged over layers, with its interval."""
+
+    estimate: float
+    confidence_interval: list
+
+
+@dataclass(frozen=True)
+class GeometryLayers(_Record):
+    """stats/sphere/sphere_distance.py GEOMETRY_QUANTITIES, per layer or pooled over layers."""
+
+    fraction_on_sphere: Any
+    radius_mean: Any
+    radius_cv: Any
+    mean_offset: Any
+    sum_abs_mean: Any
+
+    @classmethod
+    def parser(cls, value) -> Callable:
+        """from_dict with each quantity parsed by `value` (LayerValues or PooledValue)."""
+        return lambda d, where: _build(cls, d, where, {f.name: value.from_dict for f in fields(cls)})
+
+
+@dataclass(frozen=True)
+class SphereGeometry(_Record):
+    """How far token states of each layer are from the sphere (stats/sphere/sphere_distance.py sphere_geometry),
+    with percentile-bootstrap intervals over `cluster`s."""
+
+    n_layers: int
+    n_walkers: int
+    dim: int
+    n_clusters: int
+    cluster: str
+    margins: SphereMargins
+    confidence_level: float
+    n_resamples: int
+    per_layer: GeometryLayers  # of LayerValues
+    pooled: GeometryLayers  # of PooledValue
+    radius_quantiles: Quantiles
+    sum_quantiles: Quantiles
+    mean_offset_floor: list
+    method: str
+
+    _nested = {"margins": SphereMargins.from_dict, "per_layer": GeometryLayers.parser(LayerValues),
+               "pooled": GeometryLayers.parser(PooledValue), "radius_quantiles": Quantiles.from_dict,
+               "sum_quantiles": Quantiles.from_dict}
+
+
+@dataclass(frozen=True)
+class AboutLayers(_Record):
+    """stats/sphere/sphere_fit.py's quantities about the centre, per layer (in the order written)."""
+
+    radius_spread: LayerValues
+    offset: LayerValues
+    radius_spread_ratio: LayerValues
+
+    _nested = {"radius_spread": LayerValues.from_dict, "offset": LayerValues.from_dict,
+               "radius_spread_ratio": LayerValues.from_dict}
+
+
+@dataclass(frozen=True)
+class SphereAbout(_Record):
+    """The geometry about a centre (stats/sphere/sphere_fit.py sphere_about): radius spread, its ratio to the
+    Gaussian-cloud null and the centre's offset per layer; `centre`: "given" (beta, the origin) or "token mean"."""
+
+    n_layers: int
+    n_walkers: int
+    dim: int
+    n_clusters: int
+    confidence_level: float
+    n_resamples: int
+    centre: str
+    per_layer: AboutLayers
+    null_spread: list
+    method: str
+
+    _nested = {"per_layer": AboutLayers.from_dict}
+
+
+@dataclass(frozen=True)
 class SphereSummary(_Record):
     """Claim 1 on one depth file (stats/sphere/sphere_distance.py tensor_sphere_summary and the capture it came from)."""
 
     tensor: str  # "ln_raw" | "ln_affine" | "resid"
-    distribution: dict
-    geometry: dict
-    about: dict
-    margins: dict
+    distribution: TensorDistribution
+    geometry: SphereGeometry
+    about: SphereAbout
+    margins: SphereMargins
     definitional: bool
     affine_map: AffineMap | None = None
     ln: str | None = None
@@ -303,11 +463,8 @@ class SphereSummary(_Record):
     capture: int | None = None
     times: list | None = None
 
-    _nested = {"affine_map": AffineMap.from_dict}
-
-    def about_per_layer(self, quantity: str) -> dict:
-        """{"estimate", "ci_low", "ci_high"}: lists over layers of one sphere_fit.ABOUT_QUANTITIES quantity."""
-        return dict(((self.about or {}).get("per_layer") or {}).get(quantity) or {})
+    _nested = {"affine_map": AffineMap.from_dict, "distribution": TensorDistribution.from_dict,
+               "geometry": SphereGeometry.from_dict, "about": SphereAbout.from_dict, "margins": SphereMargins.from_dict}
 
 
 @dataclass(frozen=True)

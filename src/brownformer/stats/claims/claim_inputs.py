@@ -16,7 +16,7 @@ from typing import Any, Mapping, TypeVar
 
 from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
-from brownformer.statsfile import AffineMap, FittedCalibration
+from brownformer.statsfile import AffineMap, FittedCalibration, LayerValues, SphereSummary
 
 __all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
@@ -192,47 +192,6 @@ def trajectory_files(files: list[Mapping]) -> list[TrajectoryFile]:
 
 
 @dataclass(frozen=True)
-class LayerValues:
-    """One quantity per layer of a sphere summary: the estimate and its interval over probe inputs."""
-    estimate: list
-    ci_low: list | None = None
-    ci_high: list | None = None
-
-    def cells(self):
-        """(layer, estimate, low, high) for each layer."""
-        return enumerate(zip(self.estimate, self.ci_low, self.ci_high))
-
-
-@dataclass(frozen=True)
-class _About:
-    per_layer: dict | None = None
-    centre: Any = None
-
-
-@dataclass(frozen=True)
-class _Pooled:
-    fraction_on_sphere: Exponent | None = None
-    _views = {"fraction_on_sphere": Exponent}
-
-
-@dataclass(frozen=True)
-class _Geometry:
-    pooled: _Pooled | None = None
-    _views = {"pooled": _Pooled}
-
-
-@dataclass(frozen=True)
-class _Sphere:
-    ln: str | None = None
-    tensor: str | None = "ln_raw"
-    step: int | None = None
-    about: _About | None = None
-    geometry: _Geometry | None = None
-    affine_map: dict | None = None  # parsed by SphereFile.from_entry
-    _views = {"about": _About, "geometry": _Geometry}
-
-
-@dataclass(frozen=True)
 class SphereFile:
     """One depth file's sphere summary (stats/sphere/sphere_distance.py), as claim 1 reads it.
 
@@ -257,16 +216,13 @@ class SphereFile:
 
     @classmethod
     def from_entry(cls, f: Mapping) -> SphereFile:
-        """The file from the summary's entry {"run", "path", "capture", "sphere": the sphere summary's JSON}."""
-        s = view(_Sphere, f["sphere"]) or _Sphere()
-        about = s.about or _About()
-        pooled = s.geometry.pooled if s.geometry else None
-        frac = pooled.fraction_on_sphere if pooled else None
+        """The file from the summary's entry {"run", "path", "capture", "sphere": its statsfile.SphereSummary}."""
+        s: SphereSummary = f["sphere"]
+        layers = s.about.per_layer
         return cls(run=f["run"], path=f.get("path"), capture=f.get("capture"), ln=s.ln, tensor=s.tensor, step=s.step,
-                   per_layer={q: view(LayerValues, v) for q, v in (about.per_layer or {}).items()},
-                   measured_about=s.about is not None, centre=about.centre,
-                   fraction_on_sphere=float(frac.estimate) if frac else None,
-                   affine_map=AffineMap.from_dict(s.affine_map, "sphere.affine_map") if s.affine_map else None)
+                   per_layer={q.name: getattr(layers, q.name) for q in fields(layers)},
+                   measured_about=True, centre=s.about.centre,
+                   fraction_on_sphere=float(s.geometry.pooled.fraction_on_sphere.estimate), affine_map=s.affine_map)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ import numpy as np
 
 from brownformer.io import to_jsonable
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
-from brownformer.statsfile import AffineMap
+from brownformer.statsfile import AboutLayers, AffineMap, LayerValues, SphereAbout
 
 __all__ = ["sphere_about", "affine_map_fit", "gaussian_null_spread", "ABOUT_QUANTITIES"]
 
@@ -45,7 +45,7 @@ def gaussian_null_spread(S: np.ndarray) -> float:
 
 
 def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int | None = None,
-                 confidence_level: float, n_resamples: int, rng) -> dict:
+                 confidence_level: float, n_resamples: int, rng) -> SphereAbout:
     """Radius spread, its ratio to the Gaussian-cloud null and the offset, per layer (module docstring).
 
     Args:
@@ -54,8 +54,8 @@ def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int |
         n_inputs, n_tokens: walker i*n_tokens + t is token t of input i (the resampling unit); else tokens.
 
     Returns:
-        {"per_layer": {q: {"estimate", "ci_low", "ci_high"}: [L] each} for q in ABOUT_QUANTITIES,
-         "null_spread": [L], "centre": "given" | "token mean", "n_clusters", ...}.
+        statsfile.SphereAbout: per_layer (LayerValues over layers for each of ABOUT_QUANTITIES), null_spread [L],
+        centre ("given" | "token mean"), n_clusters, ...
     """
     z = np.asarray(z, dtype=float)
     z = z[None] if z.ndim == 2 else z
@@ -81,13 +81,13 @@ def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int |
     per = {}
     for q, est in (("radius_spread", sp), ("offset", off)):
         lo, hi = est.interval(confidence_level)
-        per[q] = {"estimate": est.estimate, "ci_low": lo, "ci_high": hi}
+        per[q] = (est.estimate, lo, hi)
     with np.errstate(invalid="ignore", divide="ignore"):
-        per["radius_spread_ratio"] = {k: np.asarray(v) / null for k, v in per["radius_spread"].items()}
-    return to_jsonable({"n_layers": L, "n_walkers": N, "dim": d, "n_clusters": boot.n_groups,
-                        "confidence_level": confidence_level, "n_resamples": n_resamples,
-                        "centre": "given" if given else "token mean", "per_layer": per, "null_spread": null,
-                        "method": "t-interval over probe inputs (cluster bootstrap); centre and null held fixed"})
+        per["radius_spread_ratio"] = tuple(np.asarray(v) / null for v in per["radius_spread"])
+    layers = AboutLayers(**{q: LayerValues(*(to_jsonable(v) for v in values)) for q, values in per.items()})
+    return SphereAbout(L, N, d, to_jsonable(boot.n_groups), confidence_level, n_resamples,
+                       "given" if given else "token mean", layers, to_jsonable(null),
+                       "t-interval over probe inputs (cluster bootstrap); centre and null held fixed")
 
 
 def affine_map_fit(z_raw, y) -> AffineMap:
