@@ -16,7 +16,7 @@ from brownformer.config import from_dict
 from brownformer.io import write_json
 from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
                                    NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow,
-                                   LayerValues, WalkerReading, WalkerType)
+                                   LayerValues, WalkerReading, WalkerType, WindowRuleNull)
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 RAW_CONFIG = {
@@ -105,7 +105,7 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
     tau = np.geomspace(0.01, 1.0, T - 1)
     local = exponent + 0.05 * rng.standard_normal(T - 1)
     effect = EffectResult.effect(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08), 0.4,
-                                 margin=(0.9, 1.1), key=True, null={"size": 0.04, "n_replicates": 19})
+                                 margin=(0.9, 1.1), key=True, null=WindowRuleNull(0.04, 0.9, 19, [0.9, 1.0, 1.1], "fake"))
     window = LocalSlopes(classification="brownian" if brownian else "crossover", description="fake", effect=effect,
                          window=SlopeWindow(start_index=1, used_indices=list(range(2, T)), n_points=T - 1,
                                             start_step=5, min_lag_steps=5, start_clock=0.01, why="fake"),

@@ -132,7 +132,7 @@ def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
               "local_slopes": out.local_slopes.to_dict()}  # the same on the file as JSON
     eff = window_effects(result)
     assert eff["msd_exponent"]["estimate"] == out.local_slopes.effect.estimate and eff["variance_ratio"]["estimate"] == 1.0
-    assert out.local_slopes.effect.null["size"] <= 0.2 and out.local_slopes.effect.null["n_replicates"] == 29
+    assert out.local_slopes.effect.null.size <= 0.2 and out.local_slopes.effect.null.n_replicates == 29
 
 
 @pytest.mark.parametrize("window_estimate,null_size,expected", [

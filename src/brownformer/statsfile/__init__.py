@@ -21,14 +21,14 @@ effect), the clock, the input, its index.json entry (`IndexEntry`), the sphere n
 (`SphereSummary`: `TensorDistribution`, `SphereGeometry`, `SphereAbout`, `SphereMargins`, a LayerNorm's recovered
 `AffineMap`), the fitted null (`FittedNullInfo`: `FittedCalibration`, `FittedModel`, `ReplicaContrast`),
 the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), the attention null models' description (`NullModelsInfo`) and step-0 comparison
-(`InitComparison` of `PairedDifference`), every effect (`EffectResult`). These stay plain mappings, and why:
+(`InitComparison` of `PairedDifference`), every effect (`EffectResult`, with the window exponent's `WindowRuleNull`). These stay plain mappings, and why:
 - keyed by a name the data choose: "effects" and "clock_check" (by test or clock; their values are EffectResults),
   attention "per_matrix", "aggregate", "undefined", "uniform_reference" and "head_averaged" (by quantity),
   "null_models" (by null), a shape's margins;
 - a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines), "head_kernels",
   and attention "verdicts";
 - a row of another table or file: "calibration" (the calibration table at the file's shape; its fitted null's row is
-  the record `FittedNullInfo`), `EffectResult.extra` and `.null`;
+  the record `FittedNullInfo`), `EffectResult.extra`;
 - "settings": the StatsConfig values the file was computed with (its margins keyed by margin name).
 A reader parses a file once (`parse_stats_file`); a writer builds the records and writes their `to_dict`.
 
@@ -38,7 +38,7 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 """
 from __future__ import annotations
 
-from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult
+from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull
 from .files import (AboutLayers, AffineMap, AttentionStats, Distribution, EnsembleExponent, GeometryLayers, LayerValues,
                     PerLeading, PooledValue, Quantiles, SphereAbout, SphereGeometry, SphereMargins, TensorDistribution, BatteryStats, CalibrationShape, Clock, IndexEntry, Curvature, Envelope, FileError,
                     FittedCalibration, FittedModel, FittedNullInfo, ReplicaContrast, WalkerDiagnostic, WalkerPositions,
@@ -47,6 +47,6 @@ from .files import (AboutLayers, AffineMap, AttentionStats, Distribution, Ensemb
                     PairedDifference, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation, SphereStats,
                     SphereSummary, SummaryRow, WindowSpec, parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
            "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

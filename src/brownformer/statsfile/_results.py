@@ -7,7 +7,7 @@ from typing import Any, Callable, ClassVar
 
 from brownformer.io import to_jsonable
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS"]
+__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS"]
 
 SCHEMA_VERSION = 2
 
@@ -110,6 +110,19 @@ class _Record:
         return _build(cls, d, where or cls.__name__, cls._nested)
 
 
+@dataclass(frozen=True)
+class WindowRuleNull(_Record):
+    """The window exponent's own rule on Brownian motion simulated at a file's shape over the window
+    (stats/diffusion/window_reading.py): how often it rejects (`size`) and certifies (`equivalence_power`) in
+    `n_replicates`, the simulated exponent's 2.5, 50 and 97.5% quantiles, and `what` it is."""
+
+    size: float
+    equivalence_power: float
+    n_replicates: int
+    quantiles: list
+    what: str
+
+
 #: JSON layouts of an EffectResult: (required keys, keys in the order written). "test": one hypothesis test, every
 #: key written (NaN as null); "effect": an estimate with what is known of it (a key effect with its margin, the MSD
 #: exponent, the window exponent), unset keys left out; "headline": a claim's effect size in claims.json, the
@@ -159,7 +172,7 @@ class EffectResult:
     rejected: bool | None = None
     margin: tuple | None = None
     key: bool | None = None
-    null: dict | None = None
+    null: WindowRuleNull | None = None
     bias_correction: float | None = None
     form: str = field(default="test", kw_only=True)
 
@@ -236,6 +249,8 @@ class EffectResult:
                 ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
                 + f" (statistics file schema {SCHEMA_VERSION}, brownformer.statsfile.EffectResult, {form} layout)")
         d = {k: tuple(v) if k in _PAIRS and v is not None else v for k, v in d.items()}
+        if d.get("null") is not None:
+            d["null"] = WindowRuleNull.from_dict(d["null"], f"{where}.null")
         if form == "test":  # JSON null is how the writer stores NaN
             d.update({k: _float(d[k]) for k in ("statistic", "pvalue", "estimate", "null_value") if k in d})
             d.update({k: _pair(d[k]) or _NAN2 for k in ("confidence_interval", "tost_interval") if k in d})

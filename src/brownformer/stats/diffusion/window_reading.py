@@ -34,7 +34,7 @@ from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats.sphere.replica_null import simulate_null
 from brownformer.stats.diffusion.walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
 from brownformer.statsfile import (Curvature, EffectResult, EnsembleExponent, Envelope, LocalSlopes, SlopeWindow,
-                                   WalkerDiagnostic, WalkerReading, WindowSpec)
+                                   WalkerDiagnostic, WalkerReading, WindowRuleNull, WindowSpec)
 
 __all__ = ["window_reading", "window_effects", "window_classification", "window_classification_of",
            "key_effects_on_window", "window_exponent", "window_spec", "spec_window", "null_walks", "WindowSpec", "WindowReading",
@@ -352,10 +352,10 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     lo, hi = margin
     null_out = _outside(nexpo.estimate, ntlo, nthi, nexpo.pvalue(1.0), margin, alpha)
     null_in = (ntlo >= lo) & (nthi <= hi)
-    null_rule = {"size": float(np.mean(null_out)), "equivalence_power": float(np.mean(null_in)), "n_replicates": R,
-                 "quantiles": [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
-                 "what": "the window exponent's own rule (interval inside / outside the margin) on Brownian motion "
-                         "simulated at this file's shape over the window"}
+    null_rule = WindowRuleNull(float(np.mean(null_out)), float(np.mean(null_in)), R,
+                               [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
+                               "the window exponent's own rule (interval inside / outside the margin) on Brownian "
+                               "motion simulated at this file's shape over the window")
     method = ("mean over walkers of the log-log slope of y_i - c over the pre-fixed window, minus the simulated "
               "Brownian motions' median bias; t-interval over groups with the cluster-bootstrap SE; H0 exponent = 1")
     if np.isfinite(key.estimate[0]):

@@ -157,14 +157,14 @@ def _on_window(full: BatteryStats, X: np.ndarray, meta: TrajectorySidecar, input
         else full.effects
     decision = decide_results(key_effects_on_window(effects, slopes), kind=full.kind, margins=dict(stats.margins),
                               alpha=stats.alpha, n_times=int(full.n_times), n_groups=full.n_groups, rule=WINDOW_RULE)
-    null = slopes.effect.null or {}
-    if decision.verdict == "inconclusive" and null.get("equivalence_power") is not None:
+    null = slopes.effect.null
+    if decision.verdict == "inconclusive" and null is not None:
         # how often the window exponent alone certifies Brownian motion simulated at this file's shape: a low
         # value says the data are too few to decide, not that the walk is not Brownian (the full rule's power
         # needs the calibration: `stats trajectory --calibrate` or the pipeline's calibrate stage)
         decision = replace(decision, reason=decision.reason + (
-            f" (power at this shape: the window exponent certifies {null['equivalence_power']:.0%} of "
-            f"{null.get('n_replicates')} Brownian motions simulated at it)"))
+            f" (power at this shape: the window exponent certifies {null.equivalence_power:.0%} of "
+            f"{null.n_replicates} Brownian motions simulated at it)"))
     return replace(full, local_slopes=slopes, walkers=reading.walkers if reading is not None else None,
                    calibration_shape=shape, effects=effects, verdict=decision.verdict, reason=decision.reason,
                    brownian=decision.verdict == "brownian", verdict_full_range=full.verdict,
