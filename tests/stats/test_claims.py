@@ -343,8 +343,8 @@ def test_markov_margins_are_fixed_before_the_data():
     assert m.reversibility_residual == tuple(STATS.margins["reversibility_residual"])
     assert m.null_bounds["reversibility_residual_row_shuffled_lower"] == 0.08
     cli = file_verdicts(res, STATS)
-    assert cli["vmf_output_error"]["margin"][1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
-    assert cli["reversibility_residual"]["margin"] == list(STATS.margins["reversibility_residual"])
+    assert cli.vmf_output_error.margin[1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
+    assert cli.reversibility_residual.margin == list(STATS.margins["reversibility_residual"])
 
 
 def test_the_whole_sphere_fit_never_decides_when_heads_are_narrower_than_the_model():

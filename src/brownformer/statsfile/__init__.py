@@ -20,13 +20,14 @@ window reading (`LocalSlopes`: `SlopeWindow`, `Curvature`, `Envelope`, `Ensemble
 effect), the clock, the input, its index.json entry (`IndexEntry`), the sphere normalisation, claim 1's sphere summary
 (`SphereSummary`: `TensorDistribution`, `SphereGeometry`, `SphereAbout`, `SphereMargins`, a LayerNorm's recovered
 `AffineMap`), the fitted null (`FittedNullInfo`: `FittedCalibration`, `FittedModel`, `ReplicaContrast`),
-the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), the attention null models' description (`NullModelsInfo`) and step-0 comparison
+the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), the attention null models' description (`NullModelsInfo`), `stats attention`'s verdicts
+(`AttentionVerdicts` of `CriterionVerdict`) and step-0 comparison
 (`InitComparison` of `PairedDifference`), every effect (`EffectResult`, with the window exponent's `WindowRuleNull`). These stay plain mappings, and why:
 - keyed by a name the data choose: "effects" and "clock_check" (by test or clock; their values are EffectResults),
   attention "per_matrix", "aggregate", "undefined", "uniform_reference" and "head_averaged" (by quantity),
   "null_models" (by null), a shape's margins;
-- a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines), "head_kernels",
-  and attention "verdicts";
+- a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines) and
+  "head_kernels";
 - a row of another table or file: "calibration" (the calibration table at the file's shape; its fitted null's row is
   the record `FittedNullInfo`), `EffectResult.extra`;
 - "settings": the StatsConfig values the file was computed with (its margins keyed by margin name).
@@ -39,7 +40,7 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 from __future__ import annotations
 
 from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull
-from .files import (AboutLayers, AffineMap, AttentionStats, Distribution, EnsembleExponent, GeometryLayers, LayerValues,
+from .files import (AboutLayers, AffineMap, AttentionStats, AttentionVerdicts, CriterionVerdict, Distribution, EnsembleExponent, GeometryLayers, LayerValues,
                     PerLeading, PooledValue, Quantiles, SphereAbout, SphereGeometry, SphereMargins, TensorDistribution, BatteryStats, CalibrationShape, Clock, IndexEntry, Curvature, Envelope, FileError,
                     FittedCalibration, FittedModel, FittedNullInfo, ReplicaContrast, WalkerDiagnostic, WalkerPositions,
                     WalkerReading, WalkerType,
@@ -48,5 +49,5 @@ from .files import (AboutLayers, AffineMap, AttentionStats, Distribution, Ensemb
                     SphereSummary, SummaryRow, WindowSpec, parse_stats_file)
 
 __all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
-           "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
+           "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from ._results import SCHEMA_VERSION, Decision, EffectResult, _build, _check_version, _list, _map, _out, _Record
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -719,6 +719,44 @@ class NullModelsInfo(_Record):
 
 
 @dataclass(frozen=True)
+class CriterionVerdict(_Record):
+    """One claim-2 criterion decided on a user's attention file (`stats attention`; stats/claims/claim2_markov.py
+    file_verdicts): the verdict, its estimate and interval against the margin, or why it is undefined; the
+    row-shuffled null's lower bound (output error and reversibility) or the heads' rank bound (head isotropy)."""
+
+    verdict: str
+    margin: list
+    estimate: float | None = None
+    confidence_interval: list | None = None
+    null_row_shuffled_lower: float | None = None
+    rank_bound: float | None = None
+    why_undefined: str | None = None
+
+    def to_dict(self) -> dict:
+        """{"verdict", "margin", "why_undefined"} when undefined; else the verdict, the estimate (with its interval
+        where it has one), the margin, then the null's lower bound (with an interval) or the rank bound."""
+        if self.why_undefined is not None:
+            return {"verdict": self.verdict, "margin": self.margin, "why_undefined": self.why_undefined}
+        if self.confidence_interval is None:  # head isotropy: the worst head, no interval
+            return {"verdict": self.verdict, "estimate": self.estimate, "margin": self.margin,
+                    "rank_bound": self.rank_bound}
+        return {"verdict": self.verdict, "estimate": self.estimate, "confidence_interval": self.confidence_interval,
+                "margin": self.margin, "null_row_shuffled_lower": self.null_row_shuffled_lower}
+
+
+@dataclass(frozen=True)
+class AttentionVerdicts(_Record):
+    """`stats attention`'s verdict per claim-2 criterion (in the order written)."""
+
+    reversibility_residual: CriterionVerdict
+    vmf_output_error: CriterionVerdict
+    head_isotropy: CriterionVerdict
+
+    _nested = {"reversibility_residual": CriterionVerdict.from_dict, "vmf_output_error": CriterionVerdict.from_dict,
+               "head_isotropy": CriterionVerdict.from_dict}
+
+
+@dataclass(frozen=True)
 class AttentionStats(_Record):
     """Markov-chain statistics of attention matrices (stats/markov/markov_chain.py analyze_attention, the null models and the
     step-0 comparison of stats_stage/attention_files.py); `verdicts` only in `stats attention` output.
@@ -741,14 +779,15 @@ class AttentionStats(_Record):
     null_models: dict | None = None
     null_models_info: NullModelsInfo | None = None
     init_comparison: InitComparison | None = None
-    verdicts: dict | None = None
+    verdicts: AttentionVerdicts | None = None
     run_id: str | None = None
     category: str | None = None
     entry: IndexEntry | None = None
     input: InputFile | None = None
 
     _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict, "entry": IndexEntry.from_dict,
-               "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict}
+               "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict,
+               "verdicts": AttentionVerdicts.from_dict}
 
 
 @dataclass(frozen=True)
