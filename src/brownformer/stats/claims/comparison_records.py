@@ -140,5 +140,5 @@ class TargetLevel(ClaimDetails):
         """From time_to_target.TimeToTargetResult at that share's target."""
         return cls(target=res.target, best_baseline=res.baseline,
                    km_median_steps={o: KMMedian.of(m) for o, m in res.medians.items()},
-                   steps_ratios={b: MedianRatio.of(r[STEPS]) for b, r in res.ratios.items()},
+                   steps_ratios={b: MedianRatio.of(r.steps) for b, r in res.ratios.items()},
                    verdict=res.verdict, reason=res.reason)

@@ -21,7 +21,8 @@ from brownformer.io import to_jsonable
 from brownformer.statsfile import EffectResult
 from brownformer.verdicts import ClaimDetails, NoDetails
 
-from .comparison_records import BaselineVerdict, KMMedian, MedianRatio, RuleErrorSummary, TargetLevel, records_of
+from .comparison_records import (SECONDS, STEPS, BaselineVerdict, KMMedian, MedianRatio, RuleErrorSummary, TargetLevel,
+                                 records_of)
 
 __all__ = ["InputPower", "SeedPower", "UndecidedCriterion", "SeedCriterion", "InputCriterion", "PooledCriterion", "InputCriterion2",
            "WithinSeed", "GaugeDependent", "Definitional", "Claim1SeedDetails", "Claim1ConfigurationDetails",
@@ -501,7 +502,8 @@ class Claim4ModelDetails(ClaimDetails):
                    target=to_jsonable(res.target), proposed=res.proposed, baseline=res.baseline,
                    baselines=list(res.baselines), runs=to_jsonable(res.runs.replace([np.inf], None).to_dict("records")),
                    km_median_steps={o: KMMedian.of(m) for o, m in res.medians.items()},
-                   ratios={o: {u: MedianRatio.of(r) for u, r in v.items()} for o, v in res.ratios.items()},
+                   ratios={o: {u: MedianRatio.of(r) for u, r in ((STEPS, v.steps), (SECONDS, v.seconds))}
+                           for o, v in res.ratios.items()},
                    verdicts={b: BaselineVerdict(v, r) for b, (v, r) in res.verdicts.items()},
                    final_at_budget=to_jsonable({o: v.to_dict() for o, v in res.final.items()}), verdict=res.verdict,
                    reason=res.reason, protocol_met=bool(res.protocol_met))

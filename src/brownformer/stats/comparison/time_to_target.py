@@ -45,7 +45,7 @@ from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 
 from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
 
-__all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "FinalMetric", "reference_target", "level_targets",
+__all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "ClockRatios", "FinalMetric", "reference_target", "level_targets",
            "time_to_target", "times_to_target", "censoring_times"]
 
 #: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
@@ -124,6 +124,17 @@ def censoring_times(df: pd.DataFrame, *, metric: str) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
+class ClockRatios:
+    """The proposed optimizer's time-to-target ratio against one other optimizer on both clocks (:func:`_ratios`)."""
+
+    steps: MedianRatioResult
+    seconds: MedianRatioResult
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps.to_dict(), "seconds": self.seconds.to_dict()}
+
+
+@dataclass(frozen=True)
 class TimeToTargetResult:
     """Claim-4 outcome for one model at one target: per-run times, medians, ratios and verdicts per baseline.
 
@@ -139,7 +150,7 @@ class TimeToTargetResult:
     baseline: str
     runs: pd.DataFrame = field(repr=False)  # optimizer, seed, run, steps, seconds, reached, final, censored_at, ...
     medians: Mapping[str, CensoredMedian]  # optimizer -> KM median steps ("> budget" when not reached)
-    ratios: Mapping[str, Mapping[str, MedianRatioResult]]  # other optimizer -> {"steps", "seconds"}
+    ratios: Mapping[str, ClockRatios]  # other optimizer -> its ratios
     verdict: str
     reason: str
     protocol_met: bool  # target, every baseline, min_seeds each, evaluations close enough
@@ -153,7 +164,7 @@ class TimeToTargetResult:
                 "target": self.target, "proposed": self.proposed, "baseline": self.baseline,
                 "baselines": list(self.baselines), "runs": runs,
                 "km_median_steps": {o: m.to_dict() for o, m in self.medians.items()},
-                "ratios": {o: {u: r.to_dict() for u, r in v.items()} for o, v in self.ratios.items()},
+                "ratios": {o: r.to_dict() for o, r in self.ratios.items()},
                 "verdicts": {b: {"verdict": v, "reason": r} for b, (v, r) in self.verdicts.items()},
                 "final_at_budget": {o: v.to_dict() for o, v in self.final.items()},
                 "verdict": self.verdict, "reason": self.reason, "protocol_met": self.protocol_met}
@@ -163,9 +174,9 @@ def _fmt_ci(r: MedianRatioResult) -> str:
     return "[" + ", ".join(f"{c:.3g}" for c in r.confidence_interval) + "]"
 
 
-def _verdict(ratio: Mapping[str, MedianRatioResult]) -> tuple[str, str]:
+def _verdict(ratio: ClockRatios) -> tuple[str, str]:
     """One baseline's verdict from the one-sided AFT log-rank tests at the margins (module docstring)."""
-    steps, seconds = ratio["steps"], ratio["seconds"]
+    steps, seconds = ratio.steps, ratio.seconds
     level = (1 - steps.confidence_level) / 2
     text = (f"steps ratio {steps.text()} CI {_fmt_ci(steps)} (margin {steps.margin:g}, one-sided p "
             f"{steps.pvalue:.3g}), seconds ratio {seconds.text()} CI {_fmt_ci(seconds)} (margin "
@@ -226,7 +237,7 @@ def _censored(g: pd.DataFrame, unit: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float], confidence_level: float,
-            grid: float) -> dict[str, MedianRatioResult]:
+            grid: float) -> ClockRatios:
     """Steps ratio, and seconds as steps x measured step cost (module docstring).
 
     Seconds ratio = steps ratio x ``c``, ``c`` the ratio of the optimizers' median training seconds per step
@@ -240,9 +251,9 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
         mine["step_cost"].notna().any() and other["step_cost"].notna().any()) else np.nan
     if not (np.isfinite(c) and c > 0):
         nan = float("nan")
-        return {"steps": steps, "seconds": dataclasses.replace(
+        return ClockRatios(steps, dataclasses.replace(
             steps, estimate=nan, bound=None, confidence_interval=(nan, nan), margin=margins["seconds"],
-            statistic=nan, pvalue=nan, pvalue_slower=nan, method="no wall clock: undefined")}
+            statistic=nan, pvalue=nan, pvalue_slower=nan, method="no wall clock: undefined"))
     at = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["seconds"] / c,
                       confidence_level=confidence_level, grid=grid)
     lo, hi = steps.confidence_interval
@@ -250,7 +261,7 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
                                   margin=margins["seconds"],
                                   method=f"steps ratio x step-cost ratio {c:.3g} (median training seconds per step); "
                                          f"test: the steps test at margin {margins['seconds']:g} / {c:.3g}")
-    return {"steps": steps, "seconds": seconds}
+    return ClockRatios(steps, seconds)
 
 
 @dataclass(frozen=True)
