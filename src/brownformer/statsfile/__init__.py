@@ -40,13 +40,14 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 from __future__ import annotations
 
 from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull
-from .files import (AboutLayers, AffineMap, AttentionStats, AttentionVerdicts, CriterionVerdict, Distribution, EnsembleExponent, GeometryLayers, LayerValues,
-                    PerLeading, PooledValue, Quantiles, SphereAbout, SphereGeometry, SphereMargins, TensorDistribution, BatteryStats, CalibrationShape, Clock, IndexEntry, Curvature, Envelope, FileError,
-                    FittedCalibration, FittedModel, FittedNullInfo, ReplicaContrast, WalkerDiagnostic, WalkerPositions,
-                    WalkerReading, WalkerType,
+from .sphere_summary import (AboutLayers, AffineMap, Distribution, GeometryLayers, LayerValues, PerLeading, PooledValue, Quantiles,
+                     SphereAbout, SphereGeometry, SphereMargins, SphereSummary, TensorDistribution)
+from .files import (AttentionStats, AttentionVerdicts, BatteryStats, CalibrationShape, Clock, CriterionVerdict, Curvature,
+                    EnsembleExponent, Envelope, FileError, FittedCalibration, FittedModel, FittedNullInfo, IndexEntry,
                     InitComparison, InputFile, LocalSlopes, MomentumBias, NoiseCapture, NoiseStats, NullModelsInfo,
-                    PairedDifference, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation, SphereStats,
-                    SphereSummary, SummaryRow, WindowSpec, parse_stats_file)
+                    PairedDifference, ReplicaContrast, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation,
+                    SphereStats, SummaryRow, WalkerDiagnostic, WalkerPositions, WalkerReading, WalkerType, WindowSpec,
+                    parse_stats_file)
 
 __all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
            "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",

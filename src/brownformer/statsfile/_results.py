@@ -7,7 +7,8 @@ from typing import Any, Callable, ClassVar
 
 from brownformer.io import to_jsonable
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS"]
+__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "Record",
+           "build_record", "check_version", "map_of", "list_of", "plain_value"]
 
 SCHEMA_VERSION = 2
 
@@ -38,8 +39,9 @@ def _pair(x: Any) -> tuple[float, float] | None:
     return None if x is None else (_float(x[0]), _float(x[1]))
 
 
-def _build(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
-    """cls(**d) after checking keys: unknown or missing keys are a ValueError naming them and `where`."""
+def build_record(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
+    """cls(**d) after checking keys: unknown or missing keys are a ValueError naming them and `where`; `convert`
+    parses the named fields (each called as parse(value, where))."""
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
     names = {f.name for f in fields(cls)}
@@ -53,7 +55,7 @@ def _build(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
     return cls(**{k: convert[k](v, f"{where}.{k}") if k in convert and v is not None else v for k, v in d.items()})
 
 
-def _check_version(d: Any, where: str) -> None:
+def check_version(d: Any, where: str) -> None:
     """A JSON object of this schema version, else a ValueError saying what was found and what to do."""
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
@@ -70,29 +72,33 @@ def _plain(obj, skip_none: bool = True) -> dict:
         v = getattr(obj, f.name)
         if skip_none and f.default is None and not isinstance(v, (dict, list, tuple)) and to_jsonable(v) is None:
             continue
-        out[f.name] = _out(v)
+        out[f.name] = plain_value(v)
     return out
 
 
-def _out(v):
+def plain_value(v):
+    """A field's value as plain JSON structure: contract objects through their to_dict, mappings and sequences
+    element-wise (numbers are left to brownformer.io.to_jsonable at write time)."""
     if hasattr(v, "to_dict"):
         return v.to_dict()
     if isinstance(v, dict):
-        return {k: _out(x) for k, x in v.items()}
+        return {k: plain_value(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_out(x) for x in v]
+        return [plain_value(x) for x in v]
     return v
 
 
-def _map(parse) -> Callable:
+def map_of(parse) -> Callable:
+    """The parser of a mapping whose values `parse` reads (keys kept)."""
     return lambda d, where: {k: parse(v, f"{where}.{k}") for k, v in d.items()}
 
 
-def _list(parse) -> Callable:
+def list_of(parse) -> Callable:
+    """The parser of a list whose items `parse` reads."""
     return lambda xs, where: [parse(v, f"{where}[{i}]") for i, v in enumerate(xs)]
 
 
-class _Record:
+class Record:
     """What every record of the contract shares: the JSON key is the field's name, optional fields are left out
     of the JSON when None, and `_nested` names the parser of each field that holds nested records."""
 
@@ -107,11 +113,11 @@ class _Record:
         missing key); a record of this type is taken as it is."""
         if isinstance(d, cls):
             return d
-        return _build(cls, d, where or cls.__name__, cls._nested)
+        return build_record(cls, d, where or cls.__name__, cls._nested)
 
 
 @dataclass(frozen=True)
-class WindowRuleNull(_Record):
+class WindowRuleNull(Record):
     """The window exponent's own rule on Brownian motion simulated at a file's shape over the window
     (stats/diffusion/window_reading.py): how often it rejects (`size`) and certifies (`equivalence_power`) in
     `n_replicates`, the simulated exponent's 2.5, 50 and 97.5% quantiles, and `what` it is."""
@@ -217,7 +223,7 @@ class EffectResult:
             return {"name": self.name, "value": _finite(self.estimate), "confidence_interval": [_finite(lo), _finite(hi)],
                     "confidence_level": self.confidence_level}
         if self.form == "test":
-            out = {k: _out(getattr(self, k)) for k in _TEST_KEYS}
+            out = {k: plain_value(getattr(self, k)) for k in _TEST_KEYS}
             out.update({k: to_jsonable(out[k]) for k in ("statistic", "pvalue", "estimate", "null_value")})
             out.update({k: [to_jsonable(float(x)) for x in out[k]] for k in ("confidence_interval", "tost_interval")})
             return out
@@ -225,7 +231,7 @@ class EffectResult:
         for k in _EFFECT_KEYS:
             v = getattr(self, k)
             if k == "estimate" or isinstance(v, (dict, list, tuple)) or to_jsonable(v) is not None:
-                out[k] = _out(v)
+                out[k] = plain_value(v)
         return out
 
     @classmethod
@@ -263,7 +269,7 @@ class EffectResult:
 
 
 @dataclass(frozen=True)
-class Decision(_Record):
+class Decision(Record):
     """A verdict taken once, with why: what a rule decided about one file, one configuration or one claim.
 
     Readers take the decision as written; nothing downstream re-decides from the estimates.

@@ -6,16 +6,18 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-from ._results import SCHEMA_VERSION, Decision, EffectResult, _build, _check_version, _list, _map, _out, _Record
+from ._results import (SCHEMA_VERSION, Decision, EffectResult, Record, check_version, list_of, map_of,
+                       plain_value)
+from .sphere_summary import SphereSummary
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
 @dataclass(frozen=True)
-class InputFile(_Record):
+class InputFile(Record):
     """The array a statistics file was computed from: its path and sha256 (and, from `stats trajectory`, whether a
     sidecar was read with it)."""
 
@@ -25,7 +27,7 @@ class InputFile(_Record):
 
 
 @dataclass(frozen=True)
-class IndexEntry(_Record):
+class IndexEntry(Record):
     """One file of a run's trajectories/index.json as the extract stage writes it (probes/extract.py,
     probes/replicas.py, pretrained/trajectories.py), and the "entry" each statistics file records: its `path`
     (relative to the index's folder), `category` ("depth", "training", "weights", "attention", "gradnoise"),
@@ -58,7 +60,7 @@ class IndexEntry(_Record):
 
 
 @dataclass(frozen=True)
-class Clock(_Record):
+class Clock(Record):
     """The clock a training-time file is analysed on (its sidecar's "time"), why, and the warm-up it skips."""
 
     time: str | None
@@ -67,7 +69,7 @@ class Clock(_Record):
 
 
 @dataclass(frozen=True)
-class SphereNormalisation(_Record):
+class SphereNormalisation(Record):
     """What `kind="sphere"` did to the vectors (stats/diffusion/brownian.py): the norms found, and a note when they
     were rescaled to unit length."""
 
@@ -80,7 +82,7 @@ class SphereNormalisation(_Record):
 
 
 @dataclass(frozen=True)
-class SlopeWindow(_Record):
+class SlopeWindow(Record):
     """Where claim 3's window lies (stats/diffusion/local_slope.py FittingWindow): its first capture and the lags it
     fits, in captures, steps and the file's clock; `why` says how the start was chosen."""
 
@@ -96,7 +98,7 @@ class SlopeWindow(_Record):
 
 
 @dataclass(frozen=True)
-class Envelope(_Record):
+class Envelope(Record):
     """The Brownian null's pointwise band of the local slope: quantiles over simulated replicates at each lag."""
 
     low: list
@@ -214,7 +216,7 @@ class CalibrationShape:
 
 
 @dataclass(frozen=True)
-class Curvature(_Record):
+class Curvature(Record):
     """Late minus early half-window exponent (mean over walkers; a power law has 0), with the early and late values,
     the flat margin the classification reads it against and the Brownian null's 95% range of it."""
 
@@ -228,7 +230,7 @@ class Curvature(_Record):
 
 
 @dataclass(frozen=True)
-class MomentumBias(_Record):
+class MomentumBias(Record):
     """What the file's momentum (or the sphere of a replica-contrast file) alone gives a key effect: the median on the
     simulated null less the Brownian value (`bias`), and that value (`null_value`)."""
 
@@ -237,7 +239,7 @@ class MomentumBias(_Record):
 
 
 @dataclass(frozen=True)
-class EnsembleExponent(_Record):
+class EnsembleExponent(Record):
     """The descriptive fit y = c + D tau^alpha of the window's ensemble curve: alpha (`estimate`) with its interval,
     the fitted offset c, D, and how it was fitted."""
 
@@ -249,7 +251,7 @@ class EnsembleExponent(_Record):
 
 
 @dataclass(frozen=True)
-class LocalSlopes(_Record):
+class LocalSlopes(Record):
     """Claim 3's reading on the window fixed before the data (stats/diffusion/window_reading.py)."""
 
     classification: str
@@ -268,207 +270,12 @@ class LocalSlopes(_Record):
     momentum_bias: dict[str, MomentumBias] | None = None  # key effect -> what the file's momentum alone gives it
 
     _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict,
-               "curvature": Curvature.from_dict, "momentum_bias": _map(MomentumBias.from_dict),
+               "curvature": Curvature.from_dict, "momentum_bias": map_of(MomentumBias.from_dict),
                "spec": WindowSpec.from_dict, "ensemble_exponent": EnsembleExponent.from_dict}
 
 
 @dataclass(frozen=True)
-class AffineMap(_Record):
-    """A LayerNorm's gain and bias recovered from its input-output pairs (stats/sphere/sphere_fit.py affine_map_fit):
-    `gamma`, `beta` per layer and dimension; per layer the gain's coefficient of variation and condition number,
-    Wielandt's cosine bound, the centre's offset in radii and the fit's relative residual (null where undefined)."""
-
-    gamma: list
-    beta: list
-    gain_cv: list
-    gain_condition: list
-    wielandt_cosine: list
-    offset_ratio: list
-    relative_residual: list
-
-
-@dataclass(frozen=True)
-class Quantiles:
-    """Quantiles keyed by their level as JSON writes it ("0.01", "0.5", ...): `levels` and one value (a number, or a
-    list over layers) per level."""
-
-    levels: tuple[str, ...]
-    values: tuple
-
-    def to_dict(self) -> dict:
-        return dict(zip(self.levels, self.values))
-
-    @classmethod
-    def from_dict(cls, d: Any, where: str = "quantiles") -> Quantiles:
-        if isinstance(d, cls):
-            return d
-        if not isinstance(d, dict):
-            raise ValueError(f"{where}: expected a JSON object of quantiles by level, got {type(d).__name__}")
-        return cls(tuple(d), tuple(d.values()))
-
-
-@dataclass(frozen=True)
-class Distribution(_Record):
-    """One per-token quantity's distribution (|z|/sqrt(d) or 1^T z/sqrt(d)): mean, sd, quantiles, the largest
-    deviation from the sphere's value, the number of tokens."""
-
-    mean: float
-    sd: float | None
-    quantiles: Quantiles
-    max_abs_deviation: float
-    n: int
-
-    _nested = {"quantiles": Quantiles.from_dict}
-
-
-@dataclass(frozen=True)
-class PerLeading(_Record):
-    """Per leading index (layer) of a tensor: mean and sd of |z|/sqrt(d), the largest |1^T z|/sqrt(d)."""
-
-    radius_mean: list
-    radius_sd: list
-    sum_abs_max: list
-
-
-@dataclass(frozen=True)
-class SphereMargins(_Record):
-    """The definitional check's margins (stats.margins sphere_radius, sphere_sum): (low, high) each."""
-
-    sphere_radius: list
-    sphere_sum: list
-
-
-@dataclass(frozen=True, kw_only=True)
-class TensorDistribution(_Record):
-    """The definitional check of one tensor (stats/sphere/sphere_distance.py): the radius and sum distributions and
-    the share of tokens inside each margin and inside both (`fraction_on_sphere`); per layer for (L, N, d)."""
-
-    dim: int
-    radius: Distribution
-    sum: Distribution
-    fraction_radius_in_margin: float
-    fraction_sum_in_margin: float
-    per_leading: PerLeading | None = None
-    fraction_on_sphere: float
-
-    _nested = {"radius": Distribution.from_dict, "sum": Distribution.from_dict, "per_leading": PerLeading.from_dict}
-
-
-@dataclass(frozen=True)
-class LayerValues(_Record):
-    """One quantity per layer: the estimate and its interval (null where undefined)."""
-
-    estimate: list
-    ci_low: list
-    ci_high: list
-
-    def cells(self):
-        """(layer, estimate, low, high) for each layer."""
-        return enumerate(zip(self.estimate, self.ci_low, self.ci_high))
-
-
-@dataclass(frozen=True)
-class PooledValue(_Record):
-    """One quantity averaged over layers, with its interval."""
-
-    estimate: float
-    confidence_interval: list
-
-
-@dataclass(frozen=True)
-class GeometryLayers(_Record):
-    """stats/sphere/sphere_distance.py GEOMETRY_QUANTITIES, per layer or pooled over layers."""
-
-    fraction_on_sphere: Any
-    radius_mean: Any
-    radius_cv: Any
-    mean_offset: Any
-    sum_abs_mean: Any
-
-    @classmethod
-    def parser(cls, value) -> Callable:
-        """from_dict with each quantity parsed by `value` (LayerValues or PooledValue)."""
-        return lambda d, where: _build(cls, d, where, {f.name: value.from_dict for f in fields(cls)})
-
-
-@dataclass(frozen=True)
-class SphereGeometry(_Record):
-    """How far token states of each layer are from the sphere (stats/sphere/sphere_distance.py sphere_geometry),
-    with percentile-bootstrap intervals over `cluster`s."""
-
-    n_layers: int
-    n_walkers: int
-    dim: int
-    n_clusters: int
-    cluster: str
-    margins: SphereMargins
-    confidence_level: float
-    n_resamples: int
-    per_layer: GeometryLayers  # of LayerValues
-    pooled: GeometryLayers  # of PooledValue
-    radius_quantiles: Quantiles
-    sum_quantiles: Quantiles
-    mean_offset_floor: list
-    method: str
-
-    _nested = {"margins": SphereMargins.from_dict, "per_layer": GeometryLayers.parser(LayerValues),
-               "pooled": GeometryLayers.parser(PooledValue), "radius_quantiles": Quantiles.from_dict,
-               "sum_quantiles": Quantiles.from_dict}
-
-
-@dataclass(frozen=True)
-class AboutLayers(_Record):
-    """stats/sphere/sphere_fit.py's quantities about the centre, per layer (in the order written)."""
-
-    radius_spread: LayerValues
-    offset: LayerValues
-    radius_spread_ratio: LayerValues
-
-    _nested = {"radius_spread": LayerValues.from_dict, "offset": LayerValues.from_dict,
-               "radius_spread_ratio": LayerValues.from_dict}
-
-
-@dataclass(frozen=True)
-class SphereAbout(_Record):
-    """The geometry about a centre (stats/sphere/sphere_fit.py sphere_about): radius spread, its ratio to the
-    Gaussian-cloud null and the centre's offset per layer; `centre`: "given" (beta, the origin) or "token mean"."""
-
-    n_layers: int
-    n_walkers: int
-    dim: int
-    n_clusters: int
-    confidence_level: float
-    n_resamples: int
-    centre: str
-    per_layer: AboutLayers
-    null_spread: list
-    method: str
-
-    _nested = {"per_layer": AboutLayers.from_dict}
-
-
-@dataclass(frozen=True)
-class SphereSummary(_Record):
-    """Claim 1 on one depth file (stats/sphere/sphere_distance.py tensor_sphere_summary and the capture it came from)."""
-
-    tensor: str  # "ln_raw" | "ln_affine" | "resid"
-    distribution: TensorDistribution
-    geometry: SphereGeometry
-    about: SphereAbout
-    margins: SphereMargins
-    definitional: bool
-    affine_map: AffineMap | None = None
-    ln: str | None = None
-    step: int | None = None
-    capture: int | None = None
-    times: list | None = None
-
-    _nested = {"affine_map": AffineMap.from_dict, "distribution": TensorDistribution.from_dict,
-               "geometry": SphereGeometry.from_dict, "about": SphereAbout.from_dict, "margins": SphereMargins.from_dict}
-
-
-@dataclass(frozen=True)
-class WalkerType(_Record):
+class WalkerType(Record):
     """One token type's walkers (stats/diffusion/walkers.py token_types): how many, and the quantiles of their
     window exponents and rates (None: no walker with a usable slope)."""
 
@@ -478,7 +285,7 @@ class WalkerType(_Record):
 
 
 @dataclass(frozen=True)
-class WalkerPositions(_Record):
+class WalkerPositions(Record):
     """Per token position, the walkers' median window exponent and rate (files with positions)."""
 
     median_exponent: list
@@ -486,7 +293,7 @@ class WalkerPositions(_Record):
 
 
 @dataclass(frozen=True)
-class WalkerDiagnostic(_Record):
+class WalkerDiagnostic(Record):
     """One per-walker diagnostic of the window (stats/diffusion/walkers.py andi_diagnostics): the data's value and the
     Brownian null's 2.5, 50 and 97.5% quantiles of it (None: undefined on the null)."""
 
@@ -495,7 +302,7 @@ class WalkerDiagnostic(_Record):
 
 
 @dataclass(frozen=True)
-class WalkerReading(_Record):
+class WalkerReading(Record):
     """A file's "walkers" block (stats/diffusion/walkers.py walker_reading): the per-walker window exponents and rates
     against their range on Brownian motion at the file's shape, and the reading ("mixed", "anomalous",
     "brownian-like", or "undefined" with only `why`). Numbers are written as they are (NaN as null)."""
@@ -519,8 +326,8 @@ class WalkerReading(_Record):
     by_position: WalkerPositions | None = None
     diagnostics: dict[str, WalkerDiagnostic] | None = None  # keyed by diagnostic (walkers.andi_diagnostics)
 
-    _nested = {"by_type": _map(WalkerType.from_dict), "by_position": WalkerPositions.from_dict,
-               "diagnostics": _map(WalkerDiagnostic.from_dict)}
+    _nested = {"by_type": map_of(WalkerType.from_dict), "by_position": WalkerPositions.from_dict,
+               "diagnostics": map_of(WalkerDiagnostic.from_dict)}
 
     def to_dict(self) -> dict:
         """{"reading", "why"} when undefined; else every key in the producer's order; "by_position" and
@@ -531,13 +338,13 @@ class WalkerReading(_Record):
         else:
             names = [f.name for f in fields(self) if f.name not in ("reading", "why", "rates", *optional)]
             out = {"reading": self.reading, "rates": self.rates, "why": self.why,
-                   **{k: _out(getattr(self, k)) for k in names}}
-        out.update({k: _out(getattr(self, k)) for k in optional if getattr(self, k) is not None})
+                   **{k: plain_value(getattr(self, k)) for k in names}}
+        out.update({k: plain_value(getattr(self, k)) for k in optional if getattr(self, k) is not None})
         return out
 
 
 @dataclass(frozen=True)
-class ReplicaContrast(_Record):
+class ReplicaContrast(Record):
     """What a fitted null of a sphere replica-contrast file carries of the sphere (stats/sphere/replica_null.py):
     the replicas R, the clock's share from the common start, the walks' total decay, LayerNorm's hyperplane."""
 
@@ -548,7 +355,7 @@ class ReplicaContrast(_Record):
 
 
 @dataclass(frozen=True)
-class FittedModel(_Record):
+class FittedModel(Record):
     """A file's fitted Brownian null as described in JSON (stats/diffusion/fitted_null.py FittedNull.summary): no
     arrays of walkers, the spread of their rates and the anisotropy of the coordinates instead."""
 
@@ -568,7 +375,7 @@ class FittedModel(_Record):
 
 
 @dataclass(frozen=True)
-class FittedCalibration(_Record):
+class FittedCalibration(Record):
     """The rule's size under a file's fitted null (stats/core/shapes.py fitted_calibration_for: the calibration
     table's "fitted" rows): the rate of "not brownian" (`size`) with its gate's upper bound, the rate of "brownian",
     the replicates, and the model simulated (None: the table does not describe it)."""
@@ -584,7 +391,7 @@ class FittedCalibration(_Record):
 
 
 @dataclass(frozen=True)
-class FittedNullInfo(_Record):
+class FittedNullInfo(Record):
     """A battery file's fitted null: its id (the calibration table's shape_id), the calibration under it (None: not
     simulated) and, from `stats trajectory --calibrate`, the model fitted."""
 
@@ -596,7 +403,7 @@ class FittedNullInfo(_Record):
 
 
 @dataclass(frozen=True)
-class BatteryStats(_Record):
+class BatteryStats(Record):
     """The Brownian battery, verdict and description of one trajectory (brownian.analyze_trajectory, the window
     reading, the clock and input; run_id, category and entry when written by `stats run`)."""
 
@@ -657,15 +464,15 @@ class BatteryStats(_Record):
 
     _nested = {
             "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
-            "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
-            "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
+            "tests": list_of(EffectResult.from_dict), "effects": map_of(EffectResult.effect_from_dict),
+            "clock_check": map_of(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
             "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
             "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict, "walkers": WalkerReading.from_dict}
 
 
 @dataclass(frozen=True)
-class SphereStats(_Record):
+class SphereStats(Record):
     """A depth file analysed for claim 1 only: the after-affine LN output (`battery` says why), or a file with
     too few layers for the battery (`battery_error`)."""
 
@@ -683,7 +490,7 @@ class SphereStats(_Record):
 
 
 @dataclass(frozen=True)
-class PairedDifference(_Record):
+class PairedDifference(Record):
     """One attention quantity at a capture against step 0 (stats/markov/attention_capture.py paired_difference): the
     means of both, the mean paired difference with its confidence interval, over `n_units` units."""
 
@@ -695,18 +502,18 @@ class PairedDifference(_Record):
 
 
 @dataclass(frozen=True)
-class InitComparison(_Record):
+class InitComparison(Record):
     """An attention file against the run's step-0 attention, per quantity; `unit`: what a resampled unit is."""
 
     quantities: dict[str, PairedDifference]
     unit: str
     method: str
 
-    _nested = {"quantities": _map(PairedDifference.from_dict)}
+    _nested = {"quantities": map_of(PairedDifference.from_dict)}
 
 
 @dataclass(frozen=True)
-class NullModelsInfo(_Record):
+class NullModelsInfo(Record):
     """What the attention null models were computed on (a subsample of `n_matrices` of `of` matrices) and what each
     is (present where computed)."""
 
@@ -719,7 +526,7 @@ class NullModelsInfo(_Record):
 
 
 @dataclass(frozen=True)
-class CriterionVerdict(_Record):
+class CriterionVerdict(Record):
     """One claim-2 criterion decided on a user's attention file (`stats attention`; stats/claims/claim2_markov.py
     file_verdicts): the verdict, its estimate and interval against the margin, or why it is undefined; the
     row-shuffled null's lower bound (output error and reversibility) or the heads' rank bound (head isotropy)."""
@@ -745,7 +552,7 @@ class CriterionVerdict(_Record):
 
 
 @dataclass(frozen=True)
-class AttentionVerdicts(_Record):
+class AttentionVerdicts(Record):
     """`stats attention`'s verdict per claim-2 criterion (in the order written)."""
 
     reversibility_residual: CriterionVerdict
@@ -757,7 +564,7 @@ class AttentionVerdicts(_Record):
 
 
 @dataclass(frozen=True)
-class AttentionStats(_Record):
+class AttentionStats(Record):
     """Markov-chain statistics of attention matrices (stats/markov/markov_chain.py analyze_attention, the null models and the
     step-0 comparison of stats_stage/attention_files.py); `verdicts` only in `stats attention` output.
     aggregate: {quantity: {"mean", "confidence_interval", "median", "sd", "n"}}; per_matrix: {quantity: [...]}."""
@@ -791,7 +598,7 @@ class AttentionStats(_Record):
 
 
 @dataclass(frozen=True)
-class NoiseCapture(_Record):
+class NoiseCapture(Record):
     """Tails and Gaussianity of one capture's gradient noise (stats/diffusion/descriptive.py analyze_noise)."""
 
     capture: int
@@ -805,7 +612,7 @@ class NoiseCapture(_Record):
 
 
 @dataclass(frozen=True)
-class NoiseStats(_Record):
+class NoiseStats(Record):
     """A gradient-noise file: one NoiseCapture per capture."""
 
     kind: str  # "gradient_noise"
@@ -819,7 +626,7 @@ class NoiseStats(_Record):
     entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict,
+    _nested = {"per_capture": list_of(NoiseCapture.from_dict), "input": InputFile.from_dict,
                "entry": IndexEntry.from_dict}
 
 
@@ -832,7 +639,7 @@ def parse_stats_file(d: Any, where: str = "statistics file") -> RunStatsFile:
     Raises:
         ValueError: another schema version, an unknown kind of file, or unknown/missing keys (naming them).
     """
-    _check_version(d, where)
+    check_version(d, where)
     cat = d.get("category")
     if cat == "attention" or (cat is None and "per_matrix" in d):  # `stats attention` output has no category
         return AttentionStats.from_dict(d, where)
@@ -846,7 +653,7 @@ def parse_stats_file(d: Any, where: str = "statistics file") -> RunStatsFile:
 
 
 @dataclass(frozen=True)
-class SummaryRow(_Record):
+class SummaryRow(Record):
     """One analysed file in a run's summary.json: where it is and its headline values."""
 
     path: str
@@ -867,7 +674,7 @@ class SummaryRow(_Record):
 
 
 @dataclass(frozen=True)
-class FileError(_Record):
+class FileError(Record):
     """A trajectory file `stats run` could not analyse, and why."""
 
     path: str
@@ -875,7 +682,7 @@ class FileError(_Record):
 
 
 @dataclass(frozen=True)
-class RunStatsSummary(_Record):
+class RunStatsSummary(Record):
     """A run's stats/summary.json: the files analysed (rows) and the files that failed."""
 
     run_id: str
@@ -886,9 +693,9 @@ class RunStatsSummary(_Record):
     errors: list[FileError]
     schema_version: int = SCHEMA_VERSION
 
-    _nested = {"files": _list(SummaryRow.from_dict), "errors": _list(FileError.from_dict)}
+    _nested = {"files": list_of(SummaryRow.from_dict), "errors": list_of(FileError.from_dict)}
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "summary.json") -> RunStatsSummary:
-        _check_version(d, where)
+        check_version(d, where)
         return super().from_dict(d, where)
