@@ -39,7 +39,8 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 """
 from __future__ import annotations
 
-from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull
+from ._results import (CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull, check_keys,
+                       plain_value)
 from .sphere_summary import (AboutLayers, AffineMap, Distribution, GeometryLayers, LayerValues, PerLeading, PooledValue, Quantiles,
                      SphereAbout, SphereGeometry, SphereMargins, SphereSummary, TensorDistribution)
 from .files import (AttentionStats, AttentionVerdicts, BatteryStats, CalibrationShape, Clock, CriterionVerdict, Curvature,
@@ -49,6 +50,6 @@ from .files import (AttentionStats, AttentionVerdicts, BatteryStats, Calibration
                     SphereStats, SummaryRow, WalkerDiagnostic, WalkerPositions, WalkerReading, WalkerType, WindowSpec,
                     parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "check_keys", "plain_value", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
            "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

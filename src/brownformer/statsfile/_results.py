@@ -8,7 +8,7 @@ from typing import Any, Callable, ClassVar
 from brownformer.io import to_jsonable
 
 __all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "Record",
-           "build_record", "check_version", "map_of", "list_of", "plain_value"]
+           "check_keys", "build_record", "check_version", "map_of", "list_of", "plain_value"]
 
 SCHEMA_VERSION = 2
 
@@ -39,18 +39,26 @@ def _pair(x: Any) -> tuple[float, float] | None:
     return None if x is None else (_float(x[0]), _float(x[1]))
 
 
-def build_record(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
-    """cls(**d) after checking keys: unknown or missing keys are a ValueError naming them and `where`; `convert`
-    parses the named fields (each called as parse(value, where))."""
+def check_keys(cls, d: Any, where: str, schema: str, *, optional: frozenset[str] = frozenset()) -> None:
+    """That `d` is a JSON object with no key outside the dataclass `cls`'s fields and every required one (a field
+    without a default, not named in `optional`): else a ValueError naming the unknown and missing keys, `where`,
+    and `schema` (which contract). The key check of every record of the package (statsfile's and claims.json's)."""
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
     names = {f.name for f in fields(cls)}
-    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    required = {f.name for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING and f.name not in optional}
     unknown, missing = sorted(set(d) - names), sorted(required - set(d))
     if unknown or missing:
         raise ValueError(f"{where}: " + "; ".join(
             ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
-            + f" (statistics file schema {SCHEMA_VERSION}, brownformer.statsfile.{cls.__name__})")
+            + f" ({schema})")
+
+
+def build_record(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
+    """cls(**d) after checking keys (`check_keys`); `convert` parses the named fields (each called as
+    parse(value, where))."""
+    check_keys(cls, d, where, f"statistics file schema {SCHEMA_VERSION}, brownformer.statsfile.{cls.__name__}")
     convert = convert or {}
     return cls(**{k: convert[k](v, f"{where}.{k}") if k in convert and v is not None else v for k, v in d.items()})
 
