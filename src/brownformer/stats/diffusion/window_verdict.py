@@ -67,7 +67,7 @@ def momentum_captures(X: np.ndarray, meta: TrajectorySidecar | dict, stats) -> t
     from brownformer.stats.diffusion.local_slope import sidecar_window
     meta = TrajectorySidecar.from_dict(meta)
     steps = meta.step_clock(X.shape[0])
-    if not meta.momentum or isinstance(meta.window, dict) or steps is None:
+    if not meta.momentum or meta.window is not None or steps is None:
         return X, meta
     start, gap, beta = sidecar_window(meta, start_step=stats.window["start_step"], momentum_times=stats.momentum_times)
     keep = AnalysisWindow(int(start or 0), gap, 1.0 / (1.0 - beta)).select([int(s) for s in steps])
