@@ -7,7 +7,8 @@ from brownformer.stats.diffusion.local_slope import (fit_offset_power, fitting_w
                                              walker_slopes)
 from brownformer.stats.diffusion.simulate import fgn_increments, spherical_brownian_motion
 from brownformer.stats.diffusion.window_reading import key_effects_on_window, window_effects, window_reading
-from brownformer.statsfile import EffectResult
+from brownformer.stats.core.gates import cp_bounds
+from brownformer.statsfile import EffectResult, ShapeCalibration, ShapeSummary
 
 T, G, N_PER, D = 40, 8, 16, 16
 N = G * N_PER
@@ -142,8 +143,9 @@ def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
 ])
 def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate, null_size, expected):
     from brownformer.stats.claims import claim3_brownian as claim
-    cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.95,
-           "power": {"clock_0.9": 0.95}, "rates": {}, "n_replicates": 400}
+    lower = {"clock_0.9": cp_bounds(380, 400)[0]}  # the gate's bound on a power of 0.95 in 400 replicates
+    cal = ShapeCalibration(ShapeSummary("x", "euclidean", "euclidean", 2, 1, 2, 1, False, "none", 0.0, 0.0, None),
+                           0.03, 0.03, 0.01, 0.95, {"clock_0.9": 0.95}, lower, {}, 400, 400)
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
     from brownformer.config import DEFAULT_MARGINS
     from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS

@@ -187,7 +187,7 @@ def test_gated_verdicts_at_the_momentum_shape(tmp_path, name):
     if name == "heavy_ball":
         assert out.rule_verdict == "brownian"
         assert fitted.size <= 0.05  # 1/80 when measured; 1.0 while the fitted null had no momentum
-        assert out.calibration["size"] <= 0.05
+        assert out.calibration.size <= 0.05
         assert out.verdict != "not brownian", out.reason
     else:
         assert out.verdict == "not brownian", out.reason

@@ -15,7 +15,8 @@ One file is one of (`parse_stats_file` picks by "category" and content):
 - `AttentionStats`: an attention file (claim 2); `NoiseStats`: a gradient-noise file.
 `RunStatsSummary` is the run's summary.json.
 
-Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`, with its window `WindowSpec`), the
+Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`, with its window `WindowSpec`; its
+`ShapeSummary`), the calibration at it (`ShapeCalibration`), the
 window reading (`LocalSlopes`: `SlopeWindow`, `Curvature`, `Envelope`, `EnsembleExponent`, `MomentumBias` per key
 effect), the clock, the input, its index.json entry (`IndexEntry`), the sphere normalisation, claim 1's sphere summary
 (`SphereSummary`: `TensorDistribution`, `SphereGeometry`, `SphereAbout`, `SphereMargins`, a LayerNorm's recovered
@@ -28,8 +29,7 @@ the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerD
   "null_models" (by null), a shape's margins;
 - a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines) and
   "head_kernels";
-- a row of another table or file: "calibration" (the calibration table at the file's shape; its fitted null's row is
-  the record `FittedNullInfo`), `EffectResult.extra`;
+- a row of another table or file: `EffectResult.extra`;
 - "settings": the StatsConfig values the file was computed with (its margins keyed by margin name).
 A reader parses a file once (`parse_stats_file`); a writer builds the records and writes their `to_dict`.
 
@@ -47,9 +47,9 @@ from .files import (AttentionStats, AttentionVerdicts, BatteryStats, Calibration
                     EnsembleExponent, Envelope, FileError, FittedCalibration, FittedModel, FittedNullInfo, IndexEntry,
                     InitComparison, InputFile, LocalSlopes, MomentumBias, NoiseCapture, NoiseStats, NullModelsInfo,
                     PairedDifference, ReplicaContrast, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation,
-                    SphereStats, SummaryRow, WalkerDiagnostic, WalkerPositions, WalkerReading, WalkerType, WindowSpec,
+                    ShapeCalibration, ShapeSummary, SphereStats, SummaryRow, WalkerDiagnostic, WalkerPositions, WalkerReading, WalkerType, WindowSpec,
                     parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "check_keys", "plain_value", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "check_keys", "plain_value", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
            "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

@@ -12,7 +12,7 @@ from ._results import (SCHEMA_VERSION, Decision, EffectResult, Record, check_ver
                        plain_value)
 from .sphere_summary import SphereSummary
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -156,6 +156,27 @@ class WindowSpec:
 
 
 @dataclass(frozen=True)
+class ShapeSummary(Record):
+    """A calibration shape as summaries write it (CalibrationShape.summary): its id, the kind and the geometry its
+    null's walkers live on, T, N, d, G, the hyperplane, drift, within-group correlation, decay and window."""
+
+    id: str
+    kind: str
+    geometry: str
+    T: int
+    N: int
+    d: int
+    G: int
+    hyperplane: bool
+    drift: str
+    rho: float
+    decay: float
+    window: WindowSpec | None
+
+    _nested = {"window": WindowSpec.from_dict}
+
+
+@dataclass(frozen=True)
 class CalibrationShape:
     """Everything the calibration reproduces of one trajectory file (hashable; `id` names it): a battery file's
     "calibration_shape" and its summary row's (stats/core/shapes.py shape_of builds it from the data)."""
@@ -191,12 +212,15 @@ class CalibrationShape:
         file: window.replicas), else "euclidean"."""
         return "sphere" if self.kind == "sphere" or getattr(self.window, "replicas", 0) else "euclidean"
 
+    def summary(self) -> ShapeSummary:
+        """The shape as summaries write it (no times or group sizes)."""
+        return ShapeSummary(self.id, self.kind, self.geometry, len(self.times), self.n_walkers, self.d,
+                            len(self.group_sizes), self.hyperplane, self.drift, self.rho, self.decay, self.window)
+
     def to_dict(self, *, full: bool = True) -> dict:
-        """Summary fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
+        """The summary's fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
         `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
-        out = {"id": self.id, "kind": self.kind, "geometry": self.geometry, "T": len(self.times), "N": self.n_walkers, "d": self.d,
-               "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
-               "decay": self.decay, "window": self.window.to_dict() if self.window is not None else None}
+        out = self.summary().to_dict()
         if full:
             out.update(times=list(self.times), group_sizes=list(self.group_sizes))
         return out
@@ -213,6 +237,27 @@ class CalibrationShape:
                        WindowSpec.from_dict(d.get("window")))
         except (KeyError, TypeError) as exc:
             raise ValueError(f"{where or 'calibration shape'} {d!r} lacks a field ({exc})") from None
+
+
+@dataclass(frozen=True)
+class ShapeCalibration(Record):
+    """The rule's size and power at a file's exact shape (stats/core/shapes.py calibration_for, from the calibration
+    table): size (rate of "not brownian" on Brownian motion) with its gate's upper bound and SE, the rate of
+    "brownian" on it, per alternative the power (a verdict other than "brownian") and its lower bound, every
+    process's verdict rates, and the replicates of the null and (least) of the alternatives."""
+
+    shape: ShapeSummary
+    size: float
+    size_upper: float
+    size_se: float
+    equivalence_power: float
+    power: dict[str, float]  # by alternative process
+    power_lower: dict[str, float]
+    rates: dict[str, dict[str, float]]  # process -> verdict -> rate
+    n_replicates: int
+    power_n_replicates: int | None
+
+    _nested = {"shape": ShapeSummary.from_dict}
 
 
 @dataclass(frozen=True)
@@ -431,7 +476,7 @@ class BatteryStats(Record):
     calibration_shape: CalibrationShape
     curves: dict
     settings: dict
-    calibration: dict | None
+    calibration: ShapeCalibration | None
     schema_version: int = SCHEMA_VERSION
     calibration_note: str | None = None
     classification_note: str | None = None
@@ -468,7 +513,8 @@ class BatteryStats(Record):
             "clock_check": map_of(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
             "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
-            "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict, "walkers": WalkerReading.from_dict}
+            "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict, "walkers": WalkerReading.from_dict,
+            "calibration": ShapeCalibration.from_dict}
 
 
 @dataclass(frozen=True)

@@ -97,7 +97,7 @@ def _file_calibration(f: TrajectoryFile, table) -> FileCalibration | None:
     if cal is None:
         return None
     fitted = fitted_calibration_for(table, f.fitted_id)
-    return view(FileCalibration, cal, fitted=fitted, raw={**cal, "fitted": fitted.to_dict() if fitted else None})
+    return FileCalibration.at_shape(cal, fitted)
 
 
 def file_decision(f: TrajectoryFile, stats, table) -> tuple[Decision, FileCalibration | None]:

@@ -16,7 +16,7 @@ from typing import Any, Mapping, TypeVar
 
 from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
-from brownformer.statsfile import AffineMap, FittedCalibration, LayerValues, SphereSummary
+from brownformer.statsfile import AffineMap, FittedCalibration, LayerValues, ShapeCalibration, SphereSummary
 
 __all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
@@ -124,6 +124,15 @@ class FileCalibration:
     n_files: int | None = None
     raw: dict = field(default_factory=dict, repr=False)  # the mapping as the calibration gave it (claims.json)
     _views = {"fitted": FittedCalibration}
+
+    @classmethod
+    def at_shape(cls, cal: ShapeCalibration, fitted: FittedCalibration | None) -> FileCalibration:
+        """A file's calibration: the table's at its shape (shapes.calibration_for) with its fitted null's beside it;
+        `raw` is what claims.json writes of it."""
+        raw = {**cal.to_dict(), "fitted": fitted.to_dict() if fitted else None}
+        return cls(shape=raw["shape"], size=cal.size, size_se=cal.size_se, n_replicates=cal.n_replicates,
+                   equivalence_power=cal.equivalence_power, power=cal.power, size_upper=cal.size_upper,
+                   power_lower=cal.power_lower, power_n_replicates=cal.power_n_replicates, fitted=fitted, raw=raw)
 
     @property
     def upper(self) -> float:

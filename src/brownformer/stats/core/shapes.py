@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from brownformer.statsfile import CalibrationShape, FittedCalibration, FittedModel
+from brownformer.statsfile import CalibrationShape, FittedCalibration, FittedModel, ShapeCalibration
 
 __all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "sphere_decay", "SIGNIFICANT", "RHO_MAX",
            "DECAY_DECORRELATED"]
@@ -115,15 +115,15 @@ def _gate_bounds(r, rate: float) -> tuple[float, float]:
     return cp_bounds(int(round(rate * int(r.n_replicates))), int(r.n_replicates))
 
 
-def calibration_for(table, shape: CalibrationShape) -> dict | None:
+def calibration_for(table, shape: CalibrationShape) -> ShapeCalibration | None:
     """Size and power of the rule at exactly `shape` from the calibration table, or None.
 
     Returns:
-        {"shape", "size" (rate of "not brownian" on Brownian motion), "size_upper" (its one-sided Clopper-Pearson
-        upper bound, gates.GATE_CONFIDENCE), "size_se", "equivalence_power" (rate of "brownian" on Brownian motion),
-        "power": {alternative: rate of a verdict other than "brownian"}, "power_lower": {alternative: its lower
-        bound} (empty when the alternatives were not simulated at this shape), "rates": {process: {verdict: rate}},
-        "n_replicates", "power_n_replicates"}.
+        statsfile.ShapeCalibration: size (rate of "not brownian" on Brownian motion), size_upper (its one-sided
+        Clopper-Pearson upper bound, gates.GATE_CONFIDENCE), size_se, equivalence_power (rate of "brownian" on
+        Brownian motion), power {alternative: rate of a verdict other than "brownian"}, power_lower {alternative: its
+        lower bound} (empty when the alternatives were not simulated at this shape), rates {process: {verdict:
+        rate}}, n_replicates, power_n_replicates.
     """
     if table is None or len(table) == 0 or "shape_id" not in table:
         return None
@@ -141,10 +141,9 @@ def calibration_for(table, shape: CalibrationShape) -> dict | None:
     size, n = null["not brownian"], reps["brownian"]
     smooth = (size * n + 1) / (n + 2)  # (k + 1)/(n + 2): a size of 0 in n replicates is not known to +-0
     alts = [p for p in rates if p != "brownian"]
-    return {"shape": shape.to_dict(full=False), "size": size, "size_upper": bounds["brownian"][1],
-            "size_se": float(np.sqrt(smooth * (1 - smooth) / n)), "equivalence_power": null["brownian"],
-            "power": {p: 1.0 - rates[p]["brownian"] for p in alts}, "power_lower": {p: bounds[p][0] for p in alts},
-            "rates": rates, "n_replicates": n, "power_n_replicates": min((reps[p] for p in alts), default=None)}
+    return ShapeCalibration(shape.summary(), size, bounds["brownian"][1], float(np.sqrt(smooth * (1 - smooth) / n)),
+                            null["brownian"], {p: 1.0 - rates[p]["brownian"] for p in alts},
+                            {p: bounds[p][0] for p in alts}, rates, n, min((reps[p] for p in alts), default=None))
 
 
 def fitted_calibration_for(table, fit_id: str | None) -> FittedCalibration | None:
