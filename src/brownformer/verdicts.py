@@ -70,7 +70,7 @@ Numbers that JSON cannot hold (NaN, inf) are null.
   key as its stats/comparison result writes itself: "km_median_steps" optimizer -> KMMedian {"estimate", "bound",
   "n", "n_censored", "text"}, "ratios" baseline -> clock -> MedianRatio {"estimate", "bound", "text",
   "confidence_interval", "confidence_level", "medians", "n", "n_censored", "margin", "statistic", "pvalue",
-  "pvalue_slower", "method"}, "verdicts" baseline -> BaselineVerdict {"verdict", "reason"}, "rule_error_rates"
+  "pvalue_slower", "method"}, "verdicts" baseline -> statsfile.Decision {"verdict", "reason"}, "rule_error_rates"
   RuleErrorSummary {"size", "size_not_supported", "max_size", "per_baseline": baseline -> BaselineRates}, "levels"
   share -> TargetLevel {"target", "best_baseline", "km_median_steps", "steps_ratios", "verdict", "reason"}.
 

@@ -135,7 +135,7 @@ def test_the_claim_needs_every_baseline_beaten_and_names_the_best():
     settings["report"] = ReportConfig(proposed="kfac-iterative", baselines=("adamw", "muon"))
     result = time_to_target(_with_muon(90), {"m": 0.8}, **settings)["m"]
     assert result.baseline == "muon" and set(result.ratios) == {"adamw", "muon"}
-    assert result.verdicts["adamw"][0] == "supported" and result.verdicts["muon"][0] == "not supported"
+    assert result.verdicts["adamw"].verdict == "supported" and result.verdicts["muon"].verdict == "not supported"
     assert result.verdict == "not supported" and "muon" in result.reason
     beaten = time_to_target(_with_muon(260), {"m": 0.8}, **settings)["m"]
     assert beaten.verdict == "supported" and beaten.baseline == "adamw"

@@ -118,7 +118,7 @@ def _gated(res, rates: dict) -> Decision:
     if verdict == "supported":
         over = {b: r.size for b, r in rates.items() if r.size > MAX_SIZE}
     elif verdict == "not supported":
-        deciding = next(b for b in sorted(res.verdicts) if res.verdicts[b][0] == "not supported")
+        deciding = next(b for b in sorted(res.verdicts) if res.verdicts[b].verdict == "not supported")
         over = {deciding: rates[deciding].size_not_supported} if (
             rates[deciding].size_not_supported > MAX_SIZE) else {}
     else:

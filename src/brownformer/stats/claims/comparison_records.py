@@ -17,7 +17,7 @@ from brownformer.verdicts import ClaimDetails
 
 from brownformer.stats.comparison.survival import json_number
 
-__all__ = ["KMMedian", "MedianRatio", "BaselineVerdict", "BaselineRates", "RuleErrorSummary", "TargetLevel",
+__all__ = ["KMMedian", "MedianRatio", "BaselineRates", "RuleErrorSummary", "TargetLevel",
            "records_of", "STEPS", "SECONDS"]
 
 #: the clocks of a comparison's ratios (time_to_target: one ratio per clock and baseline)
@@ -75,13 +75,6 @@ class MedianRatio(ClaimDetails):
                    confidence_level=r.confidence_level, medians=[KMMedian.of(m) for m in r.medians], n=list(r.n),
                    n_censored=[m.n_censored for m in r.medians], margin=r.margin, statistic=json_number(r.statistic),
                    pvalue=json_number(r.pvalue), pvalue_slower=json_number(r.pvalue_slower), method=r.method)
-
-
-@dataclass(frozen=True)
-class BaselineVerdict(ClaimDetails):
-    """The rule's verdict against one baseline (time_to_target: both one-sided tests at their margins)."""
-    verdict: str
-    reason: str
 
 
 @dataclass(frozen=True)

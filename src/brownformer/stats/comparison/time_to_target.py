@@ -41,6 +41,7 @@ import pandas as pd
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
+from brownformer.statsfile import Decision
 from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 
 from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
@@ -155,7 +156,7 @@ class TimeToTargetResult:
     reason: str
     protocol_met: bool  # target, every baseline, min_seeds each, evaluations close enough
     baselines: tuple[str, ...]  # report.baselines
-    verdicts: Mapping[str, tuple[str, str]]  # baseline -> (verdict, reason)
+    verdicts: Mapping[str, Decision]  # baseline -> its verdict and why
     final: Mapping[str, FinalMetric]  # optimizer -> final metric at the budget
 
     def to_dict(self) -> dict:
@@ -165,7 +166,7 @@ class TimeToTargetResult:
                 "baselines": list(self.baselines), "runs": runs,
                 "km_median_steps": {o: m.to_dict() for o, m in self.medians.items()},
                 "ratios": {o: r.to_dict() for o, r in self.ratios.items()},
-                "verdicts": {b: {"verdict": v, "reason": r} for b, (v, r) in self.verdicts.items()},
+                "verdicts": {b: d.to_dict() for b, d in self.verdicts.items()},
                 "final_at_budget": {o: v.to_dict() for o, v in self.final.items()},
                 "verdict": self.verdict, "reason": self.reason, "protocol_met": self.protocol_met}
 
@@ -174,7 +175,7 @@ def _fmt_ci(r: MedianRatioResult) -> str:
     return "[" + ", ".join(f"{c:.3g}" for c in r.confidence_interval) + "]"
 
 
-def _verdict(ratio: ClockRatios) -> tuple[str, str]:
+def _verdict(ratio: ClockRatios) -> Decision:
     """One baseline's verdict from the one-sided AFT log-rank tests at the margins (module docstring)."""
     steps, seconds = ratio.steps, ratio.seconds
     level = (1 - steps.confidence_level) / 2
@@ -182,22 +183,22 @@ def _verdict(ratio: ClockRatios) -> tuple[str, str]:
             f"{steps.pvalue:.3g}), seconds ratio {seconds.text()} CI {_fmt_ci(seconds)} (margin "
             f"{seconds.margin:g}, p {seconds.pvalue:.3g})")
     if steps.pvalue_slower < level or seconds.pvalue_slower < level:
-        return "not supported", text + f": at least as slow as a margin allows (p < {level:g})"
+        return Decision("not supported", text + f": at least as slow as a margin allows (p < {level:g})")
     if steps.pvalue < level and seconds.pvalue < level:
-        return "supported", text + f": faster than both margins (p < {level:g})"
-    return "inconclusive", text + ": not decided at the margins"
+        return Decision("supported", text + f": faster than both margins (p < {level:g})")
+    return Decision("inconclusive", text + ": not decided at the margins")
 
 
-def _pooled(verdicts: Mapping[str, tuple[str, str]]) -> tuple[str, str]:
+def _pooled(verdicts: Mapping[str, Decision]) -> tuple[str, str]:
     """Intersection-union over the baselines: supported iff every one is; not supported iff some one is."""
     names = sorted(verdicts)
-    if any(verdicts[b][0] == "not supported" for b in names):
-        b = next(b for b in names if verdicts[b][0] == "not supported")
-        return "not supported", f"not faster than {b}: {verdicts[b][1]}"
-    if all(verdicts[b][0] == "supported" for b in names):
-        return "supported", "; ".join(f"vs {b}: {verdicts[b][1]}" for b in names)
-    b = next(b for b in names if verdicts[b][0] != "supported")
-    return "inconclusive", f"vs {b}: {verdicts[b][1]}"
+    if any(verdicts[b].verdict == "not supported" for b in names):
+        b = next(b for b in names if verdicts[b].verdict == "not supported")
+        return "not supported", f"not faster than {b}: {verdicts[b].reason}"
+    if all(verdicts[b].verdict == "supported" for b in names):
+        return "supported", "; ".join(f"vs {b}: {verdicts[b].reason}" for b in names)
+    b = next(b for b in names if verdicts[b].verdict != "supported")
+    return "inconclusive", f"vs {b}: {verdicts[b].reason}"
 
 
 def _run_rows(runs: Mapping[str, pd.DataFrame], specs, target: float, col: str, higher: bool,
