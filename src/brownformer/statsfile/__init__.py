@@ -16,17 +16,18 @@ One file is one of (`parse_stats_file` picks by "category" and content):
 `RunStatsSummary` is the run's summary.json.
 
 Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`, with its window `WindowSpec`; its
-`ShapeSummary`), the calibration at it (`ShapeCalibration`), the
-window reading (`LocalSlopes`: `SlopeWindow`, `Curvature`, `Envelope`, `EnsembleExponent`, `MomentumBias` per key
-effect), the clock, the input, its index.json entry (`IndexEntry`), the sphere normalisation, claim 1's sphere summary
+`ShapeSummary`), the calibration at it (`ShapeCalibration`), the window reading (`LocalSlopes`: `SlopeWindow`,
+`Curvature`, `Envelope`, `EnsembleExponent`, `MomentumBias` per key effect), the clock, the input, its index.json entry (`IndexEntry`), the sphere normalisation, claim 1's sphere summary
 (`SphereSummary`: `TensorDistribution`, `SphereGeometry`, `SphereAbout`, `SphereMargins`, a LayerNorm's recovered
 `AffineMap`), the fitted null (`FittedNullInfo`: `FittedCalibration`, `FittedModel`, `ReplicaContrast`),
-the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), the attention null models' description (`NullModelsInfo`), `stats attention`'s verdicts
-(`AttentionVerdicts` of `CriterionVerdict`) and step-0 comparison
-(`InitComparison` of `PairedDifference`), every effect (`EffectResult`, with the window exponent's `WindowRuleNull`). These stay plain mappings, and why:
-- keyed by a name the data choose: "effects" and "clock_check" (by test or clock; their values are EffectResults),
-  attention "per_matrix", "aggregate", "undefined", "uniform_reference" and "head_averaged" (by quantity),
-  "null_models" (by null), a shape's margins;
+the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), the attention null
+models' description (`NullModelsInfo`), `stats attention`'s verdicts (`AttentionVerdicts` of `CriterionVerdict`) and
+step-0 comparison (`InitComparison` of `PairedDifference`), every effect (`EffectResult`, with the window exponent's
+`WindowRuleNull`). Every record checks its keys with `check_keys` (claims.json's records too). These stay mappings:
+- keyed by a name the data choose, their values typed: "effects" and "clock_check" (by test or clock: EffectResults),
+  "momentum_bias" (by key effect), a calibration's "power" and "power_lower" (by alternative) and "rates", the
+  walkers' "by_type" and "diagnostics", a step-0 comparison's "quantities"; attention "per_matrix", "aggregate",
+  "undefined", "uniform_reference" and "head_averaged" (by quantity), "null_models" (by null), a shape's margins;
 - a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines) and
   "head_kernels";
 - a row of another table or file: `EffectResult.extra`;
