@@ -2,7 +2,7 @@
 
     PYTHONPATH=src python benchmarks/issue30_done_when.py [--skip-controls]
 
-Uncalibrated rule verdicts (window_verdict.trajectory_verdict, the pipeline's per-file rule); the gated verdicts with
+Uncalibrated rule verdicts (window_verdict.trajectory_result, the pipeline's per-file rule); the gated verdicts with
 alternatives and fitted null are in tests/stats/test_momentum_null.py (test_gated_verdicts_at_the_momentum_shape).
 About 2 CPU-minutes.
 """
@@ -19,19 +19,20 @@ from brownformer.stats.core.bootstrap import ClusterBootstrap
 from brownformer.stats.diffusion import edges
 from brownformer.stats.diffusion.battery import kurtosis
 from brownformer.stats.diffusion.simulate import fgn_increments, simulate_batch
-from brownformer.stats.diffusion.window_verdict import trajectory_verdict
+from brownformer.stats.diffusion.window_verdict import trajectory_result
+from brownformer.statsfile import BatteryStats
 from brownformer.stats.sphere.replica_null import simulate_null
 
 STEPS = capture_schedule(ProbeConfig(log_points=48, linear_points=16), 400)
 G, PER, D, RHO, BETA = 8, 16, 8, 0.2, 0.9
 
 
-def _line(check: str, out: dict, expected: str) -> None:
-    e = (out.get("local_slopes") or {}).get("effect") or {}
-    ci = e.get("confidence_interval") or [None, None]
+def _line(check: str, out: BatteryStats, expected: str) -> None:
+    e = out.local_slopes.effect if out.local_slopes else None
+    ci = (e.confidence_interval if e else None) or [None, None]
     fmt = lambda v: "n/a" if v is None else f"{v:.3f}"  # noqa: E731
-    mark = "-- " if expected == "any" else ("OK " if out["verdict"] == expected else "NO ")
-    print(f"{mark} {check:58s} {out['verdict']:13s} window exponent {fmt(e.get('estimate'))} "
+    mark = "-- " if expected == "any" else ("OK " if out.verdict == expected else "NO ")
+    print(f"{mark} {check:58s} {out.verdict:13s} window exponent {fmt(e.estimate if e else None)} "
           f"[{fmt(ci[0])}, {fmt(ci[1])}]")
 
 
@@ -63,14 +64,14 @@ def momentum_checks() -> None:
             "groups": np.repeat(np.arange(G), PER).tolist(), "momentum": BETA}
     for name, expected in (("heavy_ball", "brownian"), ("fbm_0.75", "not brownian"), ("ou", "not brownian")):
         _line(f"momentum 0.9, {name}, 8x16 walkers, capture steps <= 400",
-              trajectory_verdict(_heavy_ball(name, np.random.default_rng(0)), meta, stats=DEFAULT_STATS), expected)
+              trajectory_result(_heavy_ball(name, np.random.default_rng(0)), meta, stats=DEFAULT_STATS), expected)
 
 
 def sphere_checks() -> None:
     for decay in (0.3, 0.8, 1.5):
         X = simulate_batch("brownian", times=np.arange(60.0), labels=np.arange(256), d=16, kind="sphere",
                            replicates=1, rng=1, decay=decay)[0]
-        _line(f"--kind sphere, spherical BM, total decay {decay}", trajectory_verdict(
+        _line(f"--kind sphere, spherical BM, total decay {decay}", trajectory_result(
             X, {"kind": "sphere", "times": list(range(60))}, stats=DEFAULT_STATS), "brownian")
     steps = [s for s in STEPS if s >= 21][::2]
     labels = np.repeat(np.arange(5), 48)
@@ -82,15 +83,15 @@ def sphere_checks() -> None:
                 "groups": labels.tolist(), "drift": "none", "n_replicas": 6, "sum_zero": True}
         spread = float(np.mean(np.sum(X[-1].astype(float) ** 2, -1)))
         _line(f"replica contrasts, sphere null, decay {decay} (spread {spread:.2f})",
-              trajectory_verdict(X, {**meta, "contrast_of": "sphere"}, stats=DEFAULT_STATS), "brownian")
-        _line(f"  same file, euclidean null (before issue 30)", trajectory_verdict(X, meta, stats=DEFAULT_STATS),
+              trajectory_result(X, {**meta, "contrast_of": "sphere"}, stats=DEFAULT_STATS), "brownian")
+        _line(f"  same file, euclidean null (before issue 30)", trajectory_result(X, meta, stats=DEFAULT_STATS),
               "any")
 
 
 def plain_bm_and_kurtosis() -> None:
     inc = fgn_increments(199, 0.5, 200, np.random.default_rng(100)).reshape(199, 200, 1)
     X = np.concatenate([np.zeros((1, 200, 1)), np.cumsum(inc, 0)])
-    _line("plain BM (fBm H = 0.5), 200 walkers x 200 times", trajectory_verdict(
+    _line("plain BM (fBm H = 0.5), 200 walkers x 200 times", trajectory_result(
         X, {"kind": "euclidean", "times": list(range(200))}, stats=DEFAULT_STATS), "brownian")
     for side in (0, 1):
         target = DEFAULT_MARGINS["excess_kurtosis"][side]

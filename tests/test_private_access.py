@@ -33,7 +33,6 @@ KNOWN = {
     ("attention_capture.py", "_broadcast_features"),
     ("positive_controls_claims12.py", "_exact_vmf_alternative"),
     ("attention_files.py", "_exact_vmf_alternative"),
-    ("files.py", "_check_version"), ("files.py", "_list"), ("files.py", "_map"), ("files.py", "_Record"),
 }
 
 

@@ -70,7 +70,7 @@ Numbers that JSON cannot hold (NaN, inf) are null.
   key as its stats/comparison result writes itself: "km_median_steps" optimizer -> KMMedian {"estimate", "bound",
   "n", "n_censored", "text"}, "ratios" baseline -> clock -> MedianRatio {"estimate", "bound", "text",
   "confidence_interval", "confidence_level", "medians", "n", "n_censored", "margin", "statistic", "pvalue",
-  "pvalue_slower", "method"}, "verdicts" baseline -> BaselineVerdict {"verdict", "reason"}, "rule_error_rates"
+  "pvalue_slower", "method"}, "verdicts" baseline -> statsfile.Decision {"verdict", "reason"}, "rule_error_rates"
   RuleErrorSummary {"size", "size_not_supported", "max_size", "per_baseline": baseline -> BaselineRates}, "levels"
   share -> TargetLevel {"target", "best_baseline", "km_median_steps", "steps_ratios", "verdict", "reason"}.
 
@@ -93,11 +93,11 @@ that still spells them would otherwise be read as "no p-value"), and so is a fil
 from __future__ import annotations
 
 import json
-from dataclasses import MISSING, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Literal
 
-from brownformer.statsfile import CLAIM_VERDICTS, Decision, EffectResult
+from brownformer.statsfile import CLAIM_VERDICTS, Decision, EffectResult, check_keys, plain_value
 
 __all__ = ["VERDICTS", "Verdict", "Decision", "SUPPORTED", "NOT_SUPPORTED", "INCONCLUSIVE", "DID_NOT_TRAIN",
            "SeedUnit", "ClaimDetails", "NoDetails", "UntypedDetails", "ClaimRecord", "ClaimsFile", "read_claims",
@@ -121,17 +121,6 @@ def _old_names(obj: Any, where: str = "") -> list[str]:
     return []
 
 
-def _plain(v: Any) -> Any:
-    """A details value as plain JSON: nested records through their to_dict, tuples as lists."""
-    if hasattr(v, "to_dict"):
-        return v.to_dict()
-    if isinstance(v, dict):
-        return {k: _plain(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_plain(x) for x in v]
-    return v
-
-
 class ClaimDetails:
     """Base of a claim's typed `details` (brownformer.stats.claims.details holds one frozen dataclass per claim and
     level). The JSON key is the field's name; a field named in `_optional` is left out of the JSON when None (a key
@@ -150,7 +139,7 @@ class ClaimDetails:
             v = getattr(self, name)
             if v is None and name in self._optional:
                 continue
-            out[name] = {} if v is None and name in self._empty else _plain(v)
+            out[name] = {} if v is None and name in self._empty else plain_value(v)
         return out
 
     @classmethod
@@ -160,16 +149,7 @@ class ClaimDetails:
         if isinstance(d, cls):
             return d
         where = where or cls.__name__
-        if not isinstance(d, dict):
-            raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
-        names = {f.name for f in fields(cls)}
-        required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING
-                    and f.name not in cls._optional}
-        unknown, missing = sorted(set(d) - names), sorted(required - set(d))
-        if unknown or missing:
-            raise ValueError(f"{where}: " + "; ".join(
-                ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
-                + f" (claims.json schema {SCHEMA_VERSION}, {cls.__name__})")
+        check_keys(cls, d, where, f"claims.json schema {SCHEMA_VERSION}, {cls.__name__}", optional=cls._optional)
         return cls(**{k: (None if k in cls._empty and v == {} else
                           cls._nested[k](v, f"{where}.{k}") if k in cls._nested and v is not None else v)
                       for k, v in d.items()})
@@ -283,7 +263,7 @@ class ClaimRecord:
         return {"claim": self.claim, "title": self.title, "verdict": self.verdict, "reason": self.reason,
                 "estimate": self.estimate.to_dict() if self.estimate else None,
                 "margin": list(self.margin) if self.margin else None,
-                "calibration": _plain(self.calibration), "pvalue_holm": self.pvalue_holm, "tests": self.tests,
+                "calibration": plain_value(self.calibration), "pvalue_holm": self.pvalue_holm, "tests": self.tests,
                 "per_run": {k: v.to_dict() for k, v in self.per_run.items()},
                 "per_optimizer": {k: v.to_dict() for k, v in self.per_optimizer.items()},
                 "per_model": {k: v.to_dict() for k, v in self.per_model.items()},

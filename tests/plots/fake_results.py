@@ -15,7 +15,8 @@ import pandas as pd
 from brownformer.config import from_dict
 from brownformer.io import write_json
 from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
-                                   NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow)
+                                   NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow,
+                                   LayerValues, WalkerReading, WalkerType, WindowRuleNull)
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 RAW_CONFIG = {
@@ -104,17 +105,17 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
     tau = np.geomspace(0.01, 1.0, T - 1)
     local = exponent + 0.05 * rng.standard_normal(T - 1)
     effect = EffectResult.effect(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08), 0.4,
-                                 margin=(0.9, 1.1), key=True, null={"size": 0.04, "n_replicates": 19})
+                                 margin=(0.9, 1.1), key=True, null=WindowRuleNull(0.04, 0.9, 19, [0.9, 1.0, 1.1], "fake"))
     window = LocalSlopes(classification="brownian" if brownian else "crossover", description="fake", effect=effect,
                          window=SlopeWindow(start_index=1, used_indices=list(range(2, T)), n_points=T - 1,
                                             start_step=5, min_lag_steps=5, start_clock=0.01, why="fake"),
                          tau=tau.tolist(), local_slope=local.tolist(), curve=(tau**exponent).tolist(),
                          envelope=Envelope(low=(0.8 + 0 * tau).tolist(), median=(1 + 0 * tau).tolist(),
                                            high=(1.2 + 0 * tau).tolist(), n_replicates=19, level=0.95))
-    walkers = {"reading": "brownian-like", "rates": "spread",
-               "by_type": {t: {"n": 3, "exponent_quantiles": [exponent - 0.3, exponent - 0.1, exponent,
-                                                              exponent + 0.1, exponent + 0.3],
-                               "rate_quantiles": [0.1, 0.2, 0.3, 0.4, 0.5]} for t in ("cls", "patch")}}
+    walkers = WalkerReading("brownian-like", "fake", rates="spread",
+                            by_type={t: WalkerType(3, [exponent - 0.3, exponent - 0.1, exponent, exponent + 0.1,
+                                                       exponent + 0.3], [0.1, 0.2, 0.3, 0.4, 0.5])
+                                     for t in ("cls", "patch")})
     verdict = "brownian" if brownian else "not brownian"
     return BatteryStats(
         kind=kind, n_times=T, n_walkers=N, n_walkers_total=N, n_groups=N, dim=D, span_dimension=D, hyperplane=False,
@@ -126,10 +127,15 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
         local_slopes=window, walkers=walkers, time="lr_sq_sum", run_id=run, category=entry["category"], entry=entry)
 
 
-def _sphere(tensor: str, **about_per_layer) -> SphereSummary:
-    return SphereSummary(tensor=tensor, distribution={"fraction_on_sphere": 1.0}, geometry={}, margins={},
-                         about={"per_layer": {q: {"estimate": v} for q, v in about_per_layer.items()}},
-                         definitional=tensor == "ln_raw", step=40, capture=0)
+def _sphere(tensor: str, radius_spread_ratio: list | None = None) -> SphereSummary:
+    """A sphere summary of 3 layers of random tokens (the producer's record), its ratios set where given."""
+    from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
+    s = tensor_sphere_summary(np.random.default_rng(0).standard_normal((3, 12, 4)), tensor=tensor, n_resamples=9)
+    if radius_spread_ratio is not None:
+        ratio = LayerValues(radius_spread_ratio, radius_spread_ratio, radius_spread_ratio)
+        layers = dataclasses.replace(s.about.per_layer, radius_spread_ratio=ratio)
+        s = dataclasses.replace(s, about=dataclasses.replace(s.about, per_layer=layers))
+    return dataclasses.replace(s, step=40, capture=0)
 
 
 def _attention_stats(rng, run: str) -> AttentionStats:

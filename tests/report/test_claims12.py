@@ -1,4 +1,5 @@
 """Claims 1 and 2 in the report: one row per run and criterion, read from claims.json's records."""
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -23,7 +24,7 @@ def _claim1():
     for seed in range(3):  # claim 1 decides over seeds (stats/core/pooling.py MIN_SEEDS)
         for tensor, arr in (("ln_raw", z), ("ln_affine", z * np.exp(rng.uniform(0, np.log(100), 12)))):
             s = tensor_sphere_summary(arr, tensor=tensor, z_raw=z, n_inputs=8, n_tokens=6, n_resamples=99)
-            s.update(ln="post", step=100)
+            s = dataclasses.replace(s, ln="post", step=100)
             files.append({"run": f"vit-post__adamw__s{seed}", "capture": 1, "path": f"depth/{tensor}_c1.npy",
                           "sphere": s})
     return sphere_claim(files, StatsConfig(n_resamples=99))

@@ -2,6 +2,8 @@
 and a record that breaks its layout is refused with the claim, level and key named."""
 from __future__ import annotations
 
+import dataclasses
+
 import json
 import math
 
@@ -54,7 +56,7 @@ def _sphere_files(ln: str, seeds: int):
     for seed in range(seeds):
         for tensor, arr in (("ln_raw", z), ("ln_affine", z * np.exp(rng.uniform(0, np.log(100), 12)))):
             s = tensor_sphere_summary(arr, tensor=tensor, z_raw=z, n_inputs=8, n_tokens=6, n_resamples=99)
-            s.update(ln=ln, step=100)
+            s = dataclasses.replace(s, ln=ln, step=100)
             files.append({"run": f"vit-{ln}__adamw__s{seed}", "capture": 1, "path": f"depth/{tensor}_c1.npy",
                           "sphere": s})
     return files

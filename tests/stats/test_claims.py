@@ -1,4 +1,5 @@
 """Claims 1, 2 and 4 on inputs whose answer is known by construction; the shared rule against references."""
+import dataclasses
 import numpy as np
 import pytest
 from statsmodels.stats.weightstats import DescrStatsW
@@ -56,7 +57,7 @@ def _sphere_files(run, z, step, capture, gamma=1.0, beta=0.0, ln="pre", y=None, 
     for tensor, arr in (("ln_raw", z), ("ln_affine", z * gamma + beta if y is None else y)):
         s = tensor_sphere_summary(arr, tensor=tensor, z_raw=z if tensor == "ln_affine" else None,
                                   n_inputs=B_INPUTS, n_tokens=n_tokens, n_resamples=199)
-        s.update(ln=ln, step=step)
+        s = dataclasses.replace(s, ln=ln, step=step)
         out.append({"run": run, "path": f"depth/{tensor}_c{capture}.npy", "sphere": s, "capture": capture})
     return out
 
@@ -342,8 +343,8 @@ def test_markov_margins_are_fixed_before_the_data():
     assert m.reversibility_residual == tuple(STATS.margins["reversibility_residual"])
     assert m.null_bounds["reversibility_residual_row_shuffled_lower"] == 0.08
     cli = file_verdicts(res, STATS)
-    assert cli["vmf_output_error"]["margin"][1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
-    assert cli["reversibility_residual"]["margin"] == list(STATS.margins["reversibility_residual"])
+    assert cli.vmf_output_error.margin[1] == pytest.approx(OUTPUT_ERROR_NULL_FRACTION * 0.6)
+    assert cli.reversibility_residual.margin == list(STATS.margins["reversibility_residual"])
 
 
 def test_the_whole_sphere_fit_never_decides_when_heads_are_narrower_than_the_model():

@@ -78,8 +78,8 @@ def test_sphere_geometry_matches_scipy_variation_and_direct_offset():
     z = rng.standard_normal((1, 200, 6)) * rng.uniform(0.5, 2, 6) + 0.7
     g = sphere_geometry(z, n_resamples=9)
     norms = np.linalg.norm(z[0], axis=-1)
-    assert g["per_layer"]["radius_cv"]["estimate"][0] == pytest.approx(stats.variation(norms), rel=1e-8)
-    assert g["per_layer"]["mean_offset"]["estimate"][0] == pytest.approx(np.linalg.norm(z[0].mean(0)) / np.sqrt(6),
+    assert g.per_layer.radius_cv.estimate[0] == pytest.approx(stats.variation(norms), rel=1e-8)
+    assert g.per_layer.mean_offset.estimate[0] == pytest.approx(np.linalg.norm(z[0].mean(0)) / np.sqrt(6),
                                                                          rel=1e-10)
 
 

@@ -7,7 +7,8 @@ from brownformer.stats.diffusion.local_slope import (fit_offset_power, fitting_w
                                              walker_slopes)
 from brownformer.stats.diffusion.simulate import fgn_increments, spherical_brownian_motion
 from brownformer.stats.diffusion.window_reading import key_effects_on_window, window_effects, window_reading
-from brownformer.statsfile import EffectResult
+from brownformer.stats.core.gates import cp_bounds
+from brownformer.statsfile import EffectResult, ShapeCalibration, ShapeSummary
 
 T, G, N_PER, D = 40, 8, 16, 16
 N = G * N_PER
@@ -86,9 +87,9 @@ def test_brownian_walkers_with_rates_spread_over_10x_are_called_brownian(kind):
                             for i, r in enumerate(rates)], axis=1)
     out = _read(X, kind=kind)
     assert out.local_slopes.classification == "brownian", out.local_slopes.description
-    assert out.walkers["reading"] == "brownian-like" and out.walkers["rates"] == "spread"
+    assert out.walkers.reading == "brownian-like" and out.walkers.rates == "spread"
     if kind == "sphere":  # the ensemble curve bends (mean of exponentials): the window exponent does not
-        assert out.local_slopes.ensemble_exponent["estimate"] < 0.9 < out.local_slopes.effect.tost_interval[0]
+        assert out.local_slopes.ensemble_exponent.estimate < 0.9 < out.local_slopes.effect.tost_interval[0]
 
 
 @pytest.mark.parametrize("other", ["ou", "ballistic"])
@@ -101,7 +102,7 @@ def test_mixtures_of_brownian_and_non_brownian_walkers_are_mixed(other):
     else:  # a constant velocity per walker plus a little noise
         X[:, 1::2] = np.cumsum(0.5 * rng.standard_normal((1, N // 2, D)) + 0.1 * rng.standard_normal((T, N // 2, D)), 0)
     out = _read(X)
-    assert out.walkers["reading"] == "mixed" and out.local_slopes.classification == "mixed", out.walkers["why"]
+    assert out.walkers.reading == "mixed" and out.local_slopes.classification == "mixed", out.walkers.why
 
 
 def test_fast_then_arrested_walk_is_a_crossover_not_subdiffusion():
@@ -117,7 +118,7 @@ def test_flat_power_laws_are_sub_or_superdiffusive(hurst, expected):
     rng = np.random.default_rng(5)
     X = np.cumsum(fgn_increments(T, hurst, N * D, rng).reshape(T, N, D), 0)
     out = _read(X)
-    assert out.local_slopes.classification == expected and out.walkers["reading"] == "anomalous"
+    assert out.local_slopes.classification == expected and out.walkers.reading == "anomalous"
     assert out.local_slopes.effect.estimate == pytest.approx(2 * hurst, abs=0.1)
 
 
@@ -132,7 +133,7 @@ def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
               "local_slopes": out.local_slopes.to_dict()}  # the same on the file as JSON
     eff = window_effects(result)
     assert eff["msd_exponent"]["estimate"] == out.local_slopes.effect.estimate and eff["variance_ratio"]["estimate"] == 1.0
-    assert out.local_slopes.effect.null["size"] <= 0.2 and out.local_slopes.effect.null["n_replicates"] == 29
+    assert out.local_slopes.effect.null.size <= 0.2 and out.local_slopes.effect.null.n_replicates == 29
 
 
 @pytest.mark.parametrize("window_estimate,null_size,expected", [
@@ -142,8 +143,9 @@ def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
 ])
 def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate, null_size, expected):
     from brownformer.stats.claims import claim3_brownian as claim
-    cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.95,
-           "power": {"clock_0.9": 0.95}, "rates": {}, "n_replicates": 400}
+    lower = {"clock_0.9": cp_bounds(380, 400)[0]}  # the gate's bound on a power of 0.95 in 400 replicates
+    cal = ShapeCalibration(ShapeSummary("x", "euclidean", "euclidean", 2, 1, 2, 1, False, "none", 0.0, 0.0, None),
+                           0.03, 0.03, 0.01, 0.95, {"clock_0.9": 0.95}, lower, {}, 400, 400)
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
     from brownformer.config import DEFAULT_MARGINS
     from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS

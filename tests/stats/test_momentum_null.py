@@ -182,12 +182,12 @@ def test_gated_verdicts_at_the_momentum_shape(tmp_path, name):
     stats = dataclasses.replace(DEFAULT_STATS, calibration_replicates=CELL_REPLICATES)
     path = _file(tmp_path, name)
     out = calibrate_result(path, trajectory_file_stats(path, stats=stats), stats=stats, echo=lambda msg: None)
-    fitted = out.fitted_null["calibration"]
-    assert out.fitted_null["model"]["momentum"] == BETA  # the fitted null carries the file's momentum
+    fitted = out.fitted_null.calibration
+    assert out.fitted_null.model.momentum == BETA  # the fitted null carries the file's momentum
     if name == "heavy_ball":
         assert out.rule_verdict == "brownian"
-        assert fitted["size"] <= 0.05  # 1/80 when measured; 1.0 while the fitted null had no momentum
-        assert out.calibration["size"] <= 0.05
+        assert fitted.size <= 0.05  # 1/80 when measured; 1.0 while the fitted null had no momentum
+        assert out.calibration.size <= 0.05
         assert out.verdict != "not brownian", out.reason
     else:
         assert out.verdict == "not brownian", out.reason

@@ -50,7 +50,7 @@ def test_brownian_walkers_with_rates_spread_over_10x_get_a_brownian_verdict(tmp_
         X = _sphere_walkers(rates, rng)
     out = _file(tmp_path, X, kind)
     assert out.verdict == "brownian", out.reason
-    assert out.classification == "brownian" and out.walkers["rates"] == "spread"
+    assert out.classification == "brownian" and out.walkers.rates == "spread"
 
 
 @pytest.mark.parametrize("kind", ["euclidean", "sphere"])
@@ -64,7 +64,7 @@ def test_brownian_and_ballistic_walkers_together_are_mixed(tmp_path, kind):
         X[:, ::2] = _sphere_walkers(np.ones(N // 2), rng)
         X[:, 1::2] = _great_circles(N // 2, rng)
     out = _file(tmp_path, X, kind)
-    assert out.walkers["reading"] == "mixed" and out.classification == "mixed", out.walkers.get("why")
+    assert out.walkers.reading == "mixed" and out.classification == "mixed", out.walkers.why
     assert out.verdict != "brownian"
 
 

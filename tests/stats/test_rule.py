@@ -8,6 +8,8 @@ from brownformer.stats.diffusion import rule
 from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, Effect, decide, decide_one
 from brownformer.stats.diffusion.simulate import simulate_batch
+from brownformer.stats.core.gates import cp_bounds
+from brownformer.statsfile import ShapeCalibration, ShapeSummary
 
 ALPHA = 0.05
 N_RESAMPLES = 199  # bootstrap resamples of these batteries (enough for the rates checked here, and fast)
@@ -136,11 +138,13 @@ def test_claims_and_calibration_call_the_same_rule(monkeypatch, tmp_path):
 def test_each_verdict_is_held_to_its_own_false_positive_rate(monkeypatch, rule_verdict, power, expected):
     from brownformer.stats.claims import claim3_brownian as claim
     monkeypatch.setattr(claim, "decide_one", lambda *a, **k: (rule_verdict, "stub"))
-    cal = {"shape": {"id": "x"}, "size": 0.03, "size_se": 0.01, "equivalence_power": 0.9,
-           "power": {"clock_0.9": power, "iid": 1.0}, "rates": {}, "n_replicates": 400}
+    power = {"clock_0.9": power, "iid": 1.0}
+    lower = {p: cp_bounds(int(round(v * 400)), 400)[0] for p, v in power.items()}  # the gate's bounds at 400
+    cal = ShapeCalibration(ShapeSummary("x", "euclidean", "euclidean", 2, 1, 2, 1, False, "none", 0.0, 0.0, None),
+                           0.03, 0.03, 0.01, 0.9, power, lower, {}, 400, 400)
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
     result = {"kind": "euclidean", "n_times": 20, "effects": {},
               "calibration_shape": {"kind": "euclidean", "times": [0, 1], "group_sizes": [1], "d": 2,
                                     "hyperplane": False, "drift": "none", "rho": 0.0, "decay": 0.0}}
     verdict, _, got = claim.file_verdict(result, StatsConfig(), table=object())
-    assert verdict == expected and got["size"] == cal["size"] and got["fitted"] is None
+    assert verdict == expected and got["size"] == cal.size and got["fitted"] is None

@@ -1,5 +1,6 @@
 """Seeds as the unit of inference (stats/core/pooling.py seed_pool): the interval over seeds, the minimum, the power,
 and what the claims make of it (what is nested inside a seed cannot narrow the interval)."""
+import dataclasses
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -56,7 +57,7 @@ def _post_ln_seed(rng, offset, n_inputs):
     files = []
     for tensor, arr in (("ln_raw", z), ("ln_affine", z + beta)):
         s = tensor_sphere_summary(arr, tensor=tensor, z_raw=z, n_inputs=n_inputs, n_tokens=6, n_resamples=199)
-        s.update(ln="post", step=100)
+        s = dataclasses.replace(s, ln="post", step=100)
         files.append({"path": f"depth/{tensor}_c1.npy", "sphere": s, "capture": 1})
     return files
 

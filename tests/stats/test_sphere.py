@@ -16,11 +16,11 @@ def test_raw_layernorm_on_sphere_affine_not():
     z = _layernorm(x)
     gamma, beta = 1 + 0.5 * rng.standard_normal(32), 0.3 * rng.standard_normal(32)
     out = sphere_summary(z, ln_affine=z * gamma + beta, resid=x)
-    assert "verdict" not in out  # the definitional check decides nothing
-    assert out["ln_raw"]["fraction_on_sphere"] == 1.0
-    assert abs(out["ln_raw"]["radius"]["mean"] - 1) < 1e-4 and out["ln_raw"]["sum"]["max_abs_deviation"] < 1e-8
-    assert out["ln_affine"]["fraction_on_sphere"] < 0.5 and out["resid"]["fraction_on_sphere"] < 0.5
-    assert len(out["ln_raw"]["per_leading"]["radius_mean"]) == 4
+    assert "verdict" not in out.to_dict()  # the definitional check decides nothing
+    assert out.ln_raw.fraction_on_sphere == 1.0
+    assert abs(out.ln_raw.radius.mean - 1) < 1e-4 and out.ln_raw.sum.max_abs_deviation < 1e-8
+    assert out.ln_affine.fraction_on_sphere < 0.5 and out.resid.fraction_on_sphere < 0.5
+    assert len(out.ln_raw.per_leading.radius_mean) == 4
 
 
 def test_sphere_summary_refuses_bad_input():
@@ -39,22 +39,22 @@ def test_geometry_separates_raw_affine_and_residual():
     gamma, beta = 1 + 0.5 * rng.standard_normal(16), 0.3 + 0.1 * rng.standard_normal(16)
     raw = sphere_geometry(z, n_inputs=32, n_tokens=5, n_resamples=199)
     aff = sphere_geometry(z * gamma + beta, n_inputs=32, n_tokens=5, n_resamples=199)
-    assert raw["n_clusters"] == 32 and raw["cluster"] == "probe input"
-    assert raw["pooled"]["fraction_on_sphere"]["estimate"] == 1.0 and raw["pooled"]["radius_cv"]["estimate"] < 1e-4
-    assert aff["pooled"]["fraction_on_sphere"]["estimate"] < 0.1
-    assert aff["pooled"]["radius_cv"]["confidence_interval"][0] > 0.05
-    off = aff["pooled"]["mean_offset"]
-    assert off["confidence_interval"][0] > max(aff["mean_offset_floor"]) and abs(off["estimate"] - np.linalg.norm(beta) / 4) < 0.05
-    assert len(aff["per_layer"]["radius_cv"]["estimate"]) == 2
+    assert raw.n_clusters == 32 and raw.cluster == "probe input"
+    assert raw.pooled.fraction_on_sphere.estimate == 1.0 and raw.pooled.radius_cv.estimate < 1e-4
+    assert aff.pooled.fraction_on_sphere.estimate < 0.1
+    assert aff.pooled.radius_cv.confidence_interval[0] > 0.05
+    off = aff.pooled.mean_offset
+    assert off.confidence_interval[0] > max(aff.mean_offset_floor) and abs(off.estimate - np.linalg.norm(beta) / 4) < 0.05
+    assert len(aff.per_layer.radius_cv.estimate) == 2
 
 
 def test_tensor_summary_keeps_the_sphere_summary_shape():
     from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
     z = _layernorm(np.random.default_rng(2).standard_normal((2, 40, 8)))
     out = tensor_sphere_summary(z, tensor="ln_raw", n_resamples=49)
-    assert out["definitional"] and out["distribution"]["fraction_on_sphere"] == 1.0
-    assert max(out["about"]["per_layer"]["radius_spread"]["estimate"]) < 1e-4  # eps only
-    assert out["geometry"]["cluster"] == "walker"
+    assert out.definitional and out.distribution.fraction_on_sphere == 1.0
+    assert max(out.about.per_layer.radius_spread.estimate) < 1e-4  # eps only
+    assert out.geometry.cluster == "walker"
     with pytest.raises(ValueError, match="tensor"):
         tensor_sphere_summary(z, tensor="weights")
 
@@ -79,13 +79,13 @@ def test_affine_map_fit_recovers_gamma_beta_and_the_wielandt_bound():
     z = _layernorm(rng.standard_normal((2, 60, 10)))
     gamma, beta = np.linspace(0.5, 2.0, 10), rng.standard_normal(10)
     out = affine_map_fit(z, z * gamma + beta)
-    np.testing.assert_allclose(out["gamma"], np.broadcast_to(gamma, (2, 10)), atol=1e-10)
-    np.testing.assert_allclose(out["beta"], np.broadcast_to(beta, (2, 10)), atol=1e-10)
+    np.testing.assert_allclose(out.gamma, np.broadcast_to(gamma, (2, 10)), atol=1e-10)
+    np.testing.assert_allclose(out.beta, np.broadcast_to(beta, (2, 10)), atol=1e-10)
     x, y = np.zeros(10), np.zeros(10)
     x[[0, -1]], y[[0, -1]] = (1, 1), (1, -1)  # orthogonal; gamma_0 = 0.5 and gamma_9 = 2 are the extremes
     gx, gy = gamma * x, gamma * y
     cos = abs(gx @ gy) / (np.linalg.norm(gx) * np.linalg.norm(gy))
-    assert out["wielandt_cosine"][0] == pytest.approx(cos)
+    assert out.wielandt_cosine[0] == pytest.approx(cos)
 
 
 def test_sphere_about_separates_sphere_ellipsoid_offset_and_gaussian_cloud():
@@ -93,13 +93,13 @@ def test_sphere_about_separates_sphere_ellipsoid_offset_and_gaussian_cloud():
     rng = np.random.default_rng(5)
     z = _layernorm(rng.standard_normal((1, 40 * 6, 24)), eps=0.0)
     kw = {"n_inputs": 40, "n_tokens": 6, "confidence_level": 0.95, "n_resamples": 199, "rng": 0}
-    sphere = sphere_about(2.0 * z + 0.5, np.full(24, 0.5), **kw)["per_layer"]
-    assert sphere["radius_spread"]["estimate"][0] < 1e-6  # any radius, any centre: still a sphere about it
-    assert sphere["offset"]["estimate"][0] == pytest.approx(0.5 * np.sqrt(24) / (2 * np.sqrt(24)))
-    ell = sphere_about(z * np.exp(rng.uniform(0, np.log(100), 24)), np.zeros(24), **kw)["per_layer"]
-    assert ell["radius_spread_ratio"]["ci_low"][0] > 0.5
-    cloud = sphere_about(rng.standard_normal((1, 240, 24)), None, **kw)["per_layer"]
-    assert 0.7 < cloud["radius_spread_ratio"]["estimate"][0] < 1.3  # a Gaussian cloud is its own null
+    sphere = sphere_about(2.0 * z + 0.5, np.full(24, 0.5), **kw).per_layer
+    assert sphere.radius_spread.estimate[0] < 1e-6  # any radius, any centre: still a sphere about it
+    assert sphere.offset.estimate[0] == pytest.approx(0.5 * np.sqrt(24) / (2 * np.sqrt(24)))
+    ell = sphere_about(z * np.exp(rng.uniform(0, np.log(100), 24)), np.zeros(24), **kw).per_layer
+    assert ell.radius_spread_ratio.ci_low[0] > 0.5
+    cloud = sphere_about(rng.standard_normal((1, 240, 24)), None, **kw).per_layer
+    assert 0.7 < cloud.radius_spread_ratio.estimate[0] < 1.3  # a Gaussian cloud is its own null
 
 
 @pytest.mark.parametrize("spread", [0.2, 1.0])
@@ -115,5 +115,5 @@ def test_spread_ratio_of_an_evenly_sampled_ellipsoid_matches_its_formula(spread)
     v = np.std(gamma**2) / np.mean(gamma**2)
     about = sphere_about(z * gamma, np.zeros(d), n_inputs=100, n_tokens=80, confidence_level=0.95, n_resamples=9,
                          rng=0)
-    ratio = about["per_layer"]["radius_spread_ratio"]["estimate"][0]
+    ratio = about.per_layer.radius_spread_ratio.estimate[0]
     assert ratio == pytest.approx(v * np.sqrt(d / (d + 2)) / np.sqrt(1 + v * v), rel=0.05)

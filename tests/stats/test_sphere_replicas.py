@@ -19,7 +19,7 @@ from brownformer.config import DEFAULT_STATS
 from brownformer.io import sidecar_path
 from brownformer.stats.sphere.replica_null import contrast_decay, simulate_null, sphere_contrasts_of
 from brownformer.stats.diffusion.simulate import fgn_increments
-from brownformer.stats.diffusion.window_verdict import trajectory_verdict
+from brownformer.stats.diffusion.window_verdict import trajectory_result
 
 R, M, D = 6, 24, 17  # replicas, tokens, ambient dimension (the walks live on S^15 inside sum(z) = 0)
 STEPS = [21, 31, 46, 56, 67, 77, 87, 98, 112, 125, 144, 164, 186, 211, 240, 273, 300, 325, 350, 375, 400]
@@ -70,28 +70,28 @@ def test_saturating_spherical_brownian_replicas_are_brownian_on_the_sphere(decay
     X = _contrast_file("brownian", decay, np.random.default_rng(1))
     spread = float(np.mean(np.sum(X[-1].astype(float) ** 2, -1)))
     assert spread == pytest.approx(1 - np.exp(-2 * decay), abs=0.06)  # saturating: 0.45, 0.80, 0.95
-    out = trajectory_verdict(X, _meta(), stats=DEFAULT_STATS)
-    assert out["verdict"] == "brownian", out["reason"]
-    assert out["local_slopes"]["effect"]["estimate"] == pytest.approx(1.0, abs=0.06)
-    spec = out["local_slopes"]["spec"]
-    assert spec["replicas"] == R and spec["replica_hyperplane"] and spec["replica_start"] == pytest.approx(21 / 400)
-    shape = out["calibration_shape"]  # the shape records the sphere the contrasted walks live on
-    assert shape["geometry"] == "sphere" and shape["hyperplane"]
-    assert shape["decay"] == pytest.approx(decay, rel=0.15)
+    out = trajectory_result(X, _meta(), stats=DEFAULT_STATS)
+    assert out.verdict == "brownian", out.reason
+    assert out.local_slopes.effect.estimate == pytest.approx(1.0, abs=0.06)
+    spec = out.local_slopes.spec
+    assert spec.replicas == R and spec.replica_hyperplane and spec.replica_start == pytest.approx(21 / 400)
+    shape = out.calibration_shape  # the shape records the sphere the contrasted walks live on
+    assert shape.geometry == "sphere" and shape.hyperplane
+    assert shape.decay == pytest.approx(decay, rel=0.15)
 
 
 def test_the_euclidean_null_reads_the_same_saturation_as_subdiffusion():
     """Positive control of the comparison: without the sphere's null the saturating file is "not brownian"."""
-    out = trajectory_verdict(_contrast_file("brownian", 1.5, np.random.default_rng(1)), _meta(sphere=False),
+    out = trajectory_result(_contrast_file("brownian", 1.5, np.random.default_rng(1)), _meta(sphere=False),
                              stats=DEFAULT_STATS)
-    assert out["verdict"] == "not brownian"
-    assert out["local_slopes"]["effect"]["estimate"] < 0.85  # 0.71 when measured
+    assert out.verdict == "not brownian"
+    assert out.local_slopes.effect.estimate < 0.85  # 0.71 when measured
 
 
 @pytest.mark.parametrize("process", ["ou", "persistent"])
 def test_mean_reverting_and_persistent_walks_on_the_sphere_are_not_brownian(process):
-    out = trajectory_verdict(_contrast_file(process, 0.8, np.random.default_rng(2)), _meta(), stats=DEFAULT_STATS)
-    assert out["verdict"] == "not brownian", out["reason"]
+    out = trajectory_result(_contrast_file(process, 0.8, np.random.default_rng(2)), _meta(), stats=DEFAULT_STATS)
+    assert out.verdict == "not brownian", out.reason
 
 
 def test_the_null_contrasts_saturate_as_spherical_brownian_motion_does():

@@ -79,7 +79,7 @@ def _crossing(reach: float, target: float = 0.8, every: int = 5) -> float:
 def test_half_the_steps_at_the_same_step_cost_is_supported():
     runs = _runs({s: 100 + 5 * s for s in SEEDS}, {s: 200 + 10 * s for s in SEEDS})
     result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
-    ratio = result.ratios["adamw"]["steps"]
+    ratio = result.ratios["adamw"].steps
     # Kaplan-Meier median of 8 uncensored times: the 4th smallest (S drops to 1/2 there)
     lower_median = lambda x: np.sort(x)[3]
     # each time read at the middle of its 5-step evaluation interval (stats/comparison/survival.py: scaled_logrank)
@@ -109,7 +109,7 @@ def test_a_censored_baseline_median_is_an_upper_bound_not_zero():
     "< K-FAC's median / 400", finite and positive."""
     runs = _runs({s: 150 + 5 * s for s in SEEDS}, {s: 300 if s < 3 else 10_000 for s in SEEDS})
     result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
-    steps = result.ratios["adamw"]["steps"]
+    steps = result.ratios["adamw"].steps
     assert steps.bound == "<" and 0 < steps.estimate < 1 and steps.text().startswith("<")
     assert result.medians["adamw"].bound == ">" and result.medians["adamw"].n_censored == 5
 
@@ -117,7 +117,7 @@ def test_a_censored_baseline_median_is_an_upper_bound_not_zero():
 def test_neither_median_reached_is_undefined_and_inconclusive():
     runs = _runs({s: 10_000 for s in SEEDS}, {s: 10_000 if s < 5 else 200 for s in SEEDS})
     result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
-    steps = result.ratios["adamw"]["steps"]
+    steps = result.ratios["adamw"].steps
     assert np.isnan(steps.estimate) and steps.to_dict()["estimate"] is None and steps.text() == "undefined"
     assert result.verdict == "inconclusive"
 
@@ -135,7 +135,7 @@ def test_the_claim_needs_every_baseline_beaten_and_names_the_best():
     settings["report"] = ReportConfig(proposed="kfac-iterative", baselines=("adamw", "muon"))
     result = time_to_target(_with_muon(90), {"m": 0.8}, **settings)["m"]
     assert result.baseline == "muon" and set(result.ratios) == {"adamw", "muon"}
-    assert result.verdicts["adamw"][0] == "supported" and result.verdicts["muon"][0] == "not supported"
+    assert result.verdicts["adamw"].verdict == "supported" and result.verdicts["muon"].verdict == "not supported"
     assert result.verdict == "not supported" and "muon" in result.reason
     beaten = time_to_target(_with_muon(260), {"m": 0.8}, **settings)["m"]
     assert beaten.verdict == "supported" and beaten.baseline == "adamw"
@@ -190,7 +190,7 @@ def test_seconds_are_steps_times_the_measured_step_cost():
     runs = {f"m__kfac-iterative__s{s}": _curve(100 + 5 * s, seconds_per_step=0.03) for s in SEEDS}
     runs.update({f"m__adamw__s{s}": _curve(200 + 10 * s, seconds_per_step=0.01) for s in SEEDS})
     result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
-    steps, seconds = result.ratios["adamw"]["steps"], result.ratios["adamw"]["seconds"]
+    steps, seconds = result.ratios["adamw"].steps, result.ratios["adamw"].seconds
     assert seconds.estimate == pytest.approx(3 * steps.estimate)
     assert seconds.confidence_interval == pytest.approx(tuple(3 * c for c in steps.confidence_interval))
     assert steps.pvalue < 0.025 and seconds.pvalue_slower < 0.025
@@ -205,5 +205,5 @@ def test_a_not_supported_names_the_baseline_most_clearly_faster():
     runs = _runs({s: 300 + 5 * s for s in SEEDS}, {s: 250 + 5 * s for s in SEEDS})
     runs.update({f"m__muon__s{s}": _curve(90 + 5 * s) for s in SEEDS})
     result = time_to_target(runs, {"m": 0.8}, **settings)["m"]
-    assert result.verdicts["adamw"][0] == "not supported" and result.verdicts["muon"][0] == "not supported"
+    assert result.verdicts["adamw"].verdict == "not supported" and result.verdicts["muon"].verdict == "not supported"
     assert result.verdict == "not supported" and result.reason.startswith("not faster than muon")

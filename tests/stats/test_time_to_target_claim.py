@@ -160,7 +160,7 @@ def test_the_comparison_records_write_their_results_json_and_read_back_as_record
     own = to_jsonable(res.to_dict())  # the comparison's JSON, written by stats/comparison
     written = to_jsonable(d.to_dict())
     assert {k: written[k] for k in own} == own and list(written)[-len(own):] == list(own)
-    ratio = res.ratios["adamw"]["steps"]
+    ratio = res.ratios["adamw"].steps
     assert to_jsonable(MedianRatio.of(ratio).to_dict()) == to_jsonable(ratio.to_dict())
     assert to_jsonable(KMMedian.of(res.medians["adamw"]).to_dict()) == to_jsonable(res.medians["adamw"].to_dict())
     back = parse_details("4", "per_model", written)

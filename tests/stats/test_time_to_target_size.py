@@ -77,6 +77,6 @@ def test_the_verdict_at_critical_values_is_the_p_value_verdict_at_the_normal_one
         res = time_to_target(_grid(speed), {"vit-pre": 0.8}, stats=stats, report=report)["vit-pre"]
         assert res.verdict == expected
         same = with_critical_values(res, {"adamw": nominal_critical(0.95)})
-        assert same.verdicts["adamw"][0] == expected and same.verdict == expected
+        assert same.verdicts["adamw"].verdict == expected and same.verdict == expected
         unreachable = with_critical_values(res, {"adamw": (1e9, -1e9)})
-        assert unreachable.verdicts["adamw"][0] == ("inconclusive" if expected == "supported" else expected)
+        assert unreachable.verdicts["adamw"].verdict == ("inconclusive" if expected == "supported" else expected)

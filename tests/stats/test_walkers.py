@@ -78,13 +78,13 @@ def test_walker_reading_separates_spread_rates_from_mixtures():
     types = np.full(100, "walker", dtype=object)
     spread = walker_reading(1 + 0.1 * rng.standard_normal(100), np.exp(rng.uniform(0, np.log(10), 100)), null_alpha,
                             null_rate, types=types, positions=None, mixed_share=0.2)
-    assert spread["reading"] == "brownian-like" and spread["rates"] == "spread"
+    assert spread.reading == "brownian-like" and spread.rates == "spread"
     mix = np.r_[1 + 0.1 * rng.standard_normal(50), 0.3 + 0.1 * rng.standard_normal(50)]
     mixed = walker_reading(mix, np.ones(100), null_alpha, null_rate, types=types, positions=None, mixed_share=0.2)
-    assert mixed["reading"] == "mixed" and mixed["rates"] == "homogeneous"
+    assert mixed.reading == "mixed" and mixed.rates == "homogeneous"
     shifted = walker_reading(0.5 + 0.1 * rng.standard_normal(100), np.ones(100), null_alpha, null_rate, types=types,
                              positions=None, mixed_share=0.2)
-    assert shifted["reading"] == "anomalous"
+    assert shifted.reading == "anomalous"
 
 
 def test_row_quantiles_match_numpy():

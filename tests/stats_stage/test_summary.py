@@ -1,4 +1,5 @@
 """The cross-run summary: claims.json in the verdicts schema, runs that did not train left out and named."""
+import dataclasses
 import json
 
 import numpy as np
@@ -11,7 +12,7 @@ from brownformer.stats.markov.markov_chain import analyze_attention, attention_n
 from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
 from brownformer.stats.core.training_status import ChanceBaseline
 from brownformer.stats_stage.summary import summarize
-from brownformer.statsfile import AttentionStats, RunStatsSummary, SphereStats, SphereSummary, SummaryRow
+from brownformer.statsfile import AttentionStats, RunStatsSummary, SphereStats, SummaryRow
 from brownformer.verdicts import read_claims
 
 STATS = StatsConfig(n_resamples=199)
@@ -31,9 +32,8 @@ def _stats_dir(tmp_path, run, rng):
     files = []
     for name, tensor in (("ln_c1", "ln_raw"), ("lnaff_c1", "ln_affine")):  # gamma = 1, beta = 0: a sphere
         sphere = tensor_sphere_summary(z, tensor=tensor, z_raw=z, n_inputs=8, n_tokens=6, n_resamples=199)
-        sphere.update(ln="pre", step=100)
-        write_json(sdir / "depth" / f"{name}.json", SphereStats(SphereSummary.from_dict(sphere), category="depth",
-                                                                entry={"capture": 1}).to_dict())
+        sphere = dataclasses.replace(sphere, ln="pre", step=100)
+        write_json(sdir / "depth" / f"{name}.json", SphereStats(sphere, category="depth", entry={"capture": 1}).to_dict())
         files.append(SummaryRow(f"depth/{name}.npy", f"depth/{name}.json", "depth"))
     U = rng.standard_normal((1, 8, 10, 6))
     U /= np.linalg.norm(U, axis=-1, keepdims=True)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from brownformer.io import to_jsonable
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import EffectResult, WindowRuleNull
 
 NAN = math.nan
 
@@ -46,7 +46,8 @@ def test_headline_layout_is_claims_json_estimate():
     EffectResult("variance_ratio", 1.1, 0.2, 1.05, (0.9, 1.2), 0.9, "cluster bootstrap", 8, 1.0, (0.95, 1.15), "",
                  {"n_time_points": 7}, False),
     EffectResult.effect(0.5, (0.4, 0.6), (0.42, 0.58), 0.01, why_undefined="", margin=(0.8, 1.2), key=False,
-                        method="window", null={"size": 0.05}, bias_correction=0.02),
+                        method="window", null=WindowRuleNull(0.05, 0.9, 40, [0.4, 0.5, 0.6], "the window rule on BM"),
+                        bias_correction=0.02),
     EffectResult.headline("steps ratio", 0.75, (0.5, 1.1), 0.95),
 ], ids=["test", "effect", "headline"])
 def test_every_layout_survives_its_json(res):

@@ -99,8 +99,8 @@ def _walkers_panel(ax, rows: list[dict]) -> None:
     title = "per-walker exponents by type"
     per_type: dict[str, list] = {}
     for r in rows:
-        for t, v in ((r["walkers"] or {}).get("by_type") or {}).items():
-            q = v.get("exponent_quantiles")
+        for t, v in ((r["walkers"].by_type if r["walkers"] else None) or {}).items():
+            q = v.exponent_quantiles
             if q:
                 per_type.setdefault(f"{r['family']}: {t}", []).append(q)
     if not per_type:

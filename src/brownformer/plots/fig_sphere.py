@@ -50,8 +50,7 @@ def _after_affine(res: Results) -> pd.DataFrame:
             sphere = getattr(data, "sphere", None)  # depth files (BatteryStats or SphereStats)
             if sphere is None or sphere.tensor != "ln_affine":
                 continue
-            ratios = sphere.about_per_layer("radius_spread_ratio").get("estimate")
-            for layer, val in enumerate(ratios or []):
+            for layer, val in enumerate(sphere.about.per_layer.radius_spread_ratio.estimate):
                 if isinstance(val, (int, float)):
                     rows.append({"model": spec.model, "ln": res.cfg.models[spec.model].ln, "layer": layer,
                                  "ratio": float(val)})

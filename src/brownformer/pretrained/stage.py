@@ -127,10 +127,10 @@ def _calibrate(tmp: Path, stats, replicates: int, jobs: int, echo: Callable[[str
         cost = cost_estimate(shape, stats=cal_stats)
         # the idealised and the fitted null; the alternatives only where a file says "brownian"
         cells = 2 + (len(processes_for(shape.kind)) - 1 if sid in brownian else 0)
-        worst += cost["worst_case_seconds"]
+        worst += cost.worst_case_seconds
         # the probe's time is PROBE_REPLICATES replicates plus the window's envelope null, which every chunk pays once
-        envelope = int((shape.window.to_dict() if shape.window is not None else {}).get("envelope_replicates") or 0)
-        chunk = cost["seconds_per_replicate"] * PROBE_REPLICATES * (min(CHUNK, replicates) + envelope) / (
+        envelope = int(shape.window.envelope_replicates or 0) if shape.window is not None else 0
+        chunk = cost.seconds_per_replicate * PROBE_REPLICATES * (min(CHUNK, replicates) + envelope) / (
             PROBE_REPLICATES + envelope)
         usual += chunk * cells
     echo(f"calibration of claim 3's rule at {len(shapes)} file shape(s) "

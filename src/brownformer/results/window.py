@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from brownformer.results.reader import Results, dig
+from brownformer.results.reader import Results
 from brownformer.statsfile import BatteryStats
 
 __all__ = ["FAMILIES", "window_table"]
@@ -31,9 +31,10 @@ def window_table(res: Results) -> pd.DataFrame:
                          "min_lag_steps": b.window.min_lag_steps if b.window else None,
                          "n_lags": b.window.n_points if b.window else None,
                          "reading": b.classification, "description": b.description,
-                         "window_exponent": b.effect.estimate, "window_null_size": dig(b.effect.null, "size"),
-                         "ensemble_exponent": dig(b.ensemble_exponent, "estimate"),
+                         "window_exponent": b.effect.estimate, "window_null_size": b.effect.null.size if b.effect.null else None,
+                         "ensemble_exponent": b.ensemble_exponent.estimate if b.ensemble_exponent else None,
                          "full_range_exponent": data.msd_exponent.estimate,
-                         "walkers": dig(data.walkers, "reading"), "rates": dig(data.walkers, "rates"),
+                         "walkers": data.walkers.reading if data.walkers else None,
+                         "rates": data.walkers.rates if data.walkers else None,
                          "verdict": data.verdict})
     return pd.DataFrame(rows)

@@ -38,7 +38,7 @@ def _pre_ln_gains(path: Path, captures: list) -> np.ndarray | None:
     raw, aff = (depth / f"{stem}_c{captures[0]}.npy" for stem in ("ln", "lnaff")) if len(captures) == 1 else (None,) * 2
     if raw is None or not (raw.exists() and aff.exists()) or read_sidecar(raw).ln != "pre":
         return None
-    return np.asarray(affine_map_fit(np.load(raw), np.load(aff))["gamma"], float)
+    return np.asarray(affine_map_fit(np.load(raw), np.load(aff)).gamma, float)
 
 
 def head_kernels(path: Path, meta: TrajectorySidecar | dict, n_heads: int) -> dict | None:

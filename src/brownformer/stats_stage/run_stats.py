@@ -46,7 +46,7 @@ import numpy as np
 
 from brownformer.io import progress, sha256_file, write_json
 from brownformer.stats.diffusion.window_verdict import trajectory_result
-from brownformer.statsfile import (BatteryStats, Clock, FileError, InputFile, RunStatsFile,
+from brownformer.statsfile import (BatteryStats, Clock, FileError, FittedNullInfo, InputFile, RunStatsFile,
                                    RunStatsSummary, SphereStats, SphereSummary, SummaryRow)
 
 from .trajectory_io import IndexEntry, load_calibration, load_trajectory, read_index, read_sidecar
@@ -84,7 +84,7 @@ def trajectory_file_stats(path, *, stats, kind: str | None = None, calibration=N
     fid = fitted_id(meta.sha256, stats.seed, stats.max_walkers)
     return replace(result, time=meta.time, clock=Clock(time=meta.time, why=meta.clock_reason, warmup=meta.warmup),
                    input=InputFile(path=str(path), sha256=meta.sha256, sidecar=meta.has_sidecar),
-                   fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid)})
+                   fitted_null=FittedNullInfo(fid, fitted_calibration_for(table, fid)))
 
 
 def _depth_tensor(entry: IndexEntry, path: Path) -> str:
@@ -115,7 +115,7 @@ def _sphere_part(entry: IndexEntry, path: Path, stats) -> SphereSummary:
     out = tensor_sphere_summary(z, tensor=tensor, z_raw=z_raw, margins=dict(stats.margins),
                                 n_inputs=meta.n_inputs, n_tokens=meta.n_tokens, confidence_level=stats.confidence_level,
                                 n_resamples=min(stats.n_resamples, SPHERE_MAX_RESAMPLES), rng=stats.seed)
-    return replace(SphereSummary.from_dict(out, f"{path} sphere"), ln=meta.ln, step=meta.step, capture=entry.capture,
+    return replace(out, ln=meta.ln, step=meta.step, capture=entry.capture,
                    times=meta.times or list(range(X.shape[0])))
 
 

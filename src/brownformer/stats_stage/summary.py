@@ -98,8 +98,8 @@ def collect_run_outputs(run_stats_dirs: dict[str, str | Path]) -> RunOutputs:
             if cat in BROWNIAN_FAMILIES and isinstance(res, BatteryStats):  # files too short for the battery: no tests
                 out.trajectories[cat].append({"run": run, "path": f.path, "result": res.to_dict()})  # run: set key
             if cat == "depth" and res.sphere is not None:
-                out.sphere.append({"run": run, "path": f.path, "sphere": res.sphere.to_dict(),
-                                   "capture": (res.entry or {}).get("capture")})
+                out.sphere.append({"run": run, "path": f.path, "sphere": res.sphere,
+                                   "capture": res.entry.capture if res.entry else None})
             elif isinstance(res, AttentionStats):
                 out.attention.append({"run": run, "attention": res.to_dict()})
     return out

@@ -9,18 +9,30 @@ from __future__ import annotations
 
 import sys
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from brownformer.statsfile import BatteryStats
+from brownformer.statsfile import BatteryStats, FittedNullInfo
 
-__all__ = ["calibrate_result", "cost_estimate", "PROBE_REPLICATES"]
+__all__ = ["calibrate_result", "cost_estimate", "CalibrationCost", "PROBE_REPLICATES"]
 
 PROBE_REPLICATES = 4
 
 
-def cost_estimate(shape, *, stats) -> dict:
+@dataclass(frozen=True)
+class CalibrationCost:
+    """What calibrating one shape costs: seconds per simulated replicate (timed on PROBE_REPLICATES), the worst case
+    of the whole calibration, the replicates at most per null (`null_cap`) and per alternative, how many alternatives."""
+
+    seconds_per_replicate: float
+    worst_case_seconds: float
+    null_cap: int
+    alternatives: int
+    alternative_cap: int
+
+
+def cost_estimate(shape, *, stats) -> CalibrationCost:
     """Seconds of a PROBE_REPLICATES-replicate null chunk and the worst case of the whole calibration."""
     from brownformer.stats.diffusion.brownian import battery_batch
     from brownformer.stats.core.calibration import max_power_replicates, processes_for
@@ -38,8 +50,7 @@ def cost_estimate(shape, *, stats) -> dict:
     n = int(stats.calibration_replicates)
     n_alt = len(processes_for(shape.kind)) - 1
     worst = per_rep * (2 * n + n_alt * max_power_replicates(n))  # idealised + fitted nulls, alternatives
-    return {"seconds_per_replicate": per_rep, "worst_case_seconds": worst, "null_cap": n,
-            "alternatives": n_alt, "alternative_cap": max_power_replicates(n)}
+    return CalibrationCost(per_rep, worst, n, n_alt, max_power_replicates(n))
 
 
 def calibrate_result(file, result: BatteryStats, *, stats, kind: str | None = None, echo=None) -> BatteryStats:
@@ -58,9 +69,9 @@ def calibrate_result(file, result: BatteryStats, *, stats, kind: str | None = No
                                                 "the verdict is inconclusive whatever the calibration")
     cost = cost_estimate(shape, stats=stats)
     echo(f"calibration at this array's shape (T={len(shape.times)}, N={shape.n_walkers}, G={len(shape.group_sizes)}, "
-         f"d={shape.d}): {cost['seconds_per_replicate']:.3f} s per replicate; at most {cost['null_cap']} replicates "
-         f"for each null and {cost['alternative_cap']} for each of {cost['alternatives']} alternatives, i.e. at most "
-         f"{cost['worst_case_seconds']:.0f} s (sequential gates usually stop after 40 replicates per process)")
+         f"d={shape.d}): {cost.seconds_per_replicate:.3f} s per replicate; at most {cost.null_cap} replicates "
+         f"for each null and {cost.alternative_cap} for each of {cost.alternatives} alternatives, i.e. at most "
+         f"{cost.worst_case_seconds:.0f} s (sequential gates usually stop after 40 replicates per process)")
     t0 = time.perf_counter()
     kw = {"n_replicates": int(stats.calibration_replicates), "rng": stats.seed, "alpha": stats.alpha,
           "margins": dict(stats.margins), "n_resamples": stats.n_resamples}
@@ -70,5 +81,5 @@ def calibrate_result(file, result: BatteryStats, *, stats, kind: str | None = No
     verdict, reason, _ = file_verdict(result.to_dict(), stats, table)  # the claims' gates read the file as written
     return replace(result, rule_verdict=result.verdict, rule_reason=result.reason, verdict=verdict, reason=reason,
                    brownian=verdict == "brownian", calibration=calibration_for(table, shape),
-                   fitted_null={"id": fid, "calibration": fitted_calibration_for(table, fid), "model": null.summary()},
+                   fitted_null=FittedNullInfo(fid, fitted_calibration_for(table, fid), null.summary()),
                    calibration_seconds=time.perf_counter() - t0, calibration_note=None)

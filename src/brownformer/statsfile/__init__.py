@@ -15,18 +15,22 @@ One file is one of (`parse_stats_file` picks by "category" and content):
 - `AttentionStats`: an attention file (claim 2); `NoiseStats`: a gradient-noise file.
 `RunStatsSummary` is the run's summary.json.
 
-Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`, with its window `WindowSpec`), the
-window reading (`LocalSlopes`: `SlopeWindow`, `Curvature`, `Envelope`, `MomentumBias` per key effect), the clock, the
-input, its index.json entry (`IndexEntry`), the sphere normalisation, the attention null models' description (`NullModelsInfo`) and step-0 comparison
-(`InitComparison` of `PairedDifference`), every effect (`EffectResult`). These stay plain mappings, and why:
-- keyed by a name the data choose: "effects" and "clock_check" (by test or clock; their values are EffectResults),
-  attention "per_matrix", "aggregate", "undefined", "uniform_reference" and "head_averaged" (by quantity),
-  "null_models" (by null), a shape's margins;
-- a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines), the sphere's
-  "distribution", "geometry", "about" and "affine_map", "head_kernels", "walkers" (undefined, or quantiles by type and
-  position) and attention "verdicts";
-- a row of another table or file: "calibration" and "fitted_null" (the calibration table at the file's shape), the
-  descriptive "ensemble_exponent" (read by key by the results tables), `EffectResult.extra` and `.null`;
+Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`, with its window `WindowSpec`; its
+`ShapeSummary`), the calibration at it (`ShapeCalibration`), the window reading (`LocalSlopes`: `SlopeWindow`,
+`Curvature`, `Envelope`, `EnsembleExponent`, `MomentumBias` per key effect), the clock, the input, its index.json entry (`IndexEntry`), the sphere normalisation, claim 1's sphere summary
+(`SphereSummary`: `TensorDistribution`, `SphereGeometry`, `SphereAbout`, `SphereMargins`, a LayerNorm's recovered
+`AffineMap`), the fitted null (`FittedNullInfo`: `FittedCalibration`, `FittedModel`, `ReplicaContrast`),
+the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), the attention null
+models' description (`NullModelsInfo`), `stats attention`'s verdicts (`AttentionVerdicts` of `CriterionVerdict`) and
+step-0 comparison (`InitComparison` of `PairedDifference`), every effect (`EffectResult`, with the window exponent's
+`WindowRuleNull`). Every record checks its keys with `check_keys` (claims.json's records too). These stay mappings:
+- keyed by a name the data choose, their values typed: "effects" and "clock_check" (by test or clock: EffectResults),
+  "momentum_bias" (by key effect), a calibration's "power" and "power_lower" (by alternative) and "rates", the
+  walkers' "by_type" and "diagnostics", a step-0 comparison's "quantities"; attention "per_matrix", "aggregate",
+  "undefined", "uniform_reference" and "head_averaged" (by quantity), "null_models" (by null), a shape's margins;
+- a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines) and
+  "head_kernels";
+- a row of another table or file: `EffectResult.extra`;
 - "settings": the StatsConfig values the file was computed with (its margins keyed by margin name).
 A reader parses a file once (`parse_stats_file`); a writer builds the records and writes their `to_dict`.
 
@@ -36,12 +40,17 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 """
 from __future__ import annotations
 
-from ._results import CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult
-from .files import (AttentionStats, BatteryStats, CalibrationShape, Clock, IndexEntry, Curvature, Envelope, FileError,
+from ._results import (CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull, check_keys,
+                       plain_value)
+from .sphere_summary import (AboutLayers, AffineMap, Distribution, GeometryLayers, LayerValues, PerLeading, PooledValue, Quantiles,
+                     SphereAbout, SphereGeometry, SphereMargins, SphereSummary, TensorDistribution)
+from .files import (AttentionStats, AttentionVerdicts, BatteryStats, CalibrationShape, Clock, CriterionVerdict, Curvature,
+                    EnsembleExponent, Envelope, FileError, FittedCalibration, FittedModel, FittedNullInfo, IndexEntry,
                     InitComparison, InputFile, LocalSlopes, MomentumBias, NoiseCapture, NoiseStats, NullModelsInfo,
-                    PairedDifference, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation, SphereStats,
-                    SphereSummary, SummaryRow, WindowSpec, parse_stats_file)
+                    PairedDifference, ReplicaContrast, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation,
+                    ShapeCalibration, ShapeSummary, SphereStats, SummaryRow, WalkerDiagnostic, WalkerPositions, WalkerReading, WalkerType, WindowSpec,
+                    parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats",
-           "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "check_keys", "plain_value", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
+           "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

@@ -7,7 +7,8 @@ from typing import Any, Callable, ClassVar
 
 from brownformer.io import to_jsonable
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS"]
+__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "Record",
+           "check_keys", "build_record", "check_version", "map_of", "list_of", "plain_value"]
 
 SCHEMA_VERSION = 2
 
@@ -38,22 +39,31 @@ def _pair(x: Any) -> tuple[float, float] | None:
     return None if x is None else (_float(x[0]), _float(x[1]))
 
 
-def _build(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
-    """cls(**d) after checking keys: unknown or missing keys are a ValueError naming them and `where`."""
+def check_keys(cls, d: Any, where: str, schema: str, *, optional: frozenset[str] = frozenset()) -> None:
+    """That `d` is a JSON object with no key outside the dataclass `cls`'s fields and every required one (a field
+    without a default, not named in `optional`): else a ValueError naming the unknown and missing keys, `where`,
+    and `schema` (which contract). The key check of every record of the package (statsfile's and claims.json's)."""
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
     names = {f.name for f in fields(cls)}
-    required = {f.name for f in fields(cls) if f.default is MISSING and f.default_factory is MISSING}
+    required = {f.name for f in fields(cls)
+                if f.default is MISSING and f.default_factory is MISSING and f.name not in optional}
     unknown, missing = sorted(set(d) - names), sorted(required - set(d))
     if unknown or missing:
         raise ValueError(f"{where}: " + "; ".join(
             ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
-            + f" (statistics file schema {SCHEMA_VERSION}, brownformer.statsfile.{cls.__name__})")
+            + f" ({schema})")
+
+
+def build_record(cls, d: Any, where: str, convert: dict[str, Callable] | None = None):
+    """cls(**d) after checking keys (`check_keys`); `convert` parses the named fields (each called as
+    parse(value, where))."""
+    check_keys(cls, d, where, f"statistics file schema {SCHEMA_VERSION}, brownformer.statsfile.{cls.__name__}")
     convert = convert or {}
     return cls(**{k: convert[k](v, f"{where}.{k}") if k in convert and v is not None else v for k, v in d.items()})
 
 
-def _check_version(d: Any, where: str) -> None:
+def check_version(d: Any, where: str) -> None:
     """A JSON object of this schema version, else a ValueError saying what was found and what to do."""
     if not isinstance(d, dict):
         raise ValueError(f"{where}: expected a JSON object, got {type(d).__name__}")
@@ -70,29 +80,33 @@ def _plain(obj, skip_none: bool = True) -> dict:
         v = getattr(obj, f.name)
         if skip_none and f.default is None and not isinstance(v, (dict, list, tuple)) and to_jsonable(v) is None:
             continue
-        out[f.name] = _out(v)
+        out[f.name] = plain_value(v)
     return out
 
 
-def _out(v):
+def plain_value(v):
+    """A field's value as plain JSON structure: contract objects through their to_dict, mappings and sequences
+    element-wise (numbers are left to brownformer.io.to_jsonable at write time)."""
     if hasattr(v, "to_dict"):
         return v.to_dict()
     if isinstance(v, dict):
-        return {k: _out(x) for k, x in v.items()}
+        return {k: plain_value(x) for k, x in v.items()}
     if isinstance(v, (list, tuple)):
-        return [_out(x) for x in v]
+        return [plain_value(x) for x in v]
     return v
 
 
-def _map(parse) -> Callable:
+def map_of(parse) -> Callable:
+    """The parser of a mapping whose values `parse` reads (keys kept)."""
     return lambda d, where: {k: parse(v, f"{where}.{k}") for k, v in d.items()}
 
 
-def _list(parse) -> Callable:
+def list_of(parse) -> Callable:
+    """The parser of a list whose items `parse` reads."""
     return lambda xs, where: [parse(v, f"{where}[{i}]") for i, v in enumerate(xs)]
 
 
-class _Record:
+class Record:
     """What every record of the contract shares: the JSON key is the field's name, optional fields are left out
     of the JSON when None, and `_nested` names the parser of each field that holds nested records."""
 
@@ -107,7 +121,20 @@ class _Record:
         missing key); a record of this type is taken as it is."""
         if isinstance(d, cls):
             return d
-        return _build(cls, d, where or cls.__name__, cls._nested)
+        return build_record(cls, d, where or cls.__name__, cls._nested)
+
+
+@dataclass(frozen=True)
+class WindowRuleNull(Record):
+    """The window exponent's own rule on Brownian motion simulated at a file's shape over the window
+    (stats/diffusion/window_reading.py): how often it rejects (`size`) and certifies (`equivalence_power`) in
+    `n_replicates`, the simulated exponent's 2.5, 50 and 97.5% quantiles, and `what` it is."""
+
+    size: float
+    equivalence_power: float
+    n_replicates: int
+    quantiles: list
+    what: str
 
 
 #: JSON layouts of an EffectResult: (required keys, keys in the order written). "test": one hypothesis test, every
@@ -159,7 +186,7 @@ class EffectResult:
     rejected: bool | None = None
     margin: tuple | None = None
     key: bool | None = None
-    null: dict | None = None
+    null: WindowRuleNull | None = None
     bias_correction: float | None = None
     form: str = field(default="test", kw_only=True)
 
@@ -204,7 +231,7 @@ class EffectResult:
             return {"name": self.name, "value": _finite(self.estimate), "confidence_interval": [_finite(lo), _finite(hi)],
                     "confidence_level": self.confidence_level}
         if self.form == "test":
-            out = {k: _out(getattr(self, k)) for k in _TEST_KEYS}
+            out = {k: plain_value(getattr(self, k)) for k in _TEST_KEYS}
             out.update({k: to_jsonable(out[k]) for k in ("statistic", "pvalue", "estimate", "null_value")})
             out.update({k: [to_jsonable(float(x)) for x in out[k]] for k in ("confidence_interval", "tost_interval")})
             return out
@@ -212,7 +239,7 @@ class EffectResult:
         for k in _EFFECT_KEYS:
             v = getattr(self, k)
             if k == "estimate" or isinstance(v, (dict, list, tuple)) or to_jsonable(v) is not None:
-                out[k] = _out(v)
+                out[k] = plain_value(v)
         return out
 
     @classmethod
@@ -236,6 +263,8 @@ class EffectResult:
                 ([f"unknown keys {unknown}"] if unknown else []) + ([f"missing keys {missing}"] if missing else []))
                 + f" (statistics file schema {SCHEMA_VERSION}, brownformer.statsfile.EffectResult, {form} layout)")
         d = {k: tuple(v) if k in _PAIRS and v is not None else v for k, v in d.items()}
+        if d.get("null") is not None:
+            d["null"] = WindowRuleNull.from_dict(d["null"], f"{where}.null")
         if form == "test":  # JSON null is how the writer stores NaN
             d.update({k: _float(d[k]) for k in ("statistic", "pvalue", "estimate", "null_value") if k in d})
             d.update({k: _pair(d[k]) or _NAN2 for k in ("confidence_interval", "tost_interval") if k in d})
@@ -248,7 +277,7 @@ class EffectResult:
 
 
 @dataclass(frozen=True)
-class Decision(_Record):
+class Decision(Record):
     """A verdict taken once, with why: what a rule decided about one file, one configuration or one claim.
 
     Readers take the decision as written; nothing downstream re-decides from the estimates.

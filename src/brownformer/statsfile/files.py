@@ -4,18 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ._results import SCHEMA_VERSION, Decision, EffectResult, _check_version, _list, _map, _Record
+from ._results import (SCHEMA_VERSION, Decision, EffectResult, Record, check_version, list_of, map_of,
+                       plain_value)
+from .sphere_summary import SphereSummary
 
-__all__ = ["CalibrationShape", "IndexEntry", "Clock", "Curvature", "MomentumBias", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "SphereSummary", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
 @dataclass(frozen=True)
-class InputFile(_Record):
+class InputFile(Record):
     """The array a statistics file was computed from: its path and sha256 (and, from `stats trajectory`, whether a
     sidecar was read with it)."""
 
@@ -25,7 +27,7 @@ class InputFile(_Record):
 
 
 @dataclass(frozen=True)
-class IndexEntry(_Record):
+class IndexEntry(Record):
     """One file of a run's trajectories/index.json as the extract stage writes it (probes/extract.py,
     probes/replicas.py, pretrained/trajectories.py), and the "entry" each statistics file records: its `path`
     (relative to the index's folder), `category` ("depth", "training", "weights", "attention", "gradnoise"),
@@ -58,7 +60,7 @@ class IndexEntry(_Record):
 
 
 @dataclass(frozen=True)
-class Clock(_Record):
+class Clock(Record):
     """The clock a training-time file is analysed on (its sidecar's "time"), why, and the warm-up it skips."""
 
     time: str | None
@@ -67,7 +69,7 @@ class Clock(_Record):
 
 
 @dataclass(frozen=True)
-class SphereNormalisation(_Record):
+class SphereNormalisation(Record):
     """What `kind="sphere"` did to the vectors (stats/diffusion/brownian.py): the norms found, and a note when they
     were rescaled to unit length."""
 
@@ -80,7 +82,7 @@ class SphereNormalisation(_Record):
 
 
 @dataclass(frozen=True)
-class SlopeWindow(_Record):
+class SlopeWindow(Record):
     """Where claim 3's window lies (stats/diffusion/local_slope.py FittingWindow): its first capture and the lags it
     fits, in captures, steps and the file's clock; `why` says how the start was chosen."""
 
@@ -96,7 +98,7 @@ class SlopeWindow(_Record):
 
 
 @dataclass(frozen=True)
-class Envelope(_Record):
+class Envelope(Record):
     """The Brownian null's pointwise band of the local slope: quantiles over simulated replicates at each lag."""
 
     low: list
@@ -154,6 +156,27 @@ class WindowSpec:
 
 
 @dataclass(frozen=True)
+class ShapeSummary(Record):
+    """A calibration shape as summaries write it (CalibrationShape.summary): its id, the kind and the geometry its
+    null's walkers live on, T, N, d, G, the hyperplane, drift, within-group correlation, decay and window."""
+
+    id: str
+    kind: str
+    geometry: str
+    T: int
+    N: int
+    d: int
+    G: int
+    hyperplane: bool
+    drift: str
+    rho: float
+    decay: float
+    window: WindowSpec | None
+
+    _nested = {"window": WindowSpec.from_dict}
+
+
+@dataclass(frozen=True)
 class CalibrationShape:
     """Everything the calibration reproduces of one trajectory file (hashable; `id` names it): a battery file's
     "calibration_shape" and its summary row's (stats/core/shapes.py shape_of builds it from the data)."""
@@ -189,12 +212,15 @@ class CalibrationShape:
         file: window.replicas), else "euclidean"."""
         return "sphere" if self.kind == "sphere" or getattr(self.window, "replicas", 0) else "euclidean"
 
+    def summary(self) -> ShapeSummary:
+        """The shape as summaries write it (no times or group sizes)."""
+        return ShapeSummary(self.id, self.kind, self.geometry, len(self.times), self.n_walkers, self.d,
+                            len(self.group_sizes), self.hyperplane, self.drift, self.rho, self.decay, self.window)
+
     def to_dict(self, *, full: bool = True) -> dict:
-        """Summary fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
+        """The summary's fields (id, kind, geometry, T, N, d, G, ...) and, when `full`, the times and group sizes
         `from_dict` needs to rebuild the shape (per-file JSON -> calibration stage)."""
-        out = {"id": self.id, "kind": self.kind, "geometry": self.geometry, "T": len(self.times), "N": self.n_walkers, "d": self.d,
-               "G": len(self.group_sizes), "hyperplane": self.hyperplane, "drift": self.drift, "rho": self.rho,
-               "decay": self.decay, "window": self.window.to_dict() if self.window is not None else None}
+        out = self.summary().to_dict()
         if full:
             out.update(times=list(self.times), group_sizes=list(self.group_sizes))
         return out
@@ -214,7 +240,28 @@ class CalibrationShape:
 
 
 @dataclass(frozen=True)
-class Curvature(_Record):
+class ShapeCalibration(Record):
+    """The rule's size and power at a file's exact shape (stats/core/shapes.py calibration_for, from the calibration
+    table): size (rate of "not brownian" on Brownian motion) with its gate's upper bound and SE, the rate of
+    "brownian" on it, per alternative the power (a verdict other than "brownian") and its lower bound, every
+    process's verdict rates, and the replicates of the null and (least) of the alternatives."""
+
+    shape: ShapeSummary
+    size: float
+    size_upper: float
+    size_se: float
+    equivalence_power: float
+    power: dict[str, float]  # by alternative process
+    power_lower: dict[str, float]
+    rates: dict[str, dict[str, float]]  # process -> verdict -> rate
+    n_replicates: int
+    power_n_replicates: int | None
+
+    _nested = {"shape": ShapeSummary.from_dict}
+
+
+@dataclass(frozen=True)
+class Curvature(Record):
     """Late minus early half-window exponent (mean over walkers; a power law has 0), with the early and late values,
     the flat margin the classification reads it against and the Brownian null's 95% range of it."""
 
@@ -228,7 +275,7 @@ class Curvature(_Record):
 
 
 @dataclass(frozen=True)
-class MomentumBias(_Record):
+class MomentumBias(Record):
     """What the file's momentum (or the sphere of a replica-contrast file) alone gives a key effect: the median on the
     simulated null less the Brownian value (`bias`), and that value (`null_value`)."""
 
@@ -237,7 +284,19 @@ class MomentumBias(_Record):
 
 
 @dataclass(frozen=True)
-class LocalSlopes(_Record):
+class EnsembleExponent(Record):
+    """The descriptive fit y = c + D tau^alpha of the window's ensemble curve: alpha (`estimate`) with its interval,
+    the fitted offset c, D, and how it was fitted."""
+
+    estimate: float
+    confidence_interval: list
+    fitted_offset: float
+    D: float
+    fit: str
+
+
+@dataclass(frozen=True)
+class LocalSlopes(Record):
     """Claim 3's reading on the window fixed before the data (stats/diffusion/window_reading.py)."""
 
     classification: str
@@ -245,7 +304,7 @@ class LocalSlopes(_Record):
     effect: EffectResult
     window: SlopeWindow | None = None
     curvature: Curvature | None = None
-    ensemble_exponent: dict | None = None  # descriptive: {estimate, confidence_interval, fitted_offset, D, fit}
+    ensemble_exponent: EnsembleExponent | None = None  # descriptive
     storage_offset: float | None = None
     tau: list | None = None
     curve: list | None = None
@@ -256,33 +315,140 @@ class LocalSlopes(_Record):
     momentum_bias: dict[str, MomentumBias] | None = None  # key effect -> what the file's momentum alone gives it
 
     _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict,
-               "curvature": Curvature.from_dict, "momentum_bias": _map(MomentumBias.from_dict),
-               "spec": WindowSpec.from_dict}
+               "curvature": Curvature.from_dict, "momentum_bias": map_of(MomentumBias.from_dict),
+               "spec": WindowSpec.from_dict, "ensemble_exponent": EnsembleExponent.from_dict}
 
 
 @dataclass(frozen=True)
-class SphereSummary(_Record):
-    """Claim 1 on one depth file (stats/sphere/sphere_distance.py tensor_sphere_summary and the capture it came from)."""
+class WalkerType(Record):
+    """One token type's walkers (stats/diffusion/walkers.py token_types): how many, and the quantiles of their
+    window exponents and rates (None: no walker with a usable slope)."""
 
-    tensor: str  # "ln_raw" | "ln_affine" | "resid"
-    distribution: dict
-    geometry: dict
-    about: dict
-    margins: dict
-    definitional: bool
-    affine_map: dict | None = None
-    ln: str | None = None
-    step: int | None = None
-    capture: int | None = None
-    times: list | None = None
-
-    def about_per_layer(self, quantity: str) -> dict:
-        """{"estimate", "ci_low", "ci_high"}: lists over layers of one sphere_fit.ABOUT_QUANTITIES quantity."""
-        return dict(((self.about or {}).get("per_layer") or {}).get(quantity) or {})
+    n: int
+    exponent_quantiles: list | None
+    rate_quantiles: list | None
 
 
 @dataclass(frozen=True)
-class BatteryStats(_Record):
+class WalkerPositions(Record):
+    """Per token position, the walkers' median window exponent and rate (files with positions)."""
+
+    median_exponent: list
+    median_rate: list
+
+
+@dataclass(frozen=True)
+class WalkerDiagnostic(Record):
+    """One per-walker diagnostic of the window (stats/diffusion/walkers.py andi_diagnostics): the data's value and the
+    Brownian null's 2.5, 50 and 97.5% quantiles of it (None: undefined on the null)."""
+
+    estimate: float
+    null: list | None
+
+
+@dataclass(frozen=True)
+class WalkerReading(Record):
+    """A file's "walkers" block (stats/diffusion/walkers.py walker_reading): the per-walker window exponents and rates
+    against their range on Brownian motion at the file's shape, and the reading ("mixed", "anomalous",
+    "brownian-like", or "undefined" with only `why`). Numbers are written as they are (NaN as null)."""
+
+    reading: str
+    why: str
+    rates: str | None = None
+    quantile_levels: list | None = None
+    exponent_quantiles: list | None = None
+    rate_quantiles: list | None = None
+    null_exponent_range: list | None = None
+    null_exponent_quantiles: list | None = None
+    share_outside: float | None = None
+    null_share_outside_limit: float | None = None
+    log10_rate_iqr: float | None = None
+    null_log10_rate_iqr_limit: float | None = None
+    exponent_iqr: float | None = None
+    null_exponent_iqr_limit: float | None = None
+    n_valid: int | None = None
+    by_type: dict[str, WalkerType] | None = None  # keyed by the token types the data have
+    by_position: WalkerPositions | None = None
+    diagnostics: dict[str, WalkerDiagnostic] | None = None  # keyed by diagnostic (walkers.andi_diagnostics)
+
+    _nested = {"by_type": map_of(WalkerType.from_dict), "by_position": WalkerPositions.from_dict,
+               "diagnostics": map_of(WalkerDiagnostic.from_dict)}
+
+    def to_dict(self) -> dict:
+        """{"reading", "why"} when undefined; else every key in the producer's order; "by_position" and
+        "diagnostics" when set."""
+        optional = ("by_position", "diagnostics")
+        if self.reading == "undefined":
+            out = {"reading": self.reading, "why": self.why}
+        else:
+            names = [f.name for f in fields(self) if f.name not in ("reading", "why", "rates", *optional)]
+            out = {"reading": self.reading, "rates": self.rates, "why": self.why,
+                   **{k: plain_value(getattr(self, k)) for k in names}}
+        out.update({k: plain_value(getattr(self, k)) for k in optional if getattr(self, k) is not None})
+        return out
+
+
+@dataclass(frozen=True)
+class ReplicaContrast(Record):
+    """What a fitted null of a sphere replica-contrast file carries of the sphere (stats/sphere/replica_null.py):
+    the replicas R, the clock's share from the common start, the walks' total decay, LayerNorm's hyperplane."""
+
+    replicas: int
+    replica_start: float
+    decay: float
+    hyperplane: bool
+
+
+@dataclass(frozen=True)
+class FittedModel(Record):
+    """A file's fitted Brownian null as described in JSON (stats/diffusion/fitted_null.py FittedNull.summary): no
+    arrays of walkers, the spread of their rates and the anisotropy of the coordinates instead."""
+
+    kind: str
+    drift: str
+    rho_within: float
+    rho_between: float
+    walker_rate_spread: float | None
+    walker_rate_cv: float | None
+    anisotropy: float
+    storage: str
+    storage_factor: float
+    momentum: float
+    contrast: ReplicaContrast | None
+
+    _nested = {"contrast": ReplicaContrast.from_dict}
+
+
+@dataclass(frozen=True)
+class FittedCalibration(Record):
+    """The rule's size under a file's fitted null (stats/core/shapes.py fitted_calibration_for: the calibration
+    table's "fitted" rows): the rate of "not brownian" (`size`) with its gate's upper bound, the rate of "brownian",
+    the replicates, and the model simulated (None: the table does not describe it)."""
+
+    id: str
+    size: float
+    size_upper: float
+    n_replicates: int
+    equivalence_power: float
+    model: FittedModel | None
+
+    _nested = {"model": FittedModel.from_dict}
+
+
+@dataclass(frozen=True)
+class FittedNullInfo(Record):
+    """A battery file's fitted null: its id (the calibration table's shape_id), the calibration under it (None: not
+    simulated) and, from `stats trajectory --calibrate`, the model fitted."""
+
+    id: str
+    calibration: FittedCalibration | None
+    model: FittedModel | None = None
+
+    _nested = {"calibration": FittedCalibration.from_dict, "model": FittedModel.from_dict}
+
+
+@dataclass(frozen=True)
+class BatteryStats(Record):
     """The Brownian battery, verdict and description of one trajectory (brownian.analyze_trajectory, the window
     reading, the clock and input; run_id, category and entry when written by `stats run`)."""
 
@@ -310,21 +476,21 @@ class BatteryStats(_Record):
     calibration_shape: CalibrationShape
     curves: dict
     settings: dict
-    calibration: dict | None
+    calibration: ShapeCalibration | None
     schema_version: int = SCHEMA_VERSION
     calibration_note: str | None = None
     classification_note: str | None = None
     clock_check: dict[str, EffectResult] | None = None
     sphere_normalisation: SphereNormalisation | None = None
     local_slopes: LocalSlopes | None = None
-    walkers: dict | None = None
+    walkers: WalkerReading | None = None
     verdict_full_range: str | None = None
     reason_full_range: str | None = None
     classification_full_range: str | None = None
     time: str | None = None
     clock: Clock | None = None
     input: InputFile | None = None
-    fitted_null: dict | None = None
+    fitted_null: FittedNullInfo | None = None
     rule_verdict: str | None = None  # `stats trajectory --calibrate`: the rule's verdict before the gates
     rule_reason: str | None = None
     calibration_seconds: float | None = None
@@ -343,15 +509,16 @@ class BatteryStats(_Record):
 
     _nested = {
             "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
-            "tests": _list(EffectResult.from_dict), "effects": _map(EffectResult.effect_from_dict),
-            "clock_check": _map(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
+            "tests": list_of(EffectResult.from_dict), "effects": map_of(EffectResult.effect_from_dict),
+            "clock_check": map_of(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
             "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
-            "entry": IndexEntry.from_dict}
+            "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict, "walkers": WalkerReading.from_dict,
+            "calibration": ShapeCalibration.from_dict}
 
 
 @dataclass(frozen=True)
-class SphereStats(_Record):
+class SphereStats(Record):
     """A depth file analysed for claim 1 only: the after-affine LN output (`battery` says why), or a file with
     too few layers for the battery (`battery_error`)."""
 
@@ -369,7 +536,7 @@ class SphereStats(_Record):
 
 
 @dataclass(frozen=True)
-class PairedDifference(_Record):
+class PairedDifference(Record):
     """One attention quantity at a capture against step 0 (stats/markov/attention_capture.py paired_difference): the
     means of both, the mean paired difference with its confidence interval, over `n_units` units."""
 
@@ -381,18 +548,18 @@ class PairedDifference(_Record):
 
 
 @dataclass(frozen=True)
-class InitComparison(_Record):
+class InitComparison(Record):
     """An attention file against the run's step-0 attention, per quantity; `unit`: what a resampled unit is."""
 
     quantities: dict[str, PairedDifference]
     unit: str
     method: str
 
-    _nested = {"quantities": _map(PairedDifference.from_dict)}
+    _nested = {"quantities": map_of(PairedDifference.from_dict)}
 
 
 @dataclass(frozen=True)
-class NullModelsInfo(_Record):
+class NullModelsInfo(Record):
     """What the attention null models were computed on (a subsample of `n_matrices` of `of` matrices) and what each
     is (present where computed)."""
 
@@ -405,7 +572,45 @@ class NullModelsInfo(_Record):
 
 
 @dataclass(frozen=True)
-class AttentionStats(_Record):
+class CriterionVerdict(Record):
+    """One claim-2 criterion decided on a user's attention file (`stats attention`; stats/claims/claim2_markov.py
+    file_verdicts): the verdict, its estimate and interval against the margin, or why it is undefined; the
+    row-shuffled null's lower bound (output error and reversibility) or the heads' rank bound (head isotropy)."""
+
+    verdict: str
+    margin: list
+    estimate: float | None = None
+    confidence_interval: list | None = None
+    null_row_shuffled_lower: float | None = None
+    rank_bound: float | None = None
+    why_undefined: str | None = None
+
+    def to_dict(self) -> dict:
+        """{"verdict", "margin", "why_undefined"} when undefined; else the verdict, the estimate (with its interval
+        where it has one), the margin, then the null's lower bound (with an interval) or the rank bound."""
+        if self.why_undefined is not None:
+            return {"verdict": self.verdict, "margin": self.margin, "why_undefined": self.why_undefined}
+        if self.confidence_interval is None:  # head isotropy: the worst head, no interval
+            return {"verdict": self.verdict, "estimate": self.estimate, "margin": self.margin,
+                    "rank_bound": self.rank_bound}
+        return {"verdict": self.verdict, "estimate": self.estimate, "confidence_interval": self.confidence_interval,
+                "margin": self.margin, "null_row_shuffled_lower": self.null_row_shuffled_lower}
+
+
+@dataclass(frozen=True)
+class AttentionVerdicts(Record):
+    """`stats attention`'s verdict per claim-2 criterion (in the order written)."""
+
+    reversibility_residual: CriterionVerdict
+    vmf_output_error: CriterionVerdict
+    head_isotropy: CriterionVerdict
+
+    _nested = {"reversibility_residual": CriterionVerdict.from_dict, "vmf_output_error": CriterionVerdict.from_dict,
+               "head_isotropy": CriterionVerdict.from_dict}
+
+
+@dataclass(frozen=True)
+class AttentionStats(Record):
     """Markov-chain statistics of attention matrices (stats/markov/markov_chain.py analyze_attention, the null models and the
     step-0 comparison of stats_stage/attention_files.py); `verdicts` only in `stats attention` output.
     aggregate: {quantity: {"mean", "confidence_interval", "median", "sd", "n"}}; per_matrix: {quantity: [...]}."""
@@ -427,18 +632,19 @@ class AttentionStats(_Record):
     null_models: dict | None = None
     null_models_info: NullModelsInfo | None = None
     init_comparison: InitComparison | None = None
-    verdicts: dict | None = None
+    verdicts: AttentionVerdicts | None = None
     run_id: str | None = None
     category: str | None = None
     entry: IndexEntry | None = None
     input: InputFile | None = None
 
     _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict, "entry": IndexEntry.from_dict,
-               "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict}
+               "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict,
+               "verdicts": AttentionVerdicts.from_dict}
 
 
 @dataclass(frozen=True)
-class NoiseCapture(_Record):
+class NoiseCapture(Record):
     """Tails and Gaussianity of one capture's gradient noise (stats/diffusion/descriptive.py analyze_noise)."""
 
     capture: int
@@ -452,7 +658,7 @@ class NoiseCapture(_Record):
 
 
 @dataclass(frozen=True)
-class NoiseStats(_Record):
+class NoiseStats(Record):
     """A gradient-noise file: one NoiseCapture per capture."""
 
     kind: str  # "gradient_noise"
@@ -466,7 +672,7 @@ class NoiseStats(_Record):
     entry: IndexEntry | None = None
     input: InputFile | None = None
 
-    _nested = {"per_capture": _list(NoiseCapture.from_dict), "input": InputFile.from_dict,
+    _nested = {"per_capture": list_of(NoiseCapture.from_dict), "input": InputFile.from_dict,
                "entry": IndexEntry.from_dict}
 
 
@@ -479,7 +685,7 @@ def parse_stats_file(d: Any, where: str = "statistics file") -> RunStatsFile:
     Raises:
         ValueError: another schema version, an unknown kind of file, or unknown/missing keys (naming them).
     """
-    _check_version(d, where)
+    check_version(d, where)
     cat = d.get("category")
     if cat == "attention" or (cat is None and "per_matrix" in d):  # `stats attention` output has no category
         return AttentionStats.from_dict(d, where)
@@ -493,7 +699,7 @@ def parse_stats_file(d: Any, where: str = "statistics file") -> RunStatsFile:
 
 
 @dataclass(frozen=True)
-class SummaryRow(_Record):
+class SummaryRow(Record):
     """One analysed file in a run's summary.json: where it is and its headline values."""
 
     path: str
@@ -514,7 +720,7 @@ class SummaryRow(_Record):
 
 
 @dataclass(frozen=True)
-class FileError(_Record):
+class FileError(Record):
     """A trajectory file `stats run` could not analyse, and why."""
 
     path: str
@@ -522,7 +728,7 @@ class FileError(_Record):
 
 
 @dataclass(frozen=True)
-class RunStatsSummary(_Record):
+class RunStatsSummary(Record):
     """A run's stats/summary.json: the files analysed (rows) and the files that failed."""
 
     run_id: str
@@ -533,9 +739,9 @@ class RunStatsSummary(_Record):
     errors: list[FileError]
     schema_version: int = SCHEMA_VERSION
 
-    _nested = {"files": _list(SummaryRow.from_dict), "errors": _list(FileError.from_dict)}
+    _nested = {"files": list_of(SummaryRow.from_dict), "errors": list_of(FileError.from_dict)}
 
     @classmethod
     def from_dict(cls, d: dict, where: str = "summary.json") -> RunStatsSummary:
-        _check_version(d, where)
+        check_version(d, where)
         return super().from_dict(d, where)

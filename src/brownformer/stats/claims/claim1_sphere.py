@@ -143,7 +143,7 @@ def _reported(files: list[SphereFile]) -> tuple[dict | None, dict | None]:
         if f.tensor == "resid" and f.measured_about:
             residual = {"radius_spread_ratio": f.per_layer[SPREAD].estimate, "centre": f.centre}
         if f.tensor == "ln_affine" and f.affine_map:
-            affine = {q: f.affine_map[q] for q in _AFFINE_REPORTED if q in f.affine_map}
+            affine = {q: getattr(f.affine_map, q) for q in _AFFINE_REPORTED}
     return residual, affine
 
 

@@ -52,7 +52,7 @@ import math
 from dataclasses import dataclass, replace
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
-from brownformer.statsfile import Decision, EffectResult
+from brownformer.statsfile import AttentionVerdicts, CriterionVerdict, Decision, EffectResult
 
 from brownformer.stats.core.pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
@@ -205,7 +205,7 @@ def _calibration_of(rec: ClaimRecord) -> _Calibration | None:
     return view(_Calibration, rec.calibration)
 
 
-def file_verdicts(result: dict, stats) -> dict:
+def file_verdicts(result: dict, stats) -> AttentionVerdicts:
     """A verdict per claim-2 criterion for one attention file (`stats attention`), with its margin.
 
     The configured margins of `markov_claim`, on the whole-sphere fit (a user's file carries no head subspaces), whose
@@ -224,21 +224,19 @@ def file_verdicts(result: dict, stats) -> dict:
         margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None and frac else ceiling[1])
         a = f.aggregate.get(q) or Aggregate()
         if a.mean is None:
-            out[q] = {"verdict": INCONCLUSIVE, "margin": list(margin), "why_undefined": why}
+            out[q] = CriterionVerdict(INCONCLUSIVE, list(margin), why_undefined=why)
             continue
-        out[q] = {"verdict": equivalence_verdict(a.confidence_interval, upper_margin(margin)), "estimate": a.mean,
-                  "confidence_interval": a.confidence_interval,
-                  "margin": list(margin), "null_row_shuffled_lower": lo_null}
+        out[q] = CriterionVerdict(equivalence_verdict(a.confidence_interval, upper_margin(margin)), list(margin),
+                                  a.mean, a.confidence_interval, null_row_shuffled_lower=lo_null)
     margin = tuple(stats.margins["head_isotropy"])
     if f.head_layers:
         worst = min(min(rec.identity_fraction_relative) for rec in f.head_layers)
-        out["head_isotropy"] = {"verdict": SUPPORTED if worst >= margin[0] else NOT_SUPPORTED,
-                                "estimate": worst, "margin": list(margin),
-                                "rank_bound": f.head_layers[0].rank_bound}
+        out["head_isotropy"] = CriterionVerdict(SUPPORTED if worst >= margin[0] else NOT_SUPPORTED, list(margin),
+                                                worst, rank_bound=f.head_layers[0].rank_bound)
     else:
-        out["head_isotropy"] = {"verdict": INCONCLUSIVE, "margin": list(margin),
-                                "why_undefined": f.heads_undefined or "needs --wq and --wk (W_Q, W_K weights)"}
-    return out
+        out["head_isotropy"] = CriterionVerdict(INCONCLUSIVE, list(margin), why_undefined=f.heads_undefined
+                                                or "needs --wq and --wk (W_Q, W_K weights)")
+    return AttentionVerdicts(**out)
 
 
 def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = None,

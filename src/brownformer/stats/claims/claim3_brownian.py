@@ -49,7 +49,7 @@ from brownformer.stats.diffusion.window_reading import window_effects
 from .common import configuration_pools, did_not_train_record, independent_mean_interval, seed_unit, unit_mean_interval
 from .details import (ClaimPooling, Claim3Details, Claim3OptimizerDetails, Claim3RunDetails, FileRow, RunPooling,
                       SinglePath)
-from .claim_inputs import FileCalibration, FittedNull, TrajectoryFile, trajectory_files, view
+from .claim_inputs import FileCalibration, TrajectoryFile, trajectory_files, view
 
 __all__ = ["brownian_family_claim", "file_verdict", "file_decision", "BROWNIAN_FAMILIES", "TITLES"]
 
@@ -97,7 +97,7 @@ def _file_calibration(f: TrajectoryFile, table) -> FileCalibration | None:
     if cal is None:
         return None
     fitted = fitted_calibration_for(table, f.fitted_id)
-    return view(FileCalibration, cal, fitted=view(FittedNull, fitted), raw={**cal, "fitted": fitted})
+    return FileCalibration.at_shape(cal, fitted)
 
 
 def file_decision(f: TrajectoryFile, stats, table) -> tuple[Decision, FileCalibration | None]:

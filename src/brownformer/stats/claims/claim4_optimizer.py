@@ -44,7 +44,7 @@ from brownformer.stats.comparison.time_to_target import (deciding_baseline, leve
 from brownformer.stats.comparison.time_to_target_size import (MAX_SIZE, calibrated_critical, log_time_law,
                                                               rule_error_rates)
 from .common import finite_or_none, pool_runs
-from .comparison_records import STEPS, RuleErrorSummary, TargetLevel
+from .comparison_records import RuleErrorSummary, TargetLevel
 from .details import Claim4Details, Claim4EstimatedModelDetails, Claim4ModelDetails
 
 __all__ = ["optimizer_claim", "claim4_targets", "claim4_scope", "TITLE"]
@@ -154,7 +154,8 @@ def _gated(res, rates: dict) -> Decision:
 
 def _steps_ratio(res, baseline: str | None):
     """The steps ratio (survival.MedianRatioResult) of the proposed optimizer against `baseline`, or None."""
-    return (res.ratios.get(baseline) or {}).get(STEPS)
+    ratio = res.ratios.get(baseline)
+    return ratio.steps if ratio else None
 
 
 def _estimate(res):

@@ -16,8 +16,9 @@ from typing import Any, Mapping, TypeVar
 
 from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
+from brownformer.statsfile import AffineMap, FittedCalibration, LayerValues, ShapeCalibration, SphereSummary
 
-__all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FittedNull", "FileCalibration", "TrajectoryFile",
+__all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
 
 T = TypeVar("T")
@@ -103,15 +104,6 @@ class _Identified:
 
 
 @dataclass(frozen=True)
-class FittedNull:
-    """The rule's size under a file's fitted null (shapes.fitted_calibration_for)."""
-    size: float
-    size_upper: float
-    n_replicates: int
-    id: str | None = None
-
-
-@dataclass(frozen=True)
 class FileCalibration:
     """The rule's size and power at a file's exact shape (shapes.calibration_for), with its fitted null beside it;
     also a run's or claim's least favourable calibration (`claim3_brownian._worst_calibration`)."""
@@ -124,14 +116,23 @@ class FileCalibration:
     size_upper: float | None = None
     power_lower: dict[str, float] | None = None
     power_n_replicates: int | None = None
-    fitted: FittedNull | None = None
+    fitted: FittedCalibration | None = None  # (shapes.fitted_calibration_for)
     # a run's or claim's calibration: the worst fitted size over its files and how many had one
     size_fitted: float | None = None
     size_fitted_upper: float | None = None
     n_fitted: int | None = None
     n_files: int | None = None
     raw: dict = field(default_factory=dict, repr=False)  # the mapping as the calibration gave it (claims.json)
-    _views = {"fitted": FittedNull}
+    _views = {"fitted": FittedCalibration}
+
+    @classmethod
+    def at_shape(cls, cal: ShapeCalibration, fitted: FittedCalibration | None) -> FileCalibration:
+        """A file's calibration: the table's at its shape (shapes.calibration_for) with its fitted null's beside it;
+        `raw` is what claims.json writes of it."""
+        raw = {**cal.to_dict(), "fitted": fitted.to_dict() if fitted else None}
+        return cls(shape=raw["shape"], size=cal.size, size_se=cal.size_se, n_replicates=cal.n_replicates,
+                   equivalence_power=cal.equivalence_power, power=cal.power, size_upper=cal.size_upper,
+                   power_lower=cal.power_lower, power_n_replicates=cal.power_n_replicates, fitted=fitted, raw=raw)
 
     @property
     def upper(self) -> float:
@@ -200,47 +201,6 @@ def trajectory_files(files: list[Mapping]) -> list[TrajectoryFile]:
 
 
 @dataclass(frozen=True)
-class LayerValues:
-    """One quantity per layer of a sphere summary: the estimate and its interval over probe inputs."""
-    estimate: list
-    ci_low: list | None = None
-    ci_high: list | None = None
-
-    def cells(self):
-        """(layer, estimate, low, high) for each layer."""
-        return enumerate(zip(self.estimate, self.ci_low, self.ci_high))
-
-
-@dataclass(frozen=True)
-class _About:
-    per_layer: dict | None = None
-    centre: Any = None
-
-
-@dataclass(frozen=True)
-class _Pooled:
-    fraction_on_sphere: Exponent | None = None
-    _views = {"fraction_on_sphere": Exponent}
-
-
-@dataclass(frozen=True)
-class _Geometry:
-    pooled: _Pooled | None = None
-    _views = {"pooled": _Pooled}
-
-
-@dataclass(frozen=True)
-class _Sphere:
-    ln: str | None = None
-    tensor: str | None = "ln_raw"
-    step: int | None = None
-    about: _About | None = None
-    geometry: _Geometry | None = None
-    affine_map: dict | None = None
-    _views = {"about": _About, "geometry": _Geometry}
-
-
-@dataclass(frozen=True)
 class SphereFile:
     """One depth file's sphere summary (stats/sphere/sphere_distance.py), as claim 1 reads it.
 
@@ -261,19 +221,17 @@ class SphereFile:
     measured_about: bool
     centre: Any
     fraction_on_sphere: float | None
-    affine_map: dict | None
+    affine_map: AffineMap | None
 
     @classmethod
     def from_entry(cls, f: Mapping) -> SphereFile:
-        """The file from the summary's entry {"run", "path", "capture", "sphere": the sphere summary's JSON}."""
-        s = view(_Sphere, f["sphere"]) or _Sphere()
-        about = s.about or _About()
-        pooled = s.geometry.pooled if s.geometry else None
-        frac = pooled.fraction_on_sphere if pooled else None
+        """The file from the summary's entry {"run", "path", "capture", "sphere": its statsfile.SphereSummary}."""
+        s: SphereSummary = f["sphere"]
+        layers = s.about.per_layer
         return cls(run=f["run"], path=f.get("path"), capture=f.get("capture"), ln=s.ln, tensor=s.tensor, step=s.step,
-                   per_layer={q: view(LayerValues, v) for q, v in (about.per_layer or {}).items()},
-                   measured_about=s.about is not None, centre=about.centre,
-                   fraction_on_sphere=float(frac.estimate) if frac else None, affine_map=s.affine_map or None)
+                   per_layer={q.name: getattr(layers, q.name) for q in fields(layers)},
+                   measured_about=True, centre=s.about.centre,
+                   fraction_on_sphere=float(s.geometry.pooled.fraction_on_sphere.estimate), affine_map=s.affine_map)
 
 
 @dataclass(frozen=True)

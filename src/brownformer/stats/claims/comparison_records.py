@@ -17,7 +17,7 @@ from brownformer.verdicts import ClaimDetails
 
 from brownformer.stats.comparison.survival import json_number
 
-__all__ = ["KMMedian", "MedianRatio", "BaselineVerdict", "BaselineRates", "RuleErrorSummary", "TargetLevel",
+__all__ = ["KMMedian", "MedianRatio", "BaselineRates", "RuleErrorSummary", "TargetLevel",
            "records_of", "STEPS", "SECONDS"]
 
 #: the clocks of a comparison's ratios (time_to_target: one ratio per clock and baseline)
@@ -78,13 +78,6 @@ class MedianRatio(ClaimDetails):
 
 
 @dataclass(frozen=True)
-class BaselineVerdict(ClaimDetails):
-    """The rule's verdict against one baseline (time_to_target: both one-sided tests at their margins)."""
-    verdict: str
-    reason: str
-
-
-@dataclass(frozen=True)
 class BaselineRates(ClaimDetails):
     """The steps rule's simulated verdict rates at one comparison's shape (time_to_target_size.RuleErrorRates):
     `rates` maps a true ratio ("0.5") to the rate of each verdict."""
@@ -141,5 +134,5 @@ class TargetLevel(ClaimDetails):
         """From time_to_target.TimeToTargetResult at that share's target."""
         return cls(target=res.target, best_baseline=res.baseline,
                    km_median_steps={o: KMMedian.of(m) for o, m in res.medians.items()},
-                   steps_ratios={b: MedianRatio.of(r[STEPS]) for b, r in res.ratios.items()},
+                   steps_ratios={b: MedianRatio.of(r.steps) for b, r in res.ratios.items()},
                    verdict=res.verdict, reason=res.reason)

@@ -18,10 +18,11 @@ from typing import Any, Callable
 import numpy as np
 
 from brownformer.io import to_jsonable
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import Decision, EffectResult
 from brownformer.verdicts import ClaimDetails, NoDetails
 
-from .comparison_records import BaselineVerdict, KMMedian, MedianRatio, RuleErrorSummary, TargetLevel, records_of
+from .comparison_records import (SECONDS, STEPS, KMMedian, MedianRatio, RuleErrorSummary, TargetLevel,
+                                 records_of)
 
 __all__ = ["InputPower", "SeedPower", "UndecidedCriterion", "SeedCriterion", "InputCriterion", "PooledCriterion", "InputCriterion2",
            "WithinSeed", "GaugeDependent", "Definitional", "Claim1SeedDetails", "Claim1ConfigurationDetails",
@@ -483,7 +484,7 @@ class Claim4ModelDetails(ClaimDetails):
     runs: list[dict]  # one row per run (optimizer, seed, run, steps, seconds, reached, final, censored_at, ...)
     km_median_steps: dict[str, KMMedian]
     ratios: dict[str, dict[str, MedianRatio]]
-    verdicts: dict[str, BaselineVerdict]
+    verdicts: dict[str, Decision]
     final_at_budget: dict[str, dict]  # optimizer -> {"median", "n", ...} of the final metric at the budget
     verdict: str
     reason: str
@@ -491,7 +492,7 @@ class Claim4ModelDetails(ClaimDetails):
     _nested = {"rule_error_rates": RuleErrorSummary.from_dict, "levels": records_of(TargetLevel.from_dict),
                "km_median_steps": records_of(KMMedian.from_dict),
                "ratios": records_of(records_of(MedianRatio.from_dict)),
-               "verdicts": records_of(BaselineVerdict.from_dict)}
+               "verdicts": records_of(Decision.from_dict)}
 
     @classmethod
     def of(cls, res, **extra) -> Claim4ModelDetails:
@@ -501,9 +502,10 @@ class Claim4ModelDetails(ClaimDetails):
                    target=to_jsonable(res.target), proposed=res.proposed, baseline=res.baseline,
                    baselines=list(res.baselines), runs=to_jsonable(res.runs.replace([np.inf], None).to_dict("records")),
                    km_median_steps={o: KMMedian.of(m) for o, m in res.medians.items()},
-                   ratios={o: {u: MedianRatio.of(r) for u, r in v.items()} for o, v in res.ratios.items()},
-                   verdicts={b: BaselineVerdict(v, r) for b, (v, r) in res.verdicts.items()},
-                   final_at_budget=to_jsonable({o: dict(v) for o, v in res.final.items()}), verdict=res.verdict,
+                   ratios={o: {u: MedianRatio.of(r) for u, r in ((STEPS, v.steps), (SECONDS, v.seconds))}
+                           for o, v in res.ratios.items()},
+                   verdicts=dict(res.verdicts),
+                   final_at_budget=to_jsonable({o: v.to_dict() for o, v in res.final.items()}), verdict=res.verdict,
                    reason=res.reason, protocol_met=bool(res.protocol_met))
 
 

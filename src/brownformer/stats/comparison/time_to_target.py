@@ -42,12 +42,14 @@ import pandas as pd
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
+from brownformer.statsfile import Decision
 from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 
 from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
 
-__all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "reference_target", "level_targets",
-           "time_to_target", "times_to_target", "censoring_times", "with_critical_values", "deciding_baseline"]
+__all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "ClockRatios", "FinalMetric", "reference_target",
+           "level_targets", "time_to_target", "times_to_target", "censoring_times", "with_critical_values",
+           "deciding_baseline"]
 
 #: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
 NOT_TRAINING_TIME = ("eval_wall_time", "probe_wall_time")
@@ -125,6 +127,17 @@ def censoring_times(df: pd.DataFrame, *, metric: str) -> tuple[float, float]:
 
 
 @dataclass(frozen=True)
+class ClockRatios:
+    """The proposed optimizer's time-to-target ratio against one other optimizer on both clocks (:func:`_ratios`)."""
+
+    steps: MedianRatioResult
+    seconds: MedianRatioResult
+
+    def to_dict(self) -> dict:
+        return {"steps": self.steps.to_dict(), "seconds": self.seconds.to_dict()}
+
+
+@dataclass(frozen=True)
 class TimeToTargetResult:
     """Claim-4 outcome for one model at one target: per-run times, medians, ratios and verdicts per baseline.
 
@@ -140,13 +153,13 @@ class TimeToTargetResult:
     baseline: str
     runs: pd.DataFrame = field(repr=False)  # optimizer, seed, run, steps, seconds, reached, final, censored_at, ...
     medians: Mapping[str, CensoredMedian]  # optimizer -> KM median steps ("> budget" when not reached)
-    ratios: Mapping[str, Mapping[str, MedianRatioResult]]  # other optimizer -> {"steps", "seconds"}
+    ratios: Mapping[str, ClockRatios]  # other optimizer -> its ratios
     verdict: str
     reason: str
     protocol_met: bool  # target, every baseline, min_seeds each, evaluations close enough
     baselines: tuple[str, ...]  # report.baselines
-    verdicts: Mapping[str, tuple[str, str]]  # baseline -> (verdict, reason)
-    final: Mapping[str, Mapping]  # optimizer -> final metric at the budget
+    verdicts: Mapping[str, Decision]  # baseline -> its verdict and why
+    final: Mapping[str, FinalMetric]  # optimizer -> final metric at the budget
 
     def to_dict(self) -> dict:
         runs = self.runs.replace([np.inf], None).to_dict("records")
@@ -154,9 +167,9 @@ class TimeToTargetResult:
                 "target": self.target, "proposed": self.proposed, "baseline": self.baseline,
                 "baselines": list(self.baselines), "runs": runs,
                 "km_median_steps": {o: m.to_dict() for o, m in self.medians.items()},
-                "ratios": {o: {u: r.to_dict() for u, r in v.items()} for o, v in self.ratios.items()},
-                "verdicts": {b: {"verdict": v, "reason": r} for b, (v, r) in self.verdicts.items()},
-                "final_at_budget": {o: dict(v) for o, v in self.final.items()},
+                "ratios": {o: r.to_dict() for o, r in self.ratios.items()},
+                "verdicts": {b: d.to_dict() for b, d in self.verdicts.items()},
+                "final_at_budget": {o: v.to_dict() for o, v in self.final.items()},
                 "verdict": self.verdict, "reason": self.reason, "protocol_met": self.protocol_met}
 
 
@@ -164,14 +177,13 @@ def _fmt_ci(r: MedianRatioResult) -> str:
     return "[" + ", ".join(f"{c:.3g}" for c in r.confidence_interval) + "]"
 
 
-def _verdict(ratio: Mapping[str, MedianRatioResult],
-             critical: tuple[float, float] | None = None) -> tuple[str, str]:
+def _verdict(ratio: ClockRatios, critical: tuple[float, float] | None = None) -> Decision:
     """One baseline's verdict from the one-sided AFT log-rank tests at the margins (module docstring).
 
     ``critical``: the steps statistic's ``(faster, slower)`` critical values calibrated at the comparison's shape
     (time_to_target_size.calibrated_critical); None: the normal ones, i.e. the p-values at half the complement
     of the confidence level. The seconds test stays at the normal level."""
-    steps, seconds = ratio["steps"], ratio["seconds"]
+    steps, seconds = ratio.steps, ratio.seconds
     level = (1 - steps.confidence_level) / 2
     text = (f"steps ratio {steps.text()} CI {_fmt_ci(steps)} (margin {steps.margin:g}, one-sided p "
             f"{steps.pvalue:.3g}), seconds ratio {seconds.text()} CI {_fmt_ci(seconds)} (margin "
@@ -184,10 +196,10 @@ def _verdict(ratio: Mapping[str, MedianRatioResult],
         rule = (f"steps statistic {steps.statistic:.3g} against its critical values {critical[0]:.3g} / "
                 f"{critical[1]:.3g} simulated at this shape; seconds p < {level:g}")
     if slower or seconds.pvalue_slower < level:
-        return "not supported", text + f": at least as slow as a margin allows ({rule})"
+        return Decision("not supported", text + f": at least as slow as a margin allows ({rule})")
     if faster and seconds.pvalue < level:
-        return "supported", text + f": faster than both margins ({rule})"
-    return "inconclusive", text + ": not decided at the margins"
+        return Decision("supported", text + f": faster than both margins ({rule})")
+    return Decision("inconclusive", text + ": not decided at the margins")
 
 
 def with_critical_values(res: "TimeToTargetResult",
@@ -202,32 +214,30 @@ def with_critical_values(res: "TimeToTargetResult",
     return dataclasses.replace(res, verdicts=verdicts, verdict=verdict, reason=reason)
 
 
-def deciding_baseline(verdicts: Mapping[str, tuple[str, str]],
-                      ratios: Mapping[str, Mapping[str, MedianRatioResult]]) -> str | None:
+def deciding_baseline(verdicts: Mapping[str, Decision], ratios: Mapping[str, ClockRatios]) -> str | None:
     """The baseline a "not supported" names: of those not beaten, the one the steps test finds most clearly
     faster than the proposed optimizer (smallest steps statistic; the rank statistic saturates when the groups
     separate completely, so then the largest steps ratio), so the best baseline when it decides."""
-    slower = [b for b in sorted(verdicts) if verdicts[b][0] == "not supported"]
+    slower = [b for b in sorted(verdicts) if verdicts[b].verdict == "not supported"]
 
     def key(b):
-        steps = ratios[b]["steps"] if b in ratios else None
+        steps = ratios[b].steps if b in ratios else None
         stat = steps.statistic if steps is not None and math.isfinite(steps.statistic) else math.inf
         ratio = steps.estimate if steps is not None and math.isfinite(steps.estimate) else -math.inf
         return round(stat, 9), -ratio, b
     return min(slower, key=key) if slower else None
 
 
-def _pooled(verdicts: Mapping[str, tuple[str, str]],
-            ratios: Mapping[str, Mapping[str, MedianRatioResult]]) -> tuple[str, str]:
+def _pooled(verdicts: Mapping[str, Decision], ratios: Mapping[str, ClockRatios]) -> tuple[str, str]:
     """Intersection-union over the baselines: supported iff every one is; not supported iff some one is."""
     names = sorted(verdicts)
     b = deciding_baseline(verdicts, ratios)
     if b is not None:
-        return "not supported", f"not faster than {b}: {verdicts[b][1]}"
-    if all(verdicts[b][0] == "supported" for b in names):
-        return "supported", "; ".join(f"vs {b}: {verdicts[b][1]}" for b in names)
-    b = next(b for b in names if verdicts[b][0] != "supported")
-    return "inconclusive", f"vs {b}: {verdicts[b][1]}"
+        return "not supported", f"not faster than {b}: {verdicts[b].reason}"
+    if all(verdicts[b].verdict == "supported" for b in names):
+        return "supported", "; ".join(f"vs {b}: {verdicts[b].reason}" for b in names)
+    b = next(b for b in names if verdicts[b].verdict != "supported")
+    return "inconclusive", f"vs {b}: {verdicts[b].reason}"
 
 
 def _run_rows(runs: Mapping[str, pd.DataFrame], specs, target: float, col: str, higher: bool,
@@ -267,7 +277,7 @@ def _censored(g: pd.DataFrame, unit: str) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float], confidence_level: float,
-            grid: float) -> dict[str, MedianRatioResult]:
+            grid: float) -> ClockRatios:
     """Steps ratio, and seconds as steps x measured step cost (module docstring).
 
     Seconds ratio = steps ratio x ``c``, ``c`` the ratio of the optimizers' median training seconds per step
@@ -281,9 +291,9 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
         mine["step_cost"].notna().any() and other["step_cost"].notna().any()) else np.nan
     if not (np.isfinite(c) and c > 0):
         nan = float("nan")
-        return {"steps": steps, "seconds": dataclasses.replace(
+        return ClockRatios(steps, dataclasses.replace(
             steps, estimate=nan, bound=None, confidence_interval=(nan, nan), margin=margins["seconds"],
-            statistic=nan, pvalue=nan, pvalue_slower=nan, method="no wall clock: undefined")}
+            statistic=nan, pvalue=nan, pvalue_slower=nan, method="no wall clock: undefined"))
     at = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["seconds"] / c,
                       confidence_level=confidence_level, grid=grid)
     lo, hi = steps.confidence_interval
@@ -291,13 +301,25 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
                                   margin=margins["seconds"],
                                   method=f"steps ratio x step-cost ratio {c:.3g} (median training seconds per step); "
                                          f"test: the steps test at margin {margins['seconds']:g} / {c:.3g}")
-    return {"steps": steps, "seconds": seconds}
+    return ClockRatios(steps, seconds)
 
 
-def _final(g: pd.DataFrame) -> dict:
+@dataclass(frozen=True)
+class FinalMetric:
+    """The final metric at the fixed budget: its median over the `n` runs that trained their whole budget (None when
+    none did; "inf"/"-inf" for an infinity, survival.json_number)."""
+
+    median: float | str | None
+    n: int
+
+    def to_dict(self) -> dict:
+        return {"median": self.median, "n": self.n}
+
+
+def _final(g: pd.DataFrame) -> FinalMetric:
     """Final metric at the fixed budget: median over the runs that trained their whole budget."""
     full = g.loc[~g["stopped"], "final"].dropna()
-    return {"median": json_number(full.median()) if len(full) else None, "n": int(len(full))}
+    return FinalMetric(json_number(full.median()) if len(full) else None, int(len(full)))
 
 
 def _protocol(table: pd.DataFrame, target: float, model: str, proposed: str, baselines, min_seeds: int,

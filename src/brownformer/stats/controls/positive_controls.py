@@ -1,7 +1,7 @@
 """Can claim 3's rules say yes? Processes where a claim holds by construction, and where it fails by construction.
 
 Each control is built here (numpy, seeded) and decided by the rule every trajectory file gets
-(window_verdict.trajectory_verdict: the battery, the window fixed before the data, the momentum null):
+(window_verdict.trajectory_result: the battery, the window fixed before the data, the momentum null):
 
 - 3a (depth): residual blocks whose updates are independent Gaussian noise, x_{l+1} = x_l + eps_l, tokens of one
   input sharing part of the noise (positive); blocks that pull the state back, x_{l+1} = phi x_l + eps_l (OU), and
@@ -27,8 +27,8 @@ import numpy as np
 from brownformer.config import DEFAULT_STATS
 
 from brownformer.stats.diffusion.simulate import fgn_increments
-from brownformer.stats.claims.claim_inputs import Exponent, view
-from brownformer.stats.diffusion.window_verdict import trajectory_verdict
+from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
+from brownformer.stats.diffusion.window_verdict import trajectory_result
 
 __all__ = ["ControlResult", "claim3_controls", "CONTROLS"]
 
@@ -103,10 +103,10 @@ def _sgd_momentum(process: str, rng) -> np.ndarray:
     return np.stack(W)[list(CAPTURE_STEPS)]
 
 
-def _training_meta() -> dict:
+def _training_meta() -> TrajectorySidecar:
     steps = list(CAPTURE_STEPS)
-    return {"kind": "euclidean", "time": "step", "times": steps, "clocks": {"step": steps},
-            "n_inputs": N_INPUTS, "n_tokens": N_TOKENS, "momentum": MOMENTUM}
+    return TrajectorySidecar(kind="euclidean", time="step", times=steps, clocks={"step": steps},
+                             n_inputs=N_INPUTS, n_tokens=N_TOKENS, momentum=MOMENTUM)
 
 
 def _tokens(W: np.ndarray, rng) -> np.ndarray:
@@ -132,30 +132,15 @@ CONTROLS = (
 )
 
 
-def _build(claim: str, name: str, rng) -> tuple[np.ndarray, dict]:
+def _build(claim: str, name: str, rng) -> tuple[np.ndarray, TrajectorySidecar]:
     process = name.split("_", 2)[-1] if name.startswith("sgd") else name.split("_", 1)[1]
     process = {"noise": "noise", "gaussian": "noise"}.get(process, process)
     if claim == "3a":
         X = _depth(process, rng)
-        return X, {"kind": "euclidean", "time": "layer", "times": list(range(X.shape[0])), "n_inputs": N_INPUTS,
-                   "n_tokens": N_TOKENS}
+        return X, TrajectorySidecar(kind="euclidean", time="layer", times=list(range(X.shape[0])), n_inputs=N_INPUTS,
+                                    n_tokens=N_TOKENS)
     W = _sgd_momentum(process, rng)
     return (_tokens(W, rng) if claim == "3b" else W), _training_meta()
-
-
-@dataclass(frozen=True)
-class _Window:
-    effect: Exponent | None = None
-    _views = {"effect": Exponent}
-
-
-@dataclass(frozen=True)
-class _Reading:
-    """What a control reports of the rule's reading of its trajectory (window_verdict.trajectory_verdict)."""
-    verdict: str
-    reason: str
-    local_slopes: _Window | None = None
-    _views = {"local_slopes": _Window}
 
 
 def claim3_controls(*, stats=DEFAULT_STATS, seed: int = DEFAULT_STATS.seed,
@@ -171,8 +156,8 @@ def claim3_controls(*, stats=DEFAULT_STATS, seed: int = DEFAULT_STATS.seed,
         if names is not None and f"{claim}/{name}" not in names:
             continue
         X, meta = _build(claim, name, np.random.default_rng([seed, i]))
-        res = view(_Reading, trajectory_verdict(X, meta, stats=stats))
-        expo = res.local_slopes.effect.estimate if res.local_slopes and res.local_slopes.effect else None
+        res = trajectory_result(X, meta, stats=stats)  # the statistics record (statsfile.BatteryStats)
+        expo = res.local_slopes.effect.estimate if res.local_slopes else None
         out.append(ControlResult(claim, name, role, what, expected, VERDICT_OF[res.verdict], res.verdict,
                                  res.reason, None if expo is None else float(expo)))
     return out

@@ -19,7 +19,7 @@ The report's appendix ("can the rules say yes?") calls `positive_controls_claims
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -92,8 +92,8 @@ def _sphere_files(run: str, rng, *, ln: str, gamma, beta, stats) -> list[dict]:
             s = tensor_sphere_summary(arr, tensor=tensor, z_raw=z if tensor == "ln_affine" else None,
                                       n_inputs=N_INPUTS, n_tokens=N_TOKENS, n_resamples=stats.n_resamples,
                                       confidence_level=stats.confidence_level, rng=stats.seed)
-            s.update(ln=ln, step=step)
-            out.append({"run": run, "path": f"depth/{tensor}_c{k}.npy", "sphere": s, "capture": k})
+            out.append({"run": run, "path": f"depth/{tensor}_c{k}.npy", "sphere": replace(s, ln=ln, step=step),
+                        "capture": k})
     return out
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -65,8 +66,18 @@ def max_power_replicates(n_null: int) -> int:
     return min(n_null, max(CHUNK, int(n_null * POWER_REPLICATES_SHARE)))
 
 
+@dataclass(frozen=True)
+class _Cell:
+    """One simulated cell: verdict counts, per key test its rejections and estimates, the replicates used."""
+
+    counts: dict[str, int]
+    rejects: dict[str, int]
+    estimates: dict[str, list[float]]
+    n: int
+
+
 def _one_cell(simulate, *, kind: str, times, labels, drift: str, hyperplane: bool, n_replicates: int, seed,
-              margins: dict, alpha: float, n_resamples: int, decided, window=None) -> dict:
+              margins: dict, alpha: float, n_resamples: int, decided, window=None) -> _Cell:
     """Verdict counts and key-test rejection counts of one (shape or fitted model, process).
 
     `simulate(R, rng)` draws R trajectories (R, T, N, d); `decided(counts, n)` stops after a chunk (sequential
@@ -97,7 +108,7 @@ def _one_cell(simulate, *, kind: str, times, labels, drift: str, hyperplane: boo
             p = bat.stats[t].pvalue
             rejects[t] += int(np.sum(np.isfinite(p) & (p < alpha)))
             estimates[t].extend(bat.stats[t].estimate.tolist())
-    return {"counts": counts, "rejects": rejects, "estimates": estimates, "n": n_used}
+    return _Cell(counts, rejects, estimates, n_used)
 
 
 def _size_stop(counts, n):
@@ -108,22 +119,22 @@ def _power_stop(counts, n):
     return power_decided(n - counts["brownian"], n)
 
 
-def _rows(cell: dict, info: dict, process: str, role: str, secs: float) -> list[dict]:
+def _rows(cell: _Cell, info: dict, process: str, role: str, secs: float) -> list[dict]:
     """Table rows of one cell: the verdict row with its gate bounds, then one row per key test."""
-    n = cell["n"]
-    rates = {f"rate_{k.replace(' ', '_')}": v / n for k, v in cell["counts"].items()}
-    not_certified = n - cell["counts"]["brownian"]
+    n = cell.n
+    rates = {f"rate_{k.replace(' ', '_')}": v / n for k, v in cell.counts.items()}
+    not_certified = n - cell.counts["brownian"]
     if role == "power":
         lo, hi = cp_bounds(not_certified, n)
         goal = lo > POWER_GOAL
     else:
-        lo, hi = cp_bounds(cell["counts"]["not brownian"], n)
+        lo, hi = cp_bounds(cell.counts["not brownian"], n)
         goal = hi <= SIZE_GOAL[1]
     common = {**info, "process": process, "role": role, **rates, "n_replicates": n, "seconds": secs}
     rows = [{**common, "test": "verdict", "rejection_rate": not_certified / n, "mean_estimate": np.nan,
              "ci_low": lo, "ci_high": hi, "goal_met": bool(goal)}]
-    for t, r in cell["rejects"].items():
-        est = np.asarray(cell["estimates"][t], float)
+    for t, r in cell.rejects.items():
+        est = np.asarray(cell.estimates[t], float)
         rows.append({**common, "test": t, "rejection_rate": r / n, "ci_low": np.nan, "ci_high": np.nan,
                      "mean_estimate": float(np.nanmean(est)) if np.isfinite(est).any() else np.nan, "goal_met": None})
     return rows
@@ -191,7 +202,7 @@ def run_calibration(shapes: list[CalibrationShape], *, n_replicates: int = DEFAU
             rows += _rows(cell, info, process, role, time.perf_counter() - t0)
             log.info("calibration %s %s (T=%d N=%d G=%d d=%d rho=%.3g): %s in %.1fs", shape.id, process,
                      len(shape.times), shape.n_walkers, len(shape.group_sizes), shape.d, shape.rho,
-                     cell["counts"], rows[-1]["seconds"])
+                     cell.counts, rows[-1]["seconds"])
     return pd.DataFrame(rows)
 
 
@@ -212,5 +223,5 @@ def calibrate_fitted(null, fit_id: str, *, n_replicates: int = DEFAULT_STATS.cal
                      margins=margins, alpha=alpha, n_resamples=n_resamples, decided=_size_stop, window=window)
     info = {"shape_id": fit_id, "kind": null.kind, "T": int(null.times.size), "N": int(null.labels.size),
             "d": int(null.coord_scale.size), "G": int(null.labels.max()) + 1, "drift": null.drift,
-            "rho": null.rho_within, "fitted": json.dumps(null.summary())}
+            "rho": null.rho_within, "fitted": json.dumps(null.summary().to_dict())}
     return pd.DataFrame(_rows(cell, info, "fitted", "size", time.perf_counter() - t0))

@@ -17,7 +17,7 @@ import json
 
 import numpy as np
 
-from brownformer.statsfile import CalibrationShape
+from brownformer.statsfile import CalibrationShape, FittedCalibration, FittedModel, ShapeCalibration
 
 __all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "sphere_decay", "SIGNIFICANT", "RHO_MAX",
            "DECAY_DECORRELATED"]
@@ -115,15 +115,15 @@ def _gate_bounds(r, rate: float) -> tuple[float, float]:
     return cp_bounds(int(round(rate * int(r.n_replicates))), int(r.n_replicates))
 
 
-def calibration_for(table, shape: CalibrationShape) -> dict | None:
+def calibration_for(table, shape: CalibrationShape) -> ShapeCalibration | None:
     """Size and power of the rule at exactly `shape` from the calibration table, or None.
 
     Returns:
-        {"shape", "size" (rate of "not brownian" on Brownian motion), "size_upper" (its one-sided Clopper-Pearson
-        upper bound, gates.GATE_CONFIDENCE), "size_se", "equivalence_power" (rate of "brownian" on Brownian motion),
-        "power": {alternative: rate of a verdict other than "brownian"}, "power_lower": {alternative: its lower
-        bound} (empty when the alternatives were not simulated at this shape), "rates": {process: {verdict: rate}},
-        "n_replicates", "power_n_replicates"}.
+        statsfile.ShapeCalibration: size (rate of "not brownian" on Brownian motion), size_upper (its one-sided
+        Clopper-Pearson upper bound, gates.GATE_CONFIDENCE), size_se, equivalence_power (rate of "brownian" on
+        Brownian motion), power {alternative: rate of a verdict other than "brownian"}, power_lower {alternative: its
+        lower bound} (empty when the alternatives were not simulated at this shape), rates {process: {verdict:
+        rate}}, n_replicates, power_n_replicates.
     """
     if table is None or len(table) == 0 or "shape_id" not in table:
         return None
@@ -141,13 +141,12 @@ def calibration_for(table, shape: CalibrationShape) -> dict | None:
     size, n = null["not brownian"], reps["brownian"]
     smooth = (size * n + 1) / (n + 2)  # (k + 1)/(n + 2): a size of 0 in n replicates is not known to +-0
     alts = [p for p in rates if p != "brownian"]
-    return {"shape": shape.to_dict(full=False), "size": size, "size_upper": bounds["brownian"][1],
-            "size_se": float(np.sqrt(smooth * (1 - smooth) / n)), "equivalence_power": null["brownian"],
-            "power": {p: 1.0 - rates[p]["brownian"] for p in alts}, "power_lower": {p: bounds[p][0] for p in alts},
-            "rates": rates, "n_replicates": n, "power_n_replicates": min((reps[p] for p in alts), default=None)}
+    return ShapeCalibration(shape.summary(), size, bounds["brownian"][1], float(np.sqrt(smooth * (1 - smooth) / n)),
+                            null["brownian"], {p: 1.0 - rates[p]["brownian"] for p in alts},
+                            {p: bounds[p][0] for p in alts}, rates, n, min((reps[p] for p in alts), default=None))
 
 
-def fitted_calibration_for(table, fit_id: str | None) -> dict | None:
+def fitted_calibration_for(table, fit_id: str | None) -> FittedCalibration | None:
     """Size of the rule under a file's fitted null (calibration.calibrate_fitted rows), or None."""
     if table is None or fit_id is None or len(table) == 0 or "shape_id" not in table:
         return None
@@ -157,5 +156,6 @@ def fitted_calibration_for(table, fit_id: str | None) -> dict | None:
     r = next(cell.itertuples())
     lo, hi = _gate_bounds(r, float(r.rate_not_brownian))
     fitted = getattr(r, "fitted", None)
-    return {"id": fit_id, "size": float(r.rate_not_brownian), "size_upper": hi, "n_replicates": int(r.n_replicates),
-            "equivalence_power": float(r.rate_brownian), "model": json.loads(fitted) if isinstance(fitted, str) else None}
+    return FittedCalibration(fit_id, float(r.rate_not_brownian), hi, int(r.n_replicates), float(r.rate_brownian),
+                             FittedModel.from_dict(json.loads(fitted), f"fitted null {fit_id}")
+                             if isinstance(fitted, str) else None)

@@ -23,7 +23,7 @@ from brownformer.stats.sphere import sphere_battery as S
 from brownformer.stats.core.bootstrap import ClusterBootstrap
 
 __all__ = ["BatteryStatistic", "BatteryInputs", "TrajectoryInputs", "STATISTICS", "KINDS", "euclidean_inputs",
-           "sphere_inputs", "margin_keys", "key_effects", "batch_statistics"]
+           "sphere_inputs", "MARGIN_KEYS", "KEY_EFFECTS", "batch_statistics"]
 
 KINDS = ("euclidean", "sphere")
 
@@ -173,14 +173,10 @@ STATISTICS: tuple[BatteryStatistic, ...] = (
 )
 
 
-def margin_keys() -> dict[str, str]:
-    """Test name -> key of its equivalence margin in `stats.margins`."""
-    return {s.name: s.margin_key for s in STATISTICS if s.margin_key is not None}
-
-
-def key_effects() -> dict[str, tuple[str, ...]]:
-    """Kind -> the effects the verdict needs, in registry order."""
-    return {kind: tuple(s.name for s in STATISTICS if kind in s.key_in) for kind in KINDS}
+#: test name -> key of its equivalence margin in `stats.margins`
+MARGIN_KEYS: dict[str, str] = {s.name: s.margin_key for s in STATISTICS if s.margin_key is not None}
+#: kind -> the effects the verdict needs, in registry order
+KEY_EFFECTS: dict[str, tuple[str, ...]] = {kind: tuple(s.name for s in STATISTICS if kind in s.key_in) for kind in KINDS}
 
 
 def batch_statistics(kind: str, describe: bool) -> list[BatteryStatistic]:

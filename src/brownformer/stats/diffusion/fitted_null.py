@@ -31,6 +31,7 @@ import numpy as np
 
 from brownformer.stats.diffusion import battery as B
 from brownformer.stats.sphere import sphere_battery as S
+from brownformer.statsfile import FittedModel, ReplicaContrast
 
 __all__ = ["FittedNull", "fit_null", "simulate_fitted", "storage_precision", "fitted_id"]
 
@@ -58,18 +59,18 @@ class FittedNull:
     #: the optimizer's heavy-ball beta and the captures' training steps (euclidean: the walk passes through it)
     momentum: float = 0.0
     steps: tuple[int, ...] | None = None
-    #: a sphere replica-contrast file: {"replicas", "replica_start", "decay", "hyperplane"} (replica_null.py)
-    contrast: dict | None = None
+    #: a sphere replica-contrast file: the sphere its null's walks live on (replica_null.py)
+    contrast: ReplicaContrast | None = None
 
-    def summary(self) -> dict:
-        """JSON-ready description (no arrays of walkers)."""
+    def summary(self) -> FittedModel:
+        """The model's description (no arrays of walkers), as files and the calibration table record it."""
         ws = self.walker_scale
-        return {"kind": self.kind, "drift": self.drift, "rho_within": self.rho_within, "rho_between": self.rho_between,
-                "walker_rate_spread": float(np.max(ws) / np.min(ws)) if np.min(ws) > 0 else None,
-                "walker_rate_cv": float(np.std(ws) / np.mean(ws)) if np.mean(ws) > 0 else None,
-                "anisotropy": float(np.max(self.coord_scale) / max(np.min(self.coord_scale), 1e-12)),
-                "storage": self.storage, "storage_factor": self.storage_factor, "momentum": self.momentum,
-                "contrast": self.contrast}
+        return FittedModel(kind=self.kind, drift=self.drift, rho_within=self.rho_within, rho_between=self.rho_between,
+                           walker_rate_spread=float(np.max(ws) / np.min(ws)) if np.min(ws) > 0 else None,
+                           walker_rate_cv=float(np.std(ws) / np.mean(ws)) if np.mean(ws) > 0 else None,
+                           anisotropy=float(np.max(self.coord_scale) / max(np.min(self.coord_scale), 1e-12)),
+                           storage=self.storage, storage_factor=self.storage_factor, momentum=self.momentum,
+                           contrast=self.contrast)
 
 
 def storage_precision(X: np.ndarray) -> tuple[str, float]:
@@ -124,8 +125,8 @@ def fit_null(X: np.ndarray, *, kind: str, times, labels, hyperplane: bool, drift
     null = _fit(X, kind=kind, times=times, labels=labels, hyperplane=hyperplane, drift=drift)
     carry = bool(momentum) and steps is not None and kind == "euclidean"
     replicas, hyper = sphere_contrasts_of(meta, X) if kind == "euclidean" else (0, False)
-    contrast = None if not replicas else {"replicas": replicas, "replica_start": replica_start_share(times),
-                                          "decay": sphere_decay(contrast_decay(X)), "hyperplane": hyper}
+    contrast = None if not replicas else ReplicaContrast(replicas, replica_start_share(times),
+                                                         sphere_decay(contrast_decay(X)), hyper)
     return replace(null, momentum=float(momentum) if carry else 0.0,
                    steps=tuple(int(s) for s in steps) if carry else None, contrast=contrast)
 
@@ -203,9 +204,9 @@ def simulate_fitted(null: FittedNull, *, replicates: int, rng) -> np.ndarray:
         from brownformer.stats.sphere.replica_null import simulate_null
         c = null.contrast
         Y = simulate_null("brownian", times=null.times, labels=null.labels, d=d, kind="euclidean", replicates=R,
-                           rng=rng, rho=null.rho_within, hyperplane=c["hyperplane"], decay=c["decay"],
-                           momentum=null.momentum, steps=null.steps, replicas=c["replicas"],
-                           replica_start=c["replica_start"])
+                           rng=rng, rho=null.rho_within, hyperplane=c.hyperplane, decay=c.decay,
+                           momentum=null.momentum, steps=null.steps, replicas=c.replicas,
+                           replica_start=c.replica_start)
         return _store(Y, null)
     if null.kind == "euclidean":
         scale = (np.sqrt(dt)[:, None, None] * null.walker_scale[None, :, None] * null.coord_scale[None, None, :])

@@ -23,8 +23,6 @@ identical code on simulated Brownian motion.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import warnings
 from dataclasses import dataclass
 
@@ -32,7 +30,7 @@ import numpy as np
 
 from brownformer.stats.diffusion.battery import levels, log_slope
 from brownformer.statsfile import SlopeWindow
-from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
+from brownformer.stats.diffusion.trajectory_inputs import SidecarWindow, TrajectorySidecar
 
 __all__ = ["FittingWindow", "fitting_window", "sidecar_window", "window_features", "ensemble_curve", "walker_curves",
            "fit_offset_power", "storage_offset", "local_slopes", "walker_slopes", "WalkerSlopes", "MIN_WINDOW_POINTS", "WALKER_COS_FLOOR"]
@@ -92,14 +90,14 @@ def sidecar_window(meta, *, start_step: int | None, momentum_times: float,
     from brownformer.config import momentum_gap
     meta = TrajectorySidecar.from_dict(meta)
     beta = meta.momentum
-    own = meta.window if isinstance(meta.window, Mapping) else {}
-    if beta is None and own.get("momentum_steps"):
-        beta = 1.0 - 1.0 / float(own["momentum_steps"])
+    own = meta.window or SidecarWindow()
+    if beta is None and own.momentum_steps:
+        beta = 1.0 - 1.0 / float(own.momentum_steps)
     beta = 0.0 if beta is None else float(beta)
     if not 0.0 <= beta < 1.0:
         raise ValueError(f"sidecar momentum must be in [0, 1) (a heavy-ball beta), got {beta}")
-    if own.get("min_gap_steps") is not None:
-        return start_step, int(own["min_gap_steps"]), beta
+    if own.min_gap_steps is not None:
+        return start_step, int(own.min_gap_steps), beta
     if beta > 0 and momentum_times > 0:
         gap = momentum_gap(1.0 / (1.0 - beta), momentum_times)
         return max(int(start_step or 0), gap), gap, beta

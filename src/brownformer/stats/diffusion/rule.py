@@ -21,7 +21,7 @@ import numpy as np
 
 from brownformer.stats.diffusion.battery import MIN_TIME_POINTS
 from brownformer.statsfile import RULE_VERDICTS, Decision, EffectResult
-from brownformer.stats.diffusion.battery_registry import key_effects, margin_keys
+from brownformer.stats.diffusion.battery_registry import KEY_EFFECTS, MARGIN_KEYS
 
 __all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDICTS", "Effect", "decide", "decide_one",
            "decide_results",
@@ -30,10 +30,8 @@ __all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDI
 VERDICTS = RULE_VERDICTS
 BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = VERDICTS
 
-#: test name -> key of its equivalence margin in StatsConfig.margins, and kind -> the effects the verdict needs
-#: (in the order the reasons and tables follow): both read from the battery's registry (battery_registry.STATISTICS)
-MARGIN_KEYS = margin_keys()
-KEY_EFFECTS = key_effects()
+#: MARGIN_KEYS (test name -> key of its equivalence margin in StatsConfig.margins) and KEY_EFFECTS (kind -> the
+#: effects the verdict needs, in the order the reasons and tables follow) are the battery registry's tables
 
 #: intervals and tests resample groups of dependent walkers; with fewer groups the t-interval over groups
 #: (G - 1 df) has no usable variance estimate (cluster-robust inference needs more than a handful of clusters:

@@ -14,7 +14,7 @@ import numpy as np
 from brownformer.stats.core.bootstrap import group_labels
 from brownformer.stats.core.shapes import select_walkers
 
-__all__ = ["validate_trajectory", "TrajectorySidecar", "battery_inputs", "BatteryInputs", "analysis_inputs", "KINDS"]
+__all__ = ["validate_trajectory", "TrajectorySidecar", "SidecarWindow", "battery_inputs", "BatteryInputs", "analysis_inputs", "KINDS"]
 
 KINDS = ("sphere", "euclidean")
 
@@ -66,6 +66,29 @@ _DESCRIBED = ("note", "drift_reason", "radius", "ln_none_flag", "features", "gro
 
 
 @dataclass(frozen=True)
+class SidecarWindow:
+    """A replica file's analysis window as its sidecar records it (probes/replicas.py; its base run's, chosen when
+    the captures were): the first step, the least gap between captures, the momentum time in steps, the
+    momentum_times it was chosen with, the captures kept and how many the run had. A key a sidecar lacks is None."""
+
+    start_step: int | None = None
+    min_gap_steps: int | None = None
+    momentum_steps: float | None = None
+    momentum_times: float | None = None
+    captures: list | None = None
+    n_captures_run: int | None = None
+
+    @classmethod
+    def from_dict(cls, d: Mapping | SidecarWindow, where: str = "sidecar window") -> SidecarWindow:
+        if isinstance(d, cls):
+            return d
+        unknown = sorted(set(d) - {f.name for f in fields(cls)})
+        if unknown:
+            raise ValueError(f"{where}: unknown key(s) {unknown}")
+        return cls(**d)
+
+
+@dataclass(frozen=True)
 class TrajectorySidecar:
     """A trajectory file's sidecar (docs/ARTIFACTS.md; probes/extract.py, probes/replicas.py and pretrained/ write
     it) as the statistics read it, parsed once. Every key is optional (an array may come without a sidecar); the
@@ -89,7 +112,7 @@ class TrajectorySidecar:
     clock_reason: str | None = None
     warmup: Any = None
     momentum: float | None = None
-    window: Mapping[str, Any] | None = None
+    window: SidecarWindow | None = None
     groups: list | None = None
     n_inputs: int | None = None
     n_tokens: int | None = None
@@ -124,6 +147,8 @@ class TrajectorySidecar:
         if unknown:
             raise ValueError(f"{where}: unknown sidecar key(s) {unknown}")
         described = {k: d.pop(k) for k in _DESCRIBED if k in d}
+        if d.get("window") is not None:
+            d["window"] = SidecarWindow.from_dict(d["window"], f"{where}.window")
         return cls(**d, described=described)
 
     @property

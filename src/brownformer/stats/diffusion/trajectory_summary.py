@@ -42,9 +42,9 @@ def summary_text(result: BatteryStats | dict) -> str:
                          + (f" {e.why_undefined}" if e.why_undefined else ""))
     cal = r.calibration
     if cal:  # calibration_for's row of the table at this shape
-        power = cal.get("power_lower") or cal.get("power") or {}
+        power = cal.power_lower or cal.power or {}
         weakest = min(power.values()) if power else None
-        lines.append(f"calibrated at this shape: size {_num(cal.get('size'))} (upper bound {_num(cal.get('size_upper'))}), "
+        lines.append(f"calibrated at this shape: size {_num(cal.size)} (upper bound {_num(cal.size_upper)}), "
                      f"weakest power {_num(weakest)}")
     else:
         lines.append(r.calibration_note or "uncalibrated")

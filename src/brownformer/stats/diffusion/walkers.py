@@ -31,6 +31,7 @@ import numpy as np
 from brownformer.stats.diffusion.battery import levels
 from brownformer.stats.sphere.sphere_battery import log_map
 from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
+from brownformer.statsfile import WalkerPositions, WalkerReading, WalkerType
 
 __all__ = ["token_types", "andi_diagnostics", "walker_reading", "row_quantiles", "VACF_STEPS"]
 
@@ -180,7 +181,7 @@ def _iqr(x: np.ndarray) -> np.ndarray:
 
 
 def walker_reading(alpha: np.ndarray, rate: np.ndarray, null_alpha: np.ndarray, null_rate: np.ndarray, *,
-                   types: np.ndarray, positions: np.ndarray | None, mixed_share: float) -> dict:
+                   types: np.ndarray, positions: np.ndarray | None, mixed_share: float) -> WalkerReading:
     """Distributions of per-walker exponents and rates, per type, and the reading of the module docstring.
 
     Args:
@@ -191,7 +192,7 @@ def walker_reading(alpha: np.ndarray, rate: np.ndarray, null_alpha: np.ndarray, 
     valid = np.isfinite(alpha)
     na = null_alpha[np.isfinite(null_alpha)]
     if valid.mean() < 0.5 or na.size < 20:
-        return {"reading": "undefined", "why": f"{int(valid.sum())} of {alpha.size} walkers have 3 usable lags"}
+        return WalkerReading("undefined", f"{int(valid.sum())} of {alpha.size} walkers have 3 usable lags")
     lo, q25, q75, hi = np.quantile(na, [0.025, 0.25, 0.75, 0.975])
     med = float(np.median(alpha[valid]))
     share_out = float(np.mean((alpha[valid] < lo) | (alpha[valid] > hi)))
@@ -223,19 +224,17 @@ def walker_reading(alpha: np.ndarray, rate: np.ndarray, null_alpha: np.ndarray, 
     by_type = {}
     for t in dict.fromkeys(types.tolist()):
         sel = types == t
-        by_type[t] = {"n": int(sel.sum()), "exponent_quantiles": _quantiles(alpha[sel]),
-                      "rate_quantiles": _quantiles(rate[sel])}
-    out = {"reading": reading, "rates": rates, "why": why, "quantile_levels": list(_QUANTILES),
-           "exponent_quantiles": _quantiles(alpha), "rate_quantiles": _quantiles(rate),
-           "null_exponent_range": [float(lo), float(hi)], "null_exponent_quantiles": _quantiles(na),
-           "share_outside": share_out, "null_share_outside_limit": out_limit, "log10_rate_iqr": spread,
-           "null_log10_rate_iqr_limit": spread_limit, "exponent_iqr": iqr, "null_exponent_iqr_limit": iqr_limit,
-           "n_valid": int(valid.sum()), "by_type": by_type}
+        by_type[t] = WalkerType(int(sel.sum()), _quantiles(alpha[sel]), _quantiles(rate[sel]))
+    by_position = None
     if positions is not None:
         P = int(positions.max()) + 1
         with np.errstate(all="ignore"), warnings.catch_warnings():
             warnings.simplefilter("ignore", RuntimeWarning)
-            out["by_position"] = {
-                "median_exponent": [float(np.nanmedian(alpha[positions == p])) for p in range(P)],
-                "median_rate": [float(np.nanmedian(rate[positions == p])) for p in range(P)]}
-    return out
+            by_position = WalkerPositions([float(np.nanmedian(alpha[positions == p])) for p in range(P)],
+                                          [float(np.nanmedian(rate[positions == p])) for p in range(P)])
+    return WalkerReading(
+        reading, why, rates=rates, quantile_levels=list(_QUANTILES), exponent_quantiles=_quantiles(alpha),
+        rate_quantiles=_quantiles(rate), null_exponent_range=[float(lo), float(hi)],
+        null_exponent_quantiles=_quantiles(na), share_outside=share_out, null_share_outside_limit=out_limit,
+        log10_rate_iqr=spread, null_log10_rate_iqr_limit=spread_limit, exponent_iqr=iqr,
+        null_exponent_iqr_limit=iqr_limit, n_valid=int(valid.sum()), by_type=by_type, by_position=by_position)

@@ -33,7 +33,8 @@ from brownformer.stats.diffusion.rule import Effect
 from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats.sphere.replica_null import simulate_null
 from brownformer.stats.diffusion.walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
-from brownformer.statsfile import Curvature, EffectResult, Envelope, LocalSlopes, SlopeWindow, WindowSpec
+from brownformer.statsfile import (Curvature, EffectResult, EnsembleExponent, Envelope, LocalSlopes, SlopeWindow,
+                                   WalkerDiagnostic, WalkerReading, WindowRuleNull, WindowSpec)
 
 __all__ = ["window_reading", "window_effects", "window_classification", "window_classification_of",
            "key_effects_on_window", "window_exponent", "window_spec", "spec_window", "null_walks", "WindowSpec", "WindowReading",
@@ -57,7 +58,7 @@ class WindowReading:
     when the window is too short) and the WindowSpec its null was simulated at."""
 
     local_slopes: LocalSlopes
-    walkers: dict | None
+    walkers: WalkerReading | None
     spec: WindowSpec
 
 
@@ -351,10 +352,10 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     lo, hi = margin
     null_out = _outside(nexpo.estimate, ntlo, nthi, nexpo.pvalue(1.0), margin, alpha)
     null_in = (ntlo >= lo) & (nthi <= hi)
-    null_rule = {"size": float(np.mean(null_out)), "equivalence_power": float(np.mean(null_in)), "n_replicates": R,
-                 "quantiles": [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
-                 "what": "the window exponent's own rule (interval inside / outside the margin) on Brownian motion "
-                         "simulated at this file's shape over the window"}
+    null_rule = WindowRuleNull(float(np.mean(null_out)), float(np.mean(null_in)), R,
+                               [float(q) for q in np.nanquantile(nexpo.estimate, [0.025, 0.5, 0.975])],
+                               "the window exponent's own rule (interval inside / outside the margin) on Brownian "
+                               "motion simulated at this file's shape over the window")
     method = ("mean over walkers of the log-log slope of y_i - c over the pre-fixed window, minus the simulated "
               "Brownian motions' median bias; t-interval over groups with the cluster-bootstrap SE; H0 exponent = 1")
     if np.isfinite(key.estimate[0]):
@@ -369,13 +370,13 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     types, positions = token_types(meta, labels.size)
     walkers = walker_reading(data.walker.alpha[0], data.walker.rate[0], null.walker.alpha,
                              null.walker.rate, types=types, positions=positions, mixed_share=w["mixed_share"])
-    walkers["diagnostics"] = {name: {"estimate": float(v[0]), "null": [float(q) for q in np.nanquantile(
-        null.diag[name], [0.025, 0.5, 0.975])] if np.isfinite(null.diag[name]).any() else None}
-        for name, v in data.diag.items()}
+    walkers = replace(walkers, diagnostics={name: WalkerDiagnostic(float(v[0]), [float(q) for q in np.nanquantile(
+        null.diag[name], [0.025, 0.5, 0.975])] if np.isfinite(null.diag[name]).any() else None)
+        for name, v in data.diag.items()})
     flat = float(w["flat_margin"])
-    cls, desc = _classify(effect, (curv[0], *curv[2]), early, late, walkers["reading"], margin=margin,
+    cls, desc = _classify(effect, (curv[0], *curv[2]), early, late, walkers.reading, margin=margin,
                           flat_margin=flat, alpha=alpha)
-    if walkers.get("rates") == "spread" and cls == "brownian":
+    if walkers.rates == "spread" and cls == "brownian":
         desc += ("; walker rates differ beyond estimation noise, so the ensemble curve (one mean over "
                  "different rates) is not read as anomalous diffusion")
     ens_lo, ens_hi = ens.interval(conf)
@@ -383,10 +384,9 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
         classification=cls, description=desc, effect=effect, window=win.record(times, steps),
         curvature=Curvature(*curv, early=early, late=late, flat_margin=flat,
                             null_range=[float(q) for q in np.nanquantile(ncurv, [0.025, 0.975])]),
-        ensemble_exponent={"estimate": float(ens.estimate[0]), "confidence_interval": [float(ens_lo[0]), float(ens_hi[0])],
-                           "fitted_offset": float(data.offset[0]), "D": float(data.D[0]),
-                           "fit": "y = c + D tau^alpha on the ensemble curve, c >= 0 kept where an F-test needs it "
-                                  "(descriptive)"},
+        ensemble_exponent=EnsembleExponent(
+            float(ens.estimate[0]), [float(ens_lo[0]), float(ens_hi[0])], float(data.offset[0]), float(data.D[0]),
+            "y = c + D tau^alpha on the ensemble curve, c >= 0 kept where an F-test needs it (descriptive)"),
         storage_offset=float(data.storage_offset[0]), tau=data.tau, curve=data.curve[0], local_slope=data.local[0],
         envelope=Envelope(low=env[0], median=env[1], high=env[2], n_replicates=R, level=0.95),
         null_decay=spec.null_decay if kind == "sphere" else None, spec=spec)

@@ -3,8 +3,8 @@ full range), then the reading on the window fixed before the data (window_readin
 verdict is decided once (rule.decide_results) and stored with the full-range one.
 
 `trajectory_result` is a pure function of the array and its sidecar (trajectory_inputs.TrajectorySidecar, or its
-mapping): stats_stage/run_stats.py calls it on every trajectory file, and stats/controls/positive_controls.py (through
-`trajectory_verdict`, its plain-JSON view) on the processes built to say yes (or no). A training file whose sidecar
+mapping): stats_stage/run_stats.py calls it on every trajectory file, and stats/controls/positive_controls.py on the
+processes built to say yes (or no). A training file whose sidecar
 declares its optimizer's "momentum" is kept to the captures of its momentum window, and its full-range key effects
 lose what momentum alone gives them
 (brownian.momentum_bias), as the calibration does (brownian.battery_batch with the file's window).
@@ -22,7 +22,7 @@ from brownformer.statsfile import BatteryStats, Decision, EffectResult, LocalSlo
 
 log = logging.getLogger(__name__)
 
-__all__ = ["trajectory_result", "trajectory_verdict", "momentum_captures", "WINDOW_RULE"]
+__all__ = ["trajectory_result", "momentum_captures", "WINDOW_RULE"]
 
 #: the rule a file's verdict is taken by (Decision.rule)
 WINDOW_RULE = "equivalence of every key effect, the MSD exponent read on the pre-fixed window (rule.decide)"
@@ -49,12 +49,6 @@ def trajectory_result(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, c
     return _on_window(battery, X, meta, inputs, stats, min_lag_steps)
 
 
-def trajectory_verdict(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, calibration=None,
-                       min_lag_steps: int = 0) -> dict:
-    """trajectory_result as plain JSON (what its statistics file holds), for callers that read it by key."""
-    return trajectory_result(X, meta, stats=stats, calibration=calibration, min_lag_steps=min_lag_steps).to_dict()
-
-
 def _check_clocks(meta: TrajectorySidecar, T: int) -> dict:
     clocks = {}
     for name, values in (meta.clocks or {}).items():
@@ -73,7 +67,7 @@ def momentum_captures(X: np.ndarray, meta: TrajectorySidecar | dict, stats) -> t
     from brownformer.stats.diffusion.local_slope import sidecar_window
     meta = TrajectorySidecar.from_dict(meta)
     steps = meta.step_clock(X.shape[0])
-    if not meta.momentum or isinstance(meta.window, dict) or steps is None:
+    if not meta.momentum or meta.window is not None or steps is None:
         return X, meta
     start, gap, beta = sidecar_window(meta, start_step=stats.window["start_step"], momentum_times=stats.momentum_times)
     keep = AnalysisWindow(int(start or 0), gap, 1.0 / (1.0 - beta)).select([int(s) for s in steps])
@@ -163,14 +157,14 @@ def _on_window(full: BatteryStats, X: np.ndarray, meta: TrajectorySidecar, input
         else full.effects
     decision = decide_results(key_effects_on_window(effects, slopes), kind=full.kind, margins=dict(stats.margins),
                               alpha=stats.alpha, n_times=int(full.n_times), n_groups=full.n_groups, rule=WINDOW_RULE)
-    null = slopes.effect.null or {}
-    if decision.verdict == "inconclusive" and null.get("equivalence_power") is not None:
+    null = slopes.effect.null
+    if decision.verdict == "inconclusive" and null is not None:
         # how often the window exponent alone certifies Brownian motion simulated at this file's shape: a low
         # value says the data are too few to decide, not that the walk is not Brownian (the full rule's power
         # needs the calibration: `stats trajectory --calibrate` or the pipeline's calibrate stage)
         decision = replace(decision, reason=decision.reason + (
-            f" (power at this shape: the window exponent certifies {null['equivalence_power']:.0%} of "
-            f"{null.get('n_replicates')} Brownian motions simulated at it)"))
+            f" (power at this shape: the window exponent certifies {null.equivalence_power:.0%} of "
+            f"{null.n_replicates} Brownian motions simulated at it)"))
     return replace(full, local_slopes=slopes, walkers=reading.walkers if reading is not None else None,
                    calibration_shape=shape, effects=effects, verdict=decision.verdict, reason=decision.reason,
                    brownian=decision.verdict == "brownian", verdict_full_range=full.verdict,

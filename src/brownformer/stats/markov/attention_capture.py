@@ -5,6 +5,8 @@ Pure functions of arrays and statistics records; reading the capture files is br
 """
 from __future__ import annotations
 
+from dataclasses import fields
+
 import numpy as np
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap
@@ -74,23 +76,25 @@ def _exact_vmf_alternative(F: np.ndarray, kappa: np.ndarray, stats) -> dict:
                              rng=stats.seed)["aggregate"]
 
 
-def summary_text(result: dict) -> str:
-    """A short human summary of `stats attention`: one verdict line per claim-2 criterion, then the chain."""
+def summary_text(result: AttentionStats | dict) -> str:
+    """A short human summary of `stats attention`: one verdict line per claim-2 criterion, then the chain;
+    `result`: the record, or its JSON (parsed once)."""
     names = {"head_isotropy": "head isotropy   min (tr M)^2/(d_h |M|_F^2)", "vmf_output_error":
              "vMF output error ||(A - A_vMF) U|| / ||(A - A_mean) U||", "reversibility_residual":
              "reversibility   ||Pi A - A^T Pi|| / ||Pi A||"}
-    lines = [f"{result['n_matrices']} matrices of {result['n']} x {result['n']}"
-             + (" (causal)" if result.get("causal") else "")]
-    for q, v in (result.get("verdicts") or {}).items():
-        lo, hi = v["margin"]
+    r = AttentionStats.from_dict(result, "stats attention result")
+    lines = [f"{r.n_matrices} matrices of {r.n} x {r.n}" + (" (causal)" if r.causal else "")]
+    criteria = [(f.name, getattr(r.verdicts, f.name)) for f in fields(r.verdicts)] if r.verdicts else []
+    for q, v in criteria:
+        lo, hi = v.margin
         bound = f">= {lo:.3g}" if q == "head_isotropy" else f"<= {hi:.3g}"
-        if "estimate" in v:
-            ci = v.get("confidence_interval")
-            val = f"{v['estimate']:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci and None not in ci else "")
+        if v.why_undefined is None:
+            ci = v.confidence_interval
+            val = f"{v.estimate:.3g}" + (f" [{ci[0]:.3g}, {ci[1]:.3g}]" if ci and None not in ci else "")
         else:
-            val = f"undefined ({v['why_undefined']})"
-        lines.append(f"{v['verdict'].upper():<14} {names[q]}: {val}; margin {bound}")
-    gap = (result.get("aggregate") or {}).get("spectral_gap") or {}
+            val = f"undefined ({v.why_undefined})"
+        lines.append(f"{v.verdict.upper():<14} {names[q]}: {val}; margin {bound}")
+    gap = (r.aggregate or {}).get("spectral_gap") or {}
     if gap.get("mean") is not None:
         lines.append(f"spectral gap {gap['mean']:.3g}; per-matrix values and nulls in the JSON")
     return "\n".join(lines)

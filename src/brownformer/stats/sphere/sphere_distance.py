@@ -10,6 +10,7 @@ by both and by the depth figure.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping
 
 import numpy as np
@@ -18,8 +19,10 @@ from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 
 from brownformer.io import to_jsonable
 from brownformer.stats.core.bootstrap import ClusterBootstrap
+from brownformer.statsfile import (Distribution, GeometryLayers, LayerValues, PerLeading, PooledValue, Quantiles,
+                                   SphereGeometry, SphereMargins, SphereSummary, TensorDistribution)
 
-__all__ = ["gram_offdiagonal", "sphere_summary", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGIN_KEYS",
+__all__ = ["gram_offdiagonal", "sphere_summary", "SphereCheck", "sphere_geometry", "tensor_sphere_summary", "SPHERE_MARGIN_KEYS",
            "SPHERE_TENSORS", "GEOMETRY_QUANTITIES", "SPHERE_MAX_RESAMPLES"]
 
 #: the margins of the definitional check (stats.margins; their values live in the schema): ||z||/sqrt(d) and
@@ -30,9 +33,11 @@ SPHERE_MARGIN_KEYS = ("sphere_radius", "sphere_sum")
 SPHERE_MAX_RESAMPLES = 999
 
 
-def _sphere_margins(margins: Mapping) -> dict:
+def _sphere_margins(margins: Mapping | SphereMargins) -> SphereMargins:
     """The definitional check's margins: those given, else the schema's."""
-    return {k: tuple(margins[k] if k in margins else DEFAULT_MARGINS[k]) for k in SPHERE_MARGIN_KEYS}
+    if isinstance(margins, SphereMargins):
+        return margins
+    return SphereMargins(*(list(margins[k] if k in margins else DEFAULT_MARGINS[k]) for k in SPHERE_MARGIN_KEYS))
 
 
 def gram_offdiagonal(U: np.ndarray) -> np.ndarray:
@@ -46,14 +51,18 @@ def gram_offdiagonal(U: np.ndarray) -> np.ndarray:
     return (np.sum(s * s, axis=-1) - N) / (N * (N - 1))
 
 
-def _distribution(x: np.ndarray, center: float) -> dict:
-    q = np.quantile(x, [0.001, 0.01, 0.5, 0.99, 0.999])
-    return {"mean": float(x.mean()), "sd": float(x.std(ddof=1)) if x.size > 1 else np.nan,
-            "quantiles": dict(zip(["0.001", "0.01", "0.5", "0.99", "0.999"], q.tolist())),
-            "max_abs_deviation": float(np.max(np.abs(x - center))), "n": int(x.size)}
+#: the levels of a distribution's quantiles, as written
+_LEVELS = ("0.001", "0.01", "0.5", "0.99", "0.999")
 
 
-def _one_summary(z: np.ndarray, margins: dict) -> dict:
+def _distribution(x: np.ndarray, center: float) -> Distribution:
+    q = np.quantile(x, [float(v) for v in _LEVELS])
+    return Distribution(to_jsonable(float(x.mean())), to_jsonable(float(x.std(ddof=1)) if x.size > 1 else np.nan),
+                        Quantiles(_LEVELS, tuple(to_jsonable(q.tolist()))),
+                        to_jsonable(float(np.max(np.abs(x - center)))), int(x.size))
+
+
+def _one_summary(z: np.ndarray, margins: SphereMargins) -> TensorDistribution:
     z = np.asarray(z, dtype=float)
     if z.ndim < 1 or z.shape[-1] < 2:
         raise ValueError(f"expected an array (..., d) with d >= 2, got shape {z.shape}")
@@ -63,21 +72,22 @@ def _one_summary(z: np.ndarray, margins: dict) -> dict:
     flat = z.reshape(-1, d)
     radius = np.linalg.norm(flat, axis=1) / np.sqrt(d)
     ssum = flat.sum(axis=1) / np.sqrt(d)
-    (rlo, rhi), (slo, shi) = margins["sphere_radius"], margins["sphere_sum"]
+    (rlo, rhi), (slo, shi) = margins.sphere_radius, margins.sphere_sum
     in_r = (radius >= rlo) & (radius <= rhi)
     in_s = (ssum >= slo) & (ssum <= shi)
-    out = {"dim": d, "radius": _distribution(radius, 1.0), "sum": _distribution(ssum, 0.0),
-           "fraction_radius_in_margin": float(in_r.mean()), "fraction_sum_in_margin": float(in_s.mean())}
+    per_leading = None
     if z.ndim >= 3:  # per leading index (e.g. layer)
         lead = z.reshape(z.shape[0], -1, d)
-        out["per_leading"] = {"radius_mean": (np.linalg.norm(lead, axis=-1).mean(1) / np.sqrt(d)).tolist(),
-                              "radius_sd": (np.linalg.norm(lead, axis=-1).std(1) / np.sqrt(d)).tolist(),
-                              "sum_abs_max": (np.abs(lead.sum(-1)).max(1) / np.sqrt(d)).tolist()}
-    out["fraction_on_sphere"] = float((in_r & in_s).mean())  # the definitional check; no verdict here
-    return out
+        per_leading = PerLeading(*(to_jsonable(v.tolist()) for v in (
+            np.linalg.norm(lead, axis=-1).mean(1) / np.sqrt(d), np.linalg.norm(lead, axis=-1).std(1) / np.sqrt(d),
+            np.abs(lead.sum(-1)).max(1) / np.sqrt(d))))
+    return TensorDistribution(dim=d, radius=_distribution(radius, 1.0), sum=_distribution(ssum, 0.0),
+                              fraction_radius_in_margin=float(in_r.mean()), fraction_sum_in_margin=float(in_s.mean()),
+                              per_leading=per_leading,
+                              fraction_on_sphere=float((in_r & in_s).mean()))  # the definitional check; no verdict
 
 
-def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: Mapping = DEFAULT_MARGINS) -> dict:
+def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: Mapping = DEFAULT_MARGINS) -> SphereCheck:
     """The definitional check of claim 1: is the LayerNorm output on the sphere of radius sqrt(d) in 1^T z = 0?
 
     For z of shape (..., d): the distributions of |z|/sqrt(d) (1 on the sphere) and 1^T z/sqrt(d)
@@ -93,13 +103,26 @@ def sphere_summary(ln_raw, ln_affine=None, resid=None, *, margins: Mapping = DEF
         margins: StatsConfig.margins (only SPHERE_MARGIN_KEYS are read; a key not given keeps the schema's).
 
     Returns:
-        {"ln_raw": {...}, "ln_affine": {...} | None, "resid": {...} | None, "margins": ...}
+        SphereCheck: one statsfile.TensorDistribution per tensor given (None for a tensor not given), the margins.
     """
     m = _sphere_margins(margins)
-    out = {"ln_raw": _one_summary(ln_raw, m), "margins": m}
-    out["ln_affine"] = _one_summary(ln_affine, m) if ln_affine is not None else None
-    out["resid"] = _one_summary(resid, m) if resid is not None else None
-    return to_jsonable(out)
+    return SphereCheck(_one_summary(ln_raw, m), m, _one_summary(ln_affine, m) if ln_affine is not None else None,
+                       _one_summary(resid, m) if resid is not None else None)
+
+
+@dataclass(frozen=True)
+class SphereCheck:
+    """`sphere_summary`'s result: the definitional check of each tensor given (None: not given), and its margins."""
+
+    ln_raw: TensorDistribution
+    margins: SphereMargins
+    ln_affine: TensorDistribution | None = None
+    resid: TensorDistribution | None = None
+
+    def to_dict(self) -> dict:
+        return {"ln_raw": self.ln_raw.to_dict(), "margins": self.margins.to_dict(),
+                "ln_affine": self.ln_affine.to_dict() if self.ln_affine else None,
+                "resid": self.resid.to_dict() if self.resid else None}
 
 
 #: per-layer quantities of `sphere_geometry` (values for z of shape (N, d) per layer)
@@ -119,7 +142,7 @@ def _cluster_labels(N: int, n_inputs: int | None, n_tokens: int | None, max_clus
     return labels, unit
 
 
-def _geometry_stats(m: np.ndarray, d: int) -> dict:
+def _geometry_stats(m: np.ndarray, d: int) -> dict[str, np.ndarray]:
     """Per-layer statistics from cluster-mean features m (..., L, 7 + d) (see `sphere_geometry`)."""
     c = m[..., 0]
     r, r2 = m[..., 1] / c, m[..., 2] / c
@@ -132,7 +155,7 @@ def _geometry_stats(m: np.ndarray, d: int) -> dict:
 
 def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | None = None, n_tokens: int | None = None,
                     confidence_level: float = DEFAULT_STATS.confidence_level, n_resamples: int = DEFAULT_STATS.n_resamples,
-                    max_clusters: int = 64, rng=DEFAULT_STATS.seed) -> dict:
+                    max_clusters: int = 64, rng=DEFAULT_STATS.seed) -> SphereGeometry:
     """How far token states of each layer are from the sphere of radius sqrt(d) (claim 1), with CIs.
 
     For z of shape (L, N, d) (layers, tokens, dims) and each layer: with r = |z|/sqrt(d) and
@@ -154,9 +177,8 @@ def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | No
         n_inputs, n_tokens: walker i*n_tokens + t is token t of input i (sidecar fields); else walkers are units.
 
     Returns:
-        {"per_layer": {q: {"estimate": [..L], "ci_low": [..], "ci_high": [..]}},
-         "pooled": {q: {"estimate", "confidence_interval"}},
-         "radius_quantiles", "sum_quantiles", "mean_offset_floor", "n_clusters", "cluster", ...}
+        statsfile.SphereGeometry: per_layer (LayerValues over layers) and pooled (PooledValue) for each of
+        GEOMETRY_QUANTITIES, radius_quantiles, sum_quantiles, mean_offset_floor, n_clusters, cluster, ...
     """
     z = np.asarray(z, dtype=float)
     if z.ndim == 2:
@@ -169,8 +191,8 @@ def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | No
     L, N, d = z.shape
     r = np.linalg.norm(z, axis=-1) / np.sqrt(d)  # (L, N)
     s = z.sum(-1) / np.sqrt(d)
-    in_r = (r >= m["sphere_radius"][0]) & (r <= m["sphere_radius"][1])
-    in_s = (s >= m["sphere_sum"][0]) & (s <= m["sphere_sum"][1])
+    in_r = (r >= m.sphere_radius[0]) & (r <= m.sphere_radius[1])
+    in_s = (s >= m.sphere_sum[0]) & (s <= m.sphere_sum[1])
     feats = np.concatenate([np.stack([np.ones_like(r), r, r * r, np.abs(s), in_r & in_s, in_r, in_s], -1), z], -1)
     labels, unit = _cluster_labels(N, n_inputs, n_tokens, max_clusters)
     G = int(labels.max()) + 1
@@ -183,19 +205,20 @@ def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | No
     per_layer, pooled = {}, {}
     for q in GEOMETRY_QUANTITIES:
         lo, hi = (np.nanquantile(reps[q], [a, 1 - a], axis=0) if G > 1 else (point[q], point[q]))
-        per_layer[q] = {"estimate": point[q], "ci_low": lo, "ci_high": hi}
+        per_layer[q] = LayerValues(*(to_jsonable(v) for v in (point[q], lo, hi)))
         plo, phi = (np.nanquantile(reps[q].mean(-1), [a, 1 - a]) if G > 1 else (point[q].mean(),) * 2)
-        pooled[q] = {"estimate": float(point[q].mean()), "confidence_interval": [float(plo), float(phi)]}
+        pooled[q] = PooledValue(to_jsonable(float(point[q].mean())), to_jsonable([float(plo), float(phi)]))
     centred = z - z.mean(1, keepdims=True)
     qs = [0.01, 0.5, 0.99]
-    return to_jsonable({
-        "n_layers": L, "n_walkers": N, "dim": d, "n_clusters": G, "cluster": unit, "margins": m,
-        "confidence_level": confidence_level, "n_resamples": n_resamples,
-        "per_layer": per_layer, "pooled": pooled,
-        "radius_quantiles": {str(q): v for q, v in zip(qs, np.quantile(r, qs, axis=1))},
-        "sum_quantiles": {str(q): v for q, v in zip(qs, np.quantile(s, qs, axis=1))},
-        "mean_offset_floor": np.sqrt(np.mean(np.sum(centred**2, -1), 1) / (G * d)),
-        "method": "percentile bootstrap over " + unit + "s; pooled = mean over layers"})
+    levels = tuple(str(q) for q in qs)
+    return SphereGeometry(
+        n_layers=L, n_walkers=N, dim=d, n_clusters=G, cluster=unit, margins=m,
+        confidence_level=confidence_level, n_resamples=n_resamples,
+        per_layer=GeometryLayers(**per_layer), pooled=GeometryLayers(**pooled),
+        radius_quantiles=Quantiles(levels, tuple(to_jsonable(list(np.quantile(r, qs, axis=1))))),
+        sum_quantiles=Quantiles(levels, tuple(to_jsonable(list(np.quantile(s, qs, axis=1))))),
+        mean_offset_floor=to_jsonable(np.sqrt(np.mean(np.sum(centred**2, -1), 1) / (G * d))),
+        method="percentile bootstrap over " + unit + "s; pooled = mean over layers")
 
 
 #: the three tensors claim 1 compares, as named in the stats JSON
@@ -205,7 +228,7 @@ SPHERE_TENSORS = ("ln_raw", "ln_affine", "resid")
 def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFAULT_MARGINS,
                           n_inputs: int | None = None, n_tokens: int | None = None,
                           confidence_level: float = DEFAULT_STATS.confidence_level,
-                          n_resamples: int = DEFAULT_STATS.n_resamples, rng=DEFAULT_STATS.seed) -> dict:
+                          n_resamples: int = DEFAULT_STATS.n_resamples, rng=DEFAULT_STATS.seed) -> SphereSummary:
     """The definitional check, `sphere_geometry` and the geometry about the centre for one tensor of claim 1.
 
     Args:
@@ -217,8 +240,8 @@ def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFA
             token mean.
 
     Returns:
-        {"tensor", "distribution": the distribution summary, "geometry", "about": sphere_fit.sphere_about output,
-         "affine_map": affine_map_fit output or None, "margins", "definitional": bool}.
+        statsfile.SphereSummary: tensor, distribution (the definitional check), geometry, about (sphere_fit.sphere_about),
+        affine_map (the statsfile.AffineMap affine_map_fit recovered, or None), margins, definitional.
     """
     from brownformer.stats.sphere.sphere_fit import affine_map_fit, sphere_about
     if tensor not in SPHERE_TENSORS:
@@ -234,8 +257,8 @@ def tensor_sphere_summary(z, *, tensor: str, z_raw=None, margins: Mapping = DEFA
         centre = np.zeros(z3.shape[-1])  # the sphere of the definition is centred at the origin
     elif tensor == "ln_affine" and z_raw is not None:
         affine = affine_map_fit(np.asarray(z_raw, float).reshape(z3.shape), z3)
-        centre = np.asarray(affine["beta"], float)
+        centre = np.asarray(affine.beta, float)
     about = sphere_about(z3, centre, n_inputs=n_inputs, n_tokens=n_tokens, confidence_level=confidence_level,
                          n_resamples=n_resamples, rng=rng)
-    return to_jsonable({"tensor": tensor, "distribution": summ, "geometry": geom, "about": about, "affine_map": affine,
-                        "margins": m, "definitional": tensor == "ln_raw"})
+    return SphereSummary(tensor=tensor, distribution=summ, geometry=geom, about=about, margins=m,
+                         definitional=tensor == "ln_raw", affine_map=affine)

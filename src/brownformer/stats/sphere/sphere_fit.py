@@ -23,6 +23,7 @@ import numpy as np
 
 from brownformer.io import to_jsonable
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
+from brownformer.statsfile import AboutLayers, AffineMap, LayerValues, SphereAbout
 
 __all__ = ["sphere_about", "affine_map_fit", "gaussian_null_spread", "ABOUT_QUANTITIES"]
 
@@ -44,7 +45,7 @@ def gaussian_null_spread(S: np.ndarray) -> float:
 
 
 def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int | None = None,
-                 confidence_level: float, n_resamples: int, rng) -> dict:
+                 confidence_level: float, n_resamples: int, rng) -> SphereAbout:
     """Radius spread, its ratio to the Gaussian-cloud null and the offset, per layer (module docstring).
 
     Args:
@@ -53,8 +54,8 @@ def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int |
         n_inputs, n_tokens: walker i*n_tokens + t is token t of input i (the resampling unit); else tokens.
 
     Returns:
-        {"per_layer": {q: {"estimate", "ci_low", "ci_high"}: [L] each} for q in ABOUT_QUANTITIES,
-         "null_spread": [L], "centre": "given" | "token mean", "n_clusters", ...}.
+        statsfile.SphereAbout: per_layer (LayerValues over layers for each of ABOUT_QUANTITIES), null_spread [L],
+        centre ("given" | "token mean"), n_clusters, ...
     """
     z = np.asarray(z, dtype=float)
     z = z[None] if z.ndim == 2 else z
@@ -80,16 +81,16 @@ def sphere_about(z, centre=None, *, n_inputs: int | None = None, n_tokens: int |
     per = {}
     for q, est in (("radius_spread", sp), ("offset", off)):
         lo, hi = est.interval(confidence_level)
-        per[q] = {"estimate": est.estimate, "ci_low": lo, "ci_high": hi}
+        per[q] = (est.estimate, lo, hi)
     with np.errstate(invalid="ignore", divide="ignore"):
-        per["radius_spread_ratio"] = {k: np.asarray(v) / null for k, v in per["radius_spread"].items()}
-    return to_jsonable({"n_layers": L, "n_walkers": N, "dim": d, "n_clusters": boot.n_groups,
-                        "confidence_level": confidence_level, "n_resamples": n_resamples,
-                        "centre": "given" if given else "token mean", "per_layer": per, "null_spread": null,
-                        "method": "t-interval over probe inputs (cluster bootstrap); centre and null held fixed"})
+        per["radius_spread_ratio"] = tuple(np.asarray(v) / null for v in per["radius_spread"])
+    layers = AboutLayers(**{q: LayerValues(*(to_jsonable(v) for v in values)) for q, values in per.items()})
+    return SphereAbout(L, N, d, to_jsonable(boot.n_groups), confidence_level, n_resamples,
+                       "given" if given else "token mean", layers, to_jsonable(null),
+                       "t-interval over probe inputs (cluster bootstrap); centre and null held fixed")
 
 
-def affine_map_fit(z_raw, y) -> dict:
+def affine_map_fit(z_raw, y) -> AffineMap:
     """The LayerNorm gain and bias recovered from its input-output pairs: y_k = gamma_k z_k + beta_k per dim.
 
     Per layer and dimension a least-squares line through the tokens (exact up to storage rounding, which
@@ -103,8 +104,8 @@ def affine_map_fit(z_raw, y) -> dict:
             in gamma only up to that factor, so pass the raw output); y: (L, N, d) after the affine.
 
     Returns:
-        {"gamma": [L][d], "beta": [L][d], "gain_cv": [L], "gain_condition": [L], "wielandt_cosine": [L],
-         "offset_ratio": [L], "relative_residual": [L]}.
+        statsfile.AffineMap: gamma, beta [L][d]; gain_cv, gain_condition, wielandt_cosine, offset_ratio,
+        relative_residual [L] (plain lists, NaN as None).
     """
     z, y = np.asarray(z_raw, float), np.asarray(y, float)
     if z.shape != y.shape or z.ndim != 3:
@@ -118,7 +119,6 @@ def affine_map_fit(z_raw, y) -> dict:
         g = np.abs(gamma)
         kappa = g.max(1) / g.min(1)
         radius = np.sqrt(np.mean(np.sum((gamma[:, None] * z) ** 2, -1), 1))
-        out = {"gamma": gamma, "beta": beta, "gain_cv": g.std(1) / g.mean(1), "gain_condition": kappa,
-               "wielandt_cosine": (kappa**2 - 1) / (kappa**2 + 1), "offset_ratio": np.linalg.norm(beta, axis=1) / radius,
-               "relative_residual": rel}
-    return to_jsonable(out)
+        wielandt, offset = (kappa**2 - 1) / (kappa**2 + 1), np.linalg.norm(beta, axis=1) / radius
+        gain_cv = g.std(1) / g.mean(1)
+    return AffineMap(*(to_jsonable(v) for v in (gamma, beta, gain_cv, kappa, wielandt, offset, rel)))
