@@ -271,7 +271,7 @@ def kurtosis(z: np.ndarray, boot: ClusterBootstrap, *, centred: bool = False) ->
     z2 = np.square(z)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a walker without increments: NaN, left out below
-        F = np.stack([np.nanmean(z2, axis=(1, 3)), np.nanmean(np.square(z2), axis=(1, 3))], -1)  # (R, N, 2)
+        F = np.stack([_nanmean(z2, (1, 3)), _nanmean(np.square(z2), (1, 3))], -1)  # (R, N, 2)
     c = 1 / max(n * m - 1, 1) + 1 / max(N * m - 1, 1) + 1 / max(N * n - 1, 1)
     f = ((1 - 1 / N) ** 4 + (N - 1) / N**4) / (1 - 1 / N) ** 2 if centred else 1.0
 
@@ -286,15 +286,38 @@ def kurtosis(z: np.ndarray, boot: ClusterBootstrap, *, centred: bool = False) ->
                      "t-test with cluster-bootstrap SE; H0 = 0")
 
 
+def _nanmean(a: np.ndarray, axes) -> np.ndarray:
+    """np.nanmean over `axes`, without its copy of `a` when no value is NaN or inf (nansum / count, as numpy divides)."""
+    S = _plain_sums(a, axes)
+    if S is None:
+        return np.nanmean(a, axis=axes)
+    count = np.full(S.shape, a.size // max(S.size, 1), dtype=np.intp)
+    return np.squeeze(np.true_divide(S, count, out=S, casting="unsafe"), axis=axes)
+
+
 def _loo_scaled(a: np.ndarray, axes) -> np.ndarray:
     """a divided by the root mean square of the other finite values of its set over `axes` (leave-one-out); NaN
     where there is none or it is 0."""
     with np.errstate(all="ignore"):
         a2 = np.square(a)
-        S = np.nansum(a2, axis=axes, keepdims=True)
-        M = np.sum(np.isfinite(a), axis=axes, keepdims=True)
-        r = np.sqrt((S - a2) / (M - 1))
-        return np.where(r > 0, a / r, np.nan)
+        S = _plain_sums(a2, axes)
+        if S is None:
+            S, M = np.nansum(a2, axis=axes, keepdims=True), np.sum(np.isfinite(a), axis=axes, keepdims=True)
+        else:
+            M = np.full(S.shape, a2.size // max(S.size, 1), dtype=np.intp)
+        # (S - a2) / (M - 1) with the counts cast once, not at every element (the same float64 division)
+        m1 = (M - 1).astype(np.result_type(S.dtype, M.dtype))
+        r = np.subtract(S, a2)
+        r = np.divide(r, m1, out=r if r.dtype == m1.dtype else None)
+        np.sqrt(r, out=r)
+        return np.divide(a, r, out=np.full(a.shape, np.nan, np.result_type(a, r)), where=r > 0)
+
+
+def _plain_sums(a: np.ndarray, axes) -> np.ndarray | None:
+    """np.sum of `a` over `axes` (kept dims) when every sum is finite, else None: then no value was NaN or inf, so it
+    is nansum's result (the same additions in the same order) and every value counts."""
+    S = np.sum(a, axis=axes, keepdims=True)
+    return S if np.isfinite(S).all() else None
 
 
 def within_group_correlation(z: np.ndarray, labels: np.ndarray) -> np.ndarray:
