@@ -186,7 +186,13 @@ def _shared_noise(rng, R: int, n: int, labels: np.ndarray, k: int, rho: float) -
         return own
     shared = rng.standard_normal((R, n, G, k), dtype=np.float32)
     own *= np.float32(np.sqrt(1 - rho))  # in place: this runs once per spherical substep
-    own += (np.float32(np.sqrt(rho)) * shared)[:, :, labels]  # scaled before the walkers take it: G, not N, products
+    shared *= np.float32(np.sqrt(rho))  # scaled before the walkers take it: G, not N, products
+    size = labels.size // G
+    if labels.size == G * size and np.array_equal(labels, np.repeat(np.arange(G), size)):
+        # equal groups of consecutive walkers (the files' layout): the group's noise broadcast, not gathered
+        own.reshape(R, n, G, size, k)[...] += shared[:, :, :, None]
+    else:
+        own += shared[:, :, labels]
     return own
 
 
