@@ -15,7 +15,6 @@ Brownian motion with the same step would have E<u_0, u_T> = exp(-1) (a mid-range
 from __future__ import annotations
 
 import numpy as np
-from scipy import stats
 
 from brownformer.stats.diffusion.battery import walk_levels
 from brownformer.stats.diffusion.edges import ou_rate_at_exponent
@@ -74,6 +73,7 @@ def _increments(process: str, T: int, N: int, d: int, rng: np.random.Generator) 
     if process.startswith("fbm_"):
         return fgn_increments(n, float(process.split("_")[1]), N * d, rng).reshape(n, N, d)
     if process.startswith("stable_"):
+        from scipy import stats  # here only: scipy.stats costs a replica set's statistics 0.5 s to import
         alpha = float(process.split("_")[1])
         return stats.levy_stable.rvs(alpha, 0.0, size=(n, N, d), random_state=rng) / np.sqrt(2)
     if process == "correlated":
