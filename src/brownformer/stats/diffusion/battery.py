@@ -310,8 +310,11 @@ def _loo_scaled(a: np.ndarray, axes) -> np.ndarray:
         r = np.subtract(S, a2)
         r = np.divide(r, m1, out=r if r.dtype == m1.dtype else None)
         np.sqrt(r, out=r)
-        # the output keeps a's memory layout, as np.where(r > 0, a / r, nan) does: the next scale sums over it
-        return np.divide(a, r, out=np.full_like(a, np.nan, dtype=np.result_type(a, r)), where=r > 0)
+        # np.where(r > 0, a / r, nan) without its third array (a / r keeps a's memory layout, as np.where's output does:
+        # the next scale sums over it in that order)
+        out = np.divide(a, r)
+        np.copyto(out, np.nan, where=~(r > 0))
+        return out
 
 
 def _plain_sums(a: np.ndarray, axes) -> np.ndarray | None:
