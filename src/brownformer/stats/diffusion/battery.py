@@ -176,10 +176,15 @@ def standardize(e: np.ndarray) -> np.ndarray:
         return e * np.where(sd > 0, 1.0 / sd, np.nan)
 
 
-def _acf_features(z: np.ndarray, k: int) -> np.ndarray:
-    """(R, N, 2): mean_t <z_t, z_{t+k}>, mean_t |z_t|^2 for z (R, n, N, m)."""
-    return np.stack([np.einsum("rtnd,rtnd->rn", z[:, :-k], z[:, k:]) / (z.shape[1] - k),
-                     np.einsum("rtnd,rtnd->rn", z, z) / z.shape[1]], -1)
+def _acf_features(z: np.ndarray, k: int, power: np.ndarray) -> np.ndarray:
+    """(R, N, 2): mean_t <z_t, z_{t+k}>, mean_t |z_t|^2 for z (R, n, N, m); `power`: the latter, the same at every
+    lag (`_mean_power`)."""
+    return np.stack([np.einsum("rtnd,rtnd->rn", z[:, :-k], z[:, k:]) / (z.shape[1] - k), power], -1)
+
+
+def _mean_power(z: np.ndarray) -> np.ndarray:
+    """(R, N): mean_t |z_t|^2 for z (R, n, N, m)."""
+    return np.einsum("rtnd,rtnd->rn", z, z) / z.shape[1]
 
 
 def bridge_acf(times: np.ndarray, K: int) -> np.ndarray:
@@ -210,7 +215,8 @@ def autocorrelation(z: np.ndarray, boot: ClusterBootstrap, *, name="increment_au
     if K < 1:
         return undefined(name, R, 0.0, f"{n} increments are too few", "portmanteau")
     null = np.zeros(K) if null_acf is None else np.asarray(null_acf, float)[:K]
-    ests = [boot.estimate(_acf_features(z, k), lambda m, c=null[k - 1]: m[..., 0] / m[..., 1] - c)
+    power = _mean_power(z)  # every lag divides by it: computed once
+    ests = [boot.estimate(_acf_features(z, k, power), lambda m, c=null[k - 1]: m[..., 0] / m[..., 1] - c)
             for k in range(1, K + 1)]
     zs = np.stack([e.z(0.0) for e in ests], -1)  # (R, K)
     Q = np.nansum(zs**2, -1)
