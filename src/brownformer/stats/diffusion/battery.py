@@ -132,7 +132,8 @@ def msd_exponent(Y, times, bridge, boot: ClusterBootstrap) -> tuple[BatchStat, B
 def _pair_sq(Y, times, bridge, q: int) -> np.ndarray:
     """(R, N) per-walker mean over t of |Y_{t+q} - Y_t|^2 / bridge(t_{t+q} - t_t)."""
     delta = times[q:] - times[:-q]
-    sq = np.einsum("rtnd,rtnd->rnt", Y[:, q:] - Y[:, :-q], Y[:, q:] - Y[:, :-q])
+    step = Y[:, q:] - Y[:, :-q]  # once, not for each einsum operand
+    sq = np.einsum("rtnd,rtnd->rnt", step, step)
     return (sq / bridge(delta)).mean(-1)
 
 

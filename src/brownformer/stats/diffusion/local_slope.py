@@ -157,11 +157,17 @@ def window_features(X: np.ndarray, times: np.ndarray, win: FittingWindow, *, kin
         b = bridge(tau)
         keep = b > 1e-9
         rel, tau, b = rel[keep], tau[keep], b[keep]
-        F = _averaged(Y, tw, rel, lambda a, c: np.einsum("rtnd,rtnd->rnt", c - a, c - a)) / (d * b)
+        F = _averaged(Y, tw, rel, _squared_displacement) / (d * b)
         return tau, F
     U = Xw / np.linalg.norm(Xw, axis=-1, keepdims=True)
     # 1 - |a - b|^2 / 2 keeps 1 - cos accurate in float32 for small steps
-    return tau, 1.0 - 0.5 * _averaged(U, tw, rel, lambda a, c: np.einsum("rtnd,rtnd->rnt", c - a, c - a))
+    return tau, 1.0 - 0.5 * _averaged(U, tw, rel, _squared_displacement)
+
+
+def _squared_displacement(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """(R, N, t) |c - a|^2 of captures a, c (R, t, N, d), the difference taken once."""
+    diff = c - a
+    return np.einsum("rtnd,rtnd->rnt", diff, diff)
 
 
 #: on an evenly spaced window the displacements start at up to MAX_ORIGINS origins (the cost grows with them) in
