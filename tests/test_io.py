@@ -54,3 +54,42 @@ def test_a_missing_output_folder_is_created(tmp_path):
     with staged_folder(out) as tmp:
         (tmp / "f").write_text("1")
     assert _tree(out) == {"f": "1"}
+
+
+class _Record:
+    def __init__(self, **fields):
+        self.fields = fields
+
+    def to_dict(self):
+        return self.fields
+
+
+class _DictWithView(dict):
+    def to_dict(self):
+        return {"view": True}
+
+
+def test_to_jsonable_gives_plain_json_types_with_non_finite_as_none():
+    import math
+    from pathlib import Path
+
+    import numpy as np
+
+    from brownformer.io import to_jsonable
+    nested = {"a": (1, 2.5, float("nan")), 3: [np.float32(0.5), np.int64(4), np.bool_(True), None, "s", Path("p")],
+              "arr": np.array([[1.0, np.inf], [-np.inf, 2.0]]), "ints": np.arange(3, dtype=np.uint8),
+              "flags": np.array([True, False]), "finite": np.array([0.1, 0.2], np.float32), "zero_d": np.array(1.5),
+              "rec": _Record(x=np.array([np.nan]), y=(np.float64(math.inf),)), "sub": _DictWithView(hidden=1)}
+    assert to_jsonable(nested) == {
+        "a": [1, 2.5, None], "3": [0.5, 4, True, None, "s", "p"], "arr": [[1.0, None], [None, 2.0]],
+        "ints": [0, 1, 2], "flags": [True, False], "finite": [float(np.float32(0.1)), float(np.float32(0.2))],
+        "zero_d": 1.5, "rec": {"x": [None], "y": [None]}, "sub": {"view": True}}
+    plain = to_jsonable(nested)
+    kinds = set()
+
+    def walk(v):
+        kinds.add(type(v))
+        for w in v.values() if isinstance(v, dict) else v if isinstance(v, list) else ():
+            walk(w)
+    walk(plain)
+    assert kinds <= {dict, list, str, int, float, bool, type(None)}

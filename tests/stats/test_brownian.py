@@ -147,3 +147,20 @@ def test_all_nan_column_refused():
     X[..., 1] = np.nan
     with pytest.raises(ValueError, match=r"dimension\(s\) \[1\]"):
         analyze_trajectory(X, kind="euclidean")
+
+
+@pytest.mark.parametrize("labels", [np.repeat(np.arange(6), 10), np.tile(np.arange(6), 10),
+                                    np.repeat(np.arange(6), [4, 8, 10, 12, 12, 14])],
+                         ids=["consecutive-equal", "interleaved", "unequal"])
+def test_simulated_increments_have_the_within_group_correlation(labels):
+    """Walkers of one group share sqrt(rho) of their noise, whatever the layout of the groups: the increments'
+    correlation between two walkers of one group is rho, between groups 0."""
+    rho = 0.4
+    X = simulate_batch("brownian", times=np.arange(41.0), labels=labels, d=4, kind="euclidean", replicates=50,
+                       rng=3, rho=rho)
+    inc = np.diff(X, axis=1).transpose(2, 0, 1, 3).reshape(labels.size, -1)  # (N, R T d)
+    c = np.corrcoef(inc)
+    same = labels[:, None] == labels[None, :]
+    off = ~np.eye(labels.size, dtype=bool)
+    assert c[same & off].mean() == pytest.approx(rho, abs=0.03)
+    assert c[~same].mean() == pytest.approx(0.0, abs=0.03)

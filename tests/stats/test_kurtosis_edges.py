@@ -1,5 +1,7 @@
 """The kurtosis margin: its simulated edges have the margin's population excess, and the battery's estimator reads
 them (and Brownian walkers of different rates) without the bias of the sample kurtosis."""
+import warnings
+
 import numpy as np
 import pytest
 from scipy import stats as sps
@@ -71,3 +73,44 @@ def test_margin_edges_are_read_where_they_are_at_the_rules_shapes(side, N, T, d,
     est = kurtosis(inc, ClusterBootstrap(labels, n_resamples=5, rng=0), centred=True).estimate
     se = np.std(est) / np.sqrt(est.size)
     assert abs(np.mean(est) - target) < max(2.5 * se, 0.02), (np.mean(est), se)
+
+
+def _loo_reference(a, axes):
+    """The leave-one-out scaling of battery.kurtosis's docstring, written out: s^2 = (sum of the set's squares - x^2)
+    / (M - 1) over the set's finite values."""
+    with np.errstate(all="ignore"):
+        r = np.sqrt((np.nansum(a**2, axis=axes, keepdims=True) - a**2)
+                    / (np.sum(np.isfinite(a), axis=axes, keepdims=True) - 1))
+        return np.where(r > 0, a / r, np.nan)
+
+
+@pytest.mark.parametrize("case", ["complete", "missing-walker-and-inf", "strided"])
+def test_kurtosis_is_its_formula_with_and_without_missing_values(case):
+    """The estimator is its formula, to the last bit (leave-one-out scales per walker, step and coordinate; nanmean
+    moments; the quadratic solved for kappa) on float32 increments, also with a walker without increments and an
+    infinite value (the general path of the sums), and on a transposed view (a trajectory's increments: the memory
+    order fixes the order of the sums)."""
+    rng = np.random.default_rng(3)
+    R, n, N, m = 3, 12, 20, 4
+    z = rng.standard_t(8, (R, n, N, m)).astype(np.float32)
+    if case == "missing-walker-and-inf":
+        z[1, :, 5] = np.nan
+        z[2, 3, 7, 1] = np.inf
+    if case == "strided":
+        z = np.ascontiguousarray(z.transpose(3, 2, 1, 0)).transpose(3, 2, 1, 0).astype(np.float64)
+    labels = np.arange(N) // 4
+    got = kurtosis(z, ClusterBootstrap(labels, n_resamples=50, rng=0))
+    w = _loo_reference(_loo_reference(_loo_reference(z, (1, 3)), (2, 3)), (1, 2))
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)  # the walker without increments: an all-NaN slice
+        F = np.stack([np.nanmean(w**2, axis=(1, 3)), np.nanmean((w**2) ** 2, axis=(1, 3))], -1)
+    c = 1 / (n * m - 1) + 1 / (N * m - 1) + 1 / (N * n - 1)
+
+    def excess(mm):
+        g = mm[..., 1] / mm[..., 0] ** 2 - 3.0
+        return (-(1 + 5 * c) + np.sqrt(np.maximum((1 + 5 * c) ** 2 - 4 * c * (6 * c - g), 0.0))) / (2 * c) / 1.0
+
+    want = ClusterBootstrap(labels, n_resamples=50, rng=0).estimate(F, excess)
+    assert np.isfinite(want.estimate[[0, 2]]).all()  # the infinite value is left out; a NaN walker voids its replicate
+    np.testing.assert_array_equal(got.estimate, want.estimate)
+    np.testing.assert_array_equal(got.boot.standard_error, want.standard_error)

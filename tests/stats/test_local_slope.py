@@ -179,3 +179,15 @@ def test_storage_offset_is_the_float16_rounding_variance():
     assert np.mean(err**2) == pytest.approx(2 * 2.0**-22 / 12, rel=0.1)
     assert storage_offset(rng.standard_normal((20, 50, 8)), kind="euclidean", k=8) == 0.0
     assert storage_offset(X / np.sqrt(8), kind="sphere", k=7) > 0  # the token files: float16 / sqrt(d)
+
+
+def test_storage_offset_checks_every_value_past_its_first_look():
+    # the values past the first few decide as well: one value off float16's grid at the end gives no offset
+    X = np.full((20, 50, 8), 0.75, np.float32)
+    assert storage_offset(X, kind="euclidean", k=8) == pytest.approx(2 * 2.0**-22 / 12)
+    X[-1, -1, -1] = 0.75 + 1e-4
+    assert storage_offset(X, kind="euclidean", k=8) == 0.0
+    # and a grid value past a non-finite one
+    X = np.full((20, 50, 8), 0.75, np.float32)
+    X[-1, -1, -1] = np.inf
+    assert storage_offset(X, kind="euclidean", k=8) == 0.0

@@ -86,3 +86,15 @@ def test_summaries_and_tables_to_merge_are_one_or_the_other(summaries, tmp_path)
         stages.stats_calibrate([summaries["a"]], tmp_path / "x.parquet", stats=STATS, merge=[tmp_path / "y.parquet"])
     with pytest.raises(ValueError, match="--run-stats"):
         stages.stats_calibrate([], tmp_path / "x.parquet", stats=STATS)
+
+
+def test_a_run_with_nothing_decided_writes_the_empty_table(summaries, tmp_path):
+    """Only inconclusive files: no cell is simulated, and the table (with its key columns) is still written."""
+    path = tmp_path / "undecided.json"
+    row = SummaryRow(output="depth/z.json", path="depth/z.npy", category="depth", verdict="inconclusive",
+                     calibration_shape=_shape(10))
+    write_json(path, RunStatsSummary(run_id="u", traj_dir=str(tmp_path), index_sha256="0", n_files=1, files=[row],
+                                     errors=[]))
+    table = stages.stats_calibrate([path], tmp_path / "u.parquet", stats=STATS, context=[summaries["rep"]])
+    back = pd.read_parquet(tmp_path / "u.parquet")
+    assert table.empty and back.empty and list(back.columns)[:3] == list(KEY_COLUMNS)

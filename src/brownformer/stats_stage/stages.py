@@ -145,9 +145,10 @@ def stats_calibrate(run_summaries: list[Path], out: Path, *, stats, replicates: 
 
     from brownformer.io import atomic_path, progress
 
-    from brownformer.stats.core.calibration import processes_for
     files = decided_files(run_summaries, context)
     shapes = {s.id: s for s, *_ in files}
+    if files:  # most runs have nothing to calibrate: they write the empty table without loading the simulations
+        from brownformer.stats.core.calibration import processes_for
     certify = {s.id for s, _, v, *_ in files if v == "brownian"}
     n = int(replicates or stats.calibration_replicates)
     kwargs = {"n_replicates": n, "rng": stats.seed, "alpha": stats.alpha, "margins": dict(stats.margins),

@@ -132,7 +132,8 @@ def msd_exponent(Y, times, bridge, boot: ClusterBootstrap) -> tuple[BatchStat, B
 def _pair_sq(Y, times, bridge, q: int) -> np.ndarray:
     """(R, N) per-walker mean over t of |Y_{t+q} - Y_t|^2 / bridge(t_{t+q} - t_t)."""
     delta = times[q:] - times[:-q]
-    sq = np.einsum("rtnd,rtnd->rnt", Y[:, q:] - Y[:, :-q], Y[:, q:] - Y[:, :-q])
+    step = Y[:, q:] - Y[:, :-q]  # once, not for each einsum operand
+    sq = np.einsum("rtnd,rtnd->rnt", step, step)
     return (sq / bridge(delta)).mean(-1)
 
 
@@ -176,10 +177,15 @@ def standardize(e: np.ndarray) -> np.ndarray:
         return e * np.where(sd > 0, 1.0 / sd, np.nan)
 
 
-def _acf_features(z: np.ndarray, k: int) -> np.ndarray:
-    """(R, N, 2): mean_t <z_t, z_{t+k}>, mean_t |z_t|^2 for z (R, n, N, m)."""
-    return np.stack([np.einsum("rtnd,rtnd->rn", z[:, :-k], z[:, k:]) / (z.shape[1] - k),
-                     np.einsum("rtnd,rtnd->rn", z, z) / z.shape[1]], -1)
+def _acf_features(z: np.ndarray, k: int, power: np.ndarray) -> np.ndarray:
+    """(R, N, 2): mean_t <z_t, z_{t+k}>, mean_t |z_t|^2 for z (R, n, N, m); `power`: the latter, the same at every
+    lag (`_mean_power`)."""
+    return np.stack([np.einsum("rtnd,rtnd->rn", z[:, :-k], z[:, k:]) / (z.shape[1] - k), power], -1)
+
+
+def _mean_power(z: np.ndarray) -> np.ndarray:
+    """(R, N): mean_t |z_t|^2 for z (R, n, N, m)."""
+    return np.einsum("rtnd,rtnd->rn", z, z) / z.shape[1]
 
 
 def bridge_acf(times: np.ndarray, K: int) -> np.ndarray:
@@ -210,7 +216,8 @@ def autocorrelation(z: np.ndarray, boot: ClusterBootstrap, *, name="increment_au
     if K < 1:
         return undefined(name, R, 0.0, f"{n} increments are too few", "portmanteau")
     null = np.zeros(K) if null_acf is None else np.asarray(null_acf, float)[:K]
-    ests = [boot.estimate(_acf_features(z, k), lambda m, c=null[k - 1]: m[..., 0] / m[..., 1] - c)
+    power = _mean_power(z)  # every lag divides by it: computed once
+    ests = [boot.estimate(_acf_features(z, k, power), lambda m, c=null[k - 1]: m[..., 0] / m[..., 1] - c)
             for k in range(1, K + 1)]
     zs = np.stack([e.z(0.0) for e in ests], -1)  # (R, K)
     Q = np.nansum(zs**2, -1)
@@ -267,11 +274,19 @@ def kurtosis(z: np.ndarray, boot: ClusterBootstrap, *, centred: bool = False) ->
     simulates the margin's edges at several shapes and checks the estimate's mean sits at them.
     """
     R, n, N, m = z.shape
-    z = _loo_scaled(_loo_scaled(_loo_scaled(z, (1, 3)), (2, 3)), (1, 2))
-    z2 = np.square(z)
+
+    def moments(zr):  # (r, n, N, m) -> (r, N, 2)
+        zr = _loo_scaled(_loo_scaled(_loo_scaled(zr, (1, 3)), (2, 3)), (1, 2))
+        z2 = np.square(zr)
+        return np.stack([_nanmean(z2, (1, 3)), _nanmean(np.square(z2), (1, 3))], -1)
+
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", RuntimeWarning)  # a walker without increments: NaN, left out below
-        F = np.stack([np.nanmean(z2, axis=(1, 3)), np.nanmean(np.square(z2), axis=(1, 3))], -1)  # (R, N, 2)
+        # no scale reaches across trajectories: one at a time keeps the temporaries in cache (a third less time at a
+        # replica set's shape). Only in C order, where each trajectory's slab is summed in the order of the whole
+        # array; another memory order would change the order of the sums
+        F = (np.concatenate([moments(z[r:r + 1]) for r in range(R)]) if R > 1 and z.flags.c_contiguous
+             else moments(z))  # (R, N, 2)
     c = 1 / max(n * m - 1, 1) + 1 / max(N * m - 1, 1) + 1 / max(N * n - 1, 1)
     f = ((1 - 1 / N) ** 4 + (N - 1) / N**4) / (1 - 1 / N) ** 2 if centred else 1.0
 
@@ -286,15 +301,42 @@ def kurtosis(z: np.ndarray, boot: ClusterBootstrap, *, centred: bool = False) ->
                      "t-test with cluster-bootstrap SE; H0 = 0")
 
 
+def _nanmean(a: np.ndarray, axes) -> np.ndarray:
+    """np.nanmean over `axes`, without its copy of `a` when no value is NaN or inf (nansum / count, as numpy divides)."""
+    S = _plain_sums(a, axes)
+    if S is None:
+        return np.nanmean(a, axis=axes)
+    count = np.full(S.shape, a.size // max(S.size, 1), dtype=np.intp)
+    return np.squeeze(np.true_divide(S, count, out=S, casting="unsafe"), axis=axes)
+
+
 def _loo_scaled(a: np.ndarray, axes) -> np.ndarray:
     """a divided by the root mean square of the other finite values of its set over `axes` (leave-one-out); NaN
     where there is none or it is 0."""
     with np.errstate(all="ignore"):
         a2 = np.square(a)
-        S = np.nansum(a2, axis=axes, keepdims=True)
-        M = np.sum(np.isfinite(a), axis=axes, keepdims=True)
-        r = np.sqrt((S - a2) / (M - 1))
-        return np.where(r > 0, a / r, np.nan)
+        S = _plain_sums(a2, axes)
+        if S is None:
+            S, M = np.nansum(a2, axis=axes, keepdims=True), np.sum(np.isfinite(a), axis=axes, keepdims=True)
+        else:
+            M = np.full(S.shape, a2.size // max(S.size, 1), dtype=np.intp)
+        # (S - a2) / (M - 1) with the counts cast once, not at every element (the same float64 division)
+        m1 = (M - 1).astype(np.result_type(S.dtype, M.dtype))
+        r = np.subtract(S, a2)
+        r = np.divide(r, m1, out=r if r.dtype == m1.dtype else None)
+        np.sqrt(r, out=r)
+        # np.where(r > 0, a / r, nan) without its third array (a / r keeps a's memory layout, as np.where's output does:
+        # the next scale sums over it in that order)
+        out = np.divide(a, r)
+        np.copyto(out, np.nan, where=~(r > 0))
+        return out
+
+
+def _plain_sums(a: np.ndarray, axes) -> np.ndarray | None:
+    """np.sum of `a` over `axes` (kept dims) when every sum is finite, else None: then no value was NaN or inf, so it
+    is nansum's result (the same additions in the same order) and every value counts."""
+    S = np.sum(a, axis=axes, keepdims=True)
+    return S if np.isfinite(S).all() else None
 
 
 def within_group_correlation(z: np.ndarray, labels: np.ndarray) -> np.ndarray:

@@ -155,11 +155,17 @@ def window_features(X: np.ndarray, times: np.ndarray, win: FittingWindow, *, kin
         b = bridge(tau)
         keep = b > 1e-9
         rel, tau, b = rel[keep], tau[keep], b[keep]
-        F = _averaged(Y, tw, rel, lambda a, c: np.einsum("rtnd,rtnd->rnt", c - a, c - a)) / (d * b)
+        F = _averaged(Y, tw, rel, _squared_displacement) / (d * b)
         return tau, F
     U = Xw / np.linalg.norm(Xw, axis=-1, keepdims=True)
     # 1 - |a - b|^2 / 2 keeps 1 - cos accurate in float32 for small steps
-    return tau, 1.0 - 0.5 * _averaged(U, tw, rel, lambda a, c: np.einsum("rtnd,rtnd->rnt", c - a, c - a))
+    return tau, 1.0 - 0.5 * _averaged(U, tw, rel, _squared_displacement)
+
+
+def _squared_displacement(a: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """(R, N, t) |c - a|^2 of captures a, c (R, t, N, d), the difference taken once."""
+    diff = c - a
+    return np.einsum("rtnd,rtnd->rnt", diff, diff)
 
 
 #: on an evenly spaced window the displacements start at up to MAX_ORIGINS origins (the cost grows with them) in
@@ -270,6 +276,21 @@ def fit_offset_power(tau: np.ndarray, y: np.ndarray, *, level: float = OFFSET_LE
     return np.where(enough, alpha, np.nan), np.where(enough, cc, np.nan), np.where(enough, dd, np.nan)
 
 
+#: values storage_offset checks for the float16 grid before it checks them all
+_GRID_PROBE = 256
+
+
+def _float16_values(x: np.ndarray, scale: float) -> np.ndarray | None:
+    """x times `scale` in float64 rounded through float16, or None when a value is not finite on float16's grid (to a
+    relative 1e-6)."""
+    z = np.asarray(x, np.float64) * scale
+    with np.errstate(all="ignore"):
+        z16 = z.astype(np.float16).astype(np.float64)
+    if not np.all(np.isfinite(z16)) or np.any(np.abs(z - z16) > 1e-6 * np.abs(z)):
+        return None
+    return z16
+
+
 def storage_offset(X: np.ndarray, *, kind: str, k: int) -> float:
     """The capture-noise offset c of the curves from the storage precision of X (T, N, d); 0 when X is not float16.
 
@@ -280,13 +301,15 @@ def storage_offset(X: np.ndarray, *, kind: str, k: int) -> float:
     float16 values divided by sqrt(d), so both scalings are tried. This offset is known, not fitted: an offset
     fitted to the curve's shape absorbs noise and bends the exponent.
     """
-    X = np.asarray(X, np.float64)
+    X = np.asarray(X)
     d = X.shape[-1]
     for scale in (1.0, float(np.sqrt(d))):
-        Z = X * scale
-        with np.errstate(all="ignore"):
-            Z16 = Z.astype(np.float16).astype(np.float64)
-        if not np.all(np.isfinite(Z16)) or np.any(np.abs(Z - Z16) > 1e-6 * np.abs(Z)):
+        # one value off the float16 grid rules a scaling out: a first look at a few values spares a simulated walk
+        # (nowhere on the grid) the pass over the whole array
+        if _float16_values(X.flat[:_GRID_PROBE], scale) is None:
+            continue
+        Z16 = _float16_values(X, scale)
+        if Z16 is None:
             continue
         ulp = 2.0 ** (np.floor(np.log2(np.maximum(np.abs(Z16), 2.0**-14))) - 10)  # subnormals: 2^-24
         var = float(np.mean(ulp**2)) / 12 / scale**2  # per coordinate, in X's units
