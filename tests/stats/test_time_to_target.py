@@ -207,3 +207,19 @@ def test_a_not_supported_names_the_baseline_most_clearly_faster():
     result = time_to_target(runs, {"m": 0.8}, **settings)["m"]
     assert result.verdicts["adamw"].verdict == "not supported" and result.verdicts["muon"].verdict == "not supported"
     assert result.verdict == "not supported" and result.reason.startswith("not faster than muon")
+
+
+@pytest.mark.parametrize("kfac, expected", [({s: 100 + 5 * s for s in SEEDS}, "supported"),
+                                            ({s: 300 + 5 * s for s in SEEDS}, "not supported")])
+def test_the_verdict_at_critical_values_is_the_p_value_verdict_at_the_normal_ones_and_none_beyond_reach(kfac,
+                                                                                                        expected):
+    from brownformer.stats.comparison.time_to_target import with_critical_values
+    from brownformer.stats.comparison.time_to_target_size import nominal_critical
+
+    res = time_to_target(_runs(kfac, {s: 200 + 10 * s for s in SEEDS}), {"m": 0.8}, **_settings())["m"]
+    assert res.verdict == expected
+    same = with_critical_values(res, {"adamw": nominal_critical(0.95)})
+    assert same.verdicts["adamw"].verdict == expected and same.verdict == expected
+    # out of reach: the steps test decides nothing; a slower K-FAC is still "not supported" by its seconds test
+    unreachable = with_critical_values(res, {"adamw": (1e9, -1e9)})
+    assert unreachable.verdicts["adamw"].verdict == ("inconclusive" if expected == "supported" else expected)

@@ -64,19 +64,3 @@ def test_calibrated_critical_values_hold_the_size_where_the_normal_ones_do_not()
     assert calibrated.rates[0.5]["supported"] >= 0.9 and calibrated.rates[1.0]["not supported"] >= 0.9
     assert calibrated.critical == crit and nominal.critical == z
 
-
-def test_the_verdict_at_critical_values_is_the_p_value_verdict_at_the_normal_ones_and_none_beyond_reach():
-    from brownformer.config import ReportConfig, StatsConfig
-    from brownformer.stats.comparison.time_to_target import time_to_target, with_critical_values
-    from brownformer.stats.comparison.time_to_target_size import nominal_critical
-    from tests.stats.test_time_to_target_claim import _grid
-
-    stats = StatsConfig(calibration_replicates=60)
-    report = ReportConfig(proposed="kfac-iterative", baselines=("adamw",), scope=("vit-pre",), targets={"vit-pre": 0.8})
-    for speed, expected in ((2.5, "supported"), (0.6, "not supported")):
-        res = time_to_target(_grid(speed), {"vit-pre": 0.8}, stats=stats, report=report)["vit-pre"]
-        assert res.verdict == expected
-        same = with_critical_values(res, {"adamw": nominal_critical(0.95)})
-        assert same.verdicts["adamw"].verdict == expected and same.verdict == expected
-        unreachable = with_critical_values(res, {"adamw": (1e9, -1e9)})
-        assert unreachable.verdicts["adamw"].verdict == ("inconclusive" if expected == "supported" else expected)

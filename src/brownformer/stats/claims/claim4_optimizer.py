@@ -113,17 +113,13 @@ def _shape(res, baseline: str, stats, margin: float) -> dict:
                 margin=margin, confidence_level=stats.confidence_level, replicates=stats.calibration_replicates)
 
 
-def _critical(res, stats, margin: float) -> dict[str, tuple[float, float]]:
-    """Each baseline's critical values of the steps statistic, simulated at its comparison's shape
-    (time_to_target_size.calibrated_critical) on a stream of its own (not the error rates' stream)."""
-    return {b: calibrated_critical(**_shape(res, b, stats, margin), rng=[stats.seed, CRITICAL_STREAM])
-            for b in res.verdicts}
-
-
-def _rule_rates(res, baseline: str, stats, margin: float, critical: tuple[float, float] | None = None):
-    """Simulated verdict rates of the steps rule at the shape of one comparison, at its critical values (module
-    docstring): time_to_target_size.RuleErrorRates."""
-    return rule_error_rates(**_shape(res, baseline, stats, margin), rng=stats.seed, critical=critical)
+def _critical(res, shapes: dict, stats) -> dict[str, tuple[float, float]]:
+    """The calibrated critical values of the steps statistic (time_to_target_size.calibrated_critical) of each
+    baseline the normal ones decide, simulated at its comparison's shape (`shapes`, from :func:`_shape`) on a stream
+    of its own (not the error rates' stream). The calibrated values are never less extreme than the normal ones, so
+    an undecided baseline stays undecided: it needs no simulation."""
+    return {b: calibrated_critical(**shapes[b], rng=[stats.seed, CRITICAL_STREAM])
+            for b, d in res.verdicts.items() if d.verdict in DECISIVE}
 
 
 def _error_rate(rates, verdict: str) -> float:
@@ -169,9 +165,11 @@ def _estimate(res):
 
 
 def _model_record(res, levels: dict, source: str, stats, margin: tuple[float, float], in_scope: bool) -> ClaimRecord:
-    critical = _critical(res, stats, margin[1]) if res.protocol_met else {}
+    shapes = {b: _shape(res, b, stats, margin[1]) for b in res.verdicts} if res.protocol_met else {}
+    critical = _critical(res, shapes, stats) if res.protocol_met else {}
     res = with_critical_values(res, critical)
-    rates = ({b: _rule_rates(res, b, stats, margin[1], critical.get(b)) for b in res.verdicts}
+    # the verdict rates at the critical values each baseline was decided at (the normal ones where it was undecided)
+    rates = ({b: rule_error_rates(**shapes[b], rng=stats.seed, critical=critical.get(b)) for b in res.verdicts}
              if res.protocol_met and res.verdict in DECISIVE else None)
     decision = _gated(res, rates) if rates else Decision(res.verdict, res.reason)
     summary = None if rates is None else RuleErrorSummary.of(rates, MAX_SIZE)
