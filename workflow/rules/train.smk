@@ -30,46 +30,16 @@ rule train_model:
 
 # One job per ensemble (common.smk ENSEMBLES): its members train as one batched model (brownformer.ensemble),
 # each into its own run folder; `brownformer train --run <one member> --out ...` still trains one alone.
-for _ens in ENSEMBLES:
-
-    rule:
-        name:
-            group_rule_name("train_ensemble_", _ens)
-        input:
-            **group_inputs(_ens),
-        output:
-            metrics=group_outputs(_ens, "metrics.parquet"),
-            manifest=group_outputs(_ens, "manifest.json"),
-            probes=group_outputs(_ens, "probes/index.parquet"),
-        params:
-            config=CONFIG_FILE,
-            data=group_data_dir,
-            runs=" ".join(f"--run {run}" for run in _ens.runs),
-            runs_dir=group_runs_dir,
-        threads: CFG.resources["train_threads"]
-        resources:
-            gpu=train_resources_gpu,
-            mem_mb=CFG.resources["train_mem_mb"],
-            runtime=CFG.resources["train_runtime_min"] * len(_ens.runs),
-        log:
-            in_results(f"logs/train_ensemble/{_ens.name}.log"),
-        benchmark:
-            in_results(f"benchmarks/train_ensemble/{_ens.name}.tsv")
-        conda:
-            ENV
-        shell:
-            "brownformer train --config {params.config} {params.runs} --data {params.data} "
-            "--runs-dir {params.runs_dir} --set train.threads={threads} 2>> {log}"
-
-
 # One job per interleaved group (common.smk INTERLEAVED): claim 4's timed runs of one model, a few seeds, trained one
-# at a time in the group's order, each as `brownformer train --run <run> --out ...` trains it alone (its wall-clock
-# a lone run's), each into its own run folder; a member already complete for its config is not trained again.
-for _grp in INTERLEAVED:
+# at a time in the group's order (`--one-at-a-time`), each as `brownformer train --run <run> --out ...` trains it
+# alone (its wall-clock a lone run's), each into its own run folder; a member complete for its config is not
+# trained again. Both kinds declare every member's outputs and differ only in the trainer's mode.
+_TRAIN_GROUPS = [("ensemble", g, "") for g in ENSEMBLES] + [("interleaved", g, " --one-at-a-time") for g in INTERLEAVED]
+for _kind, _grp, _mode in _TRAIN_GROUPS:
 
     rule:
         name:
-            group_rule_name("train_interleaved_", _grp)
+            group_rule_name(f"train_{_kind}_", _grp)
         input:
             **group_inputs(_grp),
         output:
@@ -81,17 +51,18 @@ for _grp in INTERLEAVED:
             data=group_data_dir,
             runs=" ".join(f"--run {run}" for run in _grp.runs),
             runs_dir=group_runs_dir,
+            mode=_mode,
         threads: CFG.resources["train_threads"]
         resources:
             gpu=train_resources_gpu,
             mem_mb=CFG.resources["train_mem_mb"],
             runtime=CFG.resources["train_runtime_min"] * len(_grp.runs),
         log:
-            in_results(f"logs/train_interleaved/{_grp.name}.log"),
+            in_results(f"logs/train_{_kind}/{_grp.name}.log"),
         benchmark:
-            in_results(f"benchmarks/train_interleaved/{_grp.name}.tsv")
+            in_results(f"benchmarks/train_{_kind}/{_grp.name}.tsv")
         conda:
             ENV
         shell:
             "brownformer train --config {params.config} {params.runs} --data {params.data} "
-            "--runs-dir {params.runs_dir} --one-at-a-time --set train.threads={threads} 2>> {log}"
+            "--runs-dir {params.runs_dir}{params.mode} --set train.threads={threads} 2>> {log}"
