@@ -2,6 +2,7 @@
 not steer, the config checks, and a tiny real tuning on config/ci.yaml shapes."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -12,8 +13,8 @@ import yaml
 
 from brownformer.cli import main
 from brownformer.config import ConfigError, from_dict
-from brownformer.tuning.quasi_random import (edge_status, halton_points, quasi_random_search, smoothed_scores,
-                                             unit_to_value)
+from brownformer.tuning.quasi_random import (EDGE, PROBE_STEP, edge_probes, edge_status, halton_points,
+                                             probed_status, quasi_random_search, smoothed_scores, unit_to_value)
 from brownformer.tuning.search import Outcome
 from brownformer.tuning.space import Knob, optimizer_settings, tuning_config
 
@@ -68,6 +69,70 @@ def test_selection_recovers_the_optimum_of_a_noisy_bowl():
     assert edge_status(trials[best][0]) == ["inside"]
 
 
+def test_a_share_of_the_design_lies_near_a_face_whatever_the_scores():
+    """Why nearness to a face alone cannot mean "the range is too narrow": of the first 16 six-knob points, close to
+    the share 1 - (1 - 2 EDGE)^6 of uniform points has a coordinate within EDGE of a face."""
+    points = halton_points(6, 16, seed=0)
+    share = np.mean((np.minimum(points, 1 - points) < EDGE).any(axis=1))
+    assert abs(share - (1 - (1 - 2 * EDGE) ** 6)) < 0.1
+
+
+WARMUP = Knob("warmup_steps", scale="linear", low=0, high=50)
+
+
+def test_edge_probes_step_beyond_the_face_on_the_knob_scale():
+    values = {"lr": unit_to_value(LR, 0.02), "momentum": unit_to_value(MOMENTUM, 0.5), "warmup_steps": 1}
+    probes = edge_probes([LR, MOMENTUM, WARMUP], (0.02, 0.5, 0.01), values)
+    # lr near its low face: one probe, below the range on the log scale; the momentum inside: none; warm-up at its
+    # natural limit 0: none
+    assert [p.knob for p in probes] == ["lr"]
+    (probe,) = probes
+    assert probe.unit == -PROBE_STEP and probe.winner_value == values["lr"]
+    assert probe.value == pytest.approx(1e-4 * (1e-1 / 1e-4) ** -PROBE_STEP, rel=1e-3) and probe.value < LR.low
+    assert probe.settings["momentum"] == values["momentum"]  # every other knob at the winner's value
+    (upper,) = edge_probes([MOMENTUM], (0.99,), {"momentum": unit_to_value(MOMENTUM, 0.99)})
+    assert 0.99 < upper.value < 1  # the complement scale extrapolates towards 1, never past it
+
+
+def _bowl(optimum_lr: float):
+    """Steps to the target, a noise-free bowl in log lr with its bottom at ``optimum_lr``."""
+    return lambda settings: 100 + 80 * (math.log10(settings["lr"]) - math.log10(optimum_lr)) ** 2
+
+
+def _status_of_a_winner_at(u: float, optimum_lr: float) -> list[str]:
+    """The lr knob's status for a winner at unit coordinate ``u``, its probes and smoothed score on the bowl."""
+    bowl = _bowl(optimum_lr)
+    winner = {"lr": unit_to_value(LR, u)}
+    probes = [dataclasses.replace(p, outcome=_outcome(bowl(p.settings))) for p in edge_probes([LR], (u,), winner)]
+    return probes, probed_status([LR], (u,), probes, smoothed_best=bowl(winner))
+
+
+def test_a_winner_whose_optimum_lies_beyond_the_range_is_on_the_edge():
+    probes, status = _status_of_a_winner_at(0.02, optimum_lr=1e-5)  # the bottom a decade below the range
+    assert len(probes) == 1 and status == ["edge"]
+
+
+def test_a_winner_near_a_face_with_its_optimum_inside_is_inside():
+    probes, status = _status_of_a_winner_at(0.03, optimum_lr=1.3e-4)  # the bottom inside, by the face
+    assert len(probes) == 1 and status == ["inside"]
+
+
+def test_the_search_recovers_an_optimum_beyond_the_range_as_an_edge():
+    """End to end on the search's own winner: the bowl's bottom below the range pulls the winner to the face."""
+    bowl = _bowl(1e-6)
+    trials, best, smooth = quasi_random_search([LR], 24, 0, lambda s: _outcome(bowl(s)))
+    u = trials[best][0]
+    probes = [dataclasses.replace(p, outcome=_outcome(bowl(p.settings)))
+              for p in edge_probes([LR], u, trials[best][1])]
+    status = probed_status([LR], u, probes, float(smooth[best]))
+    assert len(probes) == 1 and status == ["edge"]  # the lowest of the 24 points sits at u = 0.037
+    assert trials[best][1]["lr"] == min(t[1]["lr"] for t in trials)  # the lowest lr tried wins
+
+
+def test_a_face_at_the_natural_limit_is_a_bound():
+    assert probed_status([WARMUP], (0.01,), [], smoothed_best=100.0) == ["bound"]
+
+
 def test_betas_are_two_knobs_of_one_pair():
     assert optimizer_settings({"lr": 0.01, "beta1": 0.8}, {}) == {"lr": 0.01, "betas": [0.8, 0.999]}
     assert optimizer_settings({"beta2": 0.95}, {"betas": [0.85, 0.99]}) == {"betas": [0.85, 0.95]}
@@ -114,3 +179,7 @@ def test_tiny_quasi_random_tuning_writes_the_winner_of_the_smoothed_score(tmp_pa
     tuned = yaml.safe_load(out.read_text())["tuned"]["vit-pre"]["adamw"]
     assert tuned["lr"] == chosen["lr"] and tuned["betas"] == chosen["betas"]
     assert 1e-3 <= tuned["lr"] <= 1e-2 and 0.9 <= tuned["betas"][1] <= 0.999
+    # every knob of the winner near a face was probed beyond it, and the table says what the probe found
+    chosen_row = payload["chosen"][0]
+    assert all(p["status"] in ("inside", "edge") and p["knob"] in chosen_row["knobs"] for p in payload["probes"])
+    assert "## Edge probes" in table.read_text()

@@ -11,9 +11,21 @@ target over the tuning seeds (search.outcome_of); its smoothed score is the mean
 of its ``neighbours`` nearest trials in the unit cube (Euclidean), so a setting wins only when its
 neighbourhood is good too, not by one lucky draw of seeds. The winner is the smallest smoothed score
 (ties: smaller raw score, then the earlier trial). No trial stops early: smoothing needs every score.
+
+Edges (is the range wide enough?). A winner's coordinate within :data:`EDGE` of a face is common by the
+design's geometry alone: 7 of the first 16 six-dimensional points have one (1 - 0.9^6 = 47% of random points), so
+nearness to a face says nothing about where the optimum lies, and widening the range maps the same unit points
+to a new face (benchmarks/results/tuning_kfac_widened.md). So each such knob is probed: the winner's setting
+with that knob moved :data:`PROBE_STEP` beyond the face (unit coordinate -0.1 or 1.1, the range's own scale
+extrapolated), trained on the same tuning seeds. The knob is "edge" (the range should be widened) when the probe
+scores better than the winner's smoothed score, "inside" otherwise; "bound" when the face is the knob's natural
+limit (a linear knob starting at 0: no negative warm-up). The probes are diagnostics: they never replace the
+winner, so every optimizer's search keeps the same number of trials. Comparing with the smoothed score rather
+than the winner's own (selected, so optimistically low) score makes "edge" the easier call.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
@@ -22,19 +34,21 @@ from scipy.stats import qmc
 from .search import Outcome
 from .space import Knob
 
-__all__ = ["NEIGHBOURS", "EDGE", "unit_to_value", "halton_points", "smoothed_scores", "quasi_random_search",
-           "edge_status"]
+__all__ = ["NEIGHBOURS", "EDGE", "PROBE_STEP", "unit_to_value", "halton_points", "smoothed_scores",
+           "quasi_random_search", "edge_status", "EdgeProbe", "edge_probes", "probed_status"]
 
 #: nearest trials averaged into a trial's smoothed score (with itself: 3 settings x the tuning seeds)
 NEIGHBOURS = 2
 #: a winner closer than this to a face of the unit cube is reported on the edge of its search space
 EDGE = 0.05
+#: how far beyond a face (unit coordinates) an edge winner's knob is probed
+PROBE_STEP = 0.1
 
 
 def unit_to_value(knob: Knob, u: float) -> float:
     """The knob's value at unit coordinate ``u`` in [0, 1] (module docstring), to 4 significant digits; a step
     count (``knob.integer``: warm-up, horizon) rounded to the nearest integer."""
-    lo, hi = knob.low, knob.high
+    lo, hi = knob.low, knob.high  # u outside [0, 1] extrapolates the scale (an edge probe)
     if knob.scale == "log":
         value = lo * (hi / lo) ** u
     elif knob.scale == "complement":
@@ -81,3 +95,46 @@ def quasi_random_search(knobs: Sequence[Knob], budget: int, seed: int,
 def edge_status(point: Sequence[float]) -> list[str]:
     """Per knob of a winner: "inside" its range, or "edge" within :data:`EDGE` of a bound (widen the range)."""
     return ["edge" if min(u, 1 - u) < EDGE else "inside" for u in point]
+
+
+@dataclass(frozen=True)
+class EdgeProbe:
+    """One edge winner's knob probed beyond its face (module docstring)."""
+
+    knob: str
+    unit: float  # the probe's unit coordinate (-PROBE_STEP or 1 + PROBE_STEP)
+    settings: dict  # the winner's values with this knob moved
+    winner_value: float  # the knob's value at the winner
+    outcome: Outcome | None = None  # its score on the tuning seeds, once trained
+
+    @property
+    def value(self) -> float:
+        return self.settings[self.knob]
+
+
+def edge_probes(knobs: Sequence[Knob], point: Sequence[float], values: dict) -> list[EdgeProbe]:
+    """The probes of a winner at unit ``point`` with knob values ``values``: one per knob within EDGE of a face,
+    except a face that is the knob's natural limit (a linear knob whose low end is 0)."""
+    probes = []
+    for knob, u in zip(knobs, point):
+        if min(u, 1 - u) >= EDGE or (u < EDGE and knob.scale == "linear" and knob.low == 0):
+            continue
+        beyond = -PROBE_STEP if u < EDGE else 1 + PROBE_STEP
+        probes.append(EdgeProbe(knob.key, beyond, {**values, knob.key: unit_to_value(knob, beyond)},
+                                values[knob.key]))
+    return probes
+
+
+def probed_status(knobs: Sequence[Knob], point: Sequence[float], probes: Sequence[EdgeProbe],
+                  smoothed_best: float) -> list[str]:
+    """Per knob of a winner: "inside", "bound" or "edge" (module docstring), from its trained probes."""
+    scores = {p.knob: p.outcome.score for p in probes}
+    out = []
+    for knob, status in zip(knobs, edge_status(point)):
+        if status == "inside":
+            out.append("inside")
+        elif knob.key not in scores:
+            out.append("bound")
+        else:
+            out.append("edge" if scores[knob.key] < smoothed_best else "inside")
+    return out

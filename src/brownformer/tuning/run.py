@@ -18,7 +18,7 @@ from pathlib import Path
 from brownformer.config import ConfigError, ExperimentConfig
 
 from .search import Outcome, bracket_status, coordinate_search
-from .quasi_random import edge_status, quasi_random_search
+from .quasi_random import edge_probes, probed_status, quasi_random_search
 from .space import Knob, TuningConfig, grid_value, optimizer_settings, start_settings, tuning_config
 from .trial import run_trial
 from .write import write_tables, write_tuned
@@ -38,9 +38,10 @@ class PairResult:
     start: dict
     trials: list = field(repr=False)  # [(grid index, settings, Outcome)], in the order they ran
     best: int  # position of the winner in `trials`
-    status: list  # per knob: "bracketed" | "edge" | "not searched" (coordinate); "inside" | "edge" (quasi-random)
+    status: list  # per knob: "bracketed" | "edge" | "not searched" (coordinate); "inside" | "edge" | "bound"
     seconds: float
     smoothed: list | None = None  # quasi-random: each trial's neighbourhood-smoothed score (the selection's)
+    probes: tuple = ()  # quasi-random: the winner's edge knobs trained beyond their face (quasi_random.EdgeProbe)
 
     @property
     def best_settings(self) -> dict:
@@ -70,8 +71,11 @@ def tune_pair(raw: dict, model: str, optimizer: str, tc: TuningConfig, start: di
 
         done, best, smooth = quasi_random_search(knobs, tc.trials, tc.search_seed, evaluate_at)
         trials = [(u, optimizer_settings(values, base), outcome) for u, values, outcome in done]
-        return PairResult(model, optimizer, knobs, start, trials, best, edge_status(done[best][0]),
-                          time.perf_counter() - t0, smoothed=[float(x) for x in smooth])
+        probes = tuple(dataclasses.replace(p, outcome=evaluate_at(p.settings))
+                       for p in edge_probes(knobs, done[best][0], done[best][1]))
+        status = probed_status(knobs, done[best][0], probes, float(smooth[best]))
+        return PairResult(model, optimizer, knobs, start, trials, best, status, time.perf_counter() - t0,
+                          smoothed=[float(x) for x in smooth], probes=probes)
 
     def evaluate(index, incumbent):
         return run_trial(raw, model, optimizer, _settings(knobs, start, index), tc.seeds, data_dir, target=target,

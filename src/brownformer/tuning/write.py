@@ -98,13 +98,17 @@ def write_tuned(results, cfg, out, *, into=None, source: str = "config", table="
     return tuned
 
 
+def _per_seed(outcome) -> str:
+    """Each seed's steps to the target, as the table spells them ("s100: 245; s101: >400")."""
+    return "; ".join(f"s{s['seed']}: " + (f"{s['steps']:g}" if s["reached"] else
+                     ("diverged" if s["diverged"] else f">{s['steps_run']}")) for s in outcome.seeds)
+
+
 def _trial_rows(results) -> list[dict]:
     rows = []
     for r in results:
         for n, (index, settings, outcome) in enumerate(r.trials, 1):
-            seeds = "; ".join(f"s{s['seed']}: " + (f"{s['steps']:g}" if s["reached"] else
-                              ("diverged" if s["diverged"] else f">{s['steps_run']}"))
-                              for s in outcome.seeds)
+            seeds = _per_seed(outcome)
             rows.append({"model": r.model, "optimizer": r.optimizer, "trial": n, **settings,
                          "steps (mean)": outcome.score if outcome.complete else math.nan,
                          "complete": outcome.complete, "per seed (steps to target)": seeds,
@@ -149,6 +153,20 @@ def _knob_text(k) -> str:
     return f"{k.key} x{k.step:g}" + (" (1 - m)" if k.scale == "complement" else "")
 
 
+def _probe_rows(results) -> list[dict]:
+    """One row per edge probe (tuning/quasi_random.py): the winner's value, the probe's, both scores, the status."""
+    rows = []
+    for r in results:
+        status = {k.key: s for k, s in zip(r.knobs, r.status)}
+        for p in r.probes:
+            rows.append({"model": r.model, "optimizer": r.optimizer, "knob": p.knob,
+                         "winner value": p.winner_value,
+                         "probe value": p.value, "probe steps (mean)": _spelled(p.outcome.score),
+                         "per seed (steps to target)": _per_seed(p.outcome),
+                         "winner smoothed score": r.smoothed[r.best], "status": status[p.knob]})
+    return rows
+
+
 def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, workers: int) -> None:
     """The tuning table: protocol, the chosen setting per pair with its bracket status, every trial.
 
@@ -166,6 +184,7 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
          "steps (mean)": _spelled(r.best_outcome.score), "trials": len(r.trials),
          "knobs": ", ".join(f"{k.key}: {s}" for k, s in zip(r.knobs, r.status)), "search seconds": r.seconds}
         for r in results]
+    probes = [p for p in old.get("probes", []) if kept(p)] + _probe_rows(results)
     knobs = {**old.get("knobs", {}), **{o: [_knob_text(k) for k in ks] for o, ks in tc.knobs.items()}}
     targets = {**old.get("targets", {}), **{m: cfg.report.targets[m] for m in tc.models}}
     cpu = sum(_finite(row.get("cpu seconds"), row["seconds"]) for row in rows)
@@ -180,12 +199,17 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
         "Knobs: " + "; ".join(f"{o}: {', '.join(k)}" for o, k in knobs.items()) + ".",
         f"Training: {cpu:.0f} CPU-seconds over {len(rows)} trials ({wall:.0f} s wall, {workers} worker(s)).", "",
         "## Chosen settings", "", pd.DataFrame(chosen).to_markdown(index=False, floatfmt=".4g"), "",
+        "## Edge probes", "",
+        "A winner's knob within 5% of a face of its range, trained again beyond the face (tuning/quasi_random.py): "
+        "'edge' if the probe scores better than the winner's smoothed score (widen the range), else 'inside'.", "",
+        pd.DataFrame(probes).to_markdown(index=False, floatfmt=".4g") if probes else "No winner has a knob near a "
+        "face that is not its natural limit.", "",
         "## Every trial", "",
         pd.DataFrame(rows).drop(columns=["grid index", "seeds"]).to_markdown(index=False, floatfmt=".4g"), ""])
     with atomic_path(table) as tmp:
         tmp.write_text(text)
     payload = {"source": source, "seeds": list(tc.seeds), "trials_per_pair": tc.trials, "eval_every": tc.eval_every,
                "targets": targets, "knobs": knobs, "cpu_seconds": cpu, "wall_seconds": wall, "chosen": chosen,
-               "trials": rows}
+               "probes": probes, "trials": rows}
     with atomic_path(table.with_suffix(".json")) as tmp:
         tmp.write_text(json.dumps(to_jsonable(payload), indent=1))
