@@ -26,21 +26,29 @@ import pandas as pd
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import base_parser, load_raw, prepare_data, run_jobs  # noqa: E402
 
-ABSOLUTE, RELATIVE, LM_PRECONDITIONED = "absolute", "relative", "lm-preconditioned"
+ABSOLUTE, RELATIVE, LM_PRECONDITIONED, TRUST = "absolute", "relative", "lm-preconditioned", "trust"
 FLOOR = 1e-6  # _kfac_control.DAMPING_MIN, repeated here only to flag a run that reached it
 QK_STEP = 50  # the issue's check: Q/K mean eigenvalue / lambda >= 1 by this step
 
 
 def variant_settings(variant: str) -> tuple[dict, tuple[str, ...]]:
     """``(tuned settings, config overrides)`` of a variant: ``absolute`` or ``relative:C[/F]``, optionally followed by
-    ``+lm-preconditioned`` (``lm_scope: preconditioned``: the reduction ratio of the preconditioned part only).
+    ``+lm-preconditioned`` (``lm_scope: preconditioned``: the reduction ratio of the preconditioned part only) and
+    ``+trust:T`` (``layer_step_bound: T``: each layer's step at most T times its parameters' norm).
 
     Raises:
-        ValueError: any other name, or a ``C`` that is not a positive number."""
-    damping, _, scope = variant.partition("+")
-    if scope not in ("", LM_PRECONDITIONED):
-        raise ValueError(f"a variant's suffix is '+{LM_PRECONDITIONED}' or nothing, got {variant!r}")
-    overrides = ("optimizers.kfac-iterative.lm_scope=preconditioned",) if scope else ()
+        ValueError: any other name, or a ``C`` or ``T`` that is not a positive number."""
+    damping, *suffixes = variant.split("+")
+    overrides = ()
+    for suffix in suffixes:
+        kind, _, bound = suffix.partition(":")
+        if suffix == LM_PRECONDITIONED:
+            overrides += ("optimizers.kfac-iterative.lm_scope=preconditioned",)
+        elif kind == TRUST and _positive(bound):
+            overrides += (f"optimizers.kfac-iterative.layer_step_bound={float(bound):.12f}".rstrip("0"),)
+        else:
+            raise ValueError(f"a variant's suffixes are '+{LM_PRECONDITIONED}' and '+{TRUST}:T' (T > 0), "
+                             f"got {variant!r}")
     if damping == ABSOLUTE:
         return {}, overrides
     kind, _, start = damping.partition(":")
@@ -56,6 +64,13 @@ def variant_settings(variant: str) -> tuple[dict, tuple[str, ...]]:
         # positional digits: YAML reads "1e-05" as a string
         overrides = (f"optimizers.kfac-iterative.relative_damping_floor={floor_value:.12f}".rstrip("0"), *overrides)
     return {"damping": value}, ("optimizers.kfac-iterative.relative_damping=true", *overrides)
+
+
+def _positive(text: str) -> bool:
+    try:
+        return float(text) > 0
+    except ValueError:
+        return False
 
 
 def steps_to_target(metrics: pd.DataFrame, target: float) -> float:
