@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _runs import base_parser, load_raw, prepare_data, run_jobs  # noqa: E402
 
 ABSOLUTE, RELATIVE, LM_PRECONDITIONED, TRUST = "absolute", "relative", "lm-preconditioned", "trust"
-FLOOR = 1e-6  # _kfac_control.DAMPING_MIN, repeated here only to flag a run that reached it
+from brownformer.optim._kfac_control import DAMPING_MAX as CEILING, DAMPING_MIN as FLOOR  # noqa: E402
 QK_STEP = 50  # the issue's check: Q/K mean eigenvalue / lambda >= 1 by this step
 
 
@@ -83,7 +83,7 @@ def steps_to_target(metrics: pd.DataFrame, target: float) -> float:
     return float(hit.iloc[0]) if len(hit) else float("inf")
 
 
-def _series(raw, model, variant, seed, data, steps, eval_every):
+def _series(raw, model, variant, seed, data, steps, eval_every, stop_at_target=False):
     """One run; the optimizer is caught when train_run builds it, and read by a callback every step."""
     import torch
 
@@ -120,7 +120,8 @@ def _series(raw, model, variant, seed, data, steps, eval_every):
             lam = group["damping"] * (max(scale, floor) if opt.relative_damping else 1.0)
             ratios.append(scale / lam)
         rows.append({"step": step, "damping": stats["damping"], "qk_ratio_min": min(ratios, default=np.nan),
-                     "qk_ratio_mean": float(np.mean(ratios)) if ratios else np.nan, "rho": stats.get("rho", np.nan)})
+                     "qk_ratio_mean": float(np.mean(ratios)) if ratios else np.nan, "rho": stats.get("rho", np.nan),
+                     "layer_step_factor_min": stats.get("layer_step_factor_min", np.nan)})
 
     original_train_run = train.train_run
 
@@ -129,6 +130,9 @@ def _series(raw, model, variant, seed, data, steps, eval_every):
     train.build_optimizer, train.train_run = catching, with_callback
     try:
         settings, overrides = variant_settings(variant)
+        if stop_at_target:  # claim 4's metrics-only runs: stopped at their first evaluation on the target
+            overrides += (f"grid=[{{models: [{model}], optimizers: [kfac-iterative], probes: false, "
+                          f"stop_at_target: true}}]",)
         result = one_run(raw, model, "kfac-iterative", seed, settings, data, 1,
                          (f"train.steps={steps}", f"train.eval_every={eval_every}", *overrides))
     finally:
@@ -147,7 +151,10 @@ def _summary(run: dict) -> dict:
     return {"model": run["model"], "variant": run["variant"], "seed": run["seed"], "damping_start": start,
             "damping_min": s["damping"].min(), "damping_max": s["damping"].max(),
             "within_10x": bool(s["damping"].max() <= 10 * start and s["damping"].min() >= start / 10),
-            "hit_floor": bool(s["damping"].min() <= FLOOR * 1.0001),
+            "hit_floor": bool(s["damping"].min() <= FLOOR * 1.0001), "hit_ceiling": bool(s["damping"].max() >= CEILING),
+            # steps on which layer_step_bound shortened some layer's step, and the most it shortened one
+            "trust_binding_fraction": float((s["layer_step_factor_min"] < 1).mean()),
+            "trust_factor_min": s["layer_step_factor_min"].min(),
             f"qk_ratio_min_at_{QK_STEP}": at["qk_ratio_min"], f"qk_ratio_mean_at_{QK_STEP}": at["qk_ratio_mean"],
             "final_val_accuracy": run["final_val_accuracy"], "steps_to_target": run["steps_to_target"],
             "finite": run["finite"]}
@@ -159,13 +166,15 @@ def main(argv=None) -> int:
     p.add_argument("--eval-every", type=int, default=5)
     p.add_argument("--variants", nargs="+", default=[ABSOLUTE, f"{RELATIVE}:0.3"],
                    help=f"{ABSOLUTE!r} (the tuned damping) or '{RELATIVE}:C' (relative damping starting at C)")
+    p.add_argument("--stop-at-target", action="store_true",
+                   help="stop each run at its first evaluation on claim 4's target (report.targets), as claim 4's runs")
     args = p.parse_args(argv)
     raw = load_raw(args.config)
     models = args.models or ["vit-pre", "vit-post"]
     data = {m: prepare_data(raw, m, Path(args.data_root)) for m in models}
     for v in args.variants:
         variant_settings(v)  # a bad name fails before any training
-    jobs = [(raw, m, v, s, data[m], args.steps, args.eval_every) for m in models for v in args.variants
+    jobs = [(raw, m, v, s, data[m], args.steps, args.eval_every, args.stop_at_target) for m in models for v in args.variants
             for s in args.seeds]
     runs = run_jobs(jobs, args.workers, fn=_series)
     table = pd.DataFrame([_summary(r) for r in runs])
