@@ -144,6 +144,17 @@ def _series(raw, model, variant, seed, data, steps, eval_every, stop_at_target=F
             "steps_to_target": steps_to_target(metrics, float(raw["report"]["targets"][model]))}
 
 
+def _rounded(value):
+    """``value`` (nested lists and dicts) with every float to 4 significant digits."""
+    if isinstance(value, float):
+        return float(f"{value:.4g}")
+    if isinstance(value, dict):
+        return {k: _rounded(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_rounded(v) for v in value]
+    return value
+
+
 def _summary(run: dict) -> dict:
     s = pd.DataFrame(run["series"])
     start = s["damping"].iloc[0]
@@ -158,6 +169,37 @@ def _summary(run: dict) -> dict:
             f"qk_ratio_min_at_{QK_STEP}": at["qk_ratio_min"], f"qk_ratio_mean_at_{QK_STEP}": at["qk_ratio_mean"],
             "final_val_accuracy": run["final_val_accuracy"], "steps_to_target": run["steps_to_target"],
             "finite": run["finite"]}
+
+
+def per_variant(table: pd.DataFrame) -> pd.DataFrame:
+    """Per (model, variant), over its seeds: the median steps to the target (inf when half or more miss it) and how
+    many reach it, the damping's widest range against its start, floor and ceiling hits, and the Q/K columns' range."""
+    rows = []
+    for (model, variant), g in table.groupby(["model", "variant"], sort=False):
+        spread = np.maximum(g["damping_max"] / g["damping_start"], g["damping_start"] / g["damping_min"])
+        rows.append({"model": model, "variant": variant, "seeds": len(g),
+                     "median_steps_to_target": float(np.median(g["steps_to_target"])),
+                     "reached": int(np.isfinite(g["steps_to_target"]).sum()),
+                     "damping_range_max": float(spread.max()), "within_10x": int(g["within_10x"].sum()),
+                     "floor_hits": int(g["hit_floor"].sum()), "ceiling_hits": int(g["hit_ceiling"].sum()),
+                     f"qk_mean_at_{QK_STEP}_min": g[f"qk_ratio_mean_at_{QK_STEP}"].min(),
+                     f"qk_min_at_{QK_STEP}_min": g[f"qk_ratio_min_at_{QK_STEP}"].min()})
+    return pd.DataFrame(rows)
+
+
+def write_markdown(out: Path, runs: list[dict], command: str, *, steps: int, config: str) -> pd.DataFrame:
+    """OUT: the per-variant summary and the per-run table; returns the per-run table."""
+    table = pd.DataFrame([_summary(r) for r in runs])
+    lines = [f"# K-FAC damping over {steps}-step runs at the tuned iterative settings ({config})\n",
+             f"Command: `{command}`. Per run: the damping's range against its start (within 10x?), whether "
+             f"it reached the floor {FLOOR:g} or the ceiling {CEILING:g}, the share of steps on which `layer_step_bound` "
+             f"shortened a layer's step and the most it shortened one, the Q/K layers' mean Kronecker eigenvalue / "
+             f"lambda at step {QK_STEP} (min and mean over the Q and K layers), the final validation accuracy and the "
+             f"steps to claim 4's target (inf: not reached in the budget). Series: the .json beside this file.\n",
+             "## Per variant\n", per_variant(table).to_markdown(index=False, floatfmt=".3g"), "",
+             "## Per run\n", table.to_markdown(index=False, floatfmt=".3g"), ""]
+    out.write_text("\n".join(lines) + "\n")
+    return table
 
 
 def main(argv=None) -> int:
@@ -177,16 +219,12 @@ def main(argv=None) -> int:
     jobs = [(raw, m, v, s, data[m], args.steps, args.eval_every, args.stop_at_target) for m in models for v in args.variants
             for s in args.seeds]
     runs = run_jobs(jobs, args.workers, fn=_series)
-    table = pd.DataFrame([_summary(r) for r in runs])
+    command = " ".join(sys.argv)
     out = Path(args.out)
-    out.with_suffix(".json").write_text(json.dumps({"command": " ".join(sys.argv), "runs": runs}, indent=1) + "\n")
-    lines = [f"# K-FAC damping over {args.steps}-step runs at the tuned iterative settings ({args.config})\n",
-             f"Command: `{' '.join(sys.argv)}`. Per run: the damping's range against its start (within 10x?), whether "
-             f"it reached the floor {FLOOR:g}, and the Q/K layers' mean Kronecker eigenvalue / lambda at step "
-             f"{QK_STEP} (min and mean over the Q and K layers), the final validation accuracy and the steps to claim "
-             f"4's target (inf: not reached in the budget). Series: the .json beside this file.\n",
-             table.to_markdown(index=False, floatfmt=".3g"), ""]
-    out.write_text("\n".join(lines) + "\n")
+    # compact, 4 significant digits: the series of 32 runs stay well under 1 MB
+    out.with_suffix(".json").write_text(json.dumps(_rounded({"command": command, "runs": runs}),
+                                                   separators=(",", ":")) + "\n")
+    table = write_markdown(out, runs, command, steps=args.steps, config=args.config)
     print(table.to_string())
     return 0
 
