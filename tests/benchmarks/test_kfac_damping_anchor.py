@@ -29,13 +29,18 @@ def bench(monkeypatch):
                                                   "optimizers.kfac-iterative.relative_damping_floor=0.00001"))),
     ("relative:1+lm-preconditioned", ({"damping": 1.0}, ("optimizers.kfac-iterative.relative_damping=true",
                                                           "optimizers.kfac-iterative.lm_scope=preconditioned"))),
+    ("relative:0.5+lm-preconditioned+trust:0.1", ({"damping": 0.5}, (
+        "optimizers.kfac-iterative.relative_damping=true", "optimizers.kfac-iterative.lm_scope=preconditioned",
+        "optimizers.kfac-iterative.layer_step_bound=0.1"))),
+    ("absolute+trust:0.05", ({}, ("optimizers.kfac-iterative.layer_step_bound=0.05",))),
 ])
 def test_variants_become_settings_and_overrides(bench, variant, expected):
     assert bench[0].variant_settings(variant) == expected
 
 
 @pytest.mark.parametrize("variant", ["relative", "relative:0", "relative:x", "relativ:1", "relative:1/-1",
-                                     "relative:1/x", "absolute+lm", "eigen"])
+                                     "relative:1/x", "absolute+lm", "eigen", "absolute+trust", "absolute+trust:0",
+                                     "absolute+trust:x"])
 def test_a_bad_variant_is_a_clear_error(bench, variant):
     with pytest.raises(ValueError, match="variant"):
         bench[0].variant_settings(variant)
@@ -49,6 +54,20 @@ def test_steps_to_target_reads_the_running_median_of_the_evaluations(bench):
     # running medians of the evaluations: 0.5, 0.725, 0.6, 0.92, 0.92
     assert bench[0].steps_to_target(metrics, 0.9) == 20
     assert bench[0].steps_to_target(metrics, 0.99) == math.inf
+
+
+def test_the_per_variant_summary_counts_seeds_and_takes_the_median(bench):
+    def run(variant, seed, start, low, high, steps):
+        return {"model": "m", "variant": variant, "seed": seed, "damping_start": start, "damping_min": low,
+                "damping_max": high, "within_10x": high <= 10 * start and low >= start / 10, "hit_floor": False,
+                "hit_ceiling": False, "qk_ratio_mean_at_50": 2.0, "qk_ratio_min_at_50": 0.5, "steps_to_target": steps}
+    table = pd.DataFrame([run("a", 0, 1.0, 1.0, 20.0, 50.0), run("a", 1, 1.0, 0.5, 2.0, 70.0),
+                          run("a", 2, 1.0, 1.0, 1.0, math.inf), run("b", 0, 2.0, 2.0, 2.0, math.inf)])
+    out = bench[0].per_variant(table).set_index("variant")
+    assert out.loc["a", "seeds"] == 3 and out.loc["a", "reached"] == 2
+    assert out.loc["a", "median_steps_to_target"] == 70.0  # median of 50, 70, inf
+    assert out.loc["a", "damping_range_max"] == 20.0 and out.loc["a", "within_10x"] == 2
+    assert out.loc["b", "median_steps_to_target"] == math.inf and out.loc["b", "reached"] == 0
 
 
 def test_kfac_pytorchs_layers_get_sgd_and_the_rest_adamw(bench):

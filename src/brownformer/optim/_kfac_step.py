@@ -85,6 +85,19 @@ def bound_scales(v: list[torch.Tensor], xs: list[torch.Tensor], lr0_sq: list[tor
     return [nus[index][:, None, None] for index in where], nus.min(), any(c is not None for c in used)
 
 
+def trust_region_scales(weights: torch.Tensor, x: torch.Tensor, step_scale: torch.Tensor, bound: float) -> torch.Tensor:
+    """Per-layer factors ``(k, 1, 1)`` that shorten each layer's step ``step_scale * x_l`` to at most ``bound`` times
+    the norm of its parameters ``weights_l`` (both ``(k, out, in[+1])``; ``step_scale`` 0-d or ``(k, 1, 1)``, the lr
+    times the KL-bound factor); 1 where the step is within it or the parameters are zero (a zero-initialised layer
+    must be able to leave zero). Why: the KL bound limits the step's predicted change of the model's output, which a
+    layer with almost no curvature (a post-LN block's MLP at initialisation) meets with a step many times its weights;
+    the quadratic model no longer holds there, and compounded over a few steps such steps killed the ViT (issue 33)."""
+    step = step_scale * torch.linalg.vector_norm(x, dim=(1, 2), keepdim=True)
+    limit = bound * torch.linalg.vector_norm(weights, dim=(1, 2), keepdim=True)
+    binding = (limit > 0) & (step > limit)
+    return torch.where(binding, limit / torch.where(binding, step, 1.0), 1.0)
+
+
 def solve_items(groups: list[LayerGroup], cur: dict) -> list:
     """``(group, tensors, persistent)`` for every shape group with gradients (sub-groups for the
     rare layers without one, which are solved but never written back)."""

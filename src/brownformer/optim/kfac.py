@@ -14,7 +14,8 @@ Grosse & Martens 2016; the iterative variant of arXiv 2101.00218; docs/methods/k
    the factors or the damping change, with a per-block budget of iterations (set at each check);
 3. step bound (KL-clip, on by default): ``X <- nu X``, ``nu = min(1, sqrt(kl_clip / sum_l lr0_l^2
    <V_l, X_l>))`` with the groups' base lrs, so the schedule still scales a bound step; each param group
-   is bounded by its own ``kl_clip`` over its own layers;
+   is bounded by its own ``kl_clip`` over its own layers; with ``layer_step_bound`` (a per-layer trust region) each
+   layer's ``lr nu X_l`` is then shortened to at most that fraction of ``||[W_l, b_l]||``;
 4. base update (``_base_update``): SGD with momentum on ``X`` for preconditioned parameters; the
    group's ``update`` rule (``"sgd"`` or ``"adamw"``) on the raw gradient of every other parameter;
 5. every ``adapt_every`` steps: a snapshot of the state, and with a closure (``step(closure)``) the
@@ -57,7 +58,8 @@ from brownformer.optim._kfac_groups import EIGEN_KEYS, LAYER_KEYS, PRECONDITIONE
 from brownformer.optim._kfac_matrix_free import layer_rows, matrix_free_cg, matrix_free_operator, subsample_rows
 from brownformer.optim._kfac_math import all_finite, factor_scale, factor_weight, host_read_free
 from brownformer.optim._kfac_solve import IterativeSolver, eigen_directions, refresh_eigenbases, refresh_preconditioner
-from brownformer.optim._kfac_step import bound_scales, commit, fold_factor, materialise_stats, solve_items
+from brownformer.optim._kfac_step import (bound_scales, commit, fold_factor, materialise_stats, solve_items,
+                                          trust_region_scales)
 from brownformer.optim.kfac_settings import ADAMW_REST_LR, DEFAULTS, GROUP_SETTINGS, OPTIMIZER_SETTINGS, SETTINGS, validate
 
 logger = logging.getLogger(__name__)
@@ -112,7 +114,8 @@ class KFAC(Optimizer):
                  adapt_every: int = DEFAULTS["adapt_every"], max_failures: int = DEFAULTS["max_failures"],
                  relative_damping: bool = DEFAULTS["relative_damping"],
                  relative_damping_floor: float = DEFAULTS["relative_damping_floor"],
-                 lm_scope: str = DEFAULTS["lm_scope"]):
+                 lm_scope: str = DEFAULTS["lm_scope"],
+                 layer_step_bound: float | None = DEFAULTS["layer_step_bound"]):
         given = locals()
         settings = validate({s.name: given[s.name] for s in SETTINGS})  # each checked by its rule (ValueError)
         scope, per_head, n_heads, rest_update = (settings[k] for k in ("scope", "per_head", "n_heads", "rest_update"))
@@ -387,6 +390,22 @@ class KFAC(Optimizer):
         owners = [[position[id(self._group_of(m))] for m in sub.layers] for sub, _, _ in items]
         return bound_scales(v, xs, lr0_sq, owners, [group["kl_clip"] for group in self.param_groups])
 
+    def _trust_region(self, items, xs, scales) -> tuple[list[torch.Tensor], torch.Tensor | None]:
+        """``layer_step_bound``: the KL-bound factors ``scales`` times each layer's trust-region factor
+        (``_kfac_step.trust_region_scales``, on the step ``lr x nu x X_l`` against ``||[W_l, b_l]||``), and the smallest
+        such factor (None when the bound is off)."""
+        if self.layer_step_bound is None or not items:
+            return scales, None
+        out, smallest = [], []
+        for (sub, _, _), x, scale in zip(items, xs, scales):
+            params, _ = sub.split(x)
+            weights = sub.gradients({p: p.detach() for p in params})
+            lr = self._layer_tensor(sub.layers, "lr", x.dtype, x.device)
+            factor = trust_region_scales(weights, x, lr * scale, self.layer_step_bound)
+            out.append(scale * factor)
+            smallest.append(factor.min())
+        return out, torch.stack(smallest).min()
+
     def _apply(self, items, v, xs, info, step, ok) -> dict:
         """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
         start = time.perf_counter()
@@ -395,6 +414,9 @@ class KFAC(Optimizer):
         keep = True if host_read_free(ok.device) and bool(ok) else ok
         if items:
             scales, nu, bound = self._bound_scales(items, v, xs)
+            scales, trust = self._trust_region(items, xs, scales)
+            if trust is not None:
+                info["layer_step_factor_min"] = trust
             for (sub, _, _), x, scale in zip(items, xs, scales):
                 scale = scale if keep is True else torch.where(ok, scale, 0.0)
                 params, dirs = sub.split(x * scale if keep is True else torch.where(ok, x, 0.0).mul_(scale))

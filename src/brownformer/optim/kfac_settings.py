@@ -240,6 +240,13 @@ SETTINGS: tuple[Setting, ...] = (
             "what Levenberg-Marquardt's reduction ratio judges: the whole update (the rest update in the model "
             "linearly) or the preconditioned layers' part (the loss re-evaluated with the rest as before the step)",
             "optimizer", reason="the tuned settings were chosen with it (benchmarks/results/kfac_damping.md)"),
+    Setting("layer_step_bound", None, Optional(_POSITIVE),
+            "per-layer trust region: each preconditioned layer's step lr x nu x X_l (before momentum) is at most this "
+            "fraction of the norm of its [W_l, b_l]; null: no bound", "optimizer",
+            reason="off so the tuned settings keep their steps; the KL bound cannot see a step whose layer has almost no "
+            "curvature (post-LN MLPs' weights grew 10-70x in 5 steps under relative damping and the ViT died); 0.05-0.1 "
+            "train both ViTs with relative damping 0.5, 0.2 leaves vit-post at chance (benchmarks/results/"
+            "kfac_damping_vitpost.md)"),
     Setting("per_head", False, Flag(), "one block per attention head instead of per Q/K/V matrix", "build"),
     Setting("scope", "all", OneOf(("all", "attention", "mlp")), "which nn.Linear layers it preconditions", "build"),
     Setting("rest_update", "adamw", OneOf(("sgd", "adamw")), "update of the parameters it does not precondition",
