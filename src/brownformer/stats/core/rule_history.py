@@ -140,6 +140,25 @@ CLAIM_RULE_HISTORY = {
          "after data", "60f4d76", "2026-12-01",
          "the normal critical values were anti-conservative at 8 seeds a side on the 5-step grid (5.5-7.5% on the "
          "margin at the default run's shapes), which left one ViT per seed offset inconclusive by the gate"),
+        ("a winner's knob within 5% of a face of its range is probed 0.1 (unit coordinates) beyond the face on the "
+         "tuning seeds: 'edge' (widen the range, re-tune before the evaluation) only if the probe beats the winner's "
+         "smoothed score, 'bound' at a natural limit (warm-up 0); probes never replace the winner",
+         "before evaluation", "f6c09fe", "2026-12-01",
+         "nearness to a face is a property of the quasi-random design (7 of 16 six-knob points), and widening maps "
+         "the same points onto the new face; fixed while the 16-trial tuning ran, before its results were read"),
+        ("the tuning completed to its planned 16 trials per (model, optimizer) (the same Halton sequence: the first "
+         "9 points are the 9-trial tuning's), the same ranges, seeds and selection; the `tuned:` block rewritten "
+         "from it and the evaluation rerun at both seed offsets", "after data", "16 trials", "2026-12-01",
+         "the 9-trial cut was for CPU time; its evaluation had been seen (K-FAC lost to Muon on both ViTs), so "
+         "this is marked after data although the 16 trials were fixed before it"),
+        ("the proposed optimizer's damping rule changed (issue 33): damping relative to each layer's mean Kronecker "
+         "eigenvalue, rho on the preconditioned layers, each layer's step at most 0.1 of its weights' norm "
+         "(layer_step_bound); its damping knob relative, 0.05-5, and its KL bound's low end 1e-5 (an edge of the "
+         "16-trial tuning); K-FAC alone re-tuned with the same 16-trial protocol, then evaluated",
+         "after data", "k-fac re-tune", "2026-12-01",
+         "with the absolute rule vit-post's post-LN MLPs took steps the size of their weights and died by step 10; "
+         "found and measured on seeds 100-101 and 900-903 (benchmarks/results/kfac_damping_vitpost.md), never on "
+         "the evaluation seeds 0-7 or 1000-1007; the baselines' 16-trial tuning is unchanged"),
     ),
 }
 
