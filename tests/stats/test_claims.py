@@ -5,7 +5,7 @@ import pytest
 from statsmodels.stats.weightstats import DescrStatsW
 
 from brownformer.config import StatsConfig
-from brownformer.stats.markov.attention_capture import _exact_vmf_alternative
+from brownformer.stats.markov.attention_capture import exact_vmf_alternative
 from brownformer.stats.claims import markov_claim, sphere_claim
 from brownformer.stats.claims.common import equivalence_pvalue, equivalence_verdict, unit_mean_interval
 from brownformer.stats.markov.markov_chain import analyze_attention, attention_null_models, weight_isotropy
@@ -236,7 +236,7 @@ def _attention_result(M, step, rng, L=1, H=2, n=10, d=6, heads=None, scale=3.0):
     out["step"] = step
     out["null_models"] = attention_null_models(A, features=U, rng=1)
     F = np.broadcast_to(U[:, None], (L, H, B_INPUTS, n, d)).reshape(-1, n, d)
-    out["null_models"]["vmf_exact"] = _exact_vmf_alternative(F, np.array(out["per_matrix"]["vmf_kappa"]), STATS)
+    out["null_models"]["vmf_exact"] = exact_vmf_alternative(F, np.array(out["per_matrix"]["vmf_kappa"]), STATS)
     if heads is not None:
         out["head_kernels"] = {"per_layer": [weight_isotropy(*heads, n_heads=H)] * L}
         out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(A, U, out["head_kernels"])
