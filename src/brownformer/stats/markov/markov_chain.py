@@ -125,14 +125,15 @@ def chain_statistics(A: np.ndarray, *, causal: bool = False) -> ByQuantity[np.nd
     pi = _stationary(A)
     with np.errstate(divide="ignore", invalid="ignore"):
         logA = np.where(A > 0, np.log(np.where(A > 0, A, 1.0)), 0.0)
-        out["stationary_entropy"] = -np.sum(np.where(pi > 0, pi * np.log(np.where(pi > 0, pi, 1.0)), 0.0), -1)
+        entropy = -np.sum(np.where(pi > 0, pi * np.log(np.where(pi > 0, pi, 1.0)), 0.0), -1)
+        out["stationary_entropy"] = entropy
         out["entropy_rate"] = -np.einsum("mi,mij,mij->m", pi, A, logA)
         flow = pi[..., :, None] * A  # Pi A
         out["reversibility_residual"] = (np.linalg.norm(flow - np.swapaxes(flow, -1, -2), axis=(-2, -1))
                                          / np.linalg.norm(flow, axis=(-2, -1)))
         lr = np.where((flow > 0) & (np.swapaxes(flow, -1, -2) > 0), np.log(flow) - np.log(np.swapaxes(flow, -1, -2)), 0.0)
         out["entropy_production"] = 0.5 * np.sum((flow - np.swapaxes(flow, -1, -2)) * lr, axis=(-2, -1))
-    out["stationary_entropy_normalized"] = out["stationary_entropy"] / np.log(n)
+    out["stationary_entropy_normalized"] = entropy / np.log(n)
     return ByQuantity(**out)
 
 
@@ -312,7 +313,7 @@ def head_subspace_vmf(A, features, head_kernels: HeadKernels | None, *, head_axi
     L, H, B, n, _ = A.shape
     F = np.asarray(features, float)
     F = F[:, 0] if F.ndim == 5 else F  # (L, B, n, d)
-    out = {"vmf_kappa": np.full((L, H, B), np.nan), "vmf_output_error": np.full((L, H, B), np.nan)}
+    kappa, error = np.full((L, H, B), np.nan), np.full((L, H, B), np.nan)
     for l, rec in enumerate(layers):
         bases = rec.subspace_basis
         if bases is None or len(bases) != H:
@@ -323,8 +324,8 @@ def head_subspace_vmf(A, features, head_kernels: HeadKernels | None, *, head_axi
         for h in range(H):
             G = head_subspace_gram(F[l], np.asarray(bases[h], float))  # (B, n, n)
             sc = vmf_scores(A[l, h], F[l], causal=causal, gram=G)
-            out["vmf_kappa"][l, h], out["vmf_output_error"][l, h] = sc.vmf_kappa, sc.vmf_output_error
-    per = ByQuantity(**{k: v.reshape(-1) for k, v in out.items()})
+            kappa[l, h], error[l, h] = sc.vmf_kappa, sc.vmf_output_error
+    per = ByQuantity(vmf_kappa=kappa.reshape(-1), vmf_output_error=error.reshape(-1))
     rng = np.random.default_rng(rng)
     return SubspaceFit(per_matrix=per.map(to_jsonable), aggregate=_aggregates(per, confidence_level, rng),
                        shape=list(A.shape), gain_folded=all(r.gain_folded for r in layers),
