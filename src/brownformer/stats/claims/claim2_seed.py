@@ -10,12 +10,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from brownformer.statsfile import QuantityAggregates
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
 from .common import equivalence_verdict, finite_or_none, unit_mean_interval
 from .details import Claim2Margins, Claim2SeedDetails, HeadAveraged, HeadCheck, UndefinedHeadCheck, WorstHead
-from brownformer.statsfile import QuantityAggregates
-
 from .claim_inputs import AttentionFile, PerMatrix
 
 __all__ = ["seed_record", "per_input_values", "upper_margin", "combine", "fmt_value", "SeedValues", "TITLE",
