@@ -38,7 +38,7 @@ def _modules(root: Path, *subdirs: str):
 
 
 def _name_of(node: ast.AST) -> str | None:
-    """The name an annotation part refers to: `dict`, or the last part of `typing.Mapping`, `collections.abc.Mapping`."""
+    """The name an annotation part refers to: `dict`, or the last part of `typing.Mapping`."""
     if isinstance(node, ast.Name):
         return node.id
     if isinstance(node, ast.Attribute):

@@ -23,7 +23,8 @@ Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`,
 the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), an attention file's
 blocks (attention.py: per quantity `ByQuantity`, the per-matrix values, why undefined, the uniform reference, and
 `QuantityAggregates` of `MatrixAggregate`; the heads' `HeadKernels` of `HeadIsotropy` with their `SubspaceFit`; the
-`HeadAveragedFit`; the `NullModels`), the attention null models' description (`NullModelsInfo`), `stats attention`'s verdicts (`AttentionVerdicts` of `CriterionVerdict`) and
+`HeadAveragedFit`; the `NullModels`), the attention null models' description (`NullModelsInfo`),
+`stats attention`'s verdicts (`AttentionVerdicts` of `CriterionVerdict`) and
 step-0 comparison (`InitComparison` of `PairedDifference`), every effect (`EffectResult`, with the window exponent's
 `WindowRuleNull`). Every record checks its keys with `check_keys` (claims.json's records too). These stay mappings:
 - keyed by a name the data choose, their values typed: "effects" and "clock_check" (by test or clock: EffectResults),

@@ -13,7 +13,8 @@ from brownformer.stats.core.bootstrap import ClusterBootstrap
 from brownformer.stats.markov.markov_chain import QUANTITIES, analyze_attention, broadcast_features
 from brownformer.statsfile import AttentionStats, InitComparison, PairedDifference, QuantityAggregates
 
-__all__ = ["null_subsample", "paired_difference", "exact_vmf_alternative", "summary_text", "MAX_NULL_MATRICES", "INIT_QUANTITIES"]
+__all__ = ["null_subsample", "paired_difference", "exact_vmf_alternative", "summary_text", "MAX_NULL_MATRICES",
+           "INIT_QUANTITIES"]
 
 #: null models are recomputed on at most this many matrices (seeded subsample) to keep the stage fast
 MAX_NULL_MATRICES = 128
