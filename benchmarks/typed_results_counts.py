@@ -3,13 +3,17 @@ converters.
 
     python benchmarks/typed_results_counts.py [--src src/brownformer] [--list COUNT] [--by-file COUNT]
 
-- dict_returns: functions under stats/ whose return annotation is a dict (``dict``, ``dict[...]``, ``dict | None``),
-  ``to_dict`` itself not counted.
+- dict_returns: functions under stats/ whose return annotation is a dict: ``dict``, ``Dict``, ``Mapping`` or
+  ``MutableMapping``, bare or subscripted, plain or through their module (``typing.Mapping``), alone, in ``X | None``,
+  ``Optional[...]``, ``Union[...]`` or ``Annotated[...]``, or a module-level alias of one (``Table = dict[str, X]``,
+  ``X: TypeAlias = ...``, ``from typing import Dict as X``; also imported from another module); ``to_dict`` itself
+  not counted.
 - round_trips: a parse (``parse_*`` or ``*.from_dict``) whose argument is a conversion to JSON (``to_jsonable(...)``
   or ``.to_dict()``), or whose result is converted back (``parse_*(...).to_dict()``), anywhere in the package.
 - string_key_lookups: ``x["key"]`` read (a subscript by a string constant, load context) and ``x.get("key")`` calls
   under stats/ and stats_stage/.
-- dict_fields: annotated class fields under statsfile/ whose annotation names ``dict``, ``Dict`` or ``Mapping``.
+- dict_fields: annotated class fields under statsfile/ whose annotation names a dict anywhere (the names and
+  aliases of dict_returns; ``list[dict]`` counts too).
 - effect_types: classes named TestResult, EffectEstimate, Estimate (the three before) or EffectResult (the one after);
   json_converters: functions with "json" in their name that are no reader or writer (``to_jsonable``,
   ``_json_float``, ``json_number``).
@@ -33,31 +37,89 @@ def _modules(root: Path, *subdirs: str):
             yield path, ast.parse(path.read_text(), filename=str(path))
 
 
-def _names_dict(node: ast.AST | None, *, root_only: bool) -> bool:
-    """Whether an annotation is a dict (root_only: the annotation itself, or one side of `X | None`), or mentions
-    one anywhere."""
+def _name_of(node: ast.AST) -> str | None:
+    """The name an annotation part refers to: `dict`, or the last part of `typing.Mapping`."""
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return node.attr
+    return None
+
+
+def _names_dict(node: ast.AST | None, *, root_only: bool, aliases: frozenset[str] = frozenset()) -> bool:
+    """Whether an annotation is a dict (root_only: the annotation itself, one side of `X | None`, or one member of
+    `Optional[...]`/`Union[...]`/the first of `Annotated[...]`), or mentions one anywhere. A dict is one of DICT_NAMES,
+    bare or subscripted (`dict[str, X]`, `Mapping[...]`), spelt plainly or through its module (`typing.Dict`), or
+    one of `aliases` (module-level aliases of them, `_dict_aliases`)."""
     if node is None:
         return False
+    names = DICT_NAMES | aliases
     if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
         try:
             node = ast.parse(node.value, mode="eval").body
         except SyntaxError:
             return False
-    if root_only:
-        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
-            return _names_dict(node.left, root_only=True) or _names_dict(node.right, root_only=True)
-        if isinstance(node, ast.Subscript):
-            node = node.value
-        return isinstance(node, ast.Name) and node.id in DICT_NAMES
-    return any(isinstance(n, ast.Name) and n.id in DICT_NAMES for n in ast.walk(node))
+    if not root_only:
+        return any(_name_of(n) in names for n in ast.walk(node) if isinstance(n, (ast.Name, ast.Attribute)))
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
+        return _names_dict(node.left, root_only=True, aliases=aliases) \
+            or _names_dict(node.right, root_only=True, aliases=aliases)
+    if isinstance(node, ast.Subscript):
+        members = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        wrapper = _name_of(node.value)
+        if wrapper in ("Optional", "Union"):
+            return any(_names_dict(m, root_only=True, aliases=aliases) for m in members)
+        if wrapper == "Annotated":
+            return _names_dict(members[0], root_only=True, aliases=aliases)
+        node = node.value
+    return _name_of(node) in names
+
+
+def _module_aliases(tree: ast.Module, known: frozenset[str]) -> set[str]:
+    """Names that a module binds at its top level to a dict type: `X = dict[str, float]`, `X: TypeAlias = Mapping`,
+    `type X = ...` (Python 3.12), `from typing import Dict as X`; `known`: aliases found so far (alias of alias)."""
+    out = set()
+    for stmt in tree.body:
+        if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name) \
+                and not isinstance(stmt.value, ast.Constant) \
+                and _names_dict(stmt.value, root_only=True, aliases=known | out):
+            out.add(stmt.targets[0].id)
+        elif isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
+                and _name_of(stmt.annotation) == "TypeAlias" \
+                and _names_dict(stmt.value, root_only=True, aliases=known | out):
+            out.add(stmt.target.id)
+        elif type(stmt).__name__ == "TypeAlias" and _names_dict(stmt.value, root_only=True, aliases=known | out):
+            out.add(stmt.name.id)
+        elif isinstance(stmt, ast.ImportFrom):
+            out |= {a.asname for a in stmt.names if a.asname and a.name in DICT_NAMES}
+    return out
+
+
+def _dict_aliases(root: Path) -> dict[Path, frozenset[str]]:
+    """Per module of the package, the dict aliases it can use: its own and those it imports by name from another
+    module (found over every module, to a fixed point for aliases of aliases)."""
+    trees = dict(_modules(root, "."))
+    aliases: set[str] = set()
+    while True:
+        found = set().union(*(_module_aliases(t, frozenset(aliases)) for t in trees.values()))
+        if found <= aliases:
+            break
+        aliases |= found
+    out = {}
+    for path, tree in trees.items():
+        own = _module_aliases(tree, frozenset(aliases))
+        imported = {a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+        out[path] = frozenset(own | (imported & aliases))
+    return out
 
 
 def dict_returns(root: Path) -> list[str]:
     out = []
+    aliases = _dict_aliases(root)
     for path, tree in _modules(root, "stats"):
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name != "to_dict" \
-                    and _names_dict(node.returns, root_only=True):
+                    and _names_dict(node.returns, root_only=True, aliases=aliases.get(path, frozenset())):
                 out.append(f"{path.relative_to(root)}:{node.lineno} {node.name}")
     return out
 
@@ -111,11 +173,13 @@ def string_key_lookups(root: Path) -> list[str]:
 
 def dict_fields(root: Path) -> list[str]:
     out = []
+    aliases = _dict_aliases(root)
     for path, tree in _modules(root, "statsfile"):
         for cls in (n for n in ast.walk(tree) if isinstance(n, ast.ClassDef)):
             for stmt in cls.body:
                 if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name) \
-                        and not stmt.target.id.startswith("_") and _names_dict(stmt.annotation, root_only=False):
+                        and not stmt.target.id.startswith("_") \
+                        and _names_dict(stmt.annotation, root_only=False, aliases=aliases.get(path, frozenset())):
                     out.append(f"{path.relative_to(root)}:{stmt.lineno} {cls.name}.{stmt.target.id}")
     return out
 

@@ -30,9 +30,6 @@ TREES = (ROOT / "src" / "brownformer", ROOT / "benchmarks")
 # (module file name, private name) of violations outside the K-FAC work, to be removed by their owners
 KNOWN = {
     ("device.py", "_split"),
-    ("attention_capture.py", "_broadcast_features"),
-    ("positive_controls_claims12.py", "_exact_vmf_alternative"),
-    ("attention_files.py", "_exact_vmf_alternative"),
 }
 
 

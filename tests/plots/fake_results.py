@@ -17,6 +17,7 @@ from brownformer.io import write_json
 from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
                                    NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow,
                                    LayerValues, WalkerReading, WalkerType, WindowRuleNull)
+from brownformer.statsfile import ByQuantity, MatrixAggregate, NullModels, QuantityAggregates
 from brownformer.verdicts import ClaimRecord, ClaimsFile
 
 RAW_CONFIG = {
@@ -145,10 +146,12 @@ def _attention_stats(rng, run: str) -> AttentionStats:
     per = {k: (base + 0.05 * rng.standard_normal(n_mat)).tolist() for k, base in
            {"spectral_gap": 0.6, "stationary_entropy": 1.3, "reversibility_residual": 0.2, "dobrushin": 0.4,
             "vmf_output_error": 0.7}.items()}
-    agg = {k: {"mean": float(np.mean(v)), "confidence_interval": [float(np.min(v)), float(np.max(v))]}
-           for k, v in per.items()}
-    return AttentionStats(shape=shape, n_matrices=n_mat, n=4, causal=False, per_matrix=per, aggregate=agg,
-                          null_models={"row_shuffled": {k: {"mean": v["mean"] * 1.2} for k, v in agg.items()}},
+    agg = {k: MatrixAggregate(mean=float(np.mean(v)), confidence_interval=[float(np.min(v)), float(np.max(v))],
+                              median=float(np.median(v)), sd=float(np.std(v)), n=n_mat) for k, v in per.items()}
+    shuffled = {k: dataclasses.replace(v, mean=v.mean * 1.2) for k, v in agg.items()}
+    return AttentionStats(shape=shape, n_matrices=n_mat, n=4, causal=False, per_matrix=ByQuantity(**per),
+                          aggregate=QuantityAggregates(**agg),
+                          null_models=NullModels(row_shuffled=QuantityAggregates(**shuffled)),
                           run_id=run, category="attention", entry={"path": "attention/c0.npy", "category": "attention"})
 
 

@@ -5,12 +5,13 @@ import pytest
 from statsmodels.stats.weightstats import DescrStatsW
 
 from brownformer.config import StatsConfig
-from brownformer.stats.markov.attention_capture import _exact_vmf_alternative
+from brownformer.stats.markov.attention_capture import exact_vmf_alternative
 from brownformer.stats.claims import markov_claim, sphere_claim
 from brownformer.stats.claims.common import equivalence_pvalue, equivalence_verdict, unit_mean_interval
 from brownformer.stats.markov.markov_chain import analyze_attention, attention_null_models, weight_isotropy
 from brownformer.stats.core.pooling import MIN_SEEDS
 from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
+from brownformer.statsfile import HeadKernels
 
 STATS = StatsConfig(n_resamples=199)
 B_INPUTS, N_TOKENS, D = 8, 6, 12
@@ -233,13 +234,14 @@ def _attention_result(M, step, rng, L=1, H=2, n=10, d=6, heads=None, scale=3.0):
                                         heads[1][h * dh:(h + 1) * dh], U) for h in range(H)], 1)
     A = _softmax(S)
     out = analyze_attention(A, features=U, rng=0, head_axis=1)
-    out["step"] = step
-    out["null_models"] = attention_null_models(A, features=U, rng=1)
     F = np.broadcast_to(U[:, None], (L, H, B_INPUTS, n, d)).reshape(-1, n, d)
-    out["null_models"]["vmf_exact"] = _exact_vmf_alternative(F, np.array(out["per_matrix"]["vmf_kappa"]), STATS)
+    nulls = dataclasses.replace(attention_null_models(A, features=U, rng=1),
+                                vmf_exact=exact_vmf_alternative(F, np.array(out.per_matrix.vmf_kappa), STATS))
+    out = dataclasses.replace(out, step=step, null_models=nulls)
     if heads is not None:
-        out["head_kernels"] = {"per_layer": [weight_isotropy(*heads, n_heads=H)] * L}
-        out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(A, U, out["head_kernels"])
+        kernels = HeadKernels(per_layer=[weight_isotropy(*heads, n_heads=H)] * L)
+        kernels = dataclasses.replace(kernels, subspace_vmf=head_subspace_vmf(A, U, kernels))
+        out = dataclasses.replace(out, head_kernels=kernels)
     return out
 
 
@@ -331,12 +333,14 @@ def test_markov_claim_without_weights_is_inconclusive_not_supported():
 def test_markov_margins_are_fixed_before_the_data():
     """Whatever the nulls read, claim 2's margins are the configured ones (the null's bounds are only reported);
     `stats attention` on a user's array still lowers its whole-sphere output-error margin below the null."""
-    import copy
     from brownformer.stats.claims.claim2_markov import OUTPUT_ERROR_NULL_FRACTION, file_verdicts
     rng = np.random.default_rng(5)
-    res = copy.deepcopy(_attention_result(6.0 * np.eye(6), 100, rng, heads=_subspace_heads()))
-    res["null_models"]["row_shuffled"]["vmf_output_error"]["confidence_interval"] = [0.6, 0.93]
-    res["null_models"]["row_shuffled"]["reversibility_residual"]["confidence_interval"] = [0.08, 0.2]
+    res = _attention_result(6.0 * np.eye(6), 100, rng, heads=_subspace_heads())
+    shuffled = res.null_models.row_shuffled
+    shuffled = dataclasses.replace(
+        shuffled, vmf_output_error=dataclasses.replace(shuffled.vmf_output_error, confidence_interval=[0.6, 0.93]),
+        reversibility_residual=dataclasses.replace(shuffled.reversibility_residual, confidence_interval=[0.08, 0.2]))
+    res = dataclasses.replace(res, null_models=dataclasses.replace(res.null_models, row_shuffled=shuffled))
     run = markov_claim([{"run": "vit-pre__adamw__s0", "attention": res}], STATS).per_run["vit-pre__adamw__s0"]
     m = run.details.margins
     assert m.vmf_output_error == tuple(STATS.margins["vmf_output_error"])
@@ -360,11 +364,11 @@ def test_the_whole_sphere_fit_never_decides_when_heads_are_narrower_than_the_mod
         S = np.stack([4 * np.einsum("lbid,lbjd->lbij", U[..., h * 3:(h + 1) * 3], U[..., h * 3:(h + 1) * 3])
                       for h in range(H)], 1)  # head h: c <P_h u_i, P_h u_j>, P_h its 3 coordinates
         out = analyze_attention(_softmax(S), features=U, rng=0, head_axis=1)
-        out.update(step=step, null_models=attention_null_models(_softmax(S), features=U, rng=1))
-        out["head_kernels"] = {"per_layer": [weight_isotropy(*_subspace_heads(), n_heads=H)]}
+        kernels = HeadKernels(per_layer=[weight_isotropy(*_subspace_heads(), n_heads=H)])
         if with_fit:
-            out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(_softmax(S), U, out["head_kernels"])
-        return out
+            kernels = dataclasses.replace(kernels, subspace_vmf=head_subspace_vmf(_softmax(S), U, kernels))
+        return dataclasses.replace(out, step=step, null_models=attention_null_models(_softmax(S), features=U, rng=1),
+                                   head_kernels=kernels)
 
     for with_fit, want in ((False, "inconclusive"), (True, "supported")):
         conf = markov_claim(_runs("vit-pre__adamw", lambda s: capture(s, with_fit)), STATS).per_model["vit-pre__adamw"]

@@ -39,12 +39,12 @@ def test_step0_is_the_baseline_with_paired_differences(attention_dir):
     assert init is not None and init.path.endswith("c0.npy")
     out = attention_file_record(tmp / "c1.npy", STATS, init)
     assert out.step == 100
-    assert out.null_models["init"] == init.result.aggregate
+    assert out.null_models.init == init.result.aggregate
     kappa = out.init_comparison.quantities["vmf_kappa"]
     assert out.init_comparison.unit == "probe input" and kappa.n_units == B
     assert analyze_attention_file(tmp / "c1.npy", STATS, init) == out.to_dict()  # the JSON the file holds
     # independent reference: the paired difference of the per-matrix kappas, averaged
-    ref = np.mean(np.array(out.per_matrix["vmf_kappa"]) - np.array(init.result.per_matrix["vmf_kappa"]))
+    ref = np.mean(np.array(out.per_matrix.vmf_kappa) - np.array(init.result.per_matrix.vmf_kappa))
     assert kappa.difference == pytest.approx(ref)
     assert kappa.confidence_interval[0] <= kappa.difference <= kappa.confidence_interval[1]
     assert kappa.difference == pytest.approx(5.5, abs=0.05)  # 6.0 - 0.5, both exact vMF kernels
@@ -78,7 +78,7 @@ def test_head_kernels_come_from_the_weights_at_the_files_capture(tmp_path):
             {"source": {"captures": [0, 4, 9]}, "projection": {"projected": False}}))
     out = analyze_attention_file(att / "c4.npy", STATS, None)
     ref = weight_isotropy(W["q"][1], W["k"][1], n_heads=H)
-    assert out["head_kernels"]["per_layer"] == [ref]
+    assert out["head_kernels"]["per_layer"] == [ref.to_dict()]
     assert "head_averaged" in out and len(out["head_averaged"]["per_matrix"]["vmf_kappa"]) == L * B
     side["source"] = {"captures": [5]}  # a capture the weights never saw: no kernels, not a wrong one
     (att / "c4.json").write_text(json.dumps(side))

@@ -12,7 +12,7 @@ from brownformer.stats.markov.markov_chain import analyze_attention, attention_n
 from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
 from brownformer.stats.core.training_status import ChanceBaseline
 from brownformer.stats_stage.summary import summarize
-from brownformer.statsfile import AttentionStats, RunStatsSummary, SphereStats, SummaryRow
+from brownformer.statsfile import HeadKernels, RunStatsSummary, SphereStats, SummaryRow
 from brownformer.verdicts import read_claims
 
 STATS = StatsConfig(n_resamples=199)
@@ -40,10 +40,10 @@ def _stats_dir(tmp_path, run, rng):
     S = 6.0 * np.einsum("lbid,lbjd->lbij", U, U)[:, None]
     A = np.exp(S - S.max(-1, keepdims=True))
     A /= A.sum(-1, keepdims=True)
-    att = analyze_attention(A, features=U)
-    att.update(category="attention", step=100, null_models=attention_null_models(A, features=U, rng=1),
-               head_kernels={"per_layer": [weight_isotropy(np.eye(6), np.eye(6), n_heads=1)]})
-    write_json(sdir / "attention" / "c1.json", AttentionStats.from_dict(att).to_dict())
+    att = dataclasses.replace(analyze_attention(A, features=U), category="attention", step=100,
+                              null_models=attention_null_models(A, features=U, rng=1),
+                              head_kernels=HeadKernels(per_layer=[weight_isotropy(np.eye(6), np.eye(6), n_heads=1)]))
+    write_json(sdir / "attention" / "c1.json", att.to_dict())
     files.append(SummaryRow("attention/c1.npy", "attention/c1.json", "attention"))
     write_json(sdir / "summary.json", RunStatsSummary(run, str(tmp_path), "0" * 64, len(files), files, []).to_dict())
     return sdir

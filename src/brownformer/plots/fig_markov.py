@@ -7,7 +7,7 @@ import pandas as pd
 from brownformer.plots._style import new_figure, no_data, optimizer_palette
 from brownformer.plots._traj import capture_number
 from brownformer.results import Results
-from brownformer.statsfile import AttentionStats
+from brownformer.statsfile import AttentionStats, MatrixAggregate
 
 __all__ = ["markov_table", "plot_markov_spectra", "MARKOV_METRICS"]
 
@@ -33,16 +33,16 @@ def _per_layer(data: AttentionStats, metric: str) -> dict[int, float]:
     return {} if agg is None else {-1: agg}
 
 
-def _mean(aggregate: dict | None) -> float | None:
-    v = (aggregate or {}).get("mean")
+def _mean(aggregate: MatrixAggregate | None) -> float | None:
+    v = None if aggregate is None else aggregate.mean
     return float(v) if isinstance(v, (int, float)) and np.isfinite(v) else None
 
 
 def _nulls(data: AttentionStats, metric: str) -> dict[str, float]:
     """{null model: aggregate mean} (stats_stage/attention_files.py: row-shuffled, shuffled keys, step 0, exact vMF)."""
     out = {}
-    for name, agg in (data.null_models or {}).items():
-        v = _mean(agg.get(metric)) if isinstance(agg, dict) else None
+    for name, agg in (data.null_models.items() if data.null_models is not None else ()):
+        v = _mean(agg.get(metric))
         if v is not None:
             out[name] = v
     return out

@@ -16,10 +16,10 @@ import numpy as np
 
 from brownformer.io import sha256_file
 from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
-from brownformer.stats.markov.attention_capture import _exact_vmf_alternative, null_subsample, paired_difference
+from brownformer.stats.markov.attention_capture import exact_vmf_alternative, null_subsample, paired_difference
 from brownformer.stats.markov.markov_chain import (analyze_attention, attention_null_models, head_subspace_vmf,
                                             validate_attention)
-from brownformer.statsfile import AttentionStats, InputFile, NullModelsInfo
+from brownformer.statsfile import AttentionStats, HeadKernels, InputFile, NullModelsInfo
 
 from .trajectory_io import IndexEntry, read_sidecar
 
@@ -41,7 +41,7 @@ def _pre_ln_gains(path: Path, captures: list) -> np.ndarray | None:
     return np.asarray(affine_map_fit(np.load(raw), np.load(aff)).gamma, float)
 
 
-def head_kernels(path: Path, meta: TrajectorySidecar | dict, n_heads: int) -> dict | None:
+def head_kernels(path: Path, meta: TrajectorySidecar | dict, n_heads: int) -> HeadKernels | None:
     """Per layer, `weight_isotropy` of W_Q, W_K at this attention file's capture, read from the run's
     weights/l<l>_<q|k>.npy trajectories (unprojected only), with a pre-LN block's gamma folded in; None when they
     are missing or projected."""
@@ -58,8 +58,8 @@ def head_kernels(path: Path, meta: TrajectorySidecar | dict, n_heads: int) -> di
             break
         side = read_sidecar(q)
         if side.projected:
-            return {"why_undefined": "weights stored as random projections (probes.max_weight_size): W_Q^T W_K "
-                                     "is not recoverable"}
+            return HeadKernels(why_undefined="weights stored as random projections (probes.max_weight_size): "
+                                             "W_Q^T W_K is not recoverable")
         try:
             i = side.captures.index(captures[0])
         except ValueError:
@@ -68,8 +68,8 @@ def head_kernels(path: Path, meta: TrajectorySidecar | dict, n_heads: int) -> di
         try:
             out.append(weight_isotropy(Wq, Wk, n_heads, gain=None if gains is None else gains[layer]))
         except ValueError as exc:  # weights that do not split into the attention's heads: say so, keep the rest
-            return {"why_undefined": str(exc)}
-    return {"per_layer": out, "source": "weights/l<l>_<q|k>.npy at capture " + str(captures[0])} if out else None
+            return HeadKernels(why_undefined=str(exc))
+    return HeadKernels(per_layer=out, source="weights/l<l>_<q|k>.npy at capture " + str(captures[0])) if out else None
 
 
 def _load_attention(path: Path):
@@ -100,12 +100,12 @@ def attention_file_record(path: Path, stats, init: InitAttention | None) -> Atte
     nulls = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level, rng=rng)
     exact = init_text = comparison = None
     if sub_F is not None and not rec.causal:
-        kappa = np.asarray(rec.per_matrix["vmf_kappa"], float)[idx]
-        nulls["vmf_exact"] = _exact_vmf_alternative(sub_F, kappa, stats)
+        kappa = np.asarray(rec.per_matrix.vmf_kappa, float)[idx]
+        nulls = replace(nulls, vmf_exact=exact_vmf_alternative(sub_F, kappa, stats))
         exact = ("alternative, not a null: the exact vMF kernel softmax(kappa <u_i, u_j>) at each matrix's fitted "
                  "kappa on the real features (isotropic and reversible by construction): the claim-2 rule must pass it")
     if init is not None and not is_init:
-        nulls["init"] = init.result.aggregate
+        nulls = replace(nulls, init=init.result.aggregate)
         init_text = f"attention at step 0 ({init.path})"
         comparison = paired_difference(rec, init.result, rec.shape, stats=stats)
     info = NullModelsInfo(
@@ -126,15 +126,14 @@ def analyze_attention_file(path: Path, stats, init: InitAttention | None) -> dic
 def _analysed(path: Path, A, meta, feats, stats, *, subspace: bool) -> AttentionStats:
     """analyze_attention of one capture with its heads' weight kernels (and, with features and `subspace`, the vMF
     fit in each head's subspace: claim 2)."""
-    rec = AttentionStats.from_dict(analyze_attention(A, features=feats, causal=meta.causal,
-                                                     confidence_level=stats.confidence_level, rng=stats.seed,
-                                                     head_axis=meta.head_axis), str(path))
+    rec = analyze_attention(A, features=feats, causal=meta.causal, confidence_level=stats.confidence_level,
+                            rng=stats.seed, head_axis=meta.head_axis)
     if meta.head_axis is None:
         return rec
     kernels = head_kernels(path, meta, A.shape[meta.head_axis])
-    if subspace and feats is not None and (kernels or {}).get("per_layer"):
-        kernels = {**kernels, "subspace_vmf": head_subspace_vmf(A, feats, kernels, head_axis=meta.head_axis,
-                                                                causal=bool(rec.causal), rng=stats.seed)}
+    if subspace and feats is not None and kernels is not None and kernels.per_layer:
+        kernels = replace(kernels, subspace_vmf=head_subspace_vmf(A, feats, kernels, head_axis=meta.head_axis,
+                                                                  causal=bool(rec.causal), rng=stats.seed))
     return replace(rec, head_kernels=kernels)
 
 
@@ -156,9 +155,9 @@ def init_attention(entries: list, traj_dir: Path, stats) -> InitAttention | None
 
 
 def attention_file_stats(path: str | Path, *, features: str | Path | None = None, wq: str | Path | None = None,
-                         wk: str | Path | None = None, n_heads: int | None = None, stats=None) -> dict:
+                         wk: str | Path | None = None, n_heads: int | None = None, stats=None) -> AttentionStats:
     """The statistics of `brownformer stats attention FILE.npy [--features F.npy] [--wq Q.npy --wk K.npy --heads H]`
-    (stats_stage/stages.py adds the verdicts and writes OUT.json).
+    as the file's AttentionStats (stats_stage/stages.py adds the verdicts and writes OUT.json).
 
     Per matrix and aggregated: spectral_gap, stationary_entropy, entropy_rate, reversibility_residual,
     dobrushin, doubly_stochastic_deviation, max_row_sum_error, and the vMF kernel fit with its output error
@@ -185,13 +184,13 @@ def attention_file_stats(path: str | Path, *, features: str | Path | None = None
     result = analyze_attention(A, features=F, confidence_level=stats.confidence_level, rng=stats.seed)
     rng = np.random.default_rng(stats.seed)
     sub_A, sub_F, idx = null_subsample(validate_attention(A), F, rng)
-    result["null_models"] = attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level,
-                                                  rng=rng)
-    result["null_models_info"] = NullModelsInfo(n_matrices=int(idx.size), of=int(result["n_matrices"]))
+    kernels = None
     if W is not None:
         Wq, Wk = (w[None] if w.ndim == 2 else w for w in W)
-        result["head_kernels"] = {"per_layer": [weight_isotropy(q, k, int(n_heads)) for q, k in zip(Wq, Wk)]}
-    result["input"] = {"path": str(path), "sha256": sha256_file(path)}
-    if features is not None:
-        result["features_input"] = {"path": str(features), "sha256": sha256_file(features)}
-    return result
+        kernels = HeadKernels(per_layer=[weight_isotropy(q, k, int(n_heads)) for q, k in zip(Wq, Wk)])
+    return replace(
+        result, null_models=attention_null_models(sub_A, features=sub_F, confidence_level=stats.confidence_level,
+                                                  rng=rng),
+        null_models_info=NullModelsInfo(n_matrices=int(idx.size), of=int(result.n_matrices)), head_kernels=kernels,
+        input=InputFile(path=str(path), sha256=sha256_file(path)),
+        features_input=None if features is None else InputFile(path=str(features), sha256=sha256_file(features)))

@@ -40,22 +40,17 @@ def stats_attention(file: Path, out: Path | None, *, stats, features: Path | Non
                     wk: Path | None = None, n_heads: int | None = None) -> dict:
     """Markov-chain statistics of any (..., n, n) array (docs/ARTIFACTS.md, `stats attention`) with a verdict per claim-2
     criterion and its margin (claims/claim2_markov.py `file_verdicts`) -> OUT.json."""
+    from dataclasses import replace
+
     from brownformer.io import to_jsonable, write_json
 
     from brownformer.stats.claims.claim2_markov import file_verdicts
     from .attention_files import attention_file_stats
     result = attention_file_stats(file, features=features, wq=wq, wk=wk, n_heads=n_heads, stats=stats)
-    result["verdicts"] = file_verdicts(result, stats)
-    record = _through_contract(result, str(file))
+    record = replace(result, verdicts=file_verdicts(result, stats))
     if out is not None:
         write_json(out, record)
     return to_jsonable(record)  # what OUT.json holds: the CLI prints it
-
-
-def _through_contract(result: dict, where: str):
-    """The result parsed once into its brownformer.statsfile record (schema_version, checked keys)."""
-    from brownformer.statsfile import SCHEMA_VERSION, parse_stats_file
-    return parse_stats_file({**result, "schema_version": SCHEMA_VERSION}, where)
 
 
 def stats_run(traj_dir: Path, out: Path, *, stats, run_id: str, min_lag_steps: int = 0) -> dict:

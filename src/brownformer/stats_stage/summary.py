@@ -40,9 +40,10 @@ SUMMARY_COLUMNS = ["run", "file", "category", "quantity", "estimate", "ci_low", 
 class RunOutputs:
     """Every run's per-file statistics, sorted into the claim families, and the summary rows.
 
-    The claim rules take plain mappings: each is the `to_dict()` of a file read through brownformer.statsfile."""
+    The claim rules take plain mappings: each is the `to_dict()` of a file read through brownformer.statsfile (the
+    attention files: the records themselves)."""
     sphere: list[dict]
-    attention: list[dict]
+    attention: list[dict]  # [{"run", "attention": AttentionStats}]
     trajectories: dict[str, list[dict]]  # category (depth, training, weights) -> [{"run", "path", "result"}]
     rows: list[dict]
 
@@ -63,7 +64,7 @@ def _rows_for(run: str, rel: str, res: RunStatsFile) -> list[dict]:
             rows.append(_row(base, "window_exponent", win.estimate, win.confidence_interval, win.pvalue))
         rows.append(_row(base, "brownian", float(res.brownian), None))
     elif isinstance(res, AttentionStats):
-        rows += [_row(base, q, v.get("mean"), v.get("confidence_interval")) for q, v in res.aggregate.items()]
+        rows += [_row(base, q, v.mean, v.confidence_interval) for q, v in res.aggregate.items()]
     return rows
 
 
@@ -101,7 +102,7 @@ def collect_run_outputs(run_stats_dirs: dict[str, str | Path]) -> RunOutputs:
                 out.sphere.append({"run": run, "path": f.path, "sphere": res.sphere,
                                    "capture": res.entry.capture if res.entry else None})
             elif isinstance(res, AttentionStats):
-                out.attention.append({"run": run, "attention": res.to_dict()})
+                out.attention.append({"run": run, "attention": res})
     return out
 
 

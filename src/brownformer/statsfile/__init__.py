@@ -20,16 +20,17 @@ Blocks of a fixed layout are records: the calibration shape (`CalibrationShape`,
 `Curvature`, `Envelope`, `EnsembleExponent`, `MomentumBias` per key effect), the clock, the input, its index.json entry (`IndexEntry`), the sphere normalisation, claim 1's sphere summary
 (`SphereSummary`: `TensorDistribution`, `SphereGeometry`, `SphereAbout`, `SphereMargins`, a LayerNorm's recovered
 `AffineMap`), the fitted null (`FittedNullInfo`: `FittedCalibration`, `FittedModel`, `ReplicaContrast`),
-the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), the attention null
-models' description (`NullModelsInfo`), `stats attention`'s verdicts (`AttentionVerdicts` of `CriterionVerdict`) and
+the walkers' reading (`WalkerReading`: `WalkerType`, `WalkerPositions`, `WalkerDiagnostic`), an attention file's
+blocks (attention.py: per quantity `ByQuantity`, the per-matrix values, why undefined, the uniform reference, and
+`QuantityAggregates` of `MatrixAggregate`; the heads' `HeadKernels` of `HeadIsotropy` with their `SubspaceFit`; the
+`HeadAveragedFit`; the `NullModels`), the attention null models' description (`NullModelsInfo`),
+`stats attention`'s verdicts (`AttentionVerdicts` of `CriterionVerdict`) and
 step-0 comparison (`InitComparison` of `PairedDifference`), every effect (`EffectResult`, with the window exponent's
 `WindowRuleNull`). Every record checks its keys with `check_keys` (claims.json's records too). These stay mappings:
 - keyed by a name the data choose, their values typed: "effects" and "clock_check" (by test or clock: EffectResults),
   "momentum_bias" (by key effect), a calibration's "power" and "power_lower" (by alternative) and "rates", the
-  walkers' "by_type" and "diagnostics", a step-0 comparison's "quantities"; attention "per_matrix", "aggregate",
-  "undefined", "uniform_reference" and "head_averaged" (by quantity), "null_models" (by null), a shape's margins;
-- a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines) and
-  "head_kernels";
+  walkers' "by_type" and "diagnostics", a step-0 comparison's "quantities", a shape's margins;
+- a layout that depends on the kind or on optional parts: "curves" (euclidean MSD or sphere cosines);
 - a row of another table or file: `EffectResult.extra`;
 - "settings": the StatsConfig values the file was computed with (its margins keyed by margin name).
 A reader parses a file once (`parse_stats_file`); a writer builds the records and writes their `to_dict`.
@@ -42,6 +43,8 @@ from __future__ import annotations
 
 from ._results import (CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull, check_keys,
                        plain_value)
+from .attention import (QUANTITY_NAMES, ByQuantity, HeadAveragedFit, HeadIsotropy, HeadKernels, MatrixAggregate,
+                        NullModels, QuantityAggregates, SubspaceFit)
 from .sphere_summary import (AboutLayers, AffineMap, Distribution, GeometryLayers, LayerValues, PerLeading, PooledValue, Quantiles,
                      SphereAbout, SphereGeometry, SphereMargins, SphereSummary, TensorDistribution)
 from .files import (AttentionStats, AttentionVerdicts, BatteryStats, CalibrationShape, Clock, CriterionVerdict, Curvature,
@@ -52,5 +55,5 @@ from .files import (AttentionStats, AttentionVerdicts, BatteryStats, Calibration
                     parse_stats_file)
 
 __all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "check_keys", "plain_value", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
-           "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
+           "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "QUANTITY_NAMES", "ByQuantity", "MatrixAggregate", "QuantityAggregates", "HeadIsotropy", "SubspaceFit", "HeadAveragedFit", "HeadKernels", "NullModels", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

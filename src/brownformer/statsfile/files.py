@@ -10,6 +10,7 @@ from typing import Any
 
 from ._results import (SCHEMA_VERSION, Decision, EffectResult, Record, check_version, list_of, map_of,
                        plain_value)
+from .attention import ByQuantity, HeadAveragedFit, HeadKernels, NullModels, QuantityAggregates
 from .sphere_summary import SphereSummary
 
 __all__ = ["CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
@@ -613,23 +614,24 @@ class AttentionVerdicts(Record):
 class AttentionStats(Record):
     """Markov-chain statistics of attention matrices (stats/markov/markov_chain.py analyze_attention, the null models and the
     step-0 comparison of stats_stage/attention_files.py); `verdicts` only in `stats attention` output.
-    aggregate: {quantity: {"mean", "confidence_interval", "median", "sd", "n"}}; per_matrix: {quantity: [...]}."""
+    per_matrix: each quantity's values in matrix order; aggregate: each one's MatrixAggregate; undefined: why a
+    quantity is (a causal mask's pi-based ones); uniform_reference: the uniform chain's value."""
 
     shape: list
     n_matrices: int
     n: int
     causal: bool
-    per_matrix: dict
-    aggregate: dict
+    per_matrix: ByQuantity[list]
+    aggregate: QuantityAggregates
     schema_version: int = SCHEMA_VERSION
     max_row_sum_error: float | None = None
-    undefined: dict | None = None
-    uniform_reference: dict | None = None
-    head_averaged: dict | None = None
-    head_kernels: dict | None = None
+    undefined: ByQuantity[str] | None = None
+    uniform_reference: ByQuantity[float] | None = None
+    head_averaged: HeadAveragedFit | None = None
+    head_kernels: HeadKernels | None = None
     features_input: InputFile | None = None  # the token features the attention acts on
     step: int | None = None
-    null_models: dict | None = None
+    null_models: NullModels | None = None
     null_models_info: NullModelsInfo | None = None
     init_comparison: InitComparison | None = None
     verdicts: AttentionVerdicts | None = None
@@ -639,8 +641,11 @@ class AttentionStats(Record):
     input: InputFile | None = None
 
     _nested = {"input": InputFile.from_dict, "features_input": InputFile.from_dict, "entry": IndexEntry.from_dict,
-               "null_models_info": NullModelsInfo.from_dict, "init_comparison": InitComparison.from_dict,
-               "verdicts": AttentionVerdicts.from_dict}
+               "per_matrix": ByQuantity.from_dict, "aggregate": QuantityAggregates.from_dict,
+               "undefined": ByQuantity.from_dict, "uniform_reference": ByQuantity.from_dict,
+               "head_averaged": HeadAveragedFit.from_dict, "head_kernels": HeadKernels.from_dict,
+               "null_models": NullModels.from_dict, "null_models_info": NullModelsInfo.from_dict,
+               "init_comparison": InitComparison.from_dict, "verdicts": AttentionVerdicts.from_dict}
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ import math
 from dataclasses import dataclass, replace
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
-from brownformer.statsfile import AttentionVerdicts, CriterionVerdict, Decision, EffectResult
+from brownformer.statsfile import AttentionStats, AttentionVerdicts, CriterionVerdict, Decision, EffectResult
 
 from brownformer.stats.core.pooling import MIN_SEEDS, seed_interval_power, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
@@ -60,7 +60,7 @@ from .claim2_seed import (OUTPUT_ERROR, RESIDUAL, TITLE, SeedValues, combine, fm
                           upper_margin)
 from .details import (Claim2ConfigurationDetails, Claim2Details, Claim2FixedModelDetails, InputCriterion2,
                       InputPower, PooledCriterion, SeedPower)
-from .claim_inputs import Aggregate, AttentionFile, view
+from .claim_inputs import AttentionFile, view
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     seed_unit, seed_verdict)
@@ -205,7 +205,7 @@ def _calibration_of(rec: ClaimRecord) -> _Calibration | None:
     return view(_Calibration, rec.calibration)
 
 
-def file_verdicts(result: dict, stats) -> AttentionVerdicts:
+def file_verdicts(result: AttentionStats, stats) -> AttentionVerdicts:
     """A verdict per claim-2 criterion for one attention file (`stats attention`), with its margin.
 
     The configured margins of `markov_claim`, on the whole-sphere fit (a user's file carries no head subspaces), whose
@@ -215,15 +215,16 @@ def file_verdicts(result: dict, stats) -> AttentionVerdicts:
     the margin -> "supported", entirely outside -> "not supported", else (or undefined) "inconclusive".
     """
     f = AttentionFile.from_result(result)
-    null = f.null_models.get("row_shuffled") or {}
+    null = f.null_models.row_shuffled
     out = {}
     for q, frac, why in ((RESIDUAL, None, "undefined under a causal mask: token 1 is absorbing (pi = e_1)"),
                          (OUTPUT_ERROR, OUTPUT_ERROR_NULL_FRACTION, "needs --features (the token features)")):
         ceiling = tuple(stats.margins[q])
-        lo_null = ((null[q].confidence_interval if q in null else None) or [None])[0]
+        null_q = null.get(q) if null is not None else None
+        lo_null = ((null_q.confidence_interval if null_q is not None else None) or [None])[0]
         margin = (ceiling[0], min(ceiling[1], frac * lo_null) if lo_null is not None and frac else ceiling[1])
-        a = f.aggregate.get(q) or Aggregate()
-        if a.mean is None:
+        a = f.aggregate.get(q)
+        if a is None or a.mean is None:
             out[q] = CriterionVerdict(INCONCLUSIVE, list(margin), why_undefined=why)
             continue
         out[q] = CriterionVerdict(equivalence_verdict(a.confidence_interval, upper_margin(margin)), list(margin),
@@ -244,9 +245,9 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     """Claim 2 over every configuration, seeds as the unit (module docstring), or over fixed models (unit "inputs").
 
     Args:
-        files: [{"run", "attention": stats_stage.attention_files.analyze_attention_file output}] (with "step",
-            "null_models", "head_kernels" with, where the stage computed it, "subspace_vmf"
-            (markov_chain.head_subspace_vmf); the step-0 capture is the baseline).
+        files: [{"run", "attention": an attention file's AttentionStats (stats_stage.attention_files.
+            attention_file_record), or its JSON}] (with "step", "null_models", "head_kernels" with, where the stage
+            computed it, "subspace_vmf" (markov_chain.head_subspace_vmf); the step-0 capture is the baseline).
         stats: StatsConfig (confidence_level, n_resamples, seed, alpha, margins["head_isotropy"],
             margins["vmf_output_error"], margins["reversibility_residual"]).
         excluded: run -> reason for runs that did not train.

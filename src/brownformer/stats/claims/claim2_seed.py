@@ -10,11 +10,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from brownformer.statsfile import QuantityAggregates
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
 from .common import equivalence_verdict, finite_or_none, unit_mean_interval
 from .details import Claim2Margins, Claim2SeedDetails, HeadAveraged, HeadCheck, UndefinedHeadCheck, WorstHead
-from .claim_inputs import Aggregate, AttentionFile, PerMatrix
+from .claim_inputs import AttentionFile, PerMatrix
 
 __all__ = ["seed_record", "per_input_values", "upper_margin", "combine", "fmt_value", "SeedValues", "TITLE",
            "NO_HEAD_FIT", "OUTPUT_ERROR", "RESIDUAL", "SUBSPACE_FIT"]
@@ -88,7 +89,7 @@ def _null_bound(files: list[AttentionFile], null: str, quantity: str, side: int)
     """Most extreme confidence bound (side 1: upper, 0: lower) of a null's aggregate over the captures."""
     bounds = []
     for f in files:
-        agg = (f.null_models.get(null) or {}).get(quantity) if null != "step0" else f.aggregate.get(quantity)
+        agg = (getattr(f.null_models, null) or {}).get(quantity) if null != "step0" else f.aggregate.get(quantity)
         if agg and agg.confidence_interval and agg.confidence_interval[side] is not None:
             bounds.append(float(agg.confidence_interval[side]))
     if not bounds:
@@ -116,12 +117,12 @@ def combine(parts) -> str:
             else INCONCLUSIVE)
 
 
-def _mean(agg: dict[str, Aggregate] | None, quantity: str) -> float | None:
+def _mean(agg: QuantityAggregates | None, quantity: str) -> float | None:
     a = (agg or {}).get(quantity)
     return a.mean if a else None
 
 
-def _passes(agg: dict[str, Aggregate] | None, margins: Claim2Margins, causal: bool) -> bool | None:
+def _passes(agg: QuantityAggregates | None, margins: Claim2Margins, causal: bool) -> bool | None:
     """Would the attention-level rule call these aggregate point statistics "supported"? None without features."""
     e, r = _mean(agg, OUTPUT_ERROR), _mean(agg, RESIDUAL)
     if e is None:
@@ -136,10 +137,10 @@ def _calibration(trained: list[AttentionFile], baseline: list[AttentionFile], ma
                  shape) -> dict:
     """The run's attention-level rule on its nulls (size: a null that passes counts against the rule) and on
     the exact vMF kernel at the fitted concentrations (power at the exact alternative)."""
-    nulls = [f.null_models.get(k) for f in trained for k in ("row_shuffled", "shuffled_keys")]
+    nulls = [n for f in trained for n in (f.null_models.row_shuffled, f.null_models.shuffled_keys)]
     nulls += [f.aggregate for f in baseline]
     passes = [p for p in (_passes(a, margins, causal) for a in nulls) if p is not None]
-    alt = [p for p in (_passes(f.null_models.get("vmf_exact"), margins, causal) for f in trained) if p is not None]
+    alt = [p for p in (_passes(f.null_models.vmf_exact, margins, causal) for f in trained) if p is not None]
     n = len(passes)
     size = float(np.mean(passes)) if n else None
     return {"shape": {"attention": shape, "n_captures": len(trained)},

@@ -16,7 +16,8 @@ from typing import Any, Mapping, TypeVar
 
 from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
-from brownformer.statsfile import AffineMap, FittedCalibration, LayerValues, ShapeCalibration, SphereSummary
+from brownformer.statsfile import (AffineMap, AttentionStats, ByQuantity, FittedCalibration, HeadIsotropy, HeadKernels,
+                                   LayerValues, NullModels, QuantityAggregates, ShapeCalibration, SphereSummary)
 
 __all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
@@ -235,97 +236,45 @@ class SphereFile:
 
 
 @dataclass(frozen=True)
-class Aggregate:
-    """One attention quantity aggregated over matrices: mean and its interval."""
-    mean: float | None = None
-    confidence_interval: list | None = None
-
-
-def _aggregates(d: Mapping | None) -> dict[str, Aggregate]:
-    return {q: view(Aggregate, v) or Aggregate() for q, v in (d or {}).items() if isinstance(v, Mapping)}
-
-
-@dataclass(frozen=True)
-class HeadLayer:
-    """One layer's heads: iota_relative per head, the asymmetry per head, the rank bound d_h/d."""
-    identity_fraction_relative: list
-    asymmetry: list
-    rank_bound: float | None = None
-
-
-@dataclass(frozen=True)
 class PerMatrix:
-    """Per-matrix values of an attention file or of a fit (quantity -> one value per matrix) and their shape."""
-    per_matrix: dict
+    """Per-matrix values of an attention file or of a fit (one value per matrix of each quantity) and their shape."""
+    per_matrix: ByQuantity[list]
     shape: list | None  # (..., n, n); None when the file does not say
 
 
 @dataclass(frozen=True)
 class AttentionFile:
-    """One attention file's statistics (stats_stage/attention_files.py, brownformer.statsfile.AttentionStats's
-    JSON), as claim 2 reads it.
+    """One attention file's statistics (stats_stage/attention_files.py, brownformer.statsfile.AttentionStats), as
+    claim 2 reads it.
 
     Attributes:
         step: the training step of the capture (0: the baseline); causal: a causal mask.
-        values: its per-matrix values and shape; aggregate: quantity -> Aggregate over its matrices.
-        null_models: null -> quantity -> Aggregate; head_layers: the weights' head isotropy per layer (empty when
+        values: its per-matrix values and shape; aggregate: each quantity's aggregate over its matrices.
+        null_models: each null's aggregates; head_layers: the weights' head isotropy per layer (empty when
         not measured); heads_undefined: why head isotropy is undefined (None: measured, or no head kernels at all);
         has_head_kernels: whether head kernels were computed; subspace_fit: the per-head subspace vMF fit's values
-        (None: not fitted); head_averaged: the head-averaged kernel's aggregate.
+        (None: not fitted); head_averaged: the head-averaged kernel's aggregates.
     """
     step: int | None
     causal: bool
     values: PerMatrix
-    aggregate: dict[str, Aggregate]
-    null_models: dict[str, dict[str, Aggregate]]
+    aggregate: QuantityAggregates
+    null_models: NullModels
     has_head_kernels: bool
     heads_undefined: str | None
-    head_layers: list[HeadLayer]
+    head_layers: list[HeadIsotropy]
     subspace_fit: PerMatrix | None
-    head_averaged: dict[str, Aggregate] | None
+    head_averaged: QuantityAggregates | None
 
     @classmethod
-    def from_result(cls, result: Mapping) -> AttentionFile:
-        """The file from its JSON (parsed once)."""
-        r = view(_Attention, result) or _Attention()
-        hk = r.head_kernels or _HeadKernels()
-        fit = hk.subspace_vmf if hk.subspace_vmf and hk.subspace_vmf.per_matrix else None
-        return cls(step=r.step, causal=bool(r.causal), values=PerMatrix(r.per_matrix or {}, r.shape),
-                   aggregate=_aggregates(r.aggregate),
-                   null_models={k: _aggregates(v) for k, v in (r.null_models or {}).items()},
+    def from_result(cls, result: AttentionStats | Mapping) -> AttentionFile:
+        """The file from its record (or its JSON, parsed once)."""
+        r = AttentionStats.from_dict(result, "attention file")
+        hk = r.head_kernels or HeadKernels()
+        fit = hk.subspace_vmf if hk.subspace_vmf is not None and hk.subspace_vmf.per_matrix is not None else None
+        return cls(step=r.step, causal=bool(r.causal), values=PerMatrix(r.per_matrix, r.shape),
+                   aggregate=r.aggregate, null_models=r.null_models or NullModels(),
                    has_head_kernels=r.head_kernels is not None, heads_undefined=hk.why_undefined,
-                   head_layers=[view(HeadLayer, x) for x in hk.per_layer or []],
+                   head_layers=list(hk.per_layer or []),
                    subspace_fit=PerMatrix(fit.per_matrix, fit.shape) if fit else None,
-                   head_averaged=_aggregates(r.head_averaged.aggregate) if r.head_averaged else None)
-
-
-@dataclass(frozen=True)
-class _Fit:
-    per_matrix: dict | None = None
-    shape: list | None = None
-
-
-@dataclass(frozen=True)
-class _HeadKernels:
-    why_undefined: str | None = None
-    per_layer: list | None = None
-    subspace_vmf: _Fit | None = None
-    _views = {"subspace_vmf": _Fit}
-
-
-@dataclass(frozen=True)
-class _HeadAveraged:
-    aggregate: dict | None = None
-
-
-@dataclass(frozen=True)
-class _Attention:
-    step: int | None = None
-    causal: bool | None = None
-    per_matrix: dict | None = None
-    shape: list | None = None
-    aggregate: dict | None = None
-    null_models: dict | None = None
-    head_kernels: _HeadKernels | None = None
-    head_averaged: _HeadAveraged | None = None
-    _views = {"head_kernels": _HeadKernels, "head_averaged": _HeadAveraged}
+                   head_averaged=r.head_averaged.aggregate if r.head_averaged else None)

@@ -26,12 +26,13 @@ import numpy as np
 from brownformer.config import DEFAULT_STATS, StatsConfig
 from brownformer.verdicts import NOT_SUPPORTED, SUPPORTED
 
-from brownformer.stats.markov.attention_capture import _exact_vmf_alternative
+from brownformer.stats.markov.attention_capture import exact_vmf_alternative
 from brownformer.stats.claims import markov_claim, sphere_claim
 from brownformer.stats.core.gates import POWER_GOAL
 from brownformer.stats.markov.markov_chain import analyze_attention, attention_null_models, head_subspace_vmf, weight_isotropy
 from brownformer.stats.core.pooling import MIN_SEEDS
 from brownformer.stats.sphere.sphere_distance import tensor_sphere_summary
+from brownformer.statsfile import AttentionStats, HeadKernels
 
 __all__ = ["ControlResult", "positive_controls_claims12", "claim1_controls", "claim2_controls", "claim2_power",
            "POWER_POINT_EPS", "CONTROL_RESAMPLES", "N_POWER_STUDIES"]
@@ -126,7 +127,7 @@ def _heads(rng, *, tied: bool, eps: float) -> tuple[np.ndarray, np.ndarray]:
     return wq, wk
 
 
-def _attention_file(wq, wk, step: int, rng, stats) -> dict:
+def _attention_file(wq, wk, step: int, rng, stats) -> AttentionStats:
     """The per-file statistics of one capture of a model whose heads read unit tokens with (W_Q, W_K)."""
     dh = D_MODEL // N_HEADS
     U = rng.standard_normal((N_LAYERS, N_INPUTS, N_TOKENS, D_MODEL))
@@ -136,13 +137,13 @@ def _attention_file(wq, wk, step: int, rng, stats) -> dict:
     A = np.exp(S - S.max(-1, keepdims=True))
     A /= A.sum(-1, keepdims=True)
     out = analyze_attention(A, features=U, rng=stats.seed, head_axis=1, confidence_level=stats.confidence_level)
-    out["step"] = step
-    out["null_models"] = attention_null_models(A, features=U, rng=stats.seed + 1)
+    nulls = attention_null_models(A, features=U, rng=stats.seed + 1)
     F = np.broadcast_to(U[:, None], A.shape[:-1] + (D_MODEL,)).reshape(-1, N_TOKENS, D_MODEL)
-    out["null_models"]["vmf_exact"] = _exact_vmf_alternative(F, np.array(out["per_matrix"]["vmf_kappa"]), stats)
-    out["head_kernels"] = {"per_layer": [weight_isotropy(wq, wk, N_HEADS)] * N_LAYERS}
-    out["head_kernels"]["subspace_vmf"] = head_subspace_vmf(A, U, out["head_kernels"], head_axis=1, rng=stats.seed)
-    return out
+    kappa = np.array(out.per_matrix.vmf_kappa, float)
+    kernels = HeadKernels(per_layer=[weight_isotropy(wq, wk, N_HEADS)] * N_LAYERS)
+    kernels = replace(kernels, subspace_vmf=head_subspace_vmf(A, U, kernels, head_axis=1, rng=stats.seed))
+    return replace(out, step=step, null_models=replace(nulls, vmf_exact=exact_vmf_alternative(F, kappa, stats)),
+                   head_kernels=kernels)
 
 
 def _claim2_study(rng, stats, n_seeds: int, *, tied: bool, eps: float):

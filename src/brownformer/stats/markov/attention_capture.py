@@ -10,10 +10,11 @@ from dataclasses import fields
 import numpy as np
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap
-from brownformer.stats.markov.markov_chain import QUANTITIES, _broadcast_features, analyze_attention
-from brownformer.statsfile import AttentionStats, InitComparison, PairedDifference
+from brownformer.stats.markov.markov_chain import QUANTITIES, analyze_attention, broadcast_features
+from brownformer.statsfile import AttentionStats, InitComparison, PairedDifference, QuantityAggregates
 
-__all__ = ["null_subsample", "paired_difference", "summary_text", "MAX_NULL_MATRICES", "INIT_QUANTITIES"]
+__all__ = ["null_subsample", "paired_difference", "exact_vmf_alternative", "summary_text", "MAX_NULL_MATRICES",
+           "INIT_QUANTITIES"]
 
 #: null models are recomputed on at most this many matrices (seeded subsample) to keep the stage fast
 MAX_NULL_MATRICES = 128
@@ -25,7 +26,7 @@ def null_subsample(A: np.ndarray, feats, rng: np.random.Generator):
     """At most MAX_NULL_MATRICES matrices (and their features), flattened to (k, n, n) and (k, n, d)."""
     n = A.shape[-1]
     flat = A.reshape(-1, n, n)
-    F = None if feats is None else _broadcast_features(feats, A.shape).reshape(-1, n, np.shape(feats)[-1])
+    F = None if feats is None else broadcast_features(feats, A.shape).reshape(-1, n, np.shape(feats)[-1])
     idx = np.arange(flat.shape[0])
     if idx.size > MAX_NULL_MATRICES:
         idx = np.sort(rng.choice(idx.size, MAX_NULL_MATRICES, replace=False))
@@ -39,10 +40,11 @@ def paired_difference(cur: AttentionStats, init: AttentionStats, shape: list, *,
     lead = tuple(shape[:-2])
     out = {}
     for q in INIT_QUANTITIES:
-        if q not in (cur.per_matrix or {}) or q not in (init.per_matrix or {}):
+        cur_values, init_values = cur.per_matrix.get(q), init.per_matrix.get(q)
+        if cur_values is None or init_values is None:
             continue
-        a = np.array([np.nan if v is None else v for v in cur.per_matrix[q]], float)
-        b = np.array([np.nan if v is None else v for v in init.per_matrix[q]], float)
+        a = np.array([np.nan if v is None else v for v in cur_values], float)
+        b = np.array([np.nan if v is None else v for v in init_values], float)
         if a.shape != b.shape or not np.isfinite(a - b).any():
             continue
         diff = a - b
@@ -66,14 +68,14 @@ def paired_difference(cur: AttentionStats, init: AttentionStats, shape: list, *,
                                  "t-interval over units")
 
 
-def _exact_vmf_alternative(F: np.ndarray, kappa: np.ndarray, stats) -> dict:
+def exact_vmf_alternative(F: np.ndarray, kappa: np.ndarray, stats) -> QuantityAggregates:
     """Aggregates of analyze_attention on A_ij = softmax_j(kappa <u_i, u_j>) built from features F (k, n, d)."""
     U = F / np.linalg.norm(F, axis=-1, keepdims=True)
     S = np.nan_to_num(kappa)[:, None, None] * (U @ np.swapaxes(U, -1, -2))  # (k, n, n) logits
     A = np.exp(S - S.max(-1, keepdims=True))
     A /= A.sum(-1, keepdims=True)
     return analyze_attention(A, features=F, causal=False, confidence_level=stats.confidence_level,
-                             rng=stats.seed)["aggregate"]
+                             rng=stats.seed).aggregate
 
 
 def summary_text(result: AttentionStats | dict) -> str:
@@ -94,7 +96,7 @@ def summary_text(result: AttentionStats | dict) -> str:
         else:
             val = f"undefined ({v.why_undefined})"
         lines.append(f"{v.verdict.upper():<14} {names[q]}: {val}; margin {bound}")
-    gap = (r.aggregate or {}).get("spectral_gap") or {}
-    if gap.get("mean") is not None:
-        lines.append(f"spectral gap {gap['mean']:.3g}; per-matrix values and nulls in the JSON")
+    gap = r.aggregate.spectral_gap
+    if gap is not None and gap.mean is not None:
+        lines.append(f"spectral gap {gap.mean:.3g}; per-matrix values and nulls in the JSON")
     return "\n".join(lines)

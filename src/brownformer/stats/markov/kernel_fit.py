@@ -7,10 +7,27 @@ tokens every logit matrix is bilinear in the features, so that normalisation was
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy import special
 
-__all__ = ["fit_vmf_kernel", "fit_vmf_kernels", "vmf_scores", "head_subspace_gram", "MIN_DISPLACEMENT"]
+from brownformer.statsfile import ByQuantity
+
+__all__ = ["VmfFitResult", "fit_vmf_kernel", "fit_vmf_kernels", "vmf_scores", "head_subspace_gram", "MIN_DISPLACEMENT"]
+
+
+@dataclass(frozen=True)
+class VmfFitResult:
+    """The one-parameter vMF kernel fit of each matrix (`fit_vmf_kernels`: arrays of shape (K,); `fit_vmf_kernel`:
+    plain numbers): kappa_hat, the fit's KL, the uniform kernel's KL, 1 - KL / KL_uniform, and whether kappa_hat is
+    at the search bound."""
+
+    kappa: np.ndarray | float
+    kl: np.ndarray | float
+    kl_uniform: np.ndarray | float
+    explained_vs_uniform: np.ndarray | float
+    at_bound: np.ndarray | bool
 
 
 def _offdiagonal_rows(A: np.ndarray, causal: bool):
@@ -83,7 +100,7 @@ def _gram(U: np.ndarray, key_order) -> np.ndarray:
 
 
 def fit_vmf_kernels(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa_max: float = 1e3,
-                    key_order: np.ndarray | None = None, gram: np.ndarray | None = None) -> dict:
+                    key_order: np.ndarray | None = None, gram: np.ndarray | None = None) -> VmfFitResult:
     """One-parameter von Mises-Fisher kernel fits A_ij ~ softmax_{j != i}(kappa <u_i, u_j>), per matrix.
 
     kappa_hat = argmin_kappa mean_i KL(A_i. || softmax_j(kappa <u_i,u_j>)) over the off-diagonal rows
@@ -99,7 +116,7 @@ def fit_vmf_kernels(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa
             `head_subspace_gram`).
 
     Returns:
-        {"kappa", "kl", "kl_uniform", "explained_vs_uniform", "at_bound"}: arrays of shape (K,).
+        VmfFitResult of arrays of shape (K,).
     """
     G = _gram(U, key_order) if gram is None else np.asarray(gram, float)  # (K, n, n)
     B, mask, keep = _offdiagonal_rows(A, causal)
@@ -108,18 +125,20 @@ def fit_vmf_kernels(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa
     kl0 = _kernel_kl(np.zeros_like(G), B, mask, keep)
     with np.errstate(divide="ignore", invalid="ignore"):
         explained = np.where(kl0 > 0, 1 - kl / kl0, np.nan)
-    return {"kappa": kappa, "kl": kl, "kl_uniform": kl0, "explained_vs_uniform": explained,
-            "at_bound": np.abs(kappa) > 0.99 * kappa_max}
+    return VmfFitResult(kappa=kappa, kl=kl, kl_uniform=kl0, explained_vs_uniform=explained,
+                        at_bound=np.abs(kappa) > 0.99 * kappa_max)
 
 
 def fit_vmf_kernel(A: np.ndarray, U: np.ndarray, *, causal: bool = False, kappa_max: float = 1e3,
-                   key_order: np.ndarray | None = None) -> dict:
+                   key_order: np.ndarray | None = None) -> VmfFitResult:
     """`fit_vmf_kernels` for one (n, n) matrix and its (n, d) features; plain floats."""
     fit = fit_vmf_kernels(A[None], U[None], causal=causal, kappa_max=kappa_max, key_order=key_order)
-    return {k: (bool(v[0]) if k == "at_bound" else float(v[0])) for k, v in fit.items()}
+    return VmfFitResult(kappa=float(fit.kappa[0]), kl=float(fit.kl[0]), kl_uniform=float(fit.kl_uniform[0]),
+                        explained_vs_uniform=float(fit.explained_vs_uniform[0]), at_bound=bool(fit.at_bound[0]))
 
 
-def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None, gram=None) -> dict:
+def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None,
+               gram=None) -> ByQuantity[np.ndarray]:
     """vMF fit of every matrix and the consequence of replacing the attention by it (diagonal excluded).
 
     The consequence is read on the attention output with the token positions as values, the walk's one-step
@@ -135,12 +154,15 @@ def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None,
         flat: (K, n, n) validated attention; F: (K, n, d) features (normalised here).
         key_order: permutation of the key tokens in the fit (null model); the values stay in place.
         gram: (K, n, n) similarities of the kernel in place of <u_i, u_j> (a head's subspace); the values stay U.
+
+    Returns:
+        vmf_kappa, vmf_kl, vmf_kl_uniform, vmf_explained_vs_uniform and vmf_output_error, arrays of shape (K,).
     """
     fits = fit_vmf_kernels(flat, F, causal=causal, key_order=key_order, gram=gram)
     U = F / np.linalg.norm(F, axis=-1, keepdims=True)
     G = _gram(F, key_order) if gram is None else np.asarray(gram, float)  # (K, n, n)
     B, mask, keep = _offdiagonal_rows(flat, causal)
-    P = np.where(mask, np.exp(_masked_log_softmax(fits["kappa"][:, None, None] * G, mask)), 0.0)
+    P = np.where(mask, np.exp(_masked_log_softmax(fits.kappa[:, None, None] * G, mask)), 0.0)
     unif = np.where(mask, 1.0, 0.0) / np.maximum(mask.sum(-1, keepdims=True), 1)
     rows = keep[..., None]
     err = np.linalg.norm(np.where(rows, (B - P) @ U, 0.0), axis=(-2, -1))
@@ -148,8 +170,8 @@ def vmf_scores(flat: np.ndarray, F: np.ndarray, *, causal: bool, key_order=None,
     scale = np.linalg.norm(np.where(rows, U, 0.0), axis=(-2, -1))
     with np.errstate(divide="ignore", invalid="ignore"):
         output_error = np.where(base > MIN_DISPLACEMENT * scale, err / base, np.nan)
-    return {"vmf_kappa": fits["kappa"], "vmf_kl": fits["kl"], "vmf_kl_uniform": fits["kl_uniform"],
-            "vmf_explained_vs_uniform": fits["explained_vs_uniform"], "vmf_output_error": output_error}
+    return ByQuantity(vmf_kappa=fits.kappa, vmf_kl=fits.kl, vmf_kl_uniform=fits.kl_uniform,
+                      vmf_explained_vs_uniform=fits.explained_vs_uniform, vmf_output_error=output_error)
 
 
 def head_subspace_gram(U: np.ndarray, basis: np.ndarray) -> np.ndarray:

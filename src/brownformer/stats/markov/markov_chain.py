@@ -9,6 +9,7 @@ A_ij ~ exp(kappa <u_i, u_j>) of the normalised token features.
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 
 import numpy as np
 
@@ -16,12 +17,14 @@ from brownformer.config import DEFAULT_STATS
 
 from brownformer.io import to_jsonable
 from brownformer.stats.markov.kernel_fit import fit_vmf_kernel, head_subspace_gram, vmf_scores
+from brownformer.statsfile import (AttentionStats, ByQuantity, HeadAveragedFit, HeadIsotropy, HeadKernels,
+                                   MatrixAggregate, NullModels, QuantityAggregates, SubspaceFit)
 
 log = logging.getLogger(__name__)
 
 __all__ = ["validate_attention", "row_sum_error", "dobrushin", "chain_statistics", "fit_vmf_kernel",
            "vmf_scores", "analyze_attention", "weight_isotropy", "head_subspace_vmf", "attention_null_models",
-           "is_causal", "QUANTITIES"]
+           "is_causal", "broadcast_features", "QUANTITIES"]
 
 QUANTITIES = ("spectral_gap", "stationary_entropy", "entropy_rate", "reversibility_residual", "dobrushin",
               "doubly_stochastic_deviation")
@@ -91,7 +94,7 @@ def _stationary(P: np.ndarray) -> np.ndarray:
     return pi / pi.sum(-1, keepdims=True)
 
 
-def chain_statistics(A: np.ndarray, *, causal: bool = False) -> dict:
+def chain_statistics(A: np.ndarray, *, causal: bool = False) -> ByQuantity[np.ndarray]:
     """Markov-chain summaries of each (n, n) matrix of A (M, n, n) (already validated).
 
     Formulas (Levin, Peres & Wilmer 2017):
@@ -102,7 +105,11 @@ def chain_statistics(A: np.ndarray, *, causal: bool = False) -> dict:
       entropy production e_p = 1/2 sum (pi_i A_ij - pi_j A_ji) ln(pi_i A_ij / (pi_j A_ji));
       Dobrushin delta = 1/2 max_{i,j} ||A_i. - A_j.||_1;
       doubly-stochastic deviation ||A^T 1 - 1||_2 / sqrt(n).
-    Under a causal mask pi = e_1, so the pi-based entries are None.
+    Under a causal mask pi = e_1, so the pi-based entries are NaN, and the mean absorption time replaces the
+    normalised stationary entropy.
+
+    Returns:
+        one (M,) array per quantity.
     """
     M, n, _ = A.shape
     ev = np.sort(np.abs(np.linalg.eigvals(A)), axis=-1)[:, ::-1]
@@ -114,22 +121,29 @@ def chain_statistics(A: np.ndarray, *, causal: bool = False) -> dict:
             out[k] = np.full(M, np.nan)
         Q = A[:, 1:, 1:]  # transient block; fundamental matrix N = (I - Q)^-1 gives absorption times
         out["mean_absorption_time"] = np.linalg.solve(np.eye(n - 1) - Q, np.ones((M, n - 1))[..., None])[..., 0].mean(-1)
-        return out
+        return ByQuantity(**out)
     pi = _stationary(A)
     with np.errstate(divide="ignore", invalid="ignore"):
         logA = np.where(A > 0, np.log(np.where(A > 0, A, 1.0)), 0.0)
-        out["stationary_entropy"] = -np.sum(np.where(pi > 0, pi * np.log(np.where(pi > 0, pi, 1.0)), 0.0), -1)
+        entropy = -np.sum(np.where(pi > 0, pi * np.log(np.where(pi > 0, pi, 1.0)), 0.0), -1)
+        out["stationary_entropy"] = entropy
         out["entropy_rate"] = -np.einsum("mi,mij,mij->m", pi, A, logA)
         flow = pi[..., :, None] * A  # Pi A
         out["reversibility_residual"] = (np.linalg.norm(flow - np.swapaxes(flow, -1, -2), axis=(-2, -1))
                                          / np.linalg.norm(flow, axis=(-2, -1)))
         lr = np.where((flow > 0) & (np.swapaxes(flow, -1, -2) > 0), np.log(flow) - np.log(np.swapaxes(flow, -1, -2)), 0.0)
         out["entropy_production"] = 0.5 * np.sum((flow - np.swapaxes(flow, -1, -2)) * lr, axis=(-2, -1))
-    out["stationary_entropy_normalized"] = out["stationary_entropy"] / np.log(n)
-    return out
+    out["stationary_entropy_normalized"] = entropy / np.log(n)
+    return ByQuantity(**out)
 
 
-def _broadcast_features(features, A_shape):
+def broadcast_features(features, A_shape) -> np.ndarray:
+    """Token features (..., n, d) broadcast to attention of shape A_shape (..., n, n); (L, B, n, d) features of
+    (L, H, B, n, n) attention get the head axis (every head reads the same tokens).
+
+    Raises:
+        ValueError: non-finite features, or a shape that does not match the attention's.
+    """
     F = np.asarray(features, dtype=np.float64)
     if not np.all(np.isfinite(F)):
         raise ValueError("features contain non-finite values")
@@ -146,11 +160,11 @@ def _broadcast_features(features, A_shape):
 N_AGGREGATE_RESAMPLES = 499
 
 
-def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
+def _aggregate(values: np.ndarray, confidence_level: float, rng) -> MatrixAggregate:
     v = np.asarray(values, float)
     v = v[np.isfinite(v)]
     if v.size == 0:
-        return {"mean": None, "confidence_interval": [None, None], "median": None, "n": 0}
+        return MatrixAggregate(mean=None, confidence_interval=[None, None], median=None, n=0)
     if v.size >= 3 and np.ptp(v) > 0:
         # percentile bootstrap of the mean (what scipy.stats.bootstrap(method="percentile") computes), as one
         # (499, n) draw: this runs ~450 times per run, where scipy's per-call overhead was a quarter of the stage
@@ -159,12 +173,18 @@ def _aggregate(values: np.ndarray, confidence_level: float, rng) -> dict:
         ci = np.quantile(means, [a, 1 - a]).tolist()
     else:
         ci = [float(v.mean()), float(v.mean())]
-    return {"mean": float(v.mean()), "confidence_interval": ci, "median": float(np.median(v)), "sd": float(v.std()), "n": int(v.size)}
+    return MatrixAggregate(mean=float(v.mean()), confidence_interval=ci, median=float(np.median(v)), sd=float(v.std()),
+                           n=int(v.size))
+
+
+def _aggregates(per: ByQuantity[np.ndarray], confidence_level: float, rng) -> QuantityAggregates:
+    """The MatrixAggregate of each quantity, drawn from `rng` in the order written."""
+    return QuantityAggregates(**{k: _aggregate(v, confidence_level, rng) for k, v in per.items()})
 
 
 def analyze_attention(A, *, features=None, causal: bool | None = None,
                       confidence_level: float = DEFAULT_STATS.confidence_level, atol: float = 1e-3,
-                      rng=DEFAULT_STATS.seed, key_order=None, head_axis: int | None = None) -> dict:
+                      rng=DEFAULT_STATS.seed, key_order=None, head_axis: int | None = None) -> AttentionStats:
     """Markov-chain statistics of every matrix of A (..., n, n), per matrix and aggregated.
 
     Args:
@@ -179,8 +199,9 @@ def analyze_attention(A, *, features=None, causal: bool | None = None,
             head-averaged attention mean_h A_h (still row-stochastic) gets its own vMF fit ("head_averaged").
 
     Returns:
-        JSON-ready dict: shape, n_matrices, n, causal, undefined (quantities set to None and why),
-        per_matrix {quantity: [..]}, aggregate {quantity: {mean, confidence_interval, median, sd, n}}.
+        The file's AttentionStats without null models and head kernels: shape, n_matrices, n, causal, undefined
+        (quantities set to None and why), per_matrix (each quantity's values, NaN as None), aggregate (each one's
+        MatrixAggregate), the uniform chain's stationary entropy.
 
     Raises:
         ValueError: non-row-stochastic, negative, non-finite or non-square input.
@@ -193,25 +214,25 @@ def analyze_attention(A, *, features=None, causal: bool | None = None,
     causal = is_causal(flat) if causal is None else bool(causal)
     per = chain_statistics(flat, causal=causal)
     if features is not None:
-        F = _broadcast_features(features, shape).reshape(-1, n, np.shape(features)[-1])
-        per.update(vmf_scores(flat, F, causal=causal, key_order=key_order))
+        F = broadcast_features(features, shape).reshape(-1, n, np.shape(features)[-1])
+        per = per.merged(vmf_scores(flat, F, causal=causal, key_order=key_order))
     rng = np.random.default_rng(rng)
-    out = {"shape": list(shape), "n_matrices": int(flat.shape[0]), "n": n, "causal": causal,
-           "max_row_sum_error": row_sum_error(A_in),
-           "undefined": ({k: "causal mask: token 1 is absorbing, pi = e_1" for k in UNDEFINED_CAUSAL} if causal else {}),
-           "per_matrix": {k: v.tolist() for k, v in per.items()},
-           "aggregate": {k: _aggregate(v, confidence_level, rng) for k, v in per.items()},
-           "uniform_reference": {"stationary_entropy": float(np.log(n))}}
+    why = "causal mask: token 1 is absorbing, pi = e_1"
+    out = AttentionStats(shape=list(shape), n_matrices=int(flat.shape[0]), n=n, causal=causal,
+                         max_row_sum_error=to_jsonable(row_sum_error(A_in)),
+                         undefined=ByQuantity(**({k: why for k in UNDEFINED_CAUSAL} if causal else {})),
+                         per_matrix=per.map(to_jsonable), aggregate=_aggregates(per, confidence_level, rng),
+                         uniform_reference=ByQuantity(stationary_entropy=float(np.log(n))))
     if features is not None and head_axis is not None and len(shape) > 3:
         Abar = A.mean(axis=head_axis)  # (..., n, n) without the head axis
-        Fbar = np.take(_broadcast_features(features, shape), 0, axis=head_axis).reshape(-1, n, np.shape(features)[-1])
+        Fbar = np.take(broadcast_features(features, shape), 0, axis=head_axis).reshape(-1, n, np.shape(features)[-1])
         hv = vmf_scores(Abar.reshape(-1, n, n), Fbar, causal=causal)
-        out["head_averaged"] = {"shape": list(Abar.shape), "per_matrix": {k: v.tolist() for k, v in hv.items()},
-                                "aggregate": {k: _aggregate(v, confidence_level, rng) for k, v in hv.items()}}
-    return to_jsonable(out)
+        out = replace(out, head_averaged=HeadAveragedFit(shape=list(Abar.shape), per_matrix=hv.map(to_jsonable),
+                                                         aggregate=_aggregates(hv, confidence_level, rng)))
+    return out
 
 
-def weight_isotropy(W_q, W_k, n_heads: int, *, gain=None) -> dict:
+def weight_isotropy(W_q, W_k, n_heads: int, *, gain=None) -> HeadIsotropy:
     """Per head h, the bilinear form of the logits M_h = W_Q,h^T W_K,h / sqrt(d_h) (q.k / sqrt(d_h) = x^T M y).
 
     identity fraction iota = (tr M)^2 / (d ||M||_F^2) in [0, 1], = 1 iff M ~ I (isotropic kernel exp(kappa x.y));
@@ -252,12 +273,13 @@ def weight_isotropy(W_q, W_k, n_heads: int, *, gain=None) -> dict:
     bound = min(dh, d) / d
     asym = (np.linalg.norm(Ms - np.swapaxes(Ms, -1, -2), axis=(-2, -1))
             / np.linalg.norm(Ms + np.swapaxes(Ms, -1, -2), axis=(-2, -1)))
-    return to_jsonable({"identity_fraction": io, "rank_bound": bound, "identity_fraction_relative": io / bound,
-                        "asymmetry": asym, "n_heads": n_heads, "d": d, "d_head": dh,
-                        "identity_fraction_mean": float(np.mean(io)), "asymmetry_mean": float(np.mean(asym)),
-                        "head_mean_identity_fraction": float(iota(Ms.mean(0))), "gain_folded": gain is not None,
-                        "subspace_basis": [_head_subspace(M, dh) for M in Ms],
-                        "kappa_equivalent": (np.trace(Ms, axis1=-2, axis2=-1) / d).tolist()})
+    return HeadIsotropy(
+        identity_fraction=to_jsonable(io), rank_bound=bound, identity_fraction_relative=to_jsonable(io / bound),
+        asymmetry=to_jsonable(asym), n_heads=int(n_heads), d=d, d_head=dh,
+        identity_fraction_mean=to_jsonable(float(np.mean(io))), asymmetry_mean=to_jsonable(float(np.mean(asym))),
+        head_mean_identity_fraction=to_jsonable(float(iota(Ms.mean(0)))), gain_folded=gain is not None,
+        subspace_basis=to_jsonable([_head_subspace(M, dh) for M in Ms]),
+        kappa_equivalent=to_jsonable((np.trace(Ms, axis1=-2, axis2=-1) / d).tolist()))
 
 
 def _head_subspace(M: np.ndarray, dh: int) -> np.ndarray:
@@ -266,8 +288,8 @@ def _head_subspace(M: np.ndarray, dh: int) -> np.ndarray:
     return V[:, np.argsort(-np.abs(w))[:dh]].T
 
 
-def head_subspace_vmf(A, features, head_kernels: dict, *, head_axis: int = 1, causal: bool = False,
-                      confidence_level: float = DEFAULT_STATS.confidence_level, rng=DEFAULT_STATS.seed) -> dict:
+def head_subspace_vmf(A, features, head_kernels: HeadKernels | None, *, head_axis: int = 1, causal: bool = False,
+                      confidence_level: float = DEFAULT_STATS.confidence_level, rng=DEFAULT_STATS.seed) -> SubspaceFit:
     """The isotropic-kernel fit inside each head's subspace: A_h,ij ~ softmax_{j != i}(kappa <P_h u_i, P_h u_j>).
 
     P_h projects onto head h's d_h-dimensional query/key subspace (weight_isotropy's subspace_basis, from
@@ -277,41 +299,41 @@ def head_subspace_vmf(A, features, head_kernels: dict, *, head_axis: int = 1, ca
 
     Args:
         A: (L, H, B, n, n) attention (validated here); features: (L, B, n, d) the tokens the heads read.
-        head_kernels: {"per_layer": [weight_isotropy output per layer]} of the same capture.
+        head_kernels: the same capture's HeadKernels (weight_isotropy per layer).
         head_axis: must be 1 (layers first).
 
     Returns:
-        {"per_matrix": {"vmf_kappa", "vmf_output_error"}: [L*H*B] in A's order, "aggregate": {q: ...},
-         "gain_folded": bool, "method"}; {"why_undefined"} when the weights or features do not fit.
+        SubspaceFit: per_matrix vmf_kappa and vmf_output_error, [L*H*B] in A's order, their aggregates, the shape,
+        gain_folded, the method; only why_undefined when the weights or features do not fit.
     """
-    layers = (head_kernels or {}).get("per_layer") or []
+    layers = (head_kernels.per_layer if head_kernels is not None else None) or []
     A = validate_attention(A)
     if head_axis != 1 or A.ndim != 5 or features is None or len(layers) != A.shape[0]:
-        return {"why_undefined": "needs (L, H, B, n, n) attention, its features and W_Q, W_K of every layer"}
+        return SubspaceFit(why_undefined="needs (L, H, B, n, n) attention, its features and W_Q, W_K of every layer")
     L, H, B, n, _ = A.shape
     F = np.asarray(features, float)
     F = F[:, 0] if F.ndim == 5 else F  # (L, B, n, d)
-    out = {"vmf_kappa": np.full((L, H, B), np.nan), "vmf_output_error": np.full((L, H, B), np.nan)}
+    kappa, error = np.full((L, H, B), np.nan), np.full((L, H, B), np.nan)
     for l, rec in enumerate(layers):
-        bases = rec.get("subspace_basis")
+        bases = rec.subspace_basis
         if bases is None or len(bases) != H:
-            return {"why_undefined": f"layer {l}: no subspace basis for each of {H} heads"}
+            return SubspaceFit(why_undefined=f"layer {l}: no subspace basis for each of {H} heads")
         if np.shape(bases[0])[-1] != F.shape[-1]:
-            return {"why_undefined": f"W_Q, W_K read {np.shape(bases[0])[-1]} dimensions, the features have "
-                                     f"{F.shape[-1]}"}
+            return SubspaceFit(why_undefined=f"W_Q, W_K read {np.shape(bases[0])[-1]} dimensions, the features have "
+                                             f"{F.shape[-1]}")
         for h in range(H):
             G = head_subspace_gram(F[l], np.asarray(bases[h], float))  # (B, n, n)
             sc = vmf_scores(A[l, h], F[l], causal=causal, gram=G)
-            out["vmf_kappa"][l, h], out["vmf_output_error"][l, h] = sc["vmf_kappa"], sc["vmf_output_error"]
+            kappa[l, h], error[l, h] = sc.vmf_kappa, sc.vmf_output_error
+    per = ByQuantity(vmf_kappa=kappa.reshape(-1), vmf_output_error=error.reshape(-1))
     rng = np.random.default_rng(rng)
-    return to_jsonable({"per_matrix": {k: v.reshape(-1).tolist() for k, v in out.items()},
-                        "aggregate": {k: _aggregate(v.reshape(-1), confidence_level, rng) for k, v in out.items()},
-                        "shape": list(A.shape), "gain_folded": all(r.get("gain_folded") for r in layers),
-                        "method": "per head: softmax_{j != i}(kappa <P_h u_i, P_h u_j>), P_h the head's subspace"})
+    return SubspaceFit(per_matrix=per.map(to_jsonable), aggregate=_aggregates(per, confidence_level, rng),
+                       shape=list(A.shape), gain_folded=all(r.gain_folded for r in layers),
+                       method="per head: softmax_{j != i}(kappa <P_h u_i, P_h u_j>), P_h the head's subspace")
 
 
 def attention_null_models(A, *, features=None, init_attention=None, rng=DEFAULT_STATS.seed, n_shuffles: int = 1,
-                          confidence_level: float = DEFAULT_STATS.confidence_level) -> dict:
+                          confidence_level: float = DEFAULT_STATS.confidence_level) -> NullModels:
     """The same statistics under null models (docs/METHODS.md, "Formulas").
 
     - "row_shuffled": each row's weights permuted independently (keeps every row's weight
@@ -322,6 +344,10 @@ def attention_null_models(A, *, features=None, init_attention=None, rng=DEFAULT_
       Permuting tokens of A itself would change nothing: every statistic is permutation invariant.
     - "init": the statistics of the given attention at initialisation.
     confidence_level and rng (a seed or Generator) as in `analyze_attention`.
+
+    Returns:
+        NullModels: each null's aggregates (row_shuffled only without a causal mask, shuffled_keys only with
+        features, init only with `init_attention`).
     """
     A = validate_attention(A)
     rng = np.random.default_rng(rng)
@@ -332,12 +358,12 @@ def attention_null_models(A, *, features=None, init_attention=None, rng=DEFAULT_
     if not causal:
         shuf = np.take_along_axis(flat, rng.random(flat.shape).argsort(-1), axis=-1)
         out["row_shuffled"] = analyze_attention(shuf.reshape(A.shape), features=features, causal=False,
-                                                confidence_level=confidence_level, rng=rng)["aggregate"]
+                                                confidence_level=confidence_level, rng=rng).aggregate
     if features is not None:
         perm = rng.permutation(n)
         out["shuffled_keys"] = analyze_attention(A, features=features, causal=causal, confidence_level=confidence_level,
-                                                 rng=rng, key_order=perm)["aggregate"]
+                                                 rng=rng, key_order=perm).aggregate
     if init_attention is not None:
         out["init"] = analyze_attention(init_attention, features=features, confidence_level=confidence_level,
-                                       rng=rng)["aggregate"]
-    return out
+                                       rng=rng).aggregate
+    return NullModels(**out)
