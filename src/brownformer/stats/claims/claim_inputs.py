@@ -18,7 +18,7 @@ from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
 from brownformer.statsfile import AffineMap, FittedCalibration, LayerValues, ShapeCalibration, SphereSummary
 
-__all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
+__all__ = ["view", "shape_id", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
 
 T = TypeVar("T")
@@ -103,6 +103,11 @@ class _Identified:
     id: str | None = None
 
 
+def shape_id(shape: Mapping | None) -> str | None:
+    """The id of a calibration shape (stats/core/shapes.py CalibrationShape's JSON); None without one."""
+    return view(_Identified, shape).id if shape else None
+
+
 @dataclass(frozen=True)
 class FileCalibration:
     """The rule's size and power at a file's exact shape (shapes.calibration_for), with its fitted null beside it;
@@ -141,7 +146,7 @@ class FileCalibration:
 
     @property
     def shape_id(self) -> str | None:
-        return view(_Identified, self.shape).id if self.shape else None
+        return shape_id(self.shape)
 
 
 @dataclass(frozen=True)
@@ -176,7 +181,7 @@ class TrajectoryFile:
 
     @property
     def shape_id(self) -> str | None:
-        return view(_Identified, self.calibration_shape).id if self.calibration_shape else None
+        return shape_id(self.calibration_shape)
 
     @classmethod
     def from_result(cls, run: str, path: str, result: Mapping) -> TrajectoryFile:
@@ -241,8 +246,30 @@ class Aggregate:
     confidence_interval: list | None = None
 
 
-def _aggregates(d: Mapping | None) -> dict[str, Aggregate]:
-    return {q: view(Aggregate, v) or Aggregate() for q, v in (d or {}).items() if isinstance(v, Mapping)}
+@dataclass(frozen=True)
+class Aggregates:
+    """The attention quantities claim 2 reads (stats/markov/markov_chain.py's names), each aggregated over a file's
+    matrices, or a null's, or the head-averaged kernel's; None where not measured."""
+    vmf_output_error: Aggregate | None = None
+    reversibility_residual: Aggregate | None = None
+    vmf_kappa: Aggregate | None = None
+    spectral_gap: Aggregate | None = None
+    _views = {"vmf_output_error": Aggregate, "reversibility_residual": Aggregate, "vmf_kappa": Aggregate,
+              "spectral_gap": Aggregate}
+
+    def of(self, quantity: str) -> Aggregate | None:
+        """The aggregate of `quantity` (one of the field names; AttributeError for another)."""
+        return getattr(self, quantity)
+
+
+@dataclass(frozen=True)
+class NullAggregates:
+    """The aggregates of the nulls claim 2 reads (stats/markov/markov_chain.py attention_null_models, and the exact
+    vMF kernel of the positive controls); None where not computed."""
+    row_shuffled: Aggregates | None = None
+    shuffled_keys: Aggregates | None = None
+    vmf_exact: Aggregates | None = None
+    _views = {"row_shuffled": Aggregates, "shuffled_keys": Aggregates, "vmf_exact": Aggregates}
 
 
 @dataclass(frozen=True)
@@ -267,8 +294,8 @@ class AttentionFile:
 
     Attributes:
         step: the training step of the capture (0: the baseline); causal: a causal mask.
-        values: its per-matrix values and shape; aggregate: quantity -> Aggregate over its matrices.
-        null_models: null -> quantity -> Aggregate; head_layers: the weights' head isotropy per layer (empty when
+        values: its per-matrix values and shape; aggregate: its quantities' Aggregates over its matrices.
+        null_models: each null's Aggregates; head_layers: the weights' head isotropy per layer (empty when
         not measured); heads_undefined: why head isotropy is undefined (None: measured, or no head kernels at all);
         has_head_kernels: whether head kernels were computed; subspace_fit: the per-head subspace vMF fit's values
         (None: not fitted); head_averaged: the head-averaged kernel's aggregate.
@@ -276,13 +303,13 @@ class AttentionFile:
     step: int | None
     causal: bool
     values: PerMatrix
-    aggregate: dict[str, Aggregate]
-    null_models: dict[str, dict[str, Aggregate]]
+    aggregate: Aggregates
+    null_models: NullAggregates
     has_head_kernels: bool
     heads_undefined: str | None
     head_layers: list[HeadLayer]
     subspace_fit: PerMatrix | None
-    head_averaged: dict[str, Aggregate] | None
+    head_averaged: Aggregates | None
 
     @classmethod
     def from_result(cls, result: Mapping) -> AttentionFile:
@@ -291,12 +318,13 @@ class AttentionFile:
         hk = r.head_kernels or _HeadKernels()
         fit = hk.subspace_vmf if hk.subspace_vmf and hk.subspace_vmf.per_matrix else None
         return cls(step=r.step, causal=bool(r.causal), values=PerMatrix(r.per_matrix or {}, r.shape),
-                   aggregate=_aggregates(r.aggregate),
-                   null_models={k: _aggregates(v) for k, v in (r.null_models or {}).items()},
+                   aggregate=view(Aggregates, r.aggregate) or Aggregates(),
+                   null_models=view(NullAggregates, r.null_models) or NullAggregates(),
                    has_head_kernels=r.head_kernels is not None, heads_undefined=hk.why_undefined,
                    head_layers=[view(HeadLayer, x) for x in hk.per_layer or []],
                    subspace_fit=PerMatrix(fit.per_matrix, fit.shape) if fit else None,
-                   head_averaged=_aggregates(r.head_averaged.aggregate) if r.head_averaged else None)
+                   head_averaged=(view(Aggregates, r.head_averaged.aggregate) or Aggregates()) if r.head_averaged
+                   else None)
 
 
 @dataclass(frozen=True)
