@@ -15,6 +15,8 @@ Each ClaimRecord::
                                                  # in its "headline" layout (brownformer.statsfile)
      "margin": [lo, hi] | null,                  # equivalence margin the verdict used
      "calibration": {"shape", "size", "size_se", "power": {alternative: value}, "n_replicates"} | null,
+                                                 # written from stats/claims/details.py's RuleCalibration (claims
+                                                 # 1, 2) or WorstCalibration (claim 3, with its size bounds)
      "pvalue_holm": float | null,
      "tests": [{"name", "statistic", "pvalue", "rejected"}],
      "per_run": {run_id: ClaimRecord without per_run/per_optimizer},
@@ -215,7 +217,9 @@ class ClaimRecord:
     reason: str = ""
     estimate: EffectResult | None = None  # the "headline" layout
     margin: tuple[float, float] | None = None
-    calibration: dict | None = None
+    # the rule's size and power: a typed record as the claim rules build it (stats/claims/details.py), its JSON mapping
+    # as claims.json is read back (the report reads the mapping: results.claims_frame.calibration_fields)
+    calibration: ClaimDetails | dict | None = None
     pvalue_holm: float | None = None
     tests: list[dict] = field(default_factory=list)
     per_run: dict[str, ClaimRecord] = field(default_factory=dict)

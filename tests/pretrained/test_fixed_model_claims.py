@@ -75,7 +75,7 @@ def test_claim2_on_one_fixed_model_is_decided_and_the_seeds_unit_is_unchanged(be
     assert crit["head_isotropy"].verdict == NOT_SUPPORTED and crit["head_isotropy"].estimate < 0.9
     assert math.isfinite(crit["vmf_output_error"].estimate)  # the fit in each head's subspace exists now
     assert fixed.seeds.unit == FIXED_MODEL_UNIT and fixed.seeds.decided == ["bert"]
-    assert fixed.per_model["bert"].calibration["power"]["reversibility"].power is not None
+    assert fixed.per_model["bert"].calibration.power["reversibility"].power is not None
     # the seeds unit on the same one run: one seed, not the population
     assert seeds.verdict == "inconclusive" and "n seeds 1 < minimum 3" in seeds.reason
     assert seeds.seeds.unit == "training run (seed)"

@@ -8,6 +8,7 @@ from brownformer.config import StatsConfig
 from brownformer.stats.claims.claim3_brownian import _run_estimate
 from brownformer.stats.claims.claim_inputs import FileCalibration, TrajectoryFile, view
 from brownformer.stats.claims.common import independent_mean_interval
+from brownformer.stats.claims.details import WorstCalibration
 
 STATS = StatsConfig()
 
@@ -66,10 +67,13 @@ def test_claim_calibration_carries_both_nulls_from_its_runs():
     from brownformer.stats.claims.claim3_brownian import _worst_calibration
     run_a = _worst_calibration([_file_cal(0.0, 0.0), _file_cal(0.02, 0.03)])
     run_b = _worst_calibration([_file_cal(0.01, None), _file_cal(0.0, 0.01), _file_cal(0.0, 0.0)])
-    assert (run_a["size_fitted"], run_a["n_fitted"], run_a["n_files"]) == (0.03, 2, 2)
-    assert (run_b["size_fitted"], run_b["n_fitted"], run_b["n_files"]) == (0.01, 2, 3)
-    claim = _worst_calibration([view(FileCalibration, run_a), view(FileCalibration, run_b)])
-    assert claim["size_idealised"] == 0.02 and claim["size_fitted"] == 0.03
-    assert (claim["n_fitted"], claim["n_files"]) == (4, 5)
-    none = _worst_calibration([view(FileCalibration, _worst_calibration([_file_cal(0.0, None)]))])
-    assert none["size_fitted"] is None and (none["n_fitted"], none["n_files"]) == (0, 1)
+    assert (run_a.size_fitted, run_a.n_fitted, run_a.n_files) == (0.03, 2, 2)
+    assert (run_b.size_fitted, run_b.n_fitted, run_b.n_files) == (0.01, 2, 3)
+    claim = _worst_calibration([run_a, run_b])
+    assert claim.size_idealised == 0.02 and claim.size_fitted == 0.03
+    assert (claim.n_fitted, claim.n_files, claim.n_shapes) == (4, 5, 2)
+    none = _worst_calibration([_worst_calibration([_file_cal(0.0, None)])])
+    assert none.size_fitted is None and (none.n_fitted, none.n_files) == (0, 1)
+    # claims.json holds the record key for key, and reads back to it
+    assert WorstCalibration.from_dict(claim.to_dict()) == claim
+    assert list(claim.to_dict())[:4] == ["shape", "size", "size_upper", "size_se"]

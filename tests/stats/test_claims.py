@@ -26,6 +26,25 @@ def test_tost_pvalue_matches_statsmodels():
     assert equivalence_pvalue(x.mean(), se, (-0.5, 1.0), df=x.size - 1) == pytest.approx(p_ref, rel=1e-10)
 
 
+def test_headline_holm_matches_statsmodels_and_keeps_the_claims_order():
+    """Holm over the headline claims with a finite p-value (statsmodels' multipletests as the reference); a claim
+    without one keeps pvalue_holm None and its place."""
+    from statsmodels.stats.multitest import multipletests
+
+    from brownformer.stats.claims import headline_holm
+    from brownformer.stats.claims.details import Claim2Details
+    from brownformer.verdicts import ClaimRecord
+
+    pvalues = {"1": 0.01, "2": None, "3a": 0.04, "3b": float("nan"), "4": 0.03}
+    claims = [ClaimRecord(k, k, "inconclusive", details=Claim2Details(pvalue=p, deciding_configuration=None,
+                                                                      rule_history=[], rule=""))
+              for k, p in pvalues.items()]
+    out = headline_holm(claims)
+    ref = multipletests([0.01, 0.04, 0.03], method="holm")[1]
+    assert [c.claim for c in out] == list(pvalues)
+    assert [c.pvalue_holm for c in out] == pytest.approx([ref[0], None, ref[1], None, ref[2]])
+
+
 @pytest.mark.parametrize("ci,verdict", [((0.2, 0.4), "supported"), ((0.6, 0.9), "not supported"),
                                         ((0.4, 0.6), "inconclusive"), ((np.nan, 0.3), "inconclusive")])
 def test_equivalence_verdict(ci, verdict):
@@ -269,7 +288,7 @@ def _assert_claim2_round_trip(rec):
     assert isinstance(seed.head_isotropy, HeadCheck) and isinstance(seed.worst_head, WorstHead)
     assert seed.worst_head.why_undefined is None and "why_undefined" not in written["per_run"][
         "vit-pre__adamw__s0"]["details"]["worst_head"]  # a key that does not apply is left out
-    power = rec.per_model["vit-pre__adamw"].calibration["power"]["vmf_output_error"]
+    power = rec.per_model["vit-pre__adamw"].calibration.power["vmf_output_error"]
     assert isinstance(power, SeedPower) and set(power.power_at_n_seeds) >= {str(MIN_SEEDS)}
 
 
@@ -293,9 +312,9 @@ def test_markov_claim_rule_over_seeds_and_step0_baseline():
     assert run.verdict == "inconclusive" and run.details.n_inputs == B_INPUTS
     assert run.details.head_isotropy.rank_bound == pytest.approx(0.5)
     assert run.details.whole_sphere_fit["value"] > 0.1  # one kappa on the whole sphere cannot fit such heads
-    assert run.calibration["size"] == 0.0  # no null passes the rule
-    assert run.calibration["power"]["exact_vmf_kernel"] == 1.0
-    assert set(conf.calibration["power"]) == {"head_isotropy", "vmf_output_error", "reversibility"}
+    assert run.calibration.size == 0.0  # no null passes the rule
+    assert run.calibration.power["exact_vmf_kernel"] == 1.0
+    assert set(conf.calibration.power) == {"head_isotropy", "vmf_output_error", "reversibility"}
     _assert_claim2_round_trip(rec)
     rec = markov_claim(good + base + bad, STATS)
     bad_conf = rec.per_model["vit-post__adamw"]

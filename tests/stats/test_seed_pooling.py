@@ -85,7 +85,7 @@ def test_configuration_pools_group_runs_and_replica_sets_by_configuration():
     from brownformer.stats.claims.common import configuration_of, configuration_pools
     values = {"vit-pre__adamw__s0": 1.0, "vit-pre__adamw__s1": 1.2, "vit-pre__adamw__s2__replicas": 0.8,
               "vit-post__sgd__s0": 3.0, "my-model": 2.0}
-    pools = configuration_pools(values, confidence_level=0.95)
+    pools = {c.configuration: c.pool for c in configuration_pools(values, confidence_level=0.95)}
     assert set(pools) == {"vit-pre__adamw", "vit-post__sgd", "my-model"}
     assert pools["vit-pre__adamw"].n_seeds == 3 and pools["vit-pre__adamw"].estimate == pytest.approx(1.0)
     assert not pools["vit-post__sgd"].decidable and not pools["my-model"].decidable

@@ -101,7 +101,7 @@ def test_calibration_at_the_files_shapes_and_the_claims_cite_it(run_dir, tmp_pat
     written = load_calibration(tmp_path / "cal.parquet")
     claim = brownian_family_claim("3c", files, STATS, calibration=written)
     run = claim.per_run["vit-pre__adamw__s0"]
-    assert run.calibration["n_replicates"] == 8 and run.calibration["shape"]["id"] in set(table["shape_id"])
+    assert run.calibration.n_replicates == 8 and run.calibration.shape_id in set(table["shape_id"])
     assert run.details.pooling.rule and claim.details.rule_history
     assert claim.calibration is not None and claim.verdict in ("supported", "not supported", "inconclusive")
     uncalibrated = brownian_family_claim("3c", files, STATS, calibration=None)

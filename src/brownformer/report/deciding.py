@@ -65,7 +65,7 @@ def _deciding_criterion(rec: ClaimRecord) -> tuple[str, str, ClaimDetails] | Non
         return None
     sub_runs = [(r, s) for r, s in sorted(rec.per_run.items()) if s.verdict == rec.verdict]
     run, sub = sub_runs[0] if sub_runs else (None, None)
-    for name, c in (criteria_of(sub.details) if sub else {}).items():
+    for name, c in (criteria_of(sub.details) if sub else ()):
         if c.verdict == rec.verdict:
             return run, name, c
     return None

@@ -48,7 +48,7 @@ def criteria_table(ctx: ReportContext, claim_id: str) -> pd.DataFrame:
     rec = claims.claims.get(claim_id) if claims else None
     rows = []
     for run, sub in sorted(((rec.per_model or rec.per_run) if rec else {}).items()):
-        for name, c in criteria_of(sub.details).items():
+        for name, c in criteria_of(sub.details):
             ci = c.confidence_interval or [None, None]
             est = _num(c.estimate)
             value = (f"{fmt(est)}" + (f" {fmt_ci(_num(ci[0]), _num(ci[1]))}" if ci[0] is not None else "")

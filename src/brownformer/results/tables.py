@@ -37,7 +37,7 @@ def _times_from_rule(res: Results) -> pd.DataFrame:
     if not by_run:
         return pd.DataFrame()
     cfg = res.cfg
-    targets = {m: t for m, (t, _) in claim4_targets(by_run, cfg.report).items()}
+    targets = {t.model: t.value for t in claim4_targets(by_run, cfg.report)}
     outcome = time_to_target_rule(by_run, targets, stats=cfg.stats, report=cfg.report)
     return pd.concat([r.runs.assign(model=m, metric=r.metric, target=r.target, higher_is_better=r.higher_is_better)
                       for m, r in outcome.items()], ignore_index=True) if outcome else pd.DataFrame()

@@ -143,13 +143,13 @@ def summarize(run_stats_dirs: dict[str, str | Path], out_dir: str | Path, *, sta
         log.warning("%s did not train (%s): left out of every claim", run, excluded[run])
     outputs = collect_run_outputs(run_stats_dirs)
     calibration = Path(calibration_path) if calibration_path and Path(calibration_path).exists() else None
-    claims: dict[str, ClaimRecord] = {"1": sphere_claim(outputs.sphere, stats, excluded=excluded),
-                                      "2": markov_claim(outputs.attention, stats, excluded=excluded)}
-    for cat, key in BROWNIAN_FAMILIES.items():
-        claims[key] = brownian_family_claim(key, outputs.trajectories[cat], stats,
-                                            calibration=load_calibration(calibration), excluded=excluded)
-    claims["4"] = optimizer_claim(metrics_by_run, stats, report, excluded=excluded)
-    claims = headline_holm(claims, {k: c.details.pvalue for k, c in claims.items()})
+    headlines = [sphere_claim(outputs.sphere, stats, excluded=excluded),
+                 markov_claim(outputs.attention, stats, excluded=excluded),
+                 *(brownian_family_claim(key, outputs.trajectories[cat], stats,
+                                         calibration=load_calibration(calibration), excluded=excluded)
+                   for cat, key in BROWNIAN_FAMILIES.items()),
+                 optimizer_claim(metrics_by_run, stats, report, excluded=excluded)]
+    claims: dict[str, ClaimRecord] = {c.claim: c for c in headline_holm(headlines)}
     table = pd.DataFrame(outputs.rows + _status_rows(status), columns=SUMMARY_COLUMNS)
     for col in ("estimate", "ci_low", "ci_high", "pvalue"):
         table[col] = pd.to_numeric(table[col], errors="coerce")

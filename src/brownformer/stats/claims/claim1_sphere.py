@@ -56,8 +56,8 @@ from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_tra
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     se_from_interval, seed_unit, seed_verdict)
 from .details import (Claim1ConfigurationDetails, Claim1Details, Claim1FixedModelDetails, Claim1SeedDetails,
-                      Definitional, GaugeDependent, InputCriterion, InputPower, SeedCriterion, UndecidedCriterion,
-                      WithinSeed)
+                      Definitional, GaugeDependent, InputCriterion, InputPower, RuleCalibration, SeedCriterion,
+                      UndecidedCriterion, WithinSeed)
 from .claim_inputs import SphereFile
 
 __all__ = ["sphere_claim", "TITLE", "CRITERIA", "DECIDING_TENSOR"]
@@ -249,11 +249,10 @@ def _fixed_model_record(run: str, files: list[SphereFile], ln: str, stats) -> Cl
                                       pvalue=_largest([c.pvalue for c in crit.values()]))
     return ClaimRecord("1", TITLE, decision.verdict, decision.reason, margin=tuple(crit[SPREAD].margin), estimate=est,
                        details=details, tests=tests,
-                       calibration={"shape": {"n_cells": {q: getattr(c, "n_cells", None) for q, c in crit.items()}},
-                                    "size": None, "size_se": None,
-                                    "power": {q: getattr(c, "power", None) for q, c in crit.items()},
-                                    "n_replicates": 0,
-                                    "method": "power of the interval over inputs at the deciding cell (normal)"})
+                       calibration=RuleCalibration(
+                           shape={"n_cells": {q: getattr(c, "n_cells", None) for q, c in crit.items()}}, size=None,
+                           size_se=None, power={q: getattr(c, "power", None) for q, c in crit.items()}, n_replicates=0,
+                           method="power of the interval over inputs at the deciding cell (normal)"))
 
 
 def _largest(pvalues: list[float | None]) -> float | None:

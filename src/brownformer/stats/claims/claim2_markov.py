@@ -49,7 +49,7 @@ observed spread, at this configuration's number of seeds and at POWER_DESIGN_SEE
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 from brownformer.statsfile import AttentionStats, AttentionVerdicts, CriterionVerdict, Decision, EffectResult
@@ -59,8 +59,8 @@ from brownformer.stats.core.rule_history import claim_rule_history
 from .claim2_seed import (OUTPUT_ERROR, RESIDUAL, TITLE, SeedValues, combine, fmt_value, per_input_values, seed_record,
                           upper_margin)
 from .details import (Claim2ConfigurationDetails, Claim2Details, Claim2FixedModelDetails, InputCriterion2,
-                      InputPower, PooledCriterion, SeedPower)
-from .claim_inputs import AttentionFile, view
+                      InputPower, PooledCriterion, RuleCalibration, SeedPower)
+from .claim_inputs import AttentionFile
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
                     seed_unit, seed_verdict)
@@ -176,7 +176,7 @@ def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord
         f"{c.margin[0 if CRITERIA[n][1] == 'lower' else 1]:.3g} ({c.verdict}"
         + (f": {c.why}" if c.why else "") + ")" for n, c in crit.items())
     decision = Decision(combine([c.verdict for c in crit.values()]), reason, rule=CRITERIA_RULE, alpha=stats.alpha)
-    cals = [_calibration_of(r) for r, _ in seeds.values()]
+    cals = [r.calibration for r, _ in seeds.values()]
     sizes = [c.size for c in cals if c and c.size is not None]
     est = EffectResult.headline("attention-output error of the isotropic (vMF) kernel "
                                 + (f"({', '.join(fits)})" if fits else "(undefined: no fit in each head's subspace)")
@@ -184,25 +184,14 @@ def _decided_record(crit: dict, powers: dict, seeds: dict[str, tuple[ClaimRecord
                                 stats.confidence_level)
     rec = ClaimRecord(
         "2", TITLE, decision.verdict, decision.reason, estimate=est, margin=tuple(e.margin),
-        calibration={"shape": {"n_seeds": len(seeds)}, "size": max(sizes) if sizes else None, "size_se": None,
-                     "power": powers, "n_replicates": sum(c.n_replicates or 0 for c in cals if c),
-                     "method": "size: largest per-seed pass rate of the rule on its nulls; power: module docstring"},
+        calibration=RuleCalibration(shape={"n_seeds": len(seeds)}, size=max(sizes) if sizes else None, size_se=None,
+                                    power=powers, n_replicates=sum(c.n_replicates for c in cals if c),
+                                    method="size: largest per-seed pass rate of the rule on its nulls; power: module "
+                                           "docstring"),
         tests=[{"name": f"{n} equivalence {test_over} (TOST)", "statistic": finite_or_none(c.estimate),
                 "pvalue": c.pvalue, "rejected": None if c.pvalue is None else bool(c.pvalue < stats.alpha)}
                for n, c in crit.items()])
     return decision, rec, fits
-
-
-@dataclass(frozen=True)
-class _Calibration:
-    """What the claim level reads of a claim-2 record's calibration (claims.json writes the mapping)."""
-    size: float | None = None
-    n_replicates: int | None = None  # None: the record's calibration did not say (summed as 0)
-    power: dict | None = None
-
-
-def _calibration_of(rec: ClaimRecord) -> _Calibration | None:
-    return view(_Calibration, rec.calibration)
 
 
 def file_verdicts(result: AttentionStats, stats) -> AttentionVerdicts:
@@ -286,15 +275,16 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
     pick, p_iut = iut_pick(per_model, decider)
-    cals = {c: _calibration_of(rec) for c, rec in per_model.items()}
+    cals = {c: rec.calibration for c, rec in per_model.items()}
     sizes = [cal.size for cal in cals.values() if cal and cal.size is not None]
     return ClaimRecord(
         "2", TITLE, verdict, reason + (f"; deciding {'model' if fixed else 'configuration'} {pick}" if pick else ""),
         estimate=per_model[pick].estimate if pick else None, margin=per_model[pick].margin if pick else None,
-        calibration={"shape": "per configuration (see per_model)", "size": max(sizes) if sizes else None,
-                     "size_se": None, "power": {c: cal.power for c, cal in cals.items()},
-                     "n_replicates": sum(cal.n_replicates or 0 for cal in cals.values()),
-                     "method": "largest per-configuration size of the rule on its nulls; power per configuration"}
+        calibration=RuleCalibration(shape="per configuration (see per_model)", size=max(sizes) if sizes else None,
+                                    size_se=None, power={c: cal.power for c, cal in cals.items()},
+                                    n_replicates=sum(cal.n_replicates for cal in cals.values()),
+                                    method="largest per-configuration size of the rule on its nulls; power per "
+                                           "configuration")
         if per_model else None,
         tests=[{"name": "head isotropy, vMF output error and reversibility over seeds (intersection-union over "
                         "configurations)", "statistic": None,

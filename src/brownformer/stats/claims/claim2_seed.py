@@ -14,7 +14,8 @@ from brownformer.statsfile import QuantityAggregates
 from brownformer.verdicts import INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 
 from .common import equivalence_verdict, finite_or_none, unit_mean_interval
-from .details import Claim2Margins, Claim2SeedDetails, HeadAveraged, HeadCheck, UndefinedHeadCheck, WorstHead
+from .details import (AttentionShape, Claim2Margins, Claim2SeedDetails, HeadAveraged, HeadCheck, RuleCalibration,
+                      UndefinedHeadCheck, WorstHead)
 from .claim_inputs import AttentionFile, PerMatrix
 
 __all__ = ["seed_record", "per_input_values", "upper_margin", "combine", "fmt_value", "SeedValues", "TITLE",
@@ -85,11 +86,12 @@ def _pooled_units(files: list[AttentionFile], quantity: str, *, subspace: bool =
     return np.concatenate(arrays)
 
 
-def _null_bound(files: list[AttentionFile], null: str, quantity: str, side: int) -> float:
-    """Most extreme confidence bound (side 1: upper, 0: lower) of a null's aggregate over the captures."""
+def _null_bound(files: list[AttentionFile], quantity: str, side: int) -> float:
+    """Most extreme confidence bound (side 1: upper, 0: lower) of the row-shuffled null's aggregate over the
+    captures."""
     bounds = []
     for f in files:
-        agg = (getattr(f.null_models, null) or {}).get(quantity) if null != "step0" else f.aggregate.get(quantity)
+        agg = (f.null_models.row_shuffled or {}).get(quantity)
         if agg and agg.confidence_interval and agg.confidence_interval[side] is not None:
             bounds.append(float(agg.confidence_interval[side]))
     if not bounds:
@@ -103,8 +105,8 @@ def _margins(trained: list[AttentionFile], stats) -> Claim2Margins:
     return Claim2Margins(
         vmf_output_error=tuple(stats.margins[OUTPUT_ERROR]), reversibility_residual=tuple(stats.margins[RESIDUAL]),
         head_isotropy=tuple(stats.margins["head_isotropy"]),
-        null_bounds={"vmf_output_error_row_shuffled_lower": _null_bound(trained, "row_shuffled", OUTPUT_ERROR, 0),
-                     "reversibility_residual_row_shuffled_lower": _null_bound(trained, "row_shuffled", RESIDUAL, 0)})
+        null_bounds={"vmf_output_error_row_shuffled_lower": _null_bound(trained, OUTPUT_ERROR, 0),
+                     "reversibility_residual_row_shuffled_lower": _null_bound(trained, RESIDUAL, 0)})
 
 
 def upper_margin(margin) -> tuple[float, float]:
@@ -134,7 +136,7 @@ def _passes(agg: QuantityAggregates | None, margins: Claim2Margins, causal: bool
 
 
 def _calibration(trained: list[AttentionFile], baseline: list[AttentionFile], margins: Claim2Margins, causal: bool,
-                 shape) -> dict:
+                 shape) -> RuleCalibration:
     """The run's attention-level rule on its nulls (size: a null that passes counts against the rule) and on
     the exact vMF kernel at the fitted concentrations (power at the exact alternative)."""
     nulls = [n for f in trained for n in (f.null_models.row_shuffled, f.null_models.shuffled_keys)]
@@ -143,14 +145,14 @@ def _calibration(trained: list[AttentionFile], baseline: list[AttentionFile], ma
     alt = [p for p in (_passes(f.null_models.vmf_exact, margins, causal) for f in trained) if p is not None]
     n = len(passes)
     size = float(np.mean(passes)) if n else None
-    return {"shape": {"attention": shape, "n_captures": len(trained)},
-            "size": size, "size_se": math.sqrt(size * (1 - size) / n) if n else None,
-            "power": {"exact_vmf_kernel": float(np.mean(alt))} if alt else {},
-            "n_replicates": n,
-            "method": "the run's rule (output error and reversibility) on the point statistics of the row-shuffled "
-                      "and shuffled-key nulls of every capture and of the step-0 attention (size), and of the exact "
-                      "vMF kernel at each matrix's fitted kappa on the real features (power at the exact "
-                      "alternative; not at the margin edge)"}
+    return RuleCalibration(
+        shape=AttentionShape(attention=shape, n_captures=len(trained)), size=size,
+        size_se=math.sqrt(size * (1 - size) / n) if n else None,
+        power={"exact_vmf_kernel": float(np.mean(alt))} if alt else {}, n_replicates=n,
+        method="the run's rule (output error and reversibility) on the point statistics of the row-shuffled and "
+               "shuffled-key nulls of every capture and of the step-0 attention (size), and of the exact vMF kernel "
+               "at each matrix's fitted kappa on the real features (power at the exact alternative; not at the "
+               "margin edge)")
 
 
 def _head_values(files: list[AttentionFile]) -> tuple[list[tuple], list[float], str | None]:
@@ -191,7 +193,7 @@ def _head_criterion(trained: list[AttentionFile], baseline: list[AttentionFile],
 
 
 def _head_averaged(trained: list[AttentionFile]) -> HeadAveraged | None:
-    vals = [f.head_averaged or {} for f in trained]
+    vals = [f.head_averaged for f in trained]
     errs = [m for v in vals if (m := _mean(v, OUTPUT_ERROR)) is not None]
     kap = [m for v in vals if (m := _mean(v, KAPPA)) is not None]
     return HeadAveraged(vmf_output_error_mean=float(np.mean(errs)) if errs else None,

@@ -46,10 +46,11 @@ from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, decide_on
 from brownformer.stats.core.rule_history import rule_history
 from brownformer.stats.core.shapes import CalibrationShape, calibration_for, fitted_calibration_for
 from brownformer.stats.diffusion.window_reading import window_effects
-from .common import configuration_pools, did_not_train_record, independent_mean_interval, seed_unit, unit_mean_interval
+from .common import (ConfigurationPool, configuration_pools, did_not_train_record, independent_mean_interval, seed_unit,
+                     unit_mean_interval)
 from .details import (ClaimPooling, Claim3Details, Claim3OptimizerDetails, Claim3RunDetails, FileRow, RunPooling,
-                      SinglePath)
-from .claim_inputs import FileCalibration, TrajectoryFile, trajectory_files, view
+                      SinglePath, WorstCalibration)
+from .claim_inputs import FileCalibration, TrajectoryFile, trajectory_files
 
 __all__ = ["brownian_family_claim", "file_verdict", "file_decision", "BROWNIAN_FAMILIES", "TITLES"]
 
@@ -151,9 +152,9 @@ def _window_null_ok(f: TrajectoryFile) -> tuple[bool, str]:
     return True, ""
 
 
-def _worst_calibration(cals: list[FileCalibration | None]) -> dict | None:
+def _worst_calibration(cals: list[FileCalibration | WorstCalibration | None]) -> WorstCalibration | None:
     """The least favourable calibration among a set of files' shapes (largest size under either null, smallest
-    power and power bound), as claims.json writes it."""
+    power and power bound), or among the runs' own (a claim's, an optimizer's)."""
     cals = [c for c in cals if c]
     if not cals:
         return None
@@ -164,9 +165,8 @@ def _worst_calibration(cals: list[FileCalibration | None]) -> dict | None:
             power[p] = min(power.get(p, 1.0), v)
         for p, v in (c.power_lower or {}).items():
             lower[p] = min(lower.get(p, 1.0), v)
-    # a file's calibration carries its fitted null; a run's or claim's (this function's output, read back as a
-    # FileCalibration) carries the worst fitted size and how many of its files had one, so the claim level pools the
-    # runs' counts
+    # a file's calibration carries its fitted null; a run's or claim's (a WorstCalibration) carries the worst fitted
+    # size and how many of its files had one, so the claim level pools the runs' counts
     fitted, n_fitted, n_files = [], 0, 0
     for c in cals:
         if c.n_fitted is not None:
@@ -177,19 +177,13 @@ def _worst_calibration(cals: list[FileCalibration | None]) -> dict | None:
             n_fitted, n_files = n_fitted + bool(c.fitted), n_files + 1
             fitted += [(c.fitted.size, c.fitted.size_upper)] if c.fitted else []
     wf = max(fitted, key=lambda f: f[1]) if fitted else None
-    return {"shape": worst.shape, "size": worst.size, "size_upper": worst.size_upper,
-            "size_se": worst.size_se, "size_idealised": worst.size,
-            "size_fitted": wf[0] if wf else None, "size_fitted_upper": wf[1] if wf else None,
-            "n_fitted": n_fitted, "n_files": n_files,
-            "equivalence_power": min(c.equivalence_power for c in cals), "power": power, "power_lower": lower,
-            "n_replicates": min(c.n_replicates for c in cals), "n_shapes": len({c.shape_id for c in cals}),
-            "rule": "stats.rule.decide (TOST on the key effects), simulated at each file's exact shape "
-                    "(idealised null) and from a model fitted to each file (fitted null)"}
-
-
-def _run_calibration(rec: ClaimRecord) -> FileCalibration | None:
-    """A run record's calibration (written by _worst_calibration) read back for the claim level."""
-    return view(FileCalibration, rec.calibration, raw=rec.calibration) if rec.calibration else None
+    return WorstCalibration(
+        shape=worst.shape, size=worst.size, size_upper=worst.size_upper, size_se=worst.size_se,
+        size_idealised=worst.size, size_fitted=wf[0] if wf else None, size_fitted_upper=wf[1] if wf else None,
+        n_fitted=n_fitted, n_files=n_files, equivalence_power=min(c.equivalence_power for c in cals), power=power,
+        power_lower=lower, n_replicates=min(c.n_replicates for c in cals), n_shapes=len({c.shape_id for c in cals}),
+        rule="stats.rule.decide (TOST on the key effects), simulated at each file's exact shape (idealised null) and "
+             "from a model fitted to each file (fitted null)")
 
 
 def _file_row(f: TrajectoryFile, decision: Decision, cal: FileCalibration | None) -> FileRow:
@@ -323,23 +317,17 @@ def _runs_estimate(records: dict[str, ClaimRecord], stats, name: str):
                                      [getattr(r.details, "estimate_df", None) for r in recs], stats=stats, name=name)
 
 
-def _single_path_description(files: list[TrajectoryFile], stats) -> dict[str, SinglePath]:
-    """Per run, the single-path files of a family decided on replicas: the uncalibrated rule's verdicts and the mean
+def _single_path(files: list[TrajectoryFile], stats) -> SinglePath:
+    """One run's single-path files of a family decided on replicas: the uncalibrated rule's verdicts and the mean
     MSD exponent, as description (conditional on one training path; stats/diffusion/replica_sets.py)."""
-    verdicts: dict[str, dict[str, int]] = {}
-    exponents: dict[str, list[float]] = {}
+    counts: dict[str, int] = {}
     for f in files:
         v, _ = decide_one(window_effects(f.result), kind=f.kind, margins=dict(stats.margins), alpha=stats.alpha,
                           n_times=int(f.n_times))
-        counts = verdicts.setdefault(f.run, {})
         counts[v] = counts.get(v, 0) + 1
-        exponents.setdefault(f.run, []).append(f.exponent.value)
-    out = {}
-    for run, counts in verdicts.items():
-        exps = [e for e in exponents[run] if math.isfinite(e)]
-        out[run] = SinglePath(n_files=len(exponents[run]), rule_verdicts=counts,
-                              msd_exponent_mean=sum(exps) / len(exps) if exps else None)
-    return out
+    exps = [f.exponent.value for f in files if math.isfinite(f.exponent.value)]
+    return SinglePath(n_files=len(files), rule_verdicts=counts,
+                      msd_exponent_mean=sum(exps) / len(exps) if exps else None)
 
 
 def _optimizer_of(run: str) -> str:
@@ -347,28 +335,22 @@ def _optimizer_of(run: str) -> str:
     return parts[1] if len(parts) >= 3 else "unknown"
 
 
-def _per_optimizer(key: str, trained: dict[str, ClaimRecord], stats) -> dict[str, ClaimRecord]:
-    """The claim over the runs of each optimizer (the same count rule)."""
-    by_opt: dict[str, dict[str, ClaimRecord]] = {}
-    for run, rec in trained.items():
-        by_opt.setdefault(_optimizer_of(run), {})[run] = rec
-    out = {}
-    for opt, recs in sorted(by_opt.items()):
-        decision, det = _pool(recs, stats.alpha)
-        est, *_ = _runs_estimate(recs, stats, "window MSD exponent (mean over runs; SE from the runs' own)")
-        out[opt] = ClaimRecord(claim=key, title=TITLES[key], verdict=decision.verdict, reason=decision.reason,
-                               estimate=est, margin=tuple(stats.margins["msd_exponent"]),
-                               calibration=_worst_calibration([_run_calibration(r) for r in recs.values()]),
-                               details=Claim3OptimizerDetails(pooling=det, pvalue=det.pvalue if det else None))
-    return out
+def _optimizer_record(key: str, recs: dict[str, ClaimRecord], stats) -> ClaimRecord:
+    """The claim over the runs of one optimizer (the same count rule)."""
+    decision, det = _pool(recs, stats.alpha)
+    est, *_ = _runs_estimate(recs, stats, "window MSD exponent (mean over runs; SE from the runs' own)")
+    return ClaimRecord(claim=key, title=TITLES[key], verdict=decision.verdict, reason=decision.reason, estimate=est,
+                       margin=tuple(stats.margins["msd_exponent"]),
+                       calibration=_worst_calibration([r.calibration for r in recs.values()]),
+                       details=Claim3OptimizerDetails(pooling=det, pvalue=det.pvalue if det else None))
 
 
-def _seed_gate(decision: Decision, pools: dict) -> Decision:
+def _seed_gate(decision: Decision, pools: tuple[ConfigurationPool, ...]) -> Decision:
     """Seeds are the unit of inference (claims/common.py): a decisive verdict needs one configuration with MIN_SEEDS
     seeds (a count over the runs of one seed per configuration would treat one training as the population)."""
-    if decision.verdict == INCONCLUSIVE or any(p.decidable for p in pools.values()):
+    if decision.verdict == INCONCLUSIVE or any(c.pool.decidable for c in pools):
         return decision
-    most = max((p.n_seeds for p in pools.values()), default=0)
+    most = max((c.pool.n_seeds for c in pools), default=0)
     return Decision(INCONCLUSIVE, f"{decision.verdict} on the runs' count rule, but no configuration has {MIN_SEEDS} "
                     f"seeds (most: {most}): not decided on one training per configuration; {decision.reason}",
                     rule=decision.rule, alpha=decision.alpha)
@@ -407,7 +389,8 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     run_p = {r: rec.details.pvalue for r, rec in trained.items()}
     keys = [r for r, v in run_p.items() if v is not None]
     q = dict(zip(keys, bh_adjust([run_p[r] for r in keys]).tolist())) if keys else {}
-    per_optimizer = _per_optimizer(key, trained, stats)
+    per_optimizer = {o: _optimizer_record(key, {r: rec for r, rec in trained.items() if _optimizer_of(r) == o}, stats)
+                     for o in sorted({_optimizer_of(r) for r in trained})}
     est, se, df = _runs_estimate(trained, stats, "window MSD exponent (mean over runs of the mean over files; "
                                                  "SE from the runs' own)")
     pools = configuration_pools({r: rec.estimate.estimate for r, rec in trained.items() if rec.estimate},
@@ -417,23 +400,25 @@ def brownian_family_claim(key: str, files: list[dict], stats, *, calibration=Non
     paragraphs = __doc__.split("\n\n")
     details = Claim3Details(
         pvalue=pooling.pvalue if pooling else None,
-        per_configuration={c: p.to_dict() for c, p in pools.items()},
+        per_configuration={c.configuration: c.pool.to_dict() for c in pools},
         pvalue_note="tail of the count of runs not supported under the runs' size bounds (Poisson-binomial); joins "
                     "the Holm adjustment of the headline claims",
         pooling=pooling, run_q_values_bh=q, rule=paragraphs[1].strip(), pooling_rule=paragraphs[2].strip(),
         rule_history=rule_history(), n_runs=len(trained), unit_of_replication=unit, estimate_se=se, estimate_df=df,
         estimate_method=CLAIM_INTERVAL + "; per run: " + RUN_INTERVAL,
-        single_path=_single_path_description(single_path, stats) if single_path else None,
+        # per run (in the order of its first file): run ids are the keys, data
+        single_path={run: _single_path([f for f in single_path if f.run == run], stats)
+                     for run in dict.fromkeys(f.run for f in single_path)} if single_path else None,
         single_path_note=("one training path per run: intervals over its probe inputs are conditional on that path; "
                           "description only (not calibrated, not pooled)") if single_path else None)
     return ClaimRecord(
         claim=key, title=TITLES[key], verdict=decision.verdict, reason=decision.reason, estimate=est,
         margin=tuple(stats.margins["msd_exponent"]),
-        calibration=_worst_calibration([_run_calibration(r) for r in trained.values()]),
+        calibration=_worst_calibration([r.calibration for r in trained.values()]),
         tests=[{"name": t, "margin": list(stats.margins[MARGIN_KEYS[t]])}
                for k in kinds for t in KEY_EFFECTS[k]],
         per_run=per_run, per_optimizer=per_optimizer,
-        seeds=seed_unit({c: p.n_seeds for c, p in pools.items()}, nesting=SEED_NESTING,
+        seeds=seed_unit({c.configuration: c.pool.n_seeds for c in pools}, nesting=SEED_NESTING,
                         interval="count rule over runs (calibrated); per configuration a Student t-interval over its "
                                  "seeds' window exponents in details.per_configuration"),
         details=details)

@@ -29,6 +29,7 @@ not train (stats/core/training_status.py) are censored at their budget, not drop
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -41,13 +42,13 @@ from brownformer.statsfile import Decision, EffectResult
 from brownformer.stats.core.rule_history import claim_rule_history
 from brownformer.stats.comparison.time_to_target import (deciding_baseline, level_targets, reference_target,
                                                          time_to_target, with_critical_values)
-from brownformer.stats.comparison.time_to_target_size import (MAX_SIZE, calibrated_critical, log_time_law,
-                                                              rule_error_rates)
+from brownformer.stats.comparison.time_to_target_size import (MAX_SIZE, ComparisonShape, calibrated_critical,
+                                                              log_time_law, rule_error_rates)
 from .common import finite_or_none, pool_runs
 from .comparison_records import RuleErrorSummary, TargetLevel
 from .details import Claim4Details, Claim4EstimatedModelDetails, Claim4ModelDetails
 
-__all__ = ["optimizer_claim", "claim4_targets", "claim4_scope", "TITLE"]
+__all__ = ["optimizer_claim", "claim4_targets", "claim4_scope", "ModelTarget", "TITLE"]
 
 TITLE = "Iterative K-FAC reaches the target in fewer steps than the best first-order optimizer"
 DECISIVE = ("supported", "not supported")
@@ -56,14 +57,29 @@ DECISIVE = ("supported", "not supported")
 CRITICAL_STREAM = 4
 
 
-def claim4_targets(metrics_by_run: dict[str, pd.DataFrame], report) -> dict[str, tuple[float, str]]:
-    """model -> (deciding target value, where it came from): the config's fixed target, else the mean curve of
-    the target optimizer's runs (`reference_target`)."""
+@dataclass(frozen=True)
+class ModelTarget:
+    """A model variant's deciding target of claim 4: its value and where it came from."""
+    model: str
+    value: float
+    source: str
+
+
+@dataclass(frozen=True)
+class CriticalValues:
+    """The calibrated ``(faster, slower)`` critical values of the steps statistic against one baseline."""
+    baseline: str
+    values: tuple[float, float]
+
+
+def claim4_targets(metrics_by_run: dict[str, pd.DataFrame], report) -> tuple[ModelTarget, ...]:
+    """Per model (sorted), its deciding target: the config's fixed target, else the mean curve of the target
+    optimizer's runs (`reference_target`); a model with neither has none."""
     specs = {r: RunSpec.parse(r) for r in metrics_by_run}
-    out = {}
+    out = []
     for model in sorted({s.model for s in specs.values()}):
         if model in report.targets:
-            out[model] = (float(report.targets[model]), "config report.targets")
+            out.append(ModelTarget(model, float(report.targets[model]), "config report.targets"))
             continue
         ref = [df for r, df in metrics_by_run.items()
                if specs[r].model == model and specs[r].optimizer == report.target_optimizer]
@@ -72,12 +88,12 @@ def claim4_targets(metrics_by_run: dict[str, pd.DataFrame], report) -> dict[str,
         col = val_metric(ref[0]).column
         mean_curve = pd.concat([df[["step", col]].dropna() for df in ref]).groupby("step", as_index=False).mean()
         try:
-            out[model] = (reference_target(mean_curve, metric=col, fraction=max(report.target_levels)),
-                          f"mean curve of the {len(ref)} {report.target_optimizer} run(s) compared here "
-                          "(no fixed target in the config)")
+            out.append(ModelTarget(model, reference_target(mean_curve, metric=col, fraction=max(report.target_levels)),
+                                   f"mean curve of the {len(ref)} {report.target_optimizer} run(s) compared here "
+                                   "(no fixed target in the config)"))
         except ValueError:
             continue
-    return out
+    return tuple(out)
 
 
 def claim4_scope(metrics_by_run: dict[str, pd.DataFrame], report) -> list[str]:
@@ -99,27 +115,28 @@ def _start(metrics_by_run: dict[str, pd.DataFrame], model: str) -> float:
     return float(np.median(firsts)) if firsts else math.nan
 
 
-def _shape(res, baseline: str, stats, margin: float) -> dict:
+def _shape(res, baseline: str, stats, margin: float) -> ComparisonShape:
     """The simulated shape of one comparison (module docstring): seeds, the baseline's log-normal law, budget,
-    evaluation grid, margin and level, as keywords of time_to_target_size's simulations."""
+    evaluation grid, margin and level."""
     runs = res.runs
     base = runs[runs["optimizer"] == baseline]
     times = np.where(base["reached"], base["steps"], base["censored_at"]).astype(float)
     mu, sigma = log_time_law(times, base["reached"].to_numpy(bool))
     n = runs.groupby("optimizer")["seed"].nunique()
     pair = runs[runs["optimizer"].isin([res.proposed, baseline])]
-    return dict(n_proposed=int(n[res.proposed]), n_baseline=int(n[baseline]), mu=mu, sigma=sigma,
-                budget=float(pair["censored_at"].max()), eval_every=float(pair["eval_spacing"].max()),
-                margin=margin, confidence_level=stats.confidence_level, replicates=stats.calibration_replicates)
+    return ComparisonShape(n_proposed=int(n[res.proposed]), n_baseline=int(n[baseline]), mu=mu, sigma=sigma,
+                           budget=float(pair["censored_at"].max()), eval_every=float(pair["eval_spacing"].max()),
+                           margin=margin, confidence_level=stats.confidence_level,
+                           replicates=stats.calibration_replicates)
 
 
-def _critical(res, shapes: dict, stats) -> dict[str, tuple[float, float]]:
+def _critical(res, shapes: dict[str, ComparisonShape], stats) -> tuple[CriticalValues, ...]:
     """The calibrated critical values of the steps statistic (time_to_target_size.calibrated_critical) of each
     baseline the normal ones decide, simulated at its comparison's shape (`shapes`, from :func:`_shape`) on a stream
     of its own (not the error rates' stream). The calibrated values are never less extreme than the normal ones, so
     an undecided baseline stays undecided: it needs no simulation."""
-    return {b: calibrated_critical(**shapes[b], rng=[stats.seed, CRITICAL_STREAM])
-            for b, d in res.verdicts.items() if d.verdict in DECISIVE}
+    return tuple(CriticalValues(b, calibrated_critical(shapes[b], rng=[stats.seed, CRITICAL_STREAM]))
+                 for b, d in res.verdicts.items() if d.verdict in DECISIVE)
 
 
 def _error_rate(rates, verdict: str) -> float:
@@ -166,10 +183,10 @@ def _estimate(res):
 
 def _model_record(res, levels: dict, source: str, stats, margin: tuple[float, float], in_scope: bool) -> ClaimRecord:
     shapes = {b: _shape(res, b, stats, margin[1]) for b in res.verdicts} if res.protocol_met else {}
-    critical = _critical(res, shapes, stats) if res.protocol_met else {}
+    critical = {c.baseline: c.values for c in _critical(res, shapes, stats)} if res.protocol_met else {}
     res = with_critical_values(res, critical)
     # the verdict rates at the critical values each baseline was decided at (the normal ones where it was undecided)
-    rates = ({b: rule_error_rates(**shapes[b], rng=stats.seed, critical=critical.get(b)) for b in res.verdicts}
+    rates = ({b: rule_error_rates(shapes[b], rng=stats.seed, critical=critical.get(b)) for b in res.verdicts}
              if res.protocol_met and res.verdict in DECISIVE else None)
     decision = _gated(res, rates) if rates else Decision(res.verdict, res.reason)
     summary = None if rates is None else RuleErrorSummary.of(rates, MAX_SIZE)
@@ -205,17 +222,18 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
     seconds_margin = tuple(stats.margins["time_to_target_seconds_ratio"])
     targets = claim4_targets(metrics_by_run, report)
     main = max(report.target_levels)
-    by_level: dict[float, dict] = {main: time_to_target(metrics_by_run, {m: t for m, (t, _) in targets.items()},
+    by_level: dict[float, dict] = {main: time_to_target(metrics_by_run, {t.model: t.value for t in targets},
                                                         stats=stats, report=report, excluded=excluded)
                                    if metrics_by_run else {}}
     for f in report.target_levels:
         if f != main:
-            level = {m: level_targets(t, _start(metrics_by_run, m), [f], main)[f] for m, (t, _) in targets.items()}
+            level = {t.model: level_targets(t.value, _start(metrics_by_run, t.model), [f], main)[f] for t in targets}
             by_level[f] = time_to_target(metrics_by_run, level, stats=stats, report=report, excluded=excluded)
     scope = claim4_scope(metrics_by_run, report)
+    sources = {t.model: t.source for t in targets}
     per_model = {}
     for model, res in by_level[main].items():
-        source = targets.get(model, (None, "nowhere: no target"))[1]
+        source = sources.get(model, "nowhere: no target")
         per_model[model] = _model_record(res, {f: r[model] for f, r in by_level.items()}, source, stats,
                                          steps_margin, model in scope)
     missing = [m for m in scope if m not in per_model]

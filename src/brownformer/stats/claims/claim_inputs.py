@@ -19,7 +19,7 @@ from brownformer.stats.diffusion.window_reading import window_effects
 from brownformer.statsfile import (AffineMap, AttentionStats, ByQuantity, FittedCalibration, HeadIsotropy, HeadKernels,
                                    LayerValues, NullModels, QuantityAggregates, ShapeCalibration, SphereSummary)
 
-__all__ = ["view", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
+__all__ = ["view", "shape_id", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
 
 T = TypeVar("T")
@@ -104,6 +104,11 @@ class _Identified:
     id: str | None = None
 
 
+def shape_id(shape: Mapping | None) -> str | None:
+    """The id of a calibration shape (stats/core/shapes.py CalibrationShape's JSON); None without one."""
+    return view(_Identified, shape).id if shape else None
+
+
 @dataclass(frozen=True)
 class FileCalibration:
     """The rule's size and power at a file's exact shape (shapes.calibration_for), with its fitted null beside it;
@@ -142,7 +147,7 @@ class FileCalibration:
 
     @property
     def shape_id(self) -> str | None:
-        return view(_Identified, self.shape).id if self.shape else None
+        return shape_id(self.shape)
 
 
 @dataclass(frozen=True)
@@ -177,7 +182,7 @@ class TrajectoryFile:
 
     @property
     def shape_id(self) -> str | None:
-        return view(_Identified, self.calibration_shape).id if self.calibration_shape else None
+        return shape_id(self.calibration_shape)
 
     @classmethod
     def from_result(cls, run: str, path: str, result: Mapping) -> TrajectoryFile:

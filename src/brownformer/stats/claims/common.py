@@ -12,7 +12,7 @@ when some run is not supported, else inconclusive.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 from scipy import stats as sps
@@ -28,8 +28,8 @@ from brownformer.stats.diffusion.replica_sets import base_run
 
 __all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
            "headline_holm", "did_not_train_record", "finite_or_none", "configuration_of", "seed_unit",
-           "seed_verdict", "configuration_pools", "UNITS", "check_unit", "FIXED_MODEL_UNIT", "fixed_model_unit",
-           "se_from_interval", "interval_power"]
+           "seed_verdict", "configuration_pools", "ConfigurationPool", "UNITS", "check_unit", "FIXED_MODEL_UNIT",
+           "fixed_model_unit", "se_from_interval", "interval_power"]
 
 #: the unit of inference of claims 1 and 2. "seeds" (the default): training runs of one configuration, the
 #: population a trained model is one draw of. "inputs": the probe inputs of ONE fixed model (a pretrained checkpoint:
@@ -175,14 +175,13 @@ def did_not_train_record(claim: str, title: str, reason: str) -> ClaimRecord:
     return ClaimRecord(claim=claim, title=title, verdict=DID_NOT_TRAIN, reason=reason)
 
 
-def headline_holm(claims: dict[str, ClaimRecord], pvalues: dict[str, float | None]) -> dict[str, ClaimRecord]:
-    """Holm-adjust the headline claims' p-values (claims without one keep pvalue_holm None)."""
-    keys = [k for k in claims if pvalues.get(k) is not None and math.isfinite(pvalues[k])]
-    adjusted = holm_adjust([pvalues[k] for k in keys]) if keys else []
-    out = dict(claims)
-    for k, a in zip(keys, adjusted):
-        out[k] = replace(claims[k], pvalue_holm=float(a))
-    return out
+def headline_holm(claims: list[ClaimRecord]) -> tuple[ClaimRecord, ...]:
+    """The headline claims (in their order) with their p-values (`details.pvalue`) Holm-adjusted into
+    `pvalue_holm`; a claim without a finite p-value keeps pvalue_holm None."""
+    pvalues = [c.details.pvalue for c in claims]
+    tested = [i for i, p in enumerate(pvalues) if p is not None and math.isfinite(p)]
+    adjusted = dict(zip(tested, holm_adjust([pvalues[i] for i in tested]))) if tested else {}
+    return tuple(replace(c, pvalue_holm=float(adjusted[i])) if i in adjusted else c for i, c in enumerate(claims))
 
 
 def configuration_of(run: str) -> tuple[str, str]:
@@ -214,9 +213,17 @@ def seed_unit(n_seeds: dict[str, int], *, nesting: str = NESTING,
     return SeedUnit(dict(sorted(n_seeds.items())), MIN_SEEDS, nesting, interval)
 
 
+@dataclass(frozen=True)
+class ConfigurationPool:
+    """One training configuration ("<model>__<optimizer>") and the seed-level pool of its runs' estimates."""
+    configuration: str
+    pool: SeedPoolResult
+
+
 def configuration_pools(values_by_run: dict[str, float], *, confidence_level: float,
-                        nesting: str = NESTING) -> dict[str, SeedPoolResult]:
-    """Per configuration, the seed-level pool (stats/core/pooling.py `seed_pool`) of one estimate per run.
+                        nesting: str = NESTING) -> tuple[ConfigurationPool, ...]:
+    """Per configuration (in the order of its first run, runs sorted), the seed-level pool (stats/core/pooling.py
+    `seed_pool`) of one estimate per run.
 
     The entry point every claim shares for seeds as the unit: `values_by_run` holds each run's (or replica
     set's) own estimate with everything inside it already nested; runs group by `configuration_of`.
@@ -225,7 +232,8 @@ def configuration_pools(values_by_run: dict[str, float], *, confidence_level: fl
     for run, value in sorted(values_by_run.items()):
         config, seed = configuration_of(run)
         groups.setdefault(config, {})[seed] = value
-    return {c: seed_pool(v, confidence_level=confidence_level, nesting=nesting) for c, v in groups.items()}
+    return tuple(ConfigurationPool(c, seed_pool(v, confidence_level=confidence_level, nesting=nesting))
+                 for c, v in groups.items())
 
 
 def check_unit(unit: str) -> str:

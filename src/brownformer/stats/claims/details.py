@@ -21,6 +21,7 @@ from brownformer.io import to_jsonable
 from brownformer.statsfile import Decision, EffectResult
 from brownformer.verdicts import ClaimDetails, NoDetails
 
+from .claim_inputs import shape_id
 from .comparison_records import (SECONDS, STEPS, KMMedian, MedianRatio, RuleErrorSummary, TargetLevel,
                                  records_of)
 
@@ -28,7 +29,8 @@ __all__ = ["InputPower", "SeedPower", "UndecidedCriterion", "SeedCriterion", "In
            "WithinSeed", "GaugeDependent", "Definitional", "Claim1SeedDetails", "Claim1ConfigurationDetails",
            "Claim1FixedModelDetails", "Claim1Details", "Claim2Margins", "HeadAveraged", "WorstHead", "HeadCheck", "UndefinedHeadCheck", "Claim2SeedDetails", "Claim2ConfigurationDetails",
            "Claim2FixedModelDetails", "Claim2Details", "FileRow", "RunPooling", "ClaimPooling", "SinglePath",
-           "Claim3RunDetails", "Claim3OptimizerDetails", "Claim3Details", "Claim4ModelDetails", "Claim4EstimatedModelDetails", "Claim4Details",
+           "Claim3RunDetails", "Claim3OptimizerDetails", "Claim3Details", "AttentionShape", "RuleCalibration",
+           "WorstCalibration", "Claim4ModelDetails", "Claim4EstimatedModelDetails", "Claim4Details",
            "parse_details", "parse_criterion", "criteria_of"]
 
 
@@ -150,8 +152,9 @@ def parse_criterion(d: Any, where: str = "criterion") -> ClaimDetails:
     return cls.from_dict(d, where)
 
 
-def _criteria(d: Any, where: str) -> dict[str, ClaimDetails]:
-    return {k: parse_criterion(v, f"{where}.{k}") for k, v in d.items()}
+#: a record's criteria: criterion name -> its record. A name-keyed map (not a record of named fields): each claim
+#: iterates its own CRITERIA table to build it and the report iterates it alike, so the names are the table's data
+_criteria = records_of(parse_criterion)
 
 
 # --- claim 1 --------------------------------------------------------------------------------------------------------
@@ -168,8 +171,8 @@ class WithinSeed(ClaimDetails):
     _optional = frozenset({"estimate", "confidence_interval", "capture", "layer", "n_cells", "interval_over"})
 
 
-def _within(d: Any, where: str) -> dict[str, WithinSeed]:
-    return {k: WithinSeed.from_dict(v, f"{where}.{k}") for k, v in d.items()}
+#: quantity -> its worst cell within the seed (the CRITERIA table's names, as `_criteria`)
+_within = records_of(WithinSeed.from_dict)
 
 
 @dataclass(frozen=True)
@@ -460,7 +463,7 @@ class Claim3Details(ClaimDetails):
     _optional = frozenset({"single_path", "single_path_note"})
     _empty = frozenset({"pooling"})
     _nested = {"pooling": ClaimPooling.from_dict,
-               "single_path": lambda d, where: {k: SinglePath.from_dict(v, f"{where}.{k}") for k, v in d.items()}}
+               "single_path": records_of(SinglePath.from_dict)}
 
 
 # --- claim 4 --------------------------------------------------------------------------------------------------------
@@ -536,6 +539,65 @@ class Claim4Details(ClaimDetails):
     rule_history: list
 
 
+# --- calibration (ClaimRecord.calibration) -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class AttentionShape(ClaimDetails):
+    """The shape a claim-2 seed's calibration is at: its attention array's shape and its trained captures."""
+    attention: list | None  # (..., n, n) as the attention file states it
+    n_captures: int
+
+
+@dataclass(frozen=True)
+class RuleCalibration(ClaimDetails):
+    """Size and power of a claim-1/2 record's rule (verdicts.ClaimRecord.calibration).
+
+    shape: a seed's AttentionShape; {"n_seeds": n} for a claim-2 configuration; {"n_cells": {criterion: n}} for a
+    claim-1 fixed model; a text where the shape is per configuration (claim 2's headline). power: alternative ->
+    rate (a claim-2 seed), criterion -> power record (claims 1 and 2 decided), configuration -> its power (claim 2's
+    headline): keyed by what varies, as claims.json writes it. size None: not simulated."""
+    shape: AttentionShape | dict | str
+    size: float | None
+    size_se: float | None
+    power: dict
+    n_replicates: int
+    method: str
+
+
+@dataclass(frozen=True)
+class WorstCalibration(ClaimDetails):
+    """Claim 3, a run's, optimizer's or claim's least favourable calibration over its files' shapes
+    (claim3_brownian._worst_calibration): the largest size under either null, the smallest power and power bound
+    (alternative -> rate), the worst fitted size and how many files had a fitted null."""
+    shape: dict  # the least favourable file's calibration shape (stats/core/shapes.py CalibrationShape's JSON)
+    size: float
+    size_upper: float | None
+    size_se: float
+    size_idealised: float
+    size_fitted: float | None
+    size_fitted_upper: float | None
+    n_fitted: int
+    n_files: int
+    equivalence_power: float
+    power: dict[str, float]
+    power_lower: dict[str, float]
+    n_replicates: int
+    n_shapes: int
+    rule: str
+    #: read like a file's calibration (claim_inputs.FileCalibration) when the next level pools it: no fitted null
+    #: of its own (its fitted sizes are `size_fitted`)
+    fitted = None
+
+    @property
+    def upper(self) -> float:
+        """The size's upper bound (the size itself for a table without bounds)."""
+        return self.size if self.size_upper is None else self.size_upper
+
+    @property
+    def shape_id(self) -> str | None:
+        return shape_id(self.shape)
+
+
 # --- reading --------------------------------------------------------------------------------------------------------
 
 def _claim1_model(d: dict, where: str) -> ClaimDetails:
@@ -578,6 +640,7 @@ def parse_details(claim: str, level: str, d: dict) -> ClaimDetails:
     return parse(d, f"claim {claim} {level} details")
 
 
-def criteria_of(details: ClaimDetails) -> dict[str, ClaimDetails]:
-    """The criteria a decided claim-1/2 record was judged on (criterion -> its typed record); {} for any other."""
-    return dict(getattr(details, "criteria", None) or {})
+def criteria_of(details: ClaimDetails) -> tuple[tuple[str, ClaimDetails], ...]:
+    """The criteria a decided claim-1/2 record was judged on, as (criterion, its typed record) in the record's
+    order; () for any other record."""
+    return tuple((getattr(details, "criteria", None) or {}).items())

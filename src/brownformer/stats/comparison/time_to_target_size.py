@@ -37,8 +37,8 @@ from scipy import stats as sps
 
 from brownformer.stats.comparison.survival import km_median, scaled_logrank
 
-__all__ = ["MIN_LOG_SD", "MAX_SIZE", "RuleErrorRates", "calibrated_critical", "log_time_law", "nominal_critical",
-           "rule_error_rates", "step_verdict"]
+__all__ = ["MIN_LOG_SD", "MAX_SIZE", "ComparisonShape", "RuleErrorRates", "calibrated_critical", "log_time_law",
+           "nominal_critical", "rule_error_rates", "step_verdict"]
 
 #: largest simulated error rate at the margin a decisive verdict may carry (claims 1-3 gate alike)
 MAX_SIZE = 0.05
@@ -58,6 +58,33 @@ def log_time_law(times, reached) -> tuple[float, float]:
     logs = np.log(t[r])
     sd = (np.subtract(*np.percentile(logs, [75, 25])) / 1.349) if logs.size >= 3 else DEFAULT_LOG_SD
     return float(math.log(median)), float(max(sd, MIN_LOG_SD))
+
+
+@dataclass(frozen=True)
+class ComparisonShape:
+    """The shape of one comparison that the simulations reproduce (module docstring).
+
+    Attributes:
+        n_proposed: Seeds of the proposed optimizer.
+        n_baseline: Seeds of the baseline.
+        mu: Mean of the baseline's log steps to the target.
+        sigma: Standard deviation of the baseline's log steps.
+        budget: Training steps (censoring point).
+        eval_every: Evaluation spacing in steps (times are rounded up to it).
+        margin: The rule's margin (the upper end of stats.margins.time_to_target_steps_ratio).
+        confidence_level: Two-sided level, as in the rule (each one-sided test at half its complement).
+        replicates: Simulated comparisons per true ratio (claim 4 uses stats.calibration_replicates).
+    """
+
+    n_proposed: int
+    n_baseline: int
+    mu: float
+    sigma: float
+    budget: float
+    eval_every: float
+    margin: float
+    confidence_level: float
+    replicates: int
 
 
 @dataclass(frozen=True)
@@ -113,52 +140,48 @@ def step_verdict(proposed: tuple, baseline: tuple, *, margin: float, confidence_
     return "supported" if z > faster else "not supported" if z < slower else "inconclusive"
 
 
-def calibrated_critical(n_proposed: int, n_baseline: int, *, mu: float, sigma: float, budget: float,
-                        eval_every: float, margin: float, confidence_level: float, replicates: int,
-                        rng) -> tuple[float, float]:
-    """``(faster, slower)`` critical values of the statistic at this shape (module docstring): its simulated
-    quantiles with the true ratio on the margin, each at least as extreme as the normal one. Arguments as
-    :func:`rule_error_rates`."""
+def calibrated_critical(shape: ComparisonShape, *, rng) -> tuple[float, float]:
+    """``(faster, slower)`` critical values of the statistic at ``shape`` (module docstring): its simulated
+    quantiles with the true ratio on the margin, each at least as extreme as the normal one; ``rng`` a seed or
+    ``numpy.random.Generator``."""
     rng = np.random.default_rng(rng)
-    z = np.array([scaled_logrank(_simulate(rng, n_proposed, mu + math.log(margin), sigma, budget, eval_every),
-                                 _simulate(rng, n_baseline, mu, sigma, budget, eval_every), margin, grid=eval_every)
-                  for _ in range(replicates)])
-    tail = (1 - confidence_level) / 2
+    sh = shape
+    z = np.array([scaled_logrank(_simulate(rng, sh.n_proposed, sh.mu + math.log(sh.margin), sh.sigma, sh.budget,
+                                           sh.eval_every),
+                                 _simulate(rng, sh.n_baseline, sh.mu, sh.sigma, sh.budget, sh.eval_every), sh.margin,
+                                 grid=sh.eval_every)
+                  for _ in range(sh.replicates)])
+    tail = (1 - sh.confidence_level) / 2
     # "higher"/"lower": an order statistic, never interpolated towards the centre; a verdict needs the observed
     # statistic strictly beyond it, so ties at a lumpy quantile do not count (the grid makes the statistic discrete)
-    faster = max(nominal_critical(confidence_level)[0], float(np.quantile(z, 1 - tail, method="higher")))
-    slower = min(nominal_critical(confidence_level)[1], float(np.quantile(z, tail, method="lower")))
+    faster = max(nominal_critical(sh.confidence_level)[0], float(np.quantile(z, 1 - tail, method="higher")))
+    slower = min(nominal_critical(sh.confidence_level)[1], float(np.quantile(z, tail, method="lower")))
     return faster, slower
 
 
-def rule_error_rates(n_proposed: int, n_baseline: int, *, mu: float, sigma: float, budget: float,
-                     eval_every: float, margin: float, confidence_level: float, replicates: int,
-                     rng, ratios=(0.5, 1.0), critical: tuple[float, float] | None = None) -> RuleErrorRates:
-    """Verdict rates of the steps rule at true ratios ``margin`` and ``ratios`` (module docstring), at the
+def rule_error_rates(shape: ComparisonShape, *, rng, ratios=(0.5, 1.0),
+                     critical: tuple[float, float] | None = None) -> RuleErrorRates:
+    """Verdict rates of the steps rule at true ratios ``shape.margin`` and ``ratios`` (module docstring), at the
     critical values ``critical`` (default: the normal ones).
 
     Args:
-        n_proposed: Seeds of the proposed optimizer.
-        n_baseline: Seeds of the baseline.
-        mu: Mean of the baseline's log steps to the target.
-        sigma: Standard deviation of the baseline's log steps.
-        budget: Training steps (censoring point).
-        eval_every: Evaluation spacing in steps (times are rounded up to it).
-        margin: The rule's margin (the upper end of stats.margins.time_to_target_steps_ratio).
-        ratios: Further true ratios to simulate (e.g. power at 0.5, "not supported" rate at 1.0).
-        confidence_level: Two-sided level, as in the rule (each one-sided test at half its complement).
-        replicates: Simulated comparisons per true ratio (claim 4 uses stats.calibration_replicates).
+        shape: The comparison simulated (seeds, the baseline's log-normal law, budget, grid, margin, level,
+            replicates per true ratio).
         rng: Seed or ``numpy.random.Generator``.
+        ratios: Further true ratios to simulate (e.g. power at 0.5, "not supported" rate at 1.0).
+        critical: ``(faster, slower)`` critical values (calibrated_critical); None: the normal ones.
     """
+    sh = shape
     rng = np.random.default_rng(rng)
     rates = {}
-    for ratio in (margin, *ratios):
+    for ratio in (sh.margin, *ratios):
         counts = {"supported": 0, "not supported": 0, "inconclusive": 0}
-        for _ in range(replicates):
-            prop = _simulate(rng, n_proposed, mu + math.log(ratio), sigma, budget, eval_every)
-            base = _simulate(rng, n_baseline, mu, sigma, budget, eval_every)
-            counts[step_verdict(prop, base, margin=margin, confidence_level=confidence_level, grid=eval_every,
-                                critical=critical)] += 1
-        rates[float(ratio)] = {k: v / replicates for k, v in counts.items()}
-    return RuleErrorRates((n_proposed, n_baseline), float(budget), float(eval_every), mu, sigma, float(margin),
-                          replicates, rates, tuple(critical or nominal_critical(confidence_level)))
+        for _ in range(sh.replicates):
+            prop = _simulate(rng, sh.n_proposed, sh.mu + math.log(ratio), sh.sigma, sh.budget, sh.eval_every)
+            base = _simulate(rng, sh.n_baseline, sh.mu, sh.sigma, sh.budget, sh.eval_every)
+            counts[step_verdict(prop, base, margin=sh.margin, confidence_level=sh.confidence_level,
+                                grid=sh.eval_every, critical=critical)] += 1
+        rates[float(ratio)] = {k: v / sh.replicates for k, v in counts.items()}
+    return RuleErrorRates((sh.n_proposed, sh.n_baseline), float(sh.budget), float(sh.eval_every), sh.mu, sh.sigma,
+                          float(sh.margin), sh.replicates, rates,
+                          tuple(critical or nominal_critical(sh.confidence_level)))
