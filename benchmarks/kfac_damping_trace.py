@@ -39,7 +39,8 @@ def layer_lambdas(opt) -> dict:
     for layer in opt.layers:
         if layer.name not in scales:
             continue
-        damping = opt._group_of(layer)["damping"]
+        # the layer's param group, found from the public param_groups (per-group damping)
+        damping = next(g for g in opt.param_groups if any(p is layer.module.weight for p in g["params"]))["damping"]
         lam = damping * (max(scales[layer.name], floor) if opt.relative_damping else 1.0)
         out[layer.name] = (scales[layer.name], lam)
     return out

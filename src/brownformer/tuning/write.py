@@ -163,7 +163,10 @@ def _probe_rows(results) -> list[dict]:
                          "winner value": p.winner_value,
                          "probe value": p.value, "probe steps (mean)": _spelled(p.outcome.score),
                          "per seed (steps to target)": _per_seed(p.outcome),
-                         "winner smoothed score": r.smoothed[r.best], "status": status[p.knob]})
+                         "winner smoothed score": r.smoothed[r.best],
+                         # the winner's own score beside the smoothed one the status compares with: a probe no
+                         # better than this is a flat or worse direction, whatever the status says
+                         "winner steps (mean)": _spelled(r.best_outcome.score), "status": status[p.knob]})
     return rows
 
 
