@@ -41,11 +41,12 @@ import numpy as np
 import pandas as pd
 
 from brownformer.config import ReportConfig, StatsConfig
+from brownformer.io import to_jsonable
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
 from brownformer.statsfile import Decision
 from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 
-from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
+from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, km_median_bounded, median_ratio
 
 __all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "ClockRatios", "FinalMetric", "reference_target",
            "level_targets", "time_to_target", "times_to_target", "censoring_times", "with_critical_values",
@@ -307,7 +308,7 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
 @dataclass(frozen=True)
 class FinalMetric:
     """The final metric at the fixed budget: its median over the `n` runs that trained their whole budget (None when
-    none did; "inf"/"-inf" for an infinity, survival.json_number)."""
+    none did; "inf"/"-inf" for an infinity: to_jsonable's infinity="string")."""
 
     median: float | str | None
     n: int
@@ -319,7 +320,7 @@ class FinalMetric:
 def _final(g: pd.DataFrame) -> FinalMetric:
     """Final metric at the fixed budget: median over the runs that trained their whole budget."""
     full = g.loc[~g["stopped"], "final"].dropna()
-    return FinalMetric(json_number(full.median()) if len(full) else None, int(len(full)))
+    return FinalMetric(to_jsonable(float(full.median()), infinity="string") if len(full) else None, int(len(full)))
 
 
 def _protocol(table: pd.DataFrame, target: float, model: str, proposed: str, baselines, min_seeds: int,
