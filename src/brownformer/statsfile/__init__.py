@@ -40,17 +40,19 @@ Schema history: 1 (unversioned): "p_value", "ci", "tost_ci", "reject", a float "
 """
 from __future__ import annotations
 
-from ._results import (CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, WindowRuleNull, check_keys,
-                       plain_value)
+from ._results import (CLAIM_VERDICTS, RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, Keyed, KeyedValue,
+                       TestExtra, WindowRuleNull, check_keys, plain_value)
 from .sphere_summary import (AboutLayers, AffineMap, Distribution, GeometryLayers, LayerValues, PerLeading, PooledValue, Quantiles,
                      SphereAbout, SphereGeometry, SphereMargins, SphereSummary, TensorDistribution)
-from .files import (AttentionStats, AttentionVerdicts, BatteryStats, CalibrationShape, Clock, CriterionVerdict, Curvature,
+from .files import (AttentionStats, AttentionVerdicts, BatterySettings, BatteryStats, EuclideanCurves, ProcessRates,
+                    SphereCurves, CalibrationShape, Clock, CriterionVerdict, Curvature,
                     EnsembleExponent, Envelope, FileError, FittedCalibration, FittedModel, FittedNullInfo, IndexEntry,
                     InitComparison, InputFile, LocalSlopes, MomentumBias, NoiseCapture, NoiseStats, NullModelsInfo,
                     PairedDifference, ReplicaContrast, RunStatsFile, RunStatsSummary, SlopeWindow, SphereNormalisation,
                     ShapeCalibration, ShapeSummary, SphereStats, SummaryRow, WalkerDiagnostic, WalkerPositions, WalkerReading, WalkerType, WindowSpec,
                     parse_stats_file)
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "check_keys", "plain_value", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "TestExtra", "Keyed", "KeyedValue", "WindowRuleNull", "Decision", "check_keys", "plain_value", "CLAIM_VERDICTS", "RULE_VERDICTS", "CalibrationShape", "ShapeSummary", "ShapeCalibration", "ProcessRates",
+           "EuclideanCurves", "SphereCurves", "BatterySettings", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "AffineMap", "Quantiles", "Distribution", "PerLeading", "SphereMargins", "TensorDistribution", "LayerValues", "PooledValue", "GeometryLayers", "SphereGeometry", "AboutLayers", "SphereAbout", "SphereSummary", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats",
            "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture", "NoiseStats", "SummaryRow", "RunStatsSummary",
            "RunStatsFile", "parse_stats_file"]

@@ -36,10 +36,10 @@ import pandas as pd
 from brownformer.config import RunSpec
 from brownformer.metrics import val_metric
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
-from brownformer.statsfile import Decision, EffectResult
+from brownformer.statsfile import Decision, EffectResult, Keyed
 
 from brownformer.stats.core.rule_history import claim_rule_history
-from brownformer.stats.comparison.time_to_target import (deciding_baseline, level_targets, reference_target,
+from brownformer.stats.comparison.time_to_target import (deciding_baseline, level_target, reference_target,
                                                          time_to_target, with_critical_values)
 from brownformer.stats.comparison.time_to_target_size import (MAX_SIZE, calibrated_critical, log_time_law,
                                                               rule_error_rates)
@@ -205,16 +205,17 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
     seconds_margin = tuple(stats.margins["time_to_target_seconds_ratio"])
     targets = claim4_targets(metrics_by_run, report)
     main = max(report.target_levels)
-    by_level: dict[float, dict] = {main: time_to_target(metrics_by_run, {m: t for m, (t, _) in targets.items()},
-                                                        stats=stats, report=report, excluded=excluded)
-                                   if metrics_by_run else {}}
+    by_level: dict[float, Keyed] = {main: time_to_target(metrics_by_run, {m: t for m, (t, _) in targets.items()},
+                                                         stats=stats, report=report, excluded=excluded)
+                                    if metrics_by_run else Keyed()}
     for f in report.target_levels:
         if f != main:
-            level = {m: level_targets(t, _start(metrics_by_run, m), [f], main)[f] for m, (t, _) in targets.items()}
+            level = {m: level_target(t, _start(metrics_by_run, m), f, main) for m, (t, _) in targets.items()}
             by_level[f] = time_to_target(metrics_by_run, level, stats=stats, report=report, excluded=excluded)
     scope = claim4_scope(metrics_by_run, report)
     per_model = {}
-    for model, res in by_level[main].items():
+    for res in by_level[main]:
+        model = res.model
         source = targets.get(model, (None, "nowhere: no target"))[1]
         per_model[model] = _model_record(res, {f: r[model] for f, r in by_level.items()}, source, stats,
                                          steps_margin, model in scope)
