@@ -45,12 +45,12 @@ def test_lookup_needs_the_exact_shape(table):
     shape, t = table
     cal = calibration_for(t, shape)
     assert cal.shape.id == shape.id and cal.n_replicates <= N_REP
-    assert set(cal.power) == set(processes_for(shape.kind)) - {"brownian"}
+    assert set(cal.power.keys()) == set(processes_for(shape.kind)) - {"brownian"}
     n = cal.n_replicates
     p = (cal.size * n + 1) / (n + 2)
     assert cal.size_se == pytest.approx(np.sqrt(p * (1 - p) / n)) and cal.size_se > 0
-    assert set(cal.power_lower) == set(cal.power)
-    assert all(cal.power_lower[k] <= cal.power[k] for k in cal.power) and cal.size_upper >= cal.size
+    assert cal.power_lower.keys() == cal.power.keys()
+    assert all(cal.power_lower[p.key].value <= p.value for p in cal.power) and cal.size_upper >= cal.size
     other = CalibrationShape(shape.kind, shape.times, shape.group_sizes, shape.d, shape.hyperplane, shape.drift,
                              0.8, shape.decay)
     assert calibration_for(t, other) is None and calibration_for(None, shape) is None

@@ -8,8 +8,9 @@ from brownformer.stats.diffusion import rule
 from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, Effect, decide, decide_one
 from brownformer.stats.diffusion.simulate import simulate_batch
+from brownformer.stats.diffusion.window_reading import window_effects
 from brownformer.stats.core.gates import cp_bounds
-from brownformer.statsfile import ShapeCalibration, ShapeSummary
+from brownformer.statsfile import Keyed, KeyedValue, ShapeCalibration, ShapeSummary
 
 ALPHA = 0.05
 N_RESAMPLES = 199  # bootstrap resamples of these batteries (enough for the rates checked here, and fast)
@@ -69,7 +70,7 @@ def test_stored_effects_give_the_same_verdict():
     """decide_one on the JSON an analysis stores reproduces the analysis' own verdict."""
     X = simulate_batch("clock_0.9", times=TIMES, labels=GROUPS, d=8, kind="euclidean", replicates=1, rng=3)[0]
     out = analyze_trajectory(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=99)
-    verdict, reason = decide_one(out["effects"], kind="euclidean", margins=DEFAULT_MARGINS, alpha=ALPHA,
+    verdict, reason = decide_one(window_effects(out), kind="euclidean", margins=DEFAULT_MARGINS, alpha=ALPHA,
                                  n_times=out["n_times"])
     assert (verdict, reason) == (out["verdict"], out["reason"]) and out["brownian"] == (verdict == "brownian")
 
@@ -141,7 +142,8 @@ def test_each_verdict_is_held_to_its_own_false_positive_rate(monkeypatch, rule_v
     power = {"clock_0.9": power, "iid": 1.0}
     lower = {p: cp_bounds(int(round(v * 400)), 400)[0] for p, v in power.items()}  # the gate's bounds at 400
     cal = ShapeCalibration(ShapeSummary("x", "euclidean", "euclidean", 2, 1, 2, 1, False, "none", 0.0, 0.0, None),
-                           0.03, 0.03, 0.01, 0.9, power, lower, {}, 400, 400)
+                           0.03, 0.03, 0.01, 0.9, KeyedValue.mapping(power), KeyedValue.mapping(lower), Keyed(), 400,
+                           400)
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
     result = {"kind": "euclidean", "n_times": 20, "effects": {},
               "calibration_shape": {"kind": "euclidean", "times": [0, 1], "group_sizes": [1], "d": 2,

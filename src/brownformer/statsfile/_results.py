@@ -7,7 +7,7 @@ from typing import Any, Callable, ClassVar
 
 from brownformer.io import to_jsonable
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "TestExtra", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS",
+__all__ = ["SCHEMA_VERSION", "EffectResult", "EffectExtra", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS",
            "Record", "Keyed", "KeyedValue", "check_keys", "build_record", "check_version", "list_of", "plain_value"]
 
 SCHEMA_VERSION = 2
@@ -203,7 +203,7 @@ class KeyedValue:
 
 
 @dataclass(frozen=True)
-class TestExtra(Record):
+class EffectExtra(Record):
     """What a test reports beyond scipy's fields (EffectResult.extra), each present only for the tests that have it:
     the variance ratio's lag `q` and the mean real lags at q and 1 (stats/diffusion/battery.py variance_ratio), the
     increment autocorrelations by lag (`acf`), the tail index's Hill estimate and order `k`
@@ -262,7 +262,7 @@ class EffectResult:
         method: the test and its null distribution; n: independent units (groups of walkers) used.
         null_value: the estimate under the null; tost_interval: the (1 - 2 alpha) interval the rule reads.
         why_undefined: why the estimate is undefined (empty when defined); extra: what else the test reports
-            (TestExtra).
+            (EffectExtra).
         rejected: the decision at the run's alpha, recorded when the battery writes it (None before).
         margin: the equivalence margin of a key effect; key: whether it decides; null: the window exponent's own
             rule on simulated Brownian motion; bias_correction: what was subtracted from the estimate.
@@ -281,7 +281,7 @@ class EffectResult:
     null_value: float | None = None
     tost_interval: tuple | None = None
     why_undefined: str | None = None
-    extra: TestExtra = field(default_factory=TestExtra)
+    extra: EffectExtra = field(default_factory=EffectExtra)
     rejected: bool | None = None
     margin: tuple | None = None
     key: bool | None = None
@@ -366,7 +366,7 @@ class EffectResult:
         if d.get("null") is not None:
             d["null"] = WindowRuleNull.from_dict(d["null"], f"{where}.null")
         if "extra" in d:
-            d["extra"] = TestExtra.from_dict(d["extra"] or {}, f"{where}.extra")
+            d["extra"] = EffectExtra.from_dict(d["extra"] or {}, f"{where}.extra")
         if form == "test":  # JSON null is how the writer stores NaN
             d.update({k: _float(d[k]) for k in ("statistic", "pvalue", "estimate", "null_value") if k in d})
             d.update({k: _pair(d[k]) or _NAN2 for k in ("confidence_interval", "tost_interval") if k in d})
