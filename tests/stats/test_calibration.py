@@ -93,11 +93,12 @@ def test_select_walkers_keeps_every_group_and_thins_within():
 def test_thinned_replica_file_is_decided_and_its_shape_matches_the_data():
     """5 groups x 136 walkers with max_walkers 512: all 5 groups reach the rule (not "inconclusive: 3 groups"),
     and the calibration shape records the thinned sizes (G = 5, N = 510) the data were analysed at."""
-    from brownformer.stats.diffusion.brownian import analyze_trajectory
+    from brownformer.io import to_jsonable
+    from brownformer.stats.diffusion.brownian import trajectory_battery
     rng = np.random.default_rng(1)
     X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0)
-    out = analyze_trajectory(X, kind="euclidean", groups=np.repeat(np.arange(5), 136), max_walkers=512,
-                             drift="none", n_resamples=49, rng=0)
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", groups=np.repeat(np.arange(5), 136), max_walkers=512,
+                                         drift="none", n_resamples=49, rng=0))
     shape = CalibrationShape.from_dict(out["calibration_shape"])
     assert out["n_groups"] == 5 and out["n_walkers"] == 510 and out["n_walkers_total"] == 680
     assert shape.group_sizes == (102,) * 5 and shape.n_walkers == out["n_walkers"] and "group(s)" not in out["reason"]

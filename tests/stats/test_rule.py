@@ -5,7 +5,8 @@ import pytest
 
 from brownformer.config import DEFAULT_MARGINS, StatsConfig
 from brownformer.stats.diffusion import rule
-from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery, battery_batch
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, Effect, decide, decide_one
 from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats.diffusion.window_reading import window_effects
@@ -69,7 +70,7 @@ def test_no_undefined_key_effect_yields_brownian(kind):
 def test_stored_effects_give_the_same_verdict():
     """decide_one on the JSON an analysis stores reproduces the analysis' own verdict."""
     X = simulate_batch("clock_0.9", times=TIMES, labels=GROUPS, d=8, kind="euclidean", replicates=1, rng=3)[0]
-    out = analyze_trajectory(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=99)
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=99))
     verdict, reason = decide_one(window_effects(out), kind="euclidean", margins=DEFAULT_MARGINS, alpha=ALPHA,
                                  n_times=out["n_times"])
     assert (verdict, reason) == (out["verdict"], out["reason"]) and out["brownian"] == (verdict == "brownian")
@@ -121,7 +122,7 @@ def test_claims_and_calibration_call_the_same_rule(monkeypatch, tmp_path):
 
     monkeypatch.setattr(rule, "decide", spy)
     X = simulate_batch("brownian", times=TIMES, labels=GROUPS, d=8, kind="euclidean", replicates=1, rng=6)[0]
-    out = analyze_trajectory(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=49)
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=49))
     n_analysis = len(calls)
     shape = CalibrationShape.from_dict(out["calibration_shape"])
     table = run_calibration([shape], n_replicates=5, processes=["brownian"], n_resamples=19)

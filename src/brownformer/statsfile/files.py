@@ -532,7 +532,7 @@ class BatterySettings(Record):
 
 @dataclass(frozen=True)
 class BatteryStats(Record):
-    """The Brownian battery, verdict and description of one trajectory (brownian.analyze_trajectory, the window
+    """The Brownian battery, verdict and description of one trajectory (brownian.trajectory_battery, the window
     reading, the clock and input; run_id, category and entry when written by `stats run`)."""
 
     kind: str

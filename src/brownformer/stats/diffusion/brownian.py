@@ -4,8 +4,9 @@
 (rule.decide); the calibration simulates through it. The statistics are the entries of the battery's registry
 (battery_registry.STATISTICS), computed in its order; this module names only those with fields of their own in
 the contract (MSD exponent, diffusion coefficient) or a directional classification (exponent, tail index).
-`analyze_trajectory` runs it on one trajectory, adds descriptive tests (tails, isotropy, drift, Hurst, volatility,
-Gram clustering) and a classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
+`trajectory_battery` runs it on one trajectory, adds descriptive tests (tails, isotropy, drift, Hurst, volatility,
+Gram clustering) and a classification, and returns the statsfile.BatteryStats record whose `to_dict` is the
+`stats trajectory` contract (docs/ARTIFACTS.md), before the window reading (window_verdict.trajectory_result).
 
 Walkers of one group (sidecar "groups", or "n_inputs" x "n_tokens") are dependent: every interval
 and test resamples groups (bootstrap.py). Times are real clock values (irregular spacing honoured).
@@ -23,7 +24,6 @@ from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 from brownformer.stats.diffusion import battery as B
 from brownformer.stats.sphere import sphere_battery as S
 from brownformer.stats.diffusion import rule
-from brownformer.io import to_jsonable
 from brownformer.stats.core.batch_stat import BatchStat
 from brownformer.stats.diffusion.battery_registry import STATISTICS, TrajectoryInputs, batch_statistics, euclidean_inputs, sphere_inputs
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
@@ -36,7 +36,7 @@ from brownformer.statsfile import (BatterySettings, BatteryStats, EffectResult, 
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_trajectory", "trajectory_battery", "battery_batch", "momentum_bias", "BatteryResult", "CLASSES"]
+__all__ = ["trajectory_battery", "battery_batch", "momentum_bias", "BatteryResult", "CLASSES"]
 
 #: "crossover" (the local slope is not flat across the window) and "mixed" (Brownian and non-Brownian walkers)
 #: come from the window reading (stats/diffusion/window_reading.py)
@@ -305,11 +305,6 @@ def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int |
                              for name, t in _clock_pairs(check_clocks)) if check_clocks else None,
         sphere_normalisation=normalisation)
     return record
-
-
-def analyze_trajectory(X, **kwargs) -> dict:
-    """trajectory_battery's record as plain JSON (its arguments): what `stats trajectory` writes before the window."""
-    return to_jsonable(trajectory_battery(X, **kwargs))
 
 
 def _finite(x) -> float | None:

@@ -9,7 +9,7 @@ with the reason, including any undefined key effect (below a noise floor, too fe
 fewer than MIN_GROUPS groups of dependent walkers (one group cannot carry a cluster bootstrap: its walkers
 share one realisation of whatever moves them, so no spread between groups measures the uncertainty).
 
-`analyze_trajectory` (hence the calibration, which simulates through it) and the claims
+`trajectory_battery` (hence the calibration, which simulates through it) and the claims
 (stats/claims/claim3_brownian.py, re-applying it to stored effects) call the same `decide`.
 """
 from __future__ import annotations
