@@ -93,3 +93,22 @@ def test_to_jsonable_gives_plain_json_types_with_non_finite_as_none():
             walk(w)
     walk(plain)
     assert kinds <= {dict, list, str, int, float, bool, type(None)}
+
+
+def test_to_jsonable_writes_infinities_as_strings_only_when_asked():
+    """infinity="string": "inf"/"-inf" at any depth (records, numpy arrays and scalars), NaN still null; an unknown
+    form is an error."""
+    import math
+
+    import numpy as np
+    import pytest
+
+    from brownformer.io import to_jsonable
+    values = {"x": [1.5, math.inf, -math.inf, math.nan], "arr": np.array([np.inf, 2.0]), "np": np.float64(-np.inf),
+              "rec": _Record(x=(math.inf,), y=None)}
+    assert to_jsonable(values, infinity="string") == {
+        "x": [1.5, "inf", "-inf", None], "arr": ["inf", 2.0], "np": "-inf", "rec": {"x": ["inf"], "y": None}}
+    assert to_jsonable(values) == {"x": [1.5, None, None, None], "arr": [None, 2.0], "np": None,
+                                   "rec": {"x": [None], "y": None}}
+    with pytest.raises(ValueError, match="infinity='text'"):
+        to_jsonable([1.0], infinity="text")

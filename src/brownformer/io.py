@@ -105,37 +105,58 @@ def staged_folder(out: str | Path, *, merge: bool = False, last: str | None = No
 _PLAIN = frozenset({str, int, bool, type(None)})
 
 
-def to_jsonable(obj: Any) -> Any:
-    """Plain-JSON view of result objects (through their `to_dict()`), numpy scalars/arrays, tuples, paths; NaN and
-    inf become None. The package's one JSON converter: every writer and every `to_dict` goes through it."""
+#: how to_jsonable writes an infinite float: "null" (the default: JSON has no infinity) or "string" ("inf"/"-inf")
+INFINITY_FORMS = ("null", "string")
+
+
+def to_jsonable(obj: Any, *, infinity: str = "null") -> Any:
+    """Plain-JSON view of result objects (through their `to_dict()`), numpy scalars/arrays, tuples, paths; NaN
+    becomes None. The package's one JSON converter: every writer and every `to_dict` goes through it.
+
+    Args:
+        infinity: how an infinite float is written (INFINITY_FORMS): "null" (the default, like NaN) or "string"
+            ("inf"/"-inf": claim 4's interval ends and medians the data cannot bound, which a reader must tell
+            from undefined ones, stats/claims/comparison_records.py).
+    """
     # the plain types first, by exact type: a stats file holds ~10^5 of them, and hasattr on each was most of the cost
     kind = type(obj)
     if kind is float:
-        return obj if math.isfinite(obj) else None
+        return obj if math.isfinite(obj) else _non_finite(obj, infinity)
+    if infinity not in INFINITY_FORMS:
+        raise ValueError(f"to_jsonable: infinity={infinity!r} is not one of {INFINITY_FORMS}")
     if kind in _PLAIN:
         return obj
     import numpy as np
 
     if (kind is not dict and kind is not list and kind is not tuple and hasattr(obj, "to_dict")
             and callable(obj.to_dict) and not isinstance(obj, type)):
-        return to_jsonable(obj.to_dict())
+        return to_jsonable(obj.to_dict(), infinity=infinity)
     if isinstance(obj, dict):
-        return {str(k): to_jsonable(v) for k, v in obj.items()}
+        return {str(k): to_jsonable(v, infinity=infinity) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
-        return [to_jsonable(v) for v in obj]
+        return [to_jsonable(v, infinity=infinity) for v in obj]
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind in "biu" or (obj.dtype.kind == "f" and np.isfinite(obj).all()):
             return obj.tolist()  # Python numbers, none of them NaN or inf: what the element-wise pass returns
-        return to_jsonable(obj.tolist())
+        return to_jsonable(obj.tolist(), infinity=infinity)
     if isinstance(obj, (np.bool_,)):
         return bool(obj)
     if isinstance(obj, (np.integer,)):
         return int(obj)
     if isinstance(obj, (float, np.floating)):
-        return float(obj) if math.isfinite(obj) else None
+        return float(obj) if math.isfinite(obj) else _non_finite(float(obj), infinity)
     if isinstance(obj, Path):
         return str(obj)
     return obj
+
+
+def _non_finite(x: float, infinity: str) -> str | None:
+    """NaN as None; an infinity as None or, with infinity="string", as "inf"/"-inf"."""
+    if infinity not in INFINITY_FORMS:
+        raise ValueError(f"to_jsonable: infinity={infinity!r} is not one of {INFINITY_FORMS}")
+    if math.isnan(x) or infinity == "null":
+        return None
+    return "inf" if x > 0 else "-inf"
 
 
 def write_json(path: str | Path, data: Any) -> None:

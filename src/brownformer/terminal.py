@@ -75,39 +75,43 @@ def _num(x: Any) -> str:
 
 
 def _estimate(e: dict) -> str:
-    """'1.02 [0.9, 1.2]' from an effect (its TOST interval, the one the rule reads, else its CI)."""
-    if e.get("estimate") is None:
-        return f"undefined ({e.get('why_undefined') or 'no value'})"
-    ci = e.get("tost_interval") or e.get("confidence_interval")
-    return _num(e["estimate"]) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci and None not in ci else "")
+    """'1.02 [0.9, 1.2]' from an effect's JSON (its TOST interval, the one the rule reads, else its CI)."""
+    return _estimate_text(e.get("estimate"), e.get("tost_interval") or e.get("confidence_interval"),
+                          e.get("why_undefined"))
+
+
+def _estimate_text(estimate, ci, why_undefined) -> str:
+    if estimate is None:
+        return f"undefined ({why_undefined or 'no value'})"
+    return _num(estimate) + (f" [{_num(ci[0])}, {_num(ci[1])}]" if ci and None not in ci else "")
 
 
 def _margin(m) -> str:
     return f"[{_num(m[0])}, {_num(m[1])}]" if m and len(m) == 2 else ""
 
 
-def _inside(e: dict) -> bool | None:
-    """Whether an effect's interval lies inside its margin (None: undefined)."""
-    ci, m = e.get("tost_interval") or e.get("confidence_interval"), e.get("margin")
-    if e.get("estimate") is None or not ci or None in ci or not m:
+def _inside(e) -> bool | None:
+    """Whether an effect's (statsfile.EffectResult) interval lies inside its margin (None: undefined)."""
+    ci, m = e.tost_interval or e.confidence_interval, e.margin
+    if e.estimate is None or not ci or None in ci or not m:
         return None
     return m[0] <= ci[0] and ci[1] <= m[1]
 
 
-def _deciding_effect(result: dict) -> tuple[str, dict] | None:
-    """The key effect that decided a battery verdict: the first outside its margin ("not brownian"), the first not
-    inside it ("inconclusive"), else the window exponent (the effect claim 3 rests on)."""
+def _deciding_effect(result: dict):
+    """The key effect (statsfile.EffectResult) that decided a battery verdict: the first outside its margin ("not
+    brownian"), the first not inside it ("inconclusive"), else the window exponent (the effect claim 3 rests on)."""
     from brownformer.stats.diffusion.window_reading import window_effects
 
-    effects = {n: e for n, e in window_effects(result).items() if n in (result.get("key_effects") or ())}
+    effects = [e for e in window_effects(result) if e.name in (result.get("key_effects") or ())]
     if not effects:
         return None
     verdict = result.get("verdict")
     want = {"not brownian": (False,), "inconclusive": (False, None)}.get(verdict, ())
-    for name, e in effects.items():
+    for e in effects:
         if _inside(e) in want:
-            return name, e
-    return ("msd_exponent", effects["msd_exponent"]) if "msd_exponent" in effects else next(iter(effects.items()))
+            return e
+    return next((e for e in effects if e.name == "msd_exponent"), effects[0])
 
 
 def _size_power(cal: dict | None) -> str:
@@ -155,10 +159,11 @@ def _low_power_hint(result: dict) -> str:
 
 def trajectory_table(item: str, result: dict) -> VerdictTable:
     """`stats trajectory`: one row (the file), its decided verdict and the key effect that decided it."""
-    picked = _deciding_effect(result)
-    name, e = picked if picked else ("", {})
-    row = VerdictRow(item, result.get("verdict", "n/a").upper(), f"{name} {_estimate(e)}".strip() if picked else "",
-                     _margin(e.get("margin")), _size_power(result.get("calibration")), result.get("reason", ""))
+    e = _deciding_effect(result)
+    effect = f"{e.name} {_estimate_text(e.estimate, e.tost_interval or e.confidence_interval, e.why_undefined)}" \
+        if e else ""
+    row = VerdictRow(item, result.get("verdict", "n/a").upper(), effect.strip(), _margin(e.margin if e else None),
+                     _size_power(result.get("calibration")), result.get("reason", ""))
     notes = [n for n in (_low_power_hint(result), result.get("calibration_note") or "") if n]
     return VerdictTable(f"{result.get('kind', '')} trajectory: {result.get('n_times')} times x "
                         f"{result.get('n_walkers')} walkers x {result.get('dim')} dims", [row], notes)

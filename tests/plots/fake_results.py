@@ -14,7 +14,8 @@ import pandas as pd
 
 from brownformer.config import from_dict
 from brownformer.io import write_json
-from brownformer.statsfile import (AttentionStats, BatteryStats, EffectResult, Envelope, LocalSlopes, NoiseCapture,
+from brownformer.statsfile import (AttentionStats, BatterySettings, BatteryStats, EffectResult, Envelope, EuclideanCurves,
+                                   Keyed, KeyedValue, LocalSlopes, NoiseCapture,
                                    NoiseStats, RunStatsSummary, SlopeWindow, SphereStats, SphereSummary, SummaryRow,
                                    LayerValues, WalkerReading, WalkerType, WindowRuleNull)
 from brownformer.statsfile import ByQuantity, MatrixAggregate, NullModels, QuantityAggregates
@@ -114,17 +115,21 @@ def _battery(kind: str, rng, *, brownian: bool, run: str, entry: dict) -> Batter
                          envelope=Envelope(low=(0.8 + 0 * tau).tolist(), median=(1 + 0 * tau).tolist(),
                                            high=(1.2 + 0 * tau).tolist(), n_replicates=19, level=0.95))
     walkers = WalkerReading("brownian-like", "fake", rates="spread",
-                            by_type={t: WalkerType(3, [exponent - 0.3, exponent - 0.1, exponent, exponent + 0.1,
-                                                       exponent + 0.3], [0.1, 0.2, 0.3, 0.4, 0.5])
-                                     for t in ("cls", "patch")})
+                            by_type=Keyed.of(WalkerType(3, [exponent - 0.3, exponent - 0.1, exponent, exponent + 0.1,
+                                                            exponent + 0.3], [0.1, 0.2, 0.3, 0.4, 0.5], token_type=t)
+                                             for t in ("cls", "patch")))
     verdict = "brownian" if brownian else "not brownian"
     return BatteryStats(
         kind=kind, n_times=T, n_walkers=N, n_walkers_total=N, n_groups=N, dim=D, span_dimension=D, hyperplane=False,
-        times=list(range(T)), drift_removed="common", tests=tests, effects={"msd_exponent": effect},
+        times=list(range(T)), drift_removed="common", tests=tests,
+        effects=Keyed.of([dataclasses.replace(effect, name="msd_exponent")]),
         msd_exponent=EffectResult.effect(exponent, (exponent - 0.1, exponent + 0.1), (exponent - 0.08, exponent + 0.08)),
         diffusion_coefficient=EffectResult.effect(0.01, (0.008, 0.012)), key_effects=["msd_exponent"], verdict=verdict,
         reason="fake", brownian=brownian, classification="brownian" if brownian else "subdiffusive", flags=[],
-        within_group_correlation=0.0, calibration_shape={}, curves={}, settings={}, calibration=None,
+        within_group_correlation=0.0, calibration_shape={},
+        curves=EuclideanCurves(msd=(tau**exponent).tolist(), tau=tau.tolist(), early_slope=exponent, late_slope=exponent),
+        settings=BatterySettings(0.95, 0.05, 0.9, 19, N, KeyedValue.mapping({"msd_exponent": [0.9, 1.1]}), "fake"),
+        calibration=None,
         local_slopes=window, walkers=walkers, time="lr_sq_sum", run_id=run, category=entry["category"], entry=entry)
 
 

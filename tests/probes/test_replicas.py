@@ -12,7 +12,8 @@ from brownformer.data import draw_batch, load_prepared
 from brownformer.probes.capture import MATRICES
 from brownformer.probes.capture_store import CaptureStore
 from brownformer.probes.replicas import extract_replicas, replica_contrasts, replica_mean
-from brownformer.stats.diffusion.brownian import analyze_trajectory
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery
 from brownformer.train import train_run
 
 R = 4
@@ -105,13 +106,15 @@ def test_replica_statistic_is_brownian_where_the_single_path_is_not():
                                       axis=1)], axis=1)
     drift = 0.02 * (times - times[0])[:, None, None] ** 2 * rng.standard_normal((N, d))  # (T, N, d), curved in t
     X = noise + drift
-    single = analyze_trajectory(X[0], kind="euclidean", times=times, drift="per_walker", n_resamples=199, rng=0)
+    single = to_jsonable(trajectory_battery(X[0], kind="euclidean", times=times, drift="per_walker", n_resamples=199,
+                                            rng=0))
     assert single["verdict"] == "not brownian" and single["msd_exponent"]["confidence_interval"][0] > 1.1
     C = replica_contrasts(X)  # (7, T, N, d)
     stacked = C.transpose(1, 0, 2, 3).reshape(T, (n_rep - 1) * N, d)
     groups = np.repeat(np.arange(n_rep - 1), N)
-    rep = analyze_trajectory(stacked, kind="euclidean", times=times, groups=groups, drift="none", n_resamples=199,
-                             rng=0)
+    rep = to_jsonable(trajectory_battery(stacked, kind="euclidean", times=times, groups=groups, drift="none",
+                                         n_resamples=199,
+                                         rng=0))
     assert rep["n_groups"] == n_rep - 1
     assert rep["verdict"] == "brownian", rep["reason"]
     lo, hi = rep["msd_exponent"]["tost_interval"]

@@ -5,7 +5,8 @@ import pytest
 from brownformer.config import DEFAULT_MARGINS
 from brownformer.stats.diffusion import rule
 from brownformer.stats.diffusion.battery_registry import KINDS, STATISTICS, batch_statistics
-from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery, battery_batch
 from brownformer.stats.diffusion.simulate import simulate_batch
 
 TIMES = np.arange(12, dtype=float)
@@ -49,8 +50,8 @@ def test_battery_batch_computes_the_registered_statistics(kind):
 
 @pytest.mark.parametrize("kind", KINDS)
 def test_analyze_trajectory_reports_every_entry_and_decides_on_the_key_ones(kind):
-    out = analyze_trajectory(_walks(kind, 1)[0], kind=kind, times=TIMES, groups=np.arange(N_WALKERS) % 8,
-                             n_resamples=49, rng=0)
+    out = to_jsonable(trajectory_battery(_walks(kind, 1)[0], kind=kind, times=TIMES, groups=np.arange(N_WALKERS) % 8,
+                                         n_resamples=49, rng=0))
     tests = {t["name"] for t in out["tests"]}
     for s in STATISTICS:
         if kind in s.compute and s.name != "diffusion_coefficient":  # an estimate, reported beside the tests

@@ -4,7 +4,8 @@ import pytest
 from scipy import stats
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
-from brownformer.stats.diffusion.brownian import analyze_trajectory
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery
 from brownformer.stats.diffusion.descriptive import drift_test, hill_estimator
 from brownformer.stats.diffusion.simulate import simulate, simulate_batch
 
@@ -21,7 +22,8 @@ def _test(out, name):
 
 @pytest.fixture(scope="module")
 def bm():
-    return analyze_trajectory(simulate("brownian", 40, 256, 8, rng=1), kind="euclidean", rng=0, n_resamples=199)
+    return to_jsonable(trajectory_battery(simulate("brownian", 40, 256, 8, rng=1), kind="euclidean", rng=0,
+                                          n_resamples=199))
 
 
 def test_bm_euclidean_exponent_D_and_contract_fields(bm):
@@ -41,12 +43,13 @@ def test_bm_euclidean_exponent_D_and_contract_fields(bm):
 def test_brownian_motion_at_log_spaced_times(kind):
     X = simulate_batch("brownian", times=LOG_TIMES, labels=np.arange(200), d=16, kind=kind, replicates=1, rng=2,
                        decay=0.5)[0]
-    out = analyze_trajectory(X, kind=kind, times=LOG_TIMES, n_resamples=99)
+    out = to_jsonable(trajectory_battery(X, kind=kind, times=LOG_TIMES, n_resamples=99))
     assert abs(out["msd_exponent"]["estimate"] - 1) < LOG_TIMES_TOL
 
 
 def test_common_drift_is_removed_but_reported():
-    out = analyze_trajectory(simulate("drift", 40, 256, 8, rng=2), kind="euclidean", rng=0, n_resamples=199)
+    out = to_jsonable(trajectory_battery(simulate("drift", 40, 256, 8, rng=2), kind="euclidean", rng=0,
+                                         n_resamples=199))
     assert abs(out["msd_exponent"]["estimate"] - 1) < EXPONENT_TOL
     assert _test(out, "drift")["rejected"] and _test(out, "drift")["estimate"] > 0.5
 
@@ -56,15 +59,16 @@ def test_per_walker_drift_leaves_a_brownian_bridge_that_is_corrected():
     s^2 t (1 - t/L) the bridge factor turns back into s^2 t."""
     rng = np.random.default_rng(3)
     X = simulate("brownian", 40, 200, 8, rng=3) + rng.normal(0, 2, (1, 200, 8)) * np.arange(40)[:, None, None]
-    common = analyze_trajectory(X, kind="euclidean", drift="common", n_resamples=99)
-    own = analyze_trajectory(X, kind="euclidean", drift="per_walker", n_resamples=99)
+    common = to_jsonable(trajectory_battery(X, kind="euclidean", drift="common", n_resamples=99))
+    own = to_jsonable(trajectory_battery(X, kind="euclidean", drift="per_walker", n_resamples=99))
     assert common["msd_exponent"]["estimate"] > 1.5
     assert abs(own["msd_exponent"]["estimate"] - 1) < EXPONENT_TOL and own["verdict"] == "brownian"
 
 
 @pytest.mark.parametrize("hurst", [0.3, 0.7])
 def test_fbm_exponent_and_hurst(hurst):
-    out = analyze_trajectory(simulate(f"fbm_{hurst}", 40, 256, 8, rng=3), kind="euclidean", rng=0, n_resamples=199)
+    out = to_jsonable(trajectory_battery(simulate(f"fbm_{hurst}", 40, 256, 8, rng=3), kind="euclidean", rng=0,
+                                         n_resamples=199))
     assert abs(out["msd_exponent"]["estimate"] - 2 * hurst) < 2 * EXPONENT_TOL
     assert abs(_test(out, "hurst")["estimate"] - hurst) < HURST_TOL
     assert out["verdict"] == "not brownian"
@@ -74,7 +78,8 @@ def test_fbm_exponent_and_hurst(hurst):
 @pytest.mark.parametrize("process,expected", [("ou", {"mean-reverting"}), ("stable_1.5", {"heavy-tailed"}),
                                               ("correlated", {"correlated", "superdiffusive"})])
 def test_alternatives_classified(process, expected):
-    out = analyze_trajectory(simulate(process, 40, 256, 8, rng=4), kind="euclidean", rng=0, n_resamples=199)
+    out = to_jsonable(trajectory_battery(simulate(process, 40, 256, 8, rng=4), kind="euclidean", rng=0,
+                                         n_resamples=199))
     assert not out["brownian"] and out["classification"] in expected
 
 
@@ -84,7 +89,7 @@ def test_layernorm_sphere_uses_its_intrinsic_dimension():
     times = np.arange(30, dtype=float)
     X = simulate_batch("brownian", times=times, labels=np.arange(400), d=d, kind="sphere", replicates=1, rng=5,
                        hyperplane=True, decay=decay)[0]
-    out = analyze_trajectory(X, kind="sphere", times=times, n_resamples=99)
+    out = to_jsonable(trajectory_battery(X, kind="sphere", times=times, n_resamples=99))
     assert out["hyperplane"] and out["span_dimension"] == d - 1
     true_D = decay / (d - 2) / (times[-1] - times[0])
     assert abs(out["diffusion_coefficient"]["estimate"] / true_D - 1) < 2 * D_REL_TOL
@@ -98,8 +103,9 @@ def test_groups_from_sidecar_fields():
     assert group_labels(4, groups=[7, 7, 2, 2]).tolist() == [1, 1, 0, 0]
     with pytest.raises(ValueError, match="n_inputs"):
         group_labels(7, n_inputs=2, n_tokens=3)
-    out = analyze_trajectory(simulate("brownian", 12, 40, 4, rng=6), kind="euclidean", n_inputs=8, n_tokens=5,
-                             n_resamples=49)
+    out = to_jsonable(trajectory_battery(simulate("brownian", 12, 40, 4, rng=6), kind="euclidean", n_inputs=8,
+                                         n_tokens=5,
+                                         n_resamples=49))
     assert out["n_groups"] == 8 and all(_test(out, t)["n"] == 8 for t in out["key_effects"])  # groups resampled
 
 
@@ -129,7 +135,7 @@ def test_drift_test_equals_statsmodels_hotelling():
     lambda r: np.repeat(r.standard_normal((1, 16, 3)), 12, 0) + 1e-300,  # still constant up to rounding
 ], ids=["constant", "d1", "constant-rounding"])
 def test_degenerate_input_is_inconclusive_or_decided_without_a_crash(make):
-    out = analyze_trajectory(make(np.random.default_rng(11)), kind="euclidean", n_resamples=49)
+    out = to_jsonable(trajectory_battery(make(np.random.default_rng(11)), kind="euclidean", n_resamples=49))
     assert out["verdict"] in ("inconclusive", "not brownian", "brownian") and out["reason"]
     if np.ptp(make(np.random.default_rng(11))) == 0:
         assert out["verdict"] == "inconclusive" and not out["brownian"]
@@ -139,14 +145,14 @@ def test_degenerate_input_is_inconclusive_or_decided_without_a_crash(make):
                                               ((12, 16, 1), "sphere", "d >= 2"), ((12, 16, 4), "torus", "kind")])
 def test_bad_input_refused_with_a_message(shape, kind, match):
     with pytest.raises(ValueError, match=match):
-        analyze_trajectory(np.random.default_rng(0).standard_normal(shape), kind=kind)
+        to_jsonable(trajectory_battery(np.random.default_rng(0).standard_normal(shape), kind=kind))
 
 
 def test_all_nan_column_refused():
     X = np.random.default_rng(0).standard_normal((6, 8, 3))
     X[..., 1] = np.nan
     with pytest.raises(ValueError, match=r"dimension\(s\) \[1\]"):
-        analyze_trajectory(X, kind="euclidean")
+        to_jsonable(trajectory_battery(X, kind="euclidean"))
 
 
 @pytest.mark.parametrize("labels", [np.repeat(np.arange(6), 10), np.tile(np.arange(6), 10),

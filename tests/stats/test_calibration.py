@@ -45,12 +45,12 @@ def test_lookup_needs_the_exact_shape(table):
     shape, t = table
     cal = calibration_for(t, shape)
     assert cal.shape.id == shape.id and cal.n_replicates <= N_REP
-    assert set(cal.power) == set(processes_for(shape.kind)) - {"brownian"}
+    assert set(cal.power.keys()) == set(processes_for(shape.kind)) - {"brownian"}
     n = cal.n_replicates
     p = (cal.size * n + 1) / (n + 2)
     assert cal.size_se == pytest.approx(np.sqrt(p * (1 - p) / n)) and cal.size_se > 0
-    assert set(cal.power_lower) == set(cal.power)
-    assert all(cal.power_lower[k] <= cal.power[k] for k in cal.power) and cal.size_upper >= cal.size
+    assert cal.power_lower.keys() == cal.power.keys()
+    assert all(cal.power_lower[p.key].value <= p.value for p in cal.power) and cal.size_upper >= cal.size
     other = CalibrationShape(shape.kind, shape.times, shape.group_sizes, shape.d, shape.hyperplane, shape.drift,
                              0.8, shape.decay)
     assert calibration_for(t, other) is None and calibration_for(None, shape) is None
@@ -93,11 +93,12 @@ def test_select_walkers_keeps_every_group_and_thins_within():
 def test_thinned_replica_file_is_decided_and_its_shape_matches_the_data():
     """5 groups x 136 walkers with max_walkers 512: all 5 groups reach the rule (not "inconclusive: 3 groups"),
     and the calibration shape records the thinned sizes (G = 5, N = 510) the data were analysed at."""
-    from brownformer.stats.diffusion.brownian import analyze_trajectory
+    from brownformer.io import to_jsonable
+    from brownformer.stats.diffusion.brownian import trajectory_battery
     rng = np.random.default_rng(1)
     X = np.cumsum(rng.normal(size=(20, 5 * 136, 3)), axis=0)
-    out = analyze_trajectory(X, kind="euclidean", groups=np.repeat(np.arange(5), 136), max_walkers=512,
-                             drift="none", n_resamples=49, rng=0)
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", groups=np.repeat(np.arange(5), 136), max_walkers=512,
+                                         drift="none", n_resamples=49, rng=0))
     shape = CalibrationShape.from_dict(out["calibration_shape"])
     assert out["n_groups"] == 5 and out["n_walkers"] == 510 and out["n_walkers_total"] == 680
     assert shape.group_sizes == (102,) * 5 and shape.n_walkers == out["n_walkers"] and "group(s)" not in out["reason"]

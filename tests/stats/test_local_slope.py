@@ -8,7 +8,7 @@ from brownformer.stats.diffusion.local_slope import (fit_offset_power, fitting_w
 from brownformer.stats.diffusion.simulate import fgn_increments, spherical_brownian_motion
 from brownformer.stats.diffusion.window_reading import key_effects_on_window, window_effects, window_reading
 from brownformer.stats.core.gates import cp_bounds
-from brownformer.statsfile import EffectResult, ShapeCalibration, ShapeSummary
+from brownformer.statsfile import EffectResult, Keyed, KeyedValue, ShapeCalibration, ShapeSummary
 
 T, G, N_PER, D = 40, 8, 16, 16
 N = G * N_PER
@@ -125,14 +125,14 @@ def test_flat_power_laws_are_sub_or_superdiffusive(hurst, expected):
 def test_window_effect_replaces_the_full_range_exponent_in_the_verdict():
     rng = np.random.default_rng(6)
     out = _read(np.cumsum(rng.standard_normal((T, N, D)), 0))
-    typed = key_effects_on_window({"msd_exponent": EffectResult.effect(0.5), "variance_ratio": EffectResult.effect(1.0)},
-                                  out.local_slopes)
+    typed = key_effects_on_window(Keyed.of([EffectResult.effect(0.5, name="msd_exponent"),
+                                            EffectResult.effect(1.0, name="variance_ratio")]), out.local_slopes)
     assert typed["msd_exponent"].estimate == out.local_slopes.effect.estimate and typed["msd_exponent"].key
     assert typed["variance_ratio"].estimate == 1.0
     result = {"effects": {"msd_exponent": {"estimate": 0.5}, "variance_ratio": {"estimate": 1.0}},
               "local_slopes": out.local_slopes.to_dict()}  # the same on the file as JSON
     eff = window_effects(result)
-    assert eff["msd_exponent"]["estimate"] == out.local_slopes.effect.estimate and eff["variance_ratio"]["estimate"] == 1.0
+    assert eff["msd_exponent"].estimate == out.local_slopes.effect.estimate and eff["variance_ratio"].estimate == 1.0
     assert out.local_slopes.effect.null.size <= 0.2 and out.local_slopes.effect.null.n_replicates == 29
 
 
@@ -145,7 +145,8 @@ def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate
     from brownformer.stats.claims import claim3_brownian as claim
     lower = {"clock_0.9": cp_bounds(380, 400)[0]}  # the gate's bound on a power of 0.95 in 400 replicates
     cal = ShapeCalibration(ShapeSummary("x", "euclidean", "euclidean", 2, 1, 2, 1, False, "none", 0.0, 0.0, None),
-                           0.03, 0.03, 0.01, 0.95, {"clock_0.9": 0.95}, lower, {}, 400, 400)
+                           0.03, 0.03, 0.01, 0.95, KeyedValue.mapping({"clock_0.9": 0.95}), KeyedValue.mapping(lower),
+                           Keyed(), 400, 400)
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
     from brownformer.config import DEFAULT_MARGINS
     from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS
@@ -161,7 +162,9 @@ def test_claim_verdict_rests_on_the_window_exponent(monkeypatch, window_estimate
               "effects": {**{t: inside(t) for t in KEY_EFFECTS["euclidean"]},
                           "msd_exponent": {"estimate": 0.5, "tost_interval": [0.45, 0.55], "pvalue": 1e-6}},
               "local_slopes": {"effect": {"estimate": e, "tost_interval": [e - 0.02, e + 0.02], "pvalue": p,
-                                          "null": {"size": null_size, "n_replicates": 39}}},
+                                          "null": {"size": null_size, "equivalence_power": 1.0 - null_size,
+                                                   "n_replicates": 39, "quantiles": [e - 0.1, e, e + 0.1],
+                                                   "what": "the window rule on Brownian motion"}}},
               "calibration_shape": {"kind": "euclidean", "times": [0, 1], "group_sizes": [1], "d": 2,
                                     "hyperplane": False, "drift": "none", "rho": 0.0, "decay": 0.0}}
     verdict, _, _ = claim.file_verdict(result, StatsConfig(), table=object())

@@ -3,7 +3,8 @@ import numpy as np
 
 from brownformer.config import StatsConfig
 from brownformer.probes.replicas import replica_contrasts
-from brownformer.stats.diffusion.brownian import analyze_trajectory
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery
 from brownformer.stats.claims.claim3_brownian import brownian_family_claim
 from brownformer.stats.diffusion.replica_sets import base_run, calibrated_files, replica_set_key, split_by_unit
 from brownformer.statsfile import CalibrationShape, RunStatsSummary, SummaryRow
@@ -13,8 +14,9 @@ BASE = "vit-pre__adamw__s0"
 
 
 def _result(X, *, replica: bool, groups=None, drift="none"):
-    res = analyze_trajectory(X, kind="euclidean", times=np.arange(1.0, X.shape[0] + 1), groups=groups, drift=drift,
-                             n_resamples=99, rng=0)
+    res = to_jsonable(trajectory_battery(X, kind="euclidean", times=np.arange(1.0, X.shape[0] + 1), groups=groups,
+                                         drift=drift,
+                                         n_resamples=99, rng=0))
     res["entry"] = {"category": "weights", **({"unit": "replica"} if replica else {})}
     return res
 

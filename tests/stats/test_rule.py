@@ -5,11 +5,13 @@ import pytest
 
 from brownformer.config import DEFAULT_MARGINS, StatsConfig
 from brownformer.stats.diffusion import rule
-from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery, battery_batch
 from brownformer.stats.diffusion.rule import KEY_EFFECTS, Effect, decide, decide_one
 from brownformer.stats.diffusion.simulate import simulate_batch
+from brownformer.stats.diffusion.window_reading import window_effects
 from brownformer.stats.core.gates import cp_bounds
-from brownformer.statsfile import ShapeCalibration, ShapeSummary
+from brownformer.statsfile import Keyed, KeyedValue, ShapeCalibration, ShapeSummary
 
 ALPHA = 0.05
 N_RESAMPLES = 199  # bootstrap resamples of these batteries (enough for the rates checked here, and fast)
@@ -68,8 +70,8 @@ def test_no_undefined_key_effect_yields_brownian(kind):
 def test_stored_effects_give_the_same_verdict():
     """decide_one on the JSON an analysis stores reproduces the analysis' own verdict."""
     X = simulate_batch("clock_0.9", times=TIMES, labels=GROUPS, d=8, kind="euclidean", replicates=1, rng=3)[0]
-    out = analyze_trajectory(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=99)
-    verdict, reason = decide_one(out["effects"], kind="euclidean", margins=DEFAULT_MARGINS, alpha=ALPHA,
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=99))
+    verdict, reason = decide_one(window_effects(out), kind="euclidean", margins=DEFAULT_MARGINS, alpha=ALPHA,
                                  n_times=out["n_times"])
     assert (verdict, reason) == (out["verdict"], out["reason"]) and out["brownian"] == (verdict == "brownian")
 
@@ -120,7 +122,7 @@ def test_claims_and_calibration_call_the_same_rule(monkeypatch, tmp_path):
 
     monkeypatch.setattr(rule, "decide", spy)
     X = simulate_batch("brownian", times=TIMES, labels=GROUPS, d=8, kind="euclidean", replicates=1, rng=6)[0]
-    out = analyze_trajectory(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=49)
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", times=TIMES, groups=GROUPS.tolist(), n_resamples=49))
     n_analysis = len(calls)
     shape = CalibrationShape.from_dict(out["calibration_shape"])
     table = run_calibration([shape], n_replicates=5, processes=["brownian"], n_resamples=19)
@@ -141,7 +143,8 @@ def test_each_verdict_is_held_to_its_own_false_positive_rate(monkeypatch, rule_v
     power = {"clock_0.9": power, "iid": 1.0}
     lower = {p: cp_bounds(int(round(v * 400)), 400)[0] for p, v in power.items()}  # the gate's bounds at 400
     cal = ShapeCalibration(ShapeSummary("x", "euclidean", "euclidean", 2, 1, 2, 1, False, "none", 0.0, 0.0, None),
-                           0.03, 0.03, 0.01, 0.9, power, lower, {}, 400, 400)
+                           0.03, 0.03, 0.01, 0.9, KeyedValue.mapping(power), KeyedValue.mapping(lower), Keyed(), 400,
+                           400)
     monkeypatch.setattr(claim, "calibration_for", lambda table, shape: cal)
     result = {"kind": "euclidean", "n_times": 20, "effects": {},
               "calibration_shape": {"kind": "euclidean", "times": [0, 1], "group_sizes": [1], "d": 2,

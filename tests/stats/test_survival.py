@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from brownformer.stats.comparison.survival import (bounded_ratio, json_number, km_median, km_median_bounded, logrank_test,
+from brownformer.stats.comparison.survival import (bounded_ratio, km_median, km_median_bounded, logrank_test,
                                        median_ratio, ratio_interval, scaled_logrank)
 
 
@@ -67,7 +67,6 @@ def test_ratio_estimate_is_typed_and_never_zero_or_infinite():
     r = median_ratio(never, fast, margin=0.75, confidence_level=0.95).to_dict()
     assert (r["estimate"], r["bound"]) == (4.0, ">")
     assert median_ratio(never, never, margin=0.75, confidence_level=0.95).to_dict()["estimate"] is None
-    assert [json_number(x) for x in (1.5, math.inf, -math.inf, math.nan)] == [1.5, "inf", "-inf", None]
 
 
 def test_interval_inverts_the_test_at_its_ends():

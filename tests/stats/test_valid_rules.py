@@ -7,7 +7,8 @@ from scipy import stats as sps
 
 from brownformer.config import DEFAULT_MARGINS
 from brownformer.stats.diffusion import edges
-from brownformer.stats.diffusion.brownian import analyze_trajectory, battery_batch
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery, battery_batch
 from brownformer.stats.claims.claim_inputs import FileCalibration, view
 from brownformer.stats.claims.claim3_brownian import _trustworthy
 from brownformer.stats.diffusion.fitted_null import fit_null, simulate_fitted, storage_precision
@@ -23,7 +24,7 @@ EDGE_SLACK = 0.15  # rate of "brownian" at a margin edge with 60 replicates: nom
 
 def test_one_group_is_inconclusive_with_a_reason_and_no_p_values():
     X = np.cumsum(np.random.default_rng(0).standard_normal((40, 64, 8)), 0)
-    out = analyze_trajectory(X, kind="euclidean", groups=[0] * 64, n_resamples=99)
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", groups=[0] * 64, n_resamples=99))
     assert out["verdict"] == "inconclusive" and "group" in out["reason"] and str(MIN_GROUPS) in out["reason"]
     keyed = {t["name"]: t for t in out["tests"]}
     for name in ("msd_exponent", "variance_ratio", "increment_autocorrelation", "gaussianity"):
@@ -32,7 +33,7 @@ def test_one_group_is_inconclusive_with_a_reason_and_no_p_values():
 
 def test_ou_with_grouped_walkers_is_rejected_with_a_finite_interval():
     X = simulate("ou", 60, 64, 4, rng=1)
-    out = analyze_trajectory(X, kind="euclidean", n_inputs=8, n_tokens=8, n_resamples=199)
+    out = to_jsonable(trajectory_battery(X, kind="euclidean", n_inputs=8, n_tokens=8, n_resamples=199))
     lo, hi = out["msd_exponent"]["confidence_interval"]
     assert out["verdict"] == "not brownian" and np.isfinite(lo) and np.isfinite(hi) and hi < 0.9
 
@@ -136,7 +137,7 @@ def test_user_array_output_records_clock_normalisation_and_missing_calibration(t
     (tmp_path / "a.json").write_text(json.dumps({"times": np.cumsum(rng.uniform(1, 2, 12)).tolist()}))
     _, meta = load_trajectory(tmp_path / "a.npy")
     assert meta.time == "times (unnamed clock)"
-    out = analyze_trajectory(X, kind="sphere", times=meta.times, n_resamples=49)
+    out = to_jsonable(trajectory_battery(X, kind="sphere", times=meta.times, n_resamples=49))
     assert out["sphere_normalisation"]["rescaled_to_unit_length"] and "note" in out["sphere_normalisation"]
     assert out["calibration"] is None and out["calibration_note"].startswith("uncalibrated")
 

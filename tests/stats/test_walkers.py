@@ -12,7 +12,7 @@ TAU = TIMES[1:]
 def _diag(X):
     Y = X - X[:, :1]
     curve = np.einsum("rtnd,rtnd->rt", Y[:, 1:], Y[:, 1:]) / (X.shape[2] * X.shape[3])
-    return andi_diagnostics(X, TIMES, kind="euclidean", k=D, drift="none", ens_tau=TAU, ens_curve=curve)
+    return dict(andi_diagnostics(X, TIMES, kind="euclidean", k=D, drift="none", ens_tau=TAU, ens_curve=curve))
 
 
 def _bm(rng, scale=None):

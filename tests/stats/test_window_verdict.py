@@ -4,7 +4,7 @@ import pytest
 
 from brownformer.config import DEFAULT_STATS
 from brownformer.io import to_jsonable
-from brownformer.stats.diffusion.brownian import analyze_trajectory
+from brownformer.stats.diffusion.brownian import trajectory_battery
 from brownformer.stats.diffusion.rule import decide_one
 from brownformer.stats.diffusion.window_reading import window_effects
 from brownformer.stats.diffusion.window_verdict import trajectory_result
@@ -40,8 +40,8 @@ def test_the_verdict_rests_on_the_window_and_the_full_range_one_is_kept(walk):
     again, _ = decide_one(window_effects(written), kind="euclidean", margins=dict(DEFAULT_STATS.margins),
                           alpha=DEFAULT_STATS.alpha, n_times=record.n_times, n_groups=record.n_groups)
     assert again == record.verdict
-    full = analyze_trajectory(X, kind="euclidean", times=META["times"], groups=META["groups"],
-                              n_resamples=DEFAULT_STATS.n_resamples, rng=DEFAULT_STATS.seed)
+    full = to_jsonable(trajectory_battery(X, kind="euclidean", times=META["times"], groups=META["groups"],
+                                          n_resamples=DEFAULT_STATS.n_resamples, rng=DEFAULT_STATS.seed))
     assert record.verdict_full_range == full["verdict"] and record.reason_full_range == full["reason"]
     assert record.calibration_shape.window == record.local_slopes.spec  # the calibration simulates this rule
 

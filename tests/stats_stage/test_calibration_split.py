@@ -6,7 +6,8 @@ import pandas as pd
 import pytest
 
 from brownformer.config import StatsConfig
-from brownformer.stats.diffusion.brownian import analyze_trajectory
+from brownformer.io import to_jsonable
+from brownformer.stats.diffusion.brownian import trajectory_battery
 from brownformer.stats.core.calibration import KEY_COLUMNS
 from brownformer.stats_stage import stages
 from brownformer.io import write_json
@@ -17,7 +18,7 @@ STATS = StatsConfig(fitted_null=("depth",))
 
 def _shape(T: int) -> dict:
     X = np.random.default_rng(T).standard_normal((T, 8, 4)).cumsum(0)
-    res = analyze_trajectory(X, kind="euclidean", times=np.arange(1.0, T + 1), n_resamples=19, rng=0)
+    res = to_jsonable(trajectory_battery(X, kind="euclidean", times=np.arange(1.0, T + 1), n_resamples=19, rng=0))
     return CalibrationShape.from_dict(res["calibration_shape"])
 
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from brownformer.io import to_jsonable
-from brownformer.statsfile import EffectResult, WindowRuleNull
+from brownformer.statsfile import EffectResult, EffectExtra, WindowRuleNull
 
 NAN = math.nan
 
@@ -44,7 +44,7 @@ def test_headline_layout_is_claims_json_estimate():
 
 @pytest.mark.parametrize("res", [
     EffectResult("variance_ratio", 1.1, 0.2, 1.05, (0.9, 1.2), 0.9, "cluster bootstrap", 8, 1.0, (0.95, 1.15), "",
-                 {"n_time_points": 7}, False),
+                 EffectExtra(n_time_points=7), False),
     EffectResult.effect(0.5, (0.4, 0.6), (0.42, 0.58), 0.01, why_undefined="", margin=(0.8, 1.2), key=False,
                         method="window", null=WindowRuleNull(0.05, 0.9, 40, [0.4, 0.5, 0.6], "the window rule on BM"),
                         bias_correction=0.02),

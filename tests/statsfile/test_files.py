@@ -60,7 +60,7 @@ def test_battery_files_use_scipys_names_and_one_spelling(run_stats):
     assert battery
     for b in battery:
         for t in b.tests:
-            assert isinstance(t, Result) and t.rejected == t.reject(b.settings["alpha"])
+            assert isinstance(t, Result) and t.rejected == t.reject(b.settings.alpha)
         lo, hi = b.msd_exponent.interval()
         assert b.msd_exponent.estimate is None or not (lo <= hi) or lo <= b.msd_exponent.estimate <= hi
     text = json.dumps(_files(run_stats))

@@ -99,10 +99,10 @@ def _walkers_panel(ax, rows: list[dict]) -> None:
     title = "per-walker exponents by type"
     per_type: dict[str, list] = {}
     for r in rows:
-        for t, v in ((r["walkers"].by_type if r["walkers"] else None) or {}).items():
+        for v in (r["walkers"].by_type if r["walkers"] else None) or ():
             q = v.exponent_quantiles
             if q:
-                per_type.setdefault(f"{r['family']}: {t}", []).append(q)
+                per_type.setdefault(f"{r['family']}: {v.token_type}", []).append(q)
     if not per_type:
         no_data(ax, "no per-walker readings", title=title)
         return

@@ -39,8 +39,8 @@ def _times_from_rule(res: Results) -> pd.DataFrame:
     cfg = res.cfg
     targets = {t.model: t.value for t in claim4_targets(by_run, cfg.report)}
     outcome = time_to_target_rule(by_run, targets, stats=cfg.stats, report=cfg.report)
-    return pd.concat([r.runs.assign(model=m, metric=r.metric, target=r.target, higher_is_better=r.higher_is_better)
-                      for m, r in outcome.items()], ignore_index=True) if outcome else pd.DataFrame()
+    return pd.concat([r.runs.assign(model=r.model, metric=r.metric, target=r.target, higher_is_better=r.higher_is_better)
+                      for r in outcome], ignore_index=True) if outcome else pd.DataFrame()
 
 
 def time_to_target_table(res: Results) -> pd.DataFrame:

@@ -13,7 +13,7 @@ pandas, statsmodels or the Markov and claims code it does not use.
 import importlib
 
 _EXPORTS = {
-    "validate_trajectory": "diffusion.trajectory_inputs", "analyze_trajectory": "diffusion.brownian", "analyze_noise": "diffusion.descriptive",
+    "validate_trajectory": "diffusion.trajectory_inputs", "trajectory_battery": "diffusion.brownian", "analyze_noise": "diffusion.descriptive",
     "analyze_attention": "markov.markov_chain", "attention_null_models": "markov.markov_chain", "weight_isotropy": "markov.markov_chain",
     "sphere_summary": "sphere.sphere_distance", "run_calibration": "core.calibration", "simulate": "diffusion.simulate",
     "optimizer_claim": "claims", "EffectResult": "core.batch_stat",

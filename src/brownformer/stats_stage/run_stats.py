@@ -17,7 +17,7 @@ has "schema_version", "run_id", "category", "entry" (its index.json entry) and "
 - training/ln_l<l>.json (category "training", claim 3b), weights/l<l>_<m>.json ("weights", claim 3c): the
   battery on the sidecar's primary clock ("time"), with "clock_check": the MSD exponent on the other
   recorded clocks.
-- The battery's fields (brownian.analyze_trajectory; statsfile.BatteryStats): "kind", "n_times", "n_walkers",
+- The battery's fields (brownian.trajectory_battery; statsfile.BatteryStats): "kind", "n_times", "n_walkers",
   "n_groups", "dim", "span_dimension", "msd_exponent" {estimate, confidence_interval, tost_interval, pvalue},
   "diffusion_coefficient" {estimate, confidence_interval}, "tests" [{name, statistic, pvalue, rejected, estimate,
   confidence_interval, tost_interval, why_undefined, ...}], "effects" {key test: {estimate, confidence_interval,

@@ -7,8 +7,8 @@ from typing import Any, Callable, ClassVar
 
 from brownformer.io import to_jsonable
 
-__all__ = ["SCHEMA_VERSION", "EffectResult", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS", "Record",
-           "check_keys", "build_record", "check_version", "map_of", "list_of", "plain_value"]
+__all__ = ["SCHEMA_VERSION", "EffectResult", "EffectExtra", "WindowRuleNull", "Decision", "CLAIM_VERDICTS", "RULE_VERDICTS",
+           "Record", "Keyed", "KeyedValue", "check_keys", "build_record", "check_version", "list_of", "plain_value"]
 
 SCHEMA_VERSION = 2
 
@@ -74,9 +74,12 @@ def check_version(d: Any, where: str) -> None:
 
 def _plain(obj, skip_none: bool = True) -> dict:
     """Fields as a dict: nested contract objects through their to_dict; optional fields left out when undefined
-    (None, or a number JSON stores as null: the producer's NaN)."""
+    (None, or a number JSON stores as null: the producer's NaN); a record's own key (`_key`, see Keyed) left out."""
     out = {}
+    own_key = getattr(obj, "_key", None)
     for f in fields(obj):
+        if f.name == own_key:
+            continue
         v = getattr(obj, f.name)
         if skip_none and f.default is None and not isinstance(v, (dict, list, tuple)) and to_jsonable(v) is None:
             continue
@@ -96,11 +99,6 @@ def plain_value(v):
     return v
 
 
-def map_of(parse) -> Callable:
-    """The parser of a mapping whose values `parse` reads (keys kept)."""
-    return lambda d, where: {k: parse(v, f"{where}.{k}") for k, v in d.items()}
-
-
 def list_of(parse) -> Callable:
     """The parser of a list whose items `parse` reads."""
     return lambda xs, where: [parse(v, f"{where}[{i}]") for i, v in enumerate(xs)]
@@ -108,9 +106,11 @@ def list_of(parse) -> Callable:
 
 class Record:
     """What every record of the contract shares: the JSON key is the field's name, optional fields are left out
-    of the JSON when None, and `_nested` names the parser of each field that holds nested records."""
+    of the JSON when None, and `_nested` names the parser of each field that holds nested records. A record held in a
+    `Keyed` tuple names in `_key` the field that carries its key (written as the JSON object's key, not inside it)."""
 
     _nested: ClassVar[dict[str, Callable]] = {}
+    _key: ClassVar[str | None] = None
 
     def to_dict(self) -> dict:
         return _plain(self)
@@ -122,6 +122,104 @@ class Record:
         if isinstance(d, cls):
             return d
         return build_record(cls, d, where or cls.__name__, cls._nested)
+
+
+class Keyed(tuple):
+    """Records whose keys the data choose (a test's or a clock's name, a token type, an alternative process, a
+    quantity), in the order written, each carrying its key in the field its class's `_key` names. JSON writes them as
+    one object by key, the layout the files have always had; `parser` reads it back.
+
+    `get(key)` and `[key]` find a record by its key (a string; an int indexes the tuple as usual); `keys()` lists them.
+    """
+
+    def _find(self, key: str):
+        return next((r for r in self if getattr(r, r._key) == key), None)
+
+    def get(self, key: str, default=None):
+        found = self._find(key)
+        return default if found is None else found
+
+    def __getitem__(self, key):
+        if not isinstance(key, str):
+            return tuple.__getitem__(self, key)
+        found = self._find(key)
+        if found is None:
+            raise KeyError(key)
+        return found
+
+    def __contains__(self, key) -> bool:
+        return self._find(key) is not None if isinstance(key, str) else tuple.__contains__(self, key)
+
+    def keys(self) -> list[str]:
+        return [getattr(r, r._key) for r in self]
+
+    def to_dict(self) -> dict:
+        return {getattr(r, r._key): r.to_dict() for r in self}
+
+    @classmethod
+    def of(cls, records) -> Keyed:
+        """The records (each with its key set) as a Keyed tuple; a ValueError names a key given twice."""
+        out = cls(records)
+        keys = out.keys()
+        if len(set(keys)) != len(keys):
+            raise ValueError(f"keys given twice: {sorted(k for k in set(keys) if keys.count(k) > 1)}")
+        return out
+
+    @classmethod
+    def parser(cls, parse: Callable) -> Callable:
+        """The `_nested` parser of a JSON object by key whose values `parse` reads (called as parse(value, where)):
+        each record gets its key in its `_key` field."""
+        def read(d, where):
+            if not isinstance(d, dict):
+                raise ValueError(f"{where}: expected a JSON object by key, got {type(d).__name__}")
+            return cls.of(_with_key(parse(v, f"{where}.{k}"), k) for k, v in d.items())
+        return read
+
+
+def _with_key(record, key: str):
+    return replace(record, **{record._key: key})
+
+
+@dataclass(frozen=True)
+class KeyedValue:
+    """One plain value (a rate, a margin's (low, high)) under a key the data choose, in a Keyed tuple: its JSON is
+    the value itself (a calibration's power by alternative, a verdict's rate, a margin by name)."""
+
+    value: Any
+    key: str = ""
+    _key: ClassVar[str] = "key"
+
+    def to_dict(self):
+        return plain_value(self.value)
+
+    @classmethod
+    def from_dict(cls, v: Any, where: str | None = None) -> KeyedValue:
+        return v if isinstance(v, cls) else cls(v)
+
+    @classmethod
+    def mapping(cls, d: dict) -> Keyed:
+        """A producer's {key: value} as a Keyed tuple of KeyedValue."""
+        return Keyed.of(cls(v, str(k)) for k, v in d.items())
+
+
+@dataclass(frozen=True)
+class EffectExtra(Record):
+    """What a test reports beyond scipy's fields (EffectResult.extra), each present only for the tests that have it:
+    the variance ratio's lag `q` and the mean real lags at q and 1 (stats/diffusion/battery.py variance_ratio), the
+    increment autocorrelations by lag (`acf`), the tail index's Hill estimate and order `k`
+    (stats/diffusion/descriptive.py), and the time points an exponent was fitted on (`n_time_points`)."""
+
+    q: int | None = None
+    mean_real_lag_q: float | None = None
+    mean_real_lag_1: float | None = None
+    acf: Any = None
+    hill: float | None = None
+    k: int | None = None
+    n_time_points: int | None = None
+
+    def to_dict(self) -> dict:
+        """The values the test has (a NaN one written, as null: only an absent value is left out)."""
+        return {f.name: plain_value(getattr(self, f.name)) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 @dataclass(frozen=True)
@@ -163,7 +261,8 @@ class EffectResult:
         estimate: the effect size; confidence_interval: (low, high) at `confidence_level`.
         method: the test and its null distribution; n: independent units (groups of walkers) used.
         null_value: the estimate under the null; tost_interval: the (1 - 2 alpha) interval the rule reads.
-        why_undefined: why the estimate is undefined (empty when defined); extra: further plain-JSON values.
+        why_undefined: why the estimate is undefined (empty when defined); extra: what else the test reports
+            (EffectExtra).
         rejected: the decision at the run's alpha, recorded when the battery writes it (None before).
         margin: the equivalence margin of a key effect; key: whether it decides; null: the window exponent's own
             rule on simulated Brownian motion; bias_correction: what was subtracted from the estimate.
@@ -182,13 +281,14 @@ class EffectResult:
     null_value: float | None = None
     tost_interval: tuple | None = None
     why_undefined: str | None = None
-    extra: dict = field(default_factory=dict)
+    extra: EffectExtra = field(default_factory=EffectExtra)
     rejected: bool | None = None
     margin: tuple | None = None
     key: bool | None = None
     null: WindowRuleNull | None = None
     bias_correction: float | None = None
     form: str = field(default="test", kw_only=True)
+    _key: ClassVar[str] = "name"  # in a Keyed tuple (a file's key effects, its clock check)
 
     def __post_init__(self):
         if self.form not in _FORMS:
@@ -265,6 +365,8 @@ class EffectResult:
         d = {k: tuple(v) if k in _PAIRS and v is not None else v for k, v in d.items()}
         if d.get("null") is not None:
             d["null"] = WindowRuleNull.from_dict(d["null"], f"{where}.null")
+        if "extra" in d:
+            d["extra"] = EffectExtra.from_dict(d["extra"] or {}, f"{where}.extra")
         if form == "test":  # JSON null is how the writer stores NaN
             d.update({k: _float(d[k]) for k in ("statistic", "pvalue", "estimate", "null_value") if k in d})
             d.update({k: _pair(d[k]) or _NAN2 for k in ("confidence_interval", "tost_interval") if k in d})

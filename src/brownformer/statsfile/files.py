@@ -8,12 +8,13 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from ._results import (SCHEMA_VERSION, Decision, EffectResult, Record, check_version, list_of, map_of,
-                       plain_value)
+from ._results import (RULE_VERDICTS, SCHEMA_VERSION, Decision, EffectResult, Keyed, KeyedValue, Record,
+                       check_version, list_of, plain_value)
 from .attention import ByQuantity, HeadAveragedFit, HeadKernels, NullModels, QuantityAggregates
 from .sphere_summary import SphereSummary
 
-__all__ = ["CalibrationShape", "ShapeSummary", "ShapeCalibration", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
+__all__ = ["CalibrationShape", "ShapeSummary", "ShapeCalibration", "ProcessRates", "EuclideanCurves", "SphereCurves",
+           "BatterySettings", "IndexEntry", "Clock", "Curvature", "MomentumBias", "EnsembleExponent", "WindowSpec", "SphereNormalisation", "InputFile", "SlopeWindow", "Envelope", "FileError", "LocalSlopes", "WalkerType", "WalkerPositions", "WalkerDiagnostic", "WalkerReading", "ReplicaContrast", "FittedModel", "FittedCalibration", "FittedNullInfo", "BatteryStats", "SphereStats", "PairedDifference", "InitComparison", "NullModelsInfo", "CriterionVerdict", "AttentionVerdicts", "AttentionStats", "NoiseCapture",
            "NoiseStats", "SummaryRow", "RunStatsSummary", "RunStatsFile", "parse_stats_file"]
 
 
@@ -241,24 +242,49 @@ class CalibrationShape:
 
 
 @dataclass(frozen=True)
+class ProcessRates(Record):
+    """How often the rule gave each verdict (RULE_VERDICTS) on one simulated `process` at a file's shape; JSON: the
+    rates by verdict, under the process's name."""
+
+    brownian: float
+    not_brownian: float
+    inconclusive: float
+    process: str = ""
+    _key = "process"
+
+    def to_dict(self) -> dict:
+        return dict(zip(RULE_VERDICTS, (self.brownian, self.not_brownian, self.inconclusive)))
+
+    @classmethod
+    def from_dict(cls, d: Any, where: str | None = None) -> ProcessRates:
+        if isinstance(d, cls):
+            return d
+        if not isinstance(d, dict) or sorted(d) != sorted(RULE_VERDICTS):
+            raise ValueError(f"{where or 'rates'}: expected the rate of each of {list(RULE_VERDICTS)}, got {d!r}")
+        return cls(*(d[v] for v in RULE_VERDICTS))
+
+
+@dataclass(frozen=True)
 class ShapeCalibration(Record):
     """The rule's size and power at a file's exact shape (stats/core/shapes.py calibration_for, from the calibration
     table): size (rate of "not brownian" on Brownian motion) with its gate's upper bound and SE, the rate of
-    "brownian" on it, per alternative the power (a verdict other than "brownian") and its lower bound, every
-    process's verdict rates, and the replicates of the null and (least) of the alternatives."""
+    "brownian" on it, per alternative the power (a verdict other than "brownian") and its lower bound (KeyedValues by
+    alternative process), every process's verdict rates, and the replicates of the null and (least) of the
+    alternatives."""
 
     shape: ShapeSummary
     size: float
     size_upper: float
     size_se: float
     equivalence_power: float
-    power: dict[str, float]  # by alternative process
-    power_lower: dict[str, float]
-    rates: dict[str, dict[str, float]]  # process -> verdict -> rate
+    power: Keyed  # of KeyedValue, by alternative process
+    power_lower: Keyed  # of KeyedValue, by alternative process
+    rates: Keyed  # of ProcessRates
     n_replicates: int
     power_n_replicates: int | None
 
-    _nested = {"shape": ShapeSummary.from_dict}
+    _nested = {"shape": ShapeSummary.from_dict, "power": Keyed.parser(KeyedValue.from_dict),
+               "power_lower": Keyed.parser(KeyedValue.from_dict), "rates": Keyed.parser(ProcessRates.from_dict)}
 
 
 @dataclass(frozen=True)
@@ -282,6 +308,8 @@ class MomentumBias(Record):
 
     bias: float
     null_value: float
+    effect: str = ""  # its key (LocalSlopes.momentum_bias)
+    _key = "effect"
 
 
 @dataclass(frozen=True)
@@ -313,10 +341,10 @@ class LocalSlopes(Record):
     envelope: Envelope | None = None
     null_decay: float | None = None
     spec: WindowSpec | None = None  # the window as the calibration simulates it
-    momentum_bias: dict[str, MomentumBias] | None = None  # key effect -> what the file's momentum alone gives it
+    momentum_bias: Keyed | None = None  # of MomentumBias: what the file's momentum alone gives each key effect
 
     _nested = {"effect": EffectResult.effect_from_dict, "window": SlopeWindow.from_dict, "envelope": Envelope.from_dict,
-               "curvature": Curvature.from_dict, "momentum_bias": map_of(MomentumBias.from_dict),
+               "curvature": Curvature.from_dict, "momentum_bias": Keyed.parser(MomentumBias.from_dict),
                "spec": WindowSpec.from_dict, "ensemble_exponent": EnsembleExponent.from_dict}
 
 
@@ -328,6 +356,8 @@ class WalkerType(Record):
     n: int
     exponent_quantiles: list | None
     rate_quantiles: list | None
+    token_type: str = ""  # its key (WalkerReading.by_type)
+    _key = "token_type"
 
 
 @dataclass(frozen=True)
@@ -345,6 +375,8 @@ class WalkerDiagnostic(Record):
 
     estimate: float
     null: list | None
+    name: str = ""  # its key (WalkerReading.diagnostics)
+    _key = "name"
 
 
 @dataclass(frozen=True)
@@ -368,12 +400,12 @@ class WalkerReading(Record):
     exponent_iqr: float | None = None
     null_exponent_iqr_limit: float | None = None
     n_valid: int | None = None
-    by_type: dict[str, WalkerType] | None = None  # keyed by the token types the data have
+    by_type: Keyed | None = None  # of WalkerType, by the token types the data have
     by_position: WalkerPositions | None = None
-    diagnostics: dict[str, WalkerDiagnostic] | None = None  # keyed by diagnostic (walkers.andi_diagnostics)
+    diagnostics: Keyed | None = None  # of WalkerDiagnostic (walkers.andi_diagnostics)
 
-    _nested = {"by_type": map_of(WalkerType.from_dict), "by_position": WalkerPositions.from_dict,
-               "diagnostics": map_of(WalkerDiagnostic.from_dict)}
+    _nested = {"by_type": Keyed.parser(WalkerType.from_dict), "by_position": WalkerPositions.from_dict,
+               "diagnostics": Keyed.parser(WalkerDiagnostic.from_dict)}
 
     def to_dict(self) -> dict:
         """{"reading", "why"} when undefined; else every key in the producer's order; "by_position" and
@@ -449,8 +481,59 @@ class FittedNullInfo(Record):
 
 
 @dataclass(frozen=True)
+class EuclideanCurves(Record):
+    """A euclidean file's curves (stats/diffusion/brownian.py): the MSD against the lag `tau`, and the log-log slope
+    over the first and second half of the lags (the classification's mean-reversion check)."""
+
+    msd: list
+    tau: list
+    early_slope: float | None
+    late_slope: float | None
+
+
+@dataclass(frozen=True)
+class SphereCurves(Record):
+    """A sphere file's curves (stats/diffusion/brownian.py): the mean cosine and second harmonic against the lag
+    `tau`, how many lags are above the noise floor, the mean off-diagonal Gram cosine per capture with its prediction
+    under spherical Brownian motion, and the early and late slopes of the linearised cosine."""
+
+    mean_cos: list
+    second_harmonic: list
+    tau: list
+    n_usable_times: int
+    gram_offdiagonal: list
+    gram_offdiagonal_bm_prediction: list
+    early_slope: float | None
+    late_slope: float | None
+
+
+def _curves(d: Any, where: str) -> EuclideanCurves | SphereCurves:
+    """A file's "curves" as the record of its kind (told by its keys)."""
+    if isinstance(d, (EuclideanCurves, SphereCurves)):
+        return d
+    cls = SphereCurves if isinstance(d, dict) and "mean_cos" in d else EuclideanCurves
+    return cls.from_dict(d, where)
+
+
+@dataclass(frozen=True)
+class BatterySettings(Record):
+    """The StatsConfig values a battery file was computed with: its levels, resamples and walker cap, every margin
+    (KeyedValues of (low, high) by margin name, the config's stats.margins) and how intervals are built."""
+
+    confidence_level: float
+    alpha: float
+    tost_level: float
+    n_resamples: int
+    max_walkers: int
+    margins: Keyed  # of KeyedValue, by margin name
+    interval: str
+
+    _nested = {"margins": Keyed.parser(KeyedValue.from_dict)}
+
+
+@dataclass(frozen=True)
 class BatteryStats(Record):
-    """The Brownian battery, verdict and description of one trajectory (brownian.analyze_trajectory, the window
+    """The Brownian battery, verdict and description of one trajectory (brownian.trajectory_battery, the window
     reading, the clock and input; run_id, category and entry when written by `stats run`)."""
 
     kind: str
@@ -466,7 +549,7 @@ class BatteryStats(Record):
     msd_exponent: EffectResult
     diffusion_coefficient: EffectResult
     tests: list[EffectResult]
-    effects: dict[str, EffectResult]
+    effects: Keyed  # of EffectResult ("effect" layout), by test name: the key effects with their margins
     key_effects: list[str]
     verdict: str  # "brownian" | "not brownian" | "inconclusive"
     reason: str
@@ -475,13 +558,13 @@ class BatteryStats(Record):
     flags: list[str]
     within_group_correlation: float | None
     calibration_shape: CalibrationShape
-    curves: dict
-    settings: dict
+    curves: EuclideanCurves | SphereCurves
+    settings: BatterySettings
     calibration: ShapeCalibration | None
     schema_version: int = SCHEMA_VERSION
     calibration_note: str | None = None
     classification_note: str | None = None
-    clock_check: dict[str, EffectResult] | None = None
+    clock_check: Keyed | None = None  # of EffectResult ("effect" layout), by clock: the MSD exponent on it
     sphere_normalisation: SphereNormalisation | None = None
     local_slopes: LocalSlopes | None = None
     walkers: WalkerReading | None = None
@@ -506,12 +589,13 @@ class BatteryStats(Record):
     @property
     def decision(self) -> Decision:
         """The file's verdict as written (the rule's, on the window exponent; after the gates where calibrated)."""
-        return Decision(self.verdict, self.reason, alpha=(self.settings or {}).get("alpha"))
+        return Decision(self.verdict, self.reason, alpha=self.settings.alpha if self.settings else None)
 
     _nested = {
             "msd_exponent": EffectResult.effect_from_dict, "diffusion_coefficient": EffectResult.effect_from_dict,
-            "tests": list_of(EffectResult.from_dict), "effects": map_of(EffectResult.effect_from_dict),
-            "clock_check": map_of(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
+            "tests": list_of(EffectResult.from_dict), "effects": Keyed.parser(EffectResult.effect_from_dict),
+            "clock_check": Keyed.parser(EffectResult.effect_from_dict), "local_slopes": LocalSlopes.from_dict,
+            "curves": _curves, "settings": BatterySettings.from_dict,
             "sphere": SphereSummary.from_dict, "input": InputFile.from_dict, "clock": Clock.from_dict,
             "sphere_normalisation": SphereNormalisation.from_dict, "calibration_shape": CalibrationShape.from_dict,
             "entry": IndexEntry.from_dict, "fitted_null": FittedNullInfo.from_dict, "walkers": WalkerReading.from_dict,
@@ -546,17 +630,19 @@ class PairedDifference(Record):
     difference: float
     confidence_interval: list
     n_units: int
+    quantity: str = ""  # its key (InitComparison.quantities)
+    _key = "quantity"
 
 
 @dataclass(frozen=True)
 class InitComparison(Record):
     """An attention file against the run's step-0 attention, per quantity; `unit`: what a resampled unit is."""
 
-    quantities: dict[str, PairedDifference]
+    quantities: Keyed  # of PairedDifference
     unit: str
     method: str
 
-    _nested = {"quantities": map_of(PairedDifference.from_dict)}
+    _nested = {"quantities": Keyed.parser(PairedDifference.from_dict)}
 
 
 @dataclass(frozen=True)

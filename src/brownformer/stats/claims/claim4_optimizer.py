@@ -37,10 +37,10 @@ import pandas as pd
 from brownformer.config import RunSpec
 from brownformer.metrics import val_metric
 from brownformer.verdicts import INCONCLUSIVE, ClaimRecord
-from brownformer.statsfile import Decision, EffectResult
+from brownformer.statsfile import Decision, EffectResult, Keyed
 
 from brownformer.stats.core.rule_history import claim_rule_history
-from brownformer.stats.comparison.time_to_target import (deciding_baseline, level_targets, reference_target,
+from brownformer.stats.comparison.time_to_target import (deciding_baseline, level_target, reference_target,
                                                          time_to_target, with_critical_values)
 from brownformer.stats.comparison.time_to_target_size import (MAX_SIZE, ComparisonShape, calibrated_critical,
                                                               log_time_law, rule_error_rates)
@@ -222,17 +222,18 @@ def optimizer_claim(metrics_by_run: dict[str, pd.DataFrame], stats, report, *,
     seconds_margin = tuple(stats.margins["time_to_target_seconds_ratio"])
     targets = claim4_targets(metrics_by_run, report)
     main = max(report.target_levels)
-    by_level: dict[float, dict] = {main: time_to_target(metrics_by_run, {t.model: t.value for t in targets},
-                                                        stats=stats, report=report, excluded=excluded)
-                                   if metrics_by_run else {}}
+    by_level: dict[float, Keyed] = {main: time_to_target(metrics_by_run, {t.model: t.value for t in targets},
+                                                         stats=stats, report=report, excluded=excluded)
+                                    if metrics_by_run else Keyed()}
     for f in report.target_levels:
         if f != main:
-            level = {t.model: level_targets(t.value, _start(metrics_by_run, t.model), [f], main)[f] for t in targets}
+            level = {t.model: level_target(t.value, _start(metrics_by_run, t.model), f, main) for t in targets}
             by_level[f] = time_to_target(metrics_by_run, level, stats=stats, report=report, excluded=excluded)
     scope = claim4_scope(metrics_by_run, report)
     sources = {t.model: t.source for t in targets}
     per_model = {}
-    for model, res in by_level[main].items():
+    for res in by_level[main]:
+        model = res.model
         source = sources.get(model, "nowhere: no target")
         per_model[model] = _model_record(res, {f: r[model] for f, r in by_level.items()}, source, stats,
                                          steps_margin, model in scope)

@@ -16,8 +16,9 @@ from typing import Any, Mapping, TypeVar
 
 from brownformer.stats.diffusion.replica_sets import is_replica_file
 from brownformer.stats.diffusion.window_reading import window_effects
-from brownformer.statsfile import (AffineMap, AttentionStats, ByQuantity, FittedCalibration, HeadIsotropy, HeadKernels,
-                                   LayerValues, NullModels, QuantityAggregates, ShapeCalibration, SphereSummary)
+from brownformer.statsfile import (AffineMap, AttentionStats, ByQuantity, EffectResult, FittedCalibration, HeadIsotropy,
+                                   HeadKernels, LayerValues, NullModels, QuantityAggregates, ShapeCalibration,
+                                   SphereSummary)
 
 __all__ = ["view", "shape_id", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
@@ -58,6 +59,13 @@ class Exponent:
     def value(self) -> float:
         """The estimate as a float (NaN when undefined)."""
         return _float(self.estimate)
+
+
+def _exponent(e: EffectResult | None) -> Exponent | None:
+    """The MSD effect the verdict reads (window_reading.window_effects' record) as an Exponent."""
+    if e is None:
+        return None
+    return Exponent(e.estimate, None if e.confidence_interval is None else list(e.confidence_interval))
 
 
 @dataclass(frozen=True)
@@ -137,8 +145,9 @@ class FileCalibration:
         `raw` is what claims.json writes of it."""
         raw = {**cal.to_dict(), "fitted": fitted.to_dict() if fitted else None}
         return cls(shape=raw["shape"], size=cal.size, size_se=cal.size_se, n_replicates=cal.n_replicates,
-                   equivalence_power=cal.equivalence_power, power=cal.power, size_upper=cal.size_upper,
-                   power_lower=cal.power_lower, power_n_replicates=cal.power_n_replicates, fitted=fitted, raw=raw)
+                   equivalence_power=cal.equivalence_power, power={p.key: p.value for p in cal.power},
+                   size_upper=cal.size_upper, power_lower={p.key: p.value for p in cal.power_lower},
+                   power_n_replicates=cal.power_n_replicates, fitted=fitted, raw=raw)
 
     @property
     def upper(self) -> float:
@@ -193,7 +202,7 @@ class TrajectoryFile:
         fitted = view(_Identified, result.get("fitted_null"))
         return cls(run=run, path=path, result=result, kind=result.get("kind"), n_times=result.get("n_times"),
                    n_groups=result.get("n_groups"), classification=result.get("classification"),
-                   exponent=view(Exponent, effects.get("msd_exponent")) or full or Exponent(), full_range=full,
+                   exponent=_exponent(effects.get("msd_exponent")) or full or Exponent(), full_range=full,
                    window=view(WindowReading, result.get("local_slopes")), walkers=view(_Walkers, result.get("walkers")),
                    calibration_shape=result.get("calibration_shape") or None, fitted_id=fitted.id if fitted else None,
                    confidence_level=settings.confidence_level if settings else None,

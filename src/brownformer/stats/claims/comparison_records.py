@@ -13,9 +13,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from brownformer.io import to_jsonable
 from brownformer.verdicts import ClaimDetails
 
-from brownformer.stats.comparison.survival import json_number
 
 __all__ = ["KMMedian", "MedianRatio", "BaselineRates", "RuleErrorSummary", "TargetLevel",
            "records_of", "STEPS", "SECONDS"]
@@ -32,7 +32,8 @@ def records_of(parse: Callable[[Any, str], Any]) -> Callable[[dict, str], dict]:
 @dataclass(frozen=True)
 class KMMedian(ClaimDetails):
     """One optimizer's Kaplan-Meier median time to the target (survival.CensoredMedian): "> budget" (bound ">") when
-    the median is not reached; estimate None where undefined, "inf"/"-inf" for an infinity (survival.json_number)."""
+    the median is not reached; estimate None where undefined, "inf"/"-inf" for an infinity (to_jsonable's
+    infinity="string")."""
     estimate: float | str | None
     bound: str | None
     n: int
@@ -41,7 +42,7 @@ class KMMedian(ClaimDetails):
 
     @classmethod
     def of(cls, m) -> KMMedian:
-        return cls(json_number(m.estimate), m.bound, int(m.n), int(m.n_censored), m.text())
+        return cls(to_jsonable(float(m.estimate), infinity="string"), m.bound, int(m.n), int(m.n_censored), m.text())
 
     @property
     def reached(self) -> bool:
@@ -70,11 +71,13 @@ class MedianRatio(ClaimDetails):
 
     @classmethod
     def of(cls, r) -> MedianRatio:
-        return cls(estimate=json_number(r.estimate), bound=r.bound, text=r.text(),
-                   confidence_interval=[json_number(c) for c in r.confidence_interval],
+        def number(x):  # an infinite end or median the data cannot bound stays "inf" in claims.json
+            return to_jsonable(float(x), infinity="string")
+        return cls(estimate=number(r.estimate), bound=r.bound, text=r.text(),
+                   confidence_interval=[number(c) for c in r.confidence_interval],
                    confidence_level=r.confidence_level, medians=[KMMedian.of(m) for m in r.medians], n=list(r.n),
-                   n_censored=[m.n_censored for m in r.medians], margin=r.margin, statistic=json_number(r.statistic),
-                   pvalue=json_number(r.pvalue), pvalue_slower=json_number(r.pvalue_slower), method=r.method)
+                   n_censored=[m.n_censored for m in r.medians], margin=r.margin, statistic=number(r.statistic),
+                   pvalue=number(r.pvalue), pvalue_slower=number(r.pvalue_slower), method=r.method)
 
 
 @dataclass(frozen=True)

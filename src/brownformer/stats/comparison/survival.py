@@ -16,7 +16,7 @@ never gets there is right-censored at its last evaluation (the budget). Every fu
   optimizer reaching the target sooner.
 
 JSON: a finite number, the string ``"inf"`` for an infinite value (an interval end the data cannot
-bound) and ``null`` for an undefined one (:func:`json_number`).
+bound) and ``null`` for an undefined one (``brownformer.io.to_jsonable(x, infinity="string")``).
 """
 from __future__ import annotations
 
@@ -26,20 +26,12 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats as sps
 
+from brownformer.io import to_jsonable
+
 __all__ = ["km_median", "km_median_resampled", "CensoredMedian", "km_median_bounded", "bounded_ratio",
-           "scaled_logrank", "ratio_interval", "MedianRatioResult", "median_ratio", "logrank_test", "json_number"]
+           "scaled_logrank", "ratio_interval", "MedianRatioResult", "median_ratio", "logrank_test"]
 
 _HALF = 0.5 + 1e-12  # S(t) <= 1/2 with rounding slack: 4 events of 8 give S = 0.5 exactly
-
-
-def json_number(x) -> float | str | None:
-    """A finite float, ``"inf"``/``"-inf"`` for infinities, ``None`` for undefined (NaN)."""
-    x = float(x)
-    if math.isnan(x):
-        return None
-    if math.isinf(x):
-        return "inf" if x > 0 else "-inf"
-    return x
 
 
 def _clean(times, reached) -> tuple[np.ndarray, np.ndarray]:
@@ -90,7 +82,7 @@ class CensoredMedian:
         return "undefined" if math.isnan(self.estimate) else f"{self.bound or ''}{self.estimate:{fmt}}".strip()
 
     def to_dict(self) -> dict:
-        return {"estimate": json_number(self.estimate), "bound": self.bound, "n": self.n,
+        return {"estimate": to_jsonable(float(self.estimate), infinity="string"), "bound": self.bound, "n": self.n,
                 "n_censored": self.n_censored, "text": self.text()}
 
 
@@ -174,12 +166,13 @@ class MedianRatioResult:
         return f"{self.bound or ''}{self.estimate:.3g}"
 
     def to_dict(self) -> dict:
-        return {"estimate": json_number(self.estimate), "bound": self.bound, "text": self.text(),
-                "confidence_interval": [json_number(c) for c in self.confidence_interval],
+        numbers = to_jsonable([float(x) for x in (self.estimate, *self.confidence_interval, self.statistic, self.pvalue,
+                                                  self.pvalue_slower)], infinity="string")
+        estimate, lo, hi, statistic, pvalue, pvalue_slower = numbers
+        return {"estimate": estimate, "bound": self.bound, "text": self.text(), "confidence_interval": [lo, hi],
                 "confidence_level": self.confidence_level, "medians": [m.to_dict() for m in self.medians],
                 "n": list(self.n), "n_censored": [m.n_censored for m in self.medians], "margin": self.margin,
-                "statistic": json_number(self.statistic), "pvalue": json_number(self.pvalue),
-                "pvalue_slower": json_number(self.pvalue_slower), "method": self.method}
+                "statistic": statistic, "pvalue": pvalue, "pvalue_slower": pvalue_slower, "method": self.method}
 
 
 def _breakpoints(tp: np.ndarray, tb: np.ndarray) -> np.ndarray:

@@ -35,20 +35,21 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import ClassVar, Mapping
 
 import numpy as np
 import pandas as pd
 
 from brownformer.config import ReportConfig, StatsConfig
+from brownformer.io import to_jsonable
 from brownformer.metrics import METRIC_PREFERENCE, val_metric
-from brownformer.statsfile import Decision
+from brownformer.statsfile import Decision, Keyed
 from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 
-from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, json_number, km_median_bounded, median_ratio
+from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, km_median_bounded, median_ratio
 
 __all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "ClockRatios", "FinalMetric", "reference_target",
-           "level_targets", "time_to_target", "times_to_target", "censoring_times", "with_critical_values",
+           "level_target", "time_to_target", "times_to_target", "censoring_times", "with_critical_values",
            "deciding_baseline"]
 
 #: cumulative seconds inside wall_time that are not training (brownformer.train writes both)
@@ -88,10 +89,10 @@ def reference_target(reference: pd.DataFrame, *, fraction: float = 0.9, metric: 
     return float(curve[0] + fraction * (best - curve[0]))
 
 
-def level_targets(main: float, start: float, levels, main_level: float) -> dict[float, float]:
-    """Targets at shares ``levels`` of the improvement whose share ``main_level`` is the target ``main``:
-    ``start + (f / main_level) (main - start)`` (:func:`reference_target`'s line through the same start)."""
-    return {float(f): float(start + (f / main_level) * (main - start)) for f in levels}
+def level_target(main: float, start: float, level: float, main_level: float) -> float:
+    """The target at share ``level`` of the improvement whose share ``main_level`` is the target ``main``:
+    ``start + (level / main_level) (main - start)`` (:func:`reference_target`'s line through the same start)."""
+    return float(start + (level / main_level) * (main - start))
 
 
 def times_to_target(df: pd.DataFrame, target: float, *, metric: str, higher_is_better: bool) -> tuple[float, float]:
@@ -160,6 +161,7 @@ class TimeToTargetResult:
     baselines: tuple[str, ...]  # report.baselines
     verdicts: Mapping[str, Decision]  # baseline -> its verdict and why
     final: Mapping[str, FinalMetric]  # optimizer -> final metric at the budget
+    _key: ClassVar[str] = "model"  # in time_to_target's Keyed result
 
     def to_dict(self) -> dict:
         runs = self.runs.replace([np.inf], None).to_dict("records")
@@ -307,7 +309,7 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
 @dataclass(frozen=True)
 class FinalMetric:
     """The final metric at the fixed budget: its median over the `n` runs that trained their whole budget (None when
-    none did; "inf"/"-inf" for an infinity, survival.json_number)."""
+    none did; "inf"/"-inf" for an infinity: to_jsonable's infinity="string")."""
 
     median: float | str | None
     n: int
@@ -319,7 +321,7 @@ class FinalMetric:
 def _final(g: pd.DataFrame) -> FinalMetric:
     """Final metric at the fixed budget: median over the runs that trained their whole budget."""
     full = g.loc[~g["stopped"], "final"].dropna()
-    return FinalMetric(json_number(full.median()) if len(full) else None, int(len(full)))
+    return FinalMetric(to_jsonable(float(full.median()), infinity="string") if len(full) else None, int(len(full)))
 
 
 def _protocol(table: pd.DataFrame, target: float, model: str, proposed: str, baselines, min_seeds: int,
@@ -341,7 +343,7 @@ def _protocol(table: pd.DataFrame, target: float, model: str, proposed: str, bas
 
 def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[str, float], *, stats: StatsConfig,
                    report: ReportConfig, min_seeds: int = MIN_SEEDS, max_eval_every: int = MAX_EVAL_EVERY,
-                   excluded: Mapping[str, str] | None = None) -> dict[str, TimeToTargetResult]:
+                   excluded: Mapping[str, str] | None = None) -> Keyed:
     """Claim 4 per model at one target per model under the one time-to-target rule (module docstring).
 
     Args:
@@ -356,7 +358,7 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
         excluded: run -> reason, for runs that did not train: censored at their budget.
 
     Returns:
-        model -> :class:`TimeToTargetResult`.
+        One :class:`TimeToTargetResult` per model (a statsfile.Keyed tuple: ``result["<model>"]`` finds one).
     """
     from brownformer.config import RunSpec  # config imports nothing from stats: no cycle
 
@@ -365,7 +367,7 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
     margins = {"steps": float(stats.margins["time_to_target_steps_ratio"][1]),
                "seconds": float(stats.margins["time_to_target_seconds_ratio"][1])}
     specs = {r: RunSpec.parse(r) for r in metrics_by_run}
-    out: dict[str, TimeToTargetResult] = {}
+    out: list[TimeToTargetResult] = []
     for model in sorted({s.model for s in specs.values()}):
         runs = {r: df for r, df in sorted(metrics_by_run.items()) if specs[r].model == model}
         m = val_metric(next(iter(runs.values())))
@@ -387,9 +389,9 @@ def time_to_target(metrics_by_run: Mapping[str, pd.DataFrame], targets: Mapping[
             verdict, reason = _pooled(verdicts, ratios)
         else:
             verdict, reason = "inconclusive", why
-        out[model] = TimeToTargetResult(model=model, metric=m.column, higher_is_better=m.higher_is_better,
+        out.append(TimeToTargetResult(model=model, metric=m.column, higher_is_better=m.higher_is_better,
                                         target=target, proposed=proposed, baseline=best, runs=table,
                                         medians=medians, ratios=ratios, verdict=verdict, reason=reason,
                                         protocol_met=why is None, baselines=baselines, verdicts=verdicts,
-                                        final={o: _final(g) for o, g in by_opt.items()})
-    return out
+                                        final={o: _final(g) for o, g in by_opt.items()}))
+    return Keyed.of(out)

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from brownformer.statsfile import EffectResult
+from brownformer.statsfile import EffectResult, EffectExtra
 
 __all__ = ["EffectResult", "BatchStat"]
 
@@ -57,4 +57,4 @@ class BatchStat:
             extra["n_time_points"] = self.n_points
         return EffectResult(self.name, float(stat), float(self.pvalue[r]), est, (float(lo[r]), float(hi[r])),
                           confidence_level, self.method, self.boot.n_groups if self.boot is not None else 0,
-                          self.null_value, (float(tlo[r]), float(thi[r])), why, extra)
+                          self.null_value, (float(tlo[r]), float(thi[r])), why, EffectExtra(**extra))

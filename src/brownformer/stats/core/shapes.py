@@ -17,7 +17,8 @@ import json
 
 import numpy as np
 
-from brownformer.statsfile import CalibrationShape, FittedCalibration, FittedModel, ShapeCalibration
+from brownformer.statsfile import (RULE_VERDICTS, CalibrationShape, FittedCalibration, FittedModel, Keyed, KeyedValue,
+                                   ProcessRates, ShapeCalibration)
 
 __all__ = ["CalibrationShape", "shape_of", "calibration_for", "fitted_calibration_for", "select_walkers", "sphere_decay", "SIGNIFICANT", "RHO_MAX",
            "DECAY_DECORRELATED"]
@@ -142,8 +143,11 @@ def calibration_for(table, shape: CalibrationShape) -> ShapeCalibration | None:
     smooth = (size * n + 1) / (n + 2)  # (k + 1)/(n + 2): a size of 0 in n replicates is not known to +-0
     alts = [p for p in rates if p != "brownian"]
     return ShapeCalibration(shape.summary(), size, bounds["brownian"][1], float(np.sqrt(smooth * (1 - smooth) / n)),
-                            null["brownian"], {p: 1.0 - rates[p]["brownian"] for p in alts},
-                            {p: bounds[p][0] for p in alts}, rates, n, min((reps[p] for p in alts), default=None))
+                            null["brownian"], KeyedValue.mapping({p: 1.0 - rates[p]["brownian"] for p in alts}),
+                            KeyedValue.mapping({p: bounds[p][0] for p in alts}),
+                            Keyed.of(ProcessRates(*(v[verdict] for verdict in RULE_VERDICTS), process=p)
+                                     for p, v in rates.items()),
+                            n, min((reps[p] for p in alts), default=None))
 
 
 def fitted_calibration_for(table, fit_id: str | None) -> FittedCalibration | None:

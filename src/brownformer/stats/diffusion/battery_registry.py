@@ -3,7 +3,7 @@ computation for each, its margin key, and the kinds in which the verdict decides
 
 `brownian.battery_batch` computes the batch entries the verdict needs, then (with `describe`) the descriptive ones,
 each group in registry order (`batch_statistics`: the order of the results and of the draws from `rng`);
-`brownian.analyze_trajectory` computes the per-trajectory entries of its description; `rule.MARGIN_KEYS` and
+`brownian.trajectory_battery` computes the per-trajectory entries of its description; `rule.MARGIN_KEYS` and
 `rule.KEY_EFFECTS` (whose order the verdict's reasons and the calibration tables follow) are read from here. Adding
 a statistic is its function and one entry (and its margin in the schema, `stats.margins`).
 
@@ -36,7 +36,7 @@ class BatteryStatistic:
     (the kinds it applies to); margin_key: key of its equivalence margin in `stats.margins` (None: no margin);
     key_in: the kinds in which the verdict decides on it (elsewhere it is descriptive, computed by `battery_batch`
     only with `describe`); always: computed even when descriptive (it comes free with another entry);
-    per_trajectory: computed on one trajectory's description (`analyze_trajectory`), not in `battery_batch`;
+    per_trajectory: computed on one trajectory's description (`trajectory_battery`), not in `battery_batch`;
     window_effect: the effect the window reading replaces when a window is given (the MSD exponent);
     flag: the classification it raises when outside its margin (`brownian._classify`).
     """

@@ -4,8 +4,9 @@
 (rule.decide); the calibration simulates through it. The statistics are the entries of the battery's registry
 (battery_registry.STATISTICS), computed in its order; this module names only those with fields of their own in
 the contract (MSD exponent, diffusion coefficient) or a directional classification (exponent, tail index).
-`analyze_trajectory` runs it on one trajectory, adds descriptive tests (tails, isotropy, drift, Hurst, volatility,
-Gram clustering) and a classification, and returns the JSON of the `stats trajectory` contract (docs/ARTIFACTS.md).
+`trajectory_battery` runs it on one trajectory, adds descriptive tests (tails, isotropy, drift, Hurst, volatility,
+Gram clustering) and a classification, and returns the statsfile.BatteryStats record whose `to_dict` is the
+`stats trajectory` contract (docs/ARTIFACTS.md), before the window reading (window_verdict.trajectory_result).
 
 Walkers of one group (sidecar "groups", or "n_inputs" x "n_tokens") are dependent: every interval
 and test resamples groups (bootstrap.py). Times are real clock values (irregular spacing honoured).
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from typing import Mapping
 
 import numpy as np
 
@@ -22,7 +24,6 @@ from brownformer.config import DEFAULT_MARGINS, DEFAULT_STATS
 from brownformer.stats.diffusion import battery as B
 from brownformer.stats.sphere import sphere_battery as S
 from brownformer.stats.diffusion import rule
-from brownformer.io import to_jsonable
 from brownformer.stats.core.batch_stat import BatchStat
 from brownformer.stats.diffusion.battery_registry import STATISTICS, TrajectoryInputs, batch_statistics, euclidean_inputs, sphere_inputs
 from brownformer.stats.core.bootstrap import ClusterBootstrap, group_labels
@@ -30,11 +31,12 @@ from brownformer.stats.diffusion.rule import KEY_EFFECTS, MARGIN_KEYS, Effect, m
 from brownformer.stats.core.shapes import calibration_for, select_walkers, shape_of
 from brownformer.stats.sphere.sphere_distance import gram_offdiagonal
 from brownformer.stats.diffusion.trajectory_inputs import validate_trajectory
-from brownformer.statsfile import BatteryStats, EffectResult, SphereNormalisation
+from brownformer.statsfile import (BatterySettings, BatteryStats, EffectResult, EuclideanCurves, Keyed, KeyedValue,
+                                   MomentumBias, SphereCurves, SphereNormalisation)
 
 log = logging.getLogger(__name__)
 
-__all__ = ["analyze_trajectory", "trajectory_battery", "battery_batch", "momentum_bias", "momentum_corrected", "BatteryResult", "CLASSES"]
+__all__ = ["trajectory_battery", "battery_batch", "momentum_bias", "BatteryResult", "CLASSES"]
 
 #: "crossover" (the local slope is not flat across the window) and "mixed" (Brownian and non-Brownian walkers)
 #: come from the window reading (stats/diffusion/window_reading.py)
@@ -98,53 +100,43 @@ def battery_batch(X: np.ndarray, *, kind: str, times: np.ndarray, labels: np.nda
                                                          hyperplane=inputs.hyperplane,
                                                          drift=drift if kind == "euclidean" else "none", boot=boot,
                                                          alpha=alpha)
-        effects = momentum_corrected(effects, times, window, labels, d=d, kind=kind, k=inputs.k,
-                                     hyperplane=inputs.hyperplane, drift=drift if kind == "euclidean" else "none",
-                                     margins=margins, alpha=alpha, n_resamples=n_resamples, n_groups=boot.n_groups)
+        if window.carries_physics:  # key effects less what the window's momentum alone gives them; the window
+            # exponent corrects its own bias (the data's reading does the same: window_verdict._momentum_shifted)
+            own = {s.name for s in STATISTICS if s.window_effect}
+            for b in momentum_bias(times, window, labels, d=d, kind=kind, k=inputs.k, hyperplane=inputs.hyperplane,
+                                   drift=drift if kind == "euclidean" else "none", margins=margins, alpha=alpha,
+                                   n_resamples=n_resamples):
+                if b.effect in effects and b.effect not in own:
+                    effects[b.effect] = rule.shift_effect(effects[b.effect], b.bias, b.null_value,
+                                                          n_groups=boot.n_groups, alpha=alpha)
     verdicts, reasons = rule.decide(effects, kind=kind, margins=margins, alpha=alpha, n_times=T,
                                     n_groups=boot.n_groups)  # the one rule
     return BatteryResult(st, verdicts, reasons, rho, decay, inputs.k, inputs.hyperplane, inputs.curves)
 
 
 def momentum_bias(times, spec, labels, *, d: int, kind: str, k: int, hyperplane: bool, drift: str,
-                  margins: dict, alpha: float, n_resamples: int) -> dict[str, tuple[float, float]]:
-    """Key effect -> (bias, null value) of the full-range key effects on Brownian motion through the file's momentum
-    (the window exponent corrects its own bias): each effect's median on the simulated walks minus its value for
-    Brownian motion. {} without momentum. Heavy-ball momentum correlates increments a few momentum times apart
-    (lag-1 correlation 0.52 at 10-step increments for beta = 0.9), which is the optimizer, not the walk; so the rule
-    reads these effects as departures from what momentum alone gives (parametric-bootstrap bias correction, Efron &
-    Tibshirani 1993, ch. 10), the same correction and the same simulations as the window exponent's. A replica-contrast
-    file of tokens on the sphere is corrected alike by what its null's saturation alone gives (the contrasts of
-    spherical Brownian motions from a common start, stats/sphere/replica_null.py), momentum included."""
+                  margins: dict, alpha: float, n_resamples: int) -> Keyed:
+    """What the file's momentum alone gives each full-range key effect (MomentumBias records: bias and null value),
+    on Brownian motion through it (the window exponent corrects its own bias): each effect's median on the simulated
+    walks minus its value for Brownian motion. Empty without momentum. Heavy-ball momentum correlates increments a
+    few momentum times apart (lag-1 correlation 0.52 at 10-step increments for beta = 0.9), which is the optimizer,
+    not the walk; so the rule reads these effects as departures from what momentum alone gives (parametric-bootstrap
+    bias correction, Efron & Tibshirani 1993, ch. 10), the same correction and the same simulations as the window
+    exponent's. A replica-contrast file of tokens on the sphere is corrected alike by what its null's saturation
+    alone gives (the contrasts of spherical Brownian motions from a common start, stats/sphere/replica_null.py),
+    momentum included."""
     if not spec.carries_physics:
-        return {}
+        return Keyed()
     from brownformer.stats.diffusion.window_reading import null_walks  # window_reading imports this module's users; keep it lazy
     null = null_walks(times, spec, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift)
     if "bias" not in null.derived:  # one battery per cached null, shared by the files of its shape
         bat = battery_batch(null.full, kind=kind, times=np.asarray(times, float), labels=labels, margins=margins,
                             alpha=alpha, n_resamples=n_resamples, rng=np.random.default_rng([spec.seed, 11]),
                             drift=drift, hyperplane=hyperplane)
-        out = {}
-        for name, st in bat.stats.items():
-            est = st.estimate
-            if np.isfinite(est).any():
-                out[name] = (float(np.nanmedian(est)) - float(st.null_value), float(st.null_value))
-        null.derived["bias"] = out
+        null.derived["bias"] = Keyed.of(
+            MomentumBias(float(np.nanmedian(st.estimate)) - float(st.null_value), float(st.null_value), effect=name)
+            for name, st in bat.stats.items() if np.isfinite(st.estimate).any())
     return null.derived["bias"]
-
-
-def momentum_corrected(effects: dict, times, window, labels, *, d: int, kind: str, k: int, hyperplane: bool,
-                       drift: str, margins: dict, alpha: float, n_resamples: int, n_groups: int) -> dict:
-    """Key effects (rule.Effect) less what the window's momentum alone gives them (brownian.momentum_bias);
-    the window exponent, which corrects its own bias, is left as it is. Unchanged without momentum. The data's
-    reading (stats_stage/run_stats.py) and the calibration (battery_batch with a window) both call this."""
-    if window is None or not window.carries_physics:
-        return effects
-    bias = momentum_bias(times, window, labels, d=d, kind=kind, k=k, hyperplane=hyperplane, drift=drift,
-                         margins=margins, alpha=alpha, n_resamples=n_resamples)
-    own = {s.name for s in STATISTICS if s.window_effect}
-    return {name: (rule.shift_effect(e, *bias[name], n_groups=n_groups, alpha=alpha)
-                   if name in bias and name not in own else e) for name, e in effects.items()}
 
 
 def _outside(res, margin, alpha: float) -> str | None:
@@ -159,7 +151,7 @@ def _outside(res, margin, alpha: float) -> str | None:
     return None
 
 
-def _classify(res: dict, m: dict, alpha: float, curves: dict) -> list[str]:
+def _classify(res: dict, m: dict, alpha: float, curves: EuclideanCurves | SphereCurves) -> list[str]:
     """Descriptive flags, in order of precedence (the first one is the classification)."""
     def off(test):
         return _outside(res[test], m[MARGIN_KEYS[test]], alpha) if test in res else None
@@ -169,7 +161,7 @@ def _classify(res: dict, m: dict, alpha: float, curves: dict) -> list[str]:
         flags.append("heavy-tailed")
     expo = off("msd_exponent")
     if expo == "low":
-        early, late = curves.get("early_slope", np.nan), curves.get("late_slope", np.nan)
+        early, late = curves.early_slope, curves.late_slope
         saturating = np.isfinite(late) and late < 0.75 * early  # OU flattens late; fBm keeps its slope
         flags.append("mean-reverting" if saturating else "subdiffusive")
     if expo == "high":
@@ -190,17 +182,18 @@ def _slopes(t: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     return float(B.log_slope(t[:h], y[:h])), float(B.log_slope(t[h - 1:], y[h - 1:]))
 
 
-def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confidence_level) -> tuple[dict, dict]:
+def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng,
+                  confidence_level) -> tuple[dict, EuclideanCurves | SphereCurves]:
     """Descriptive tests and curves of one trajectory (R = 1)."""
     tau = times[1:] - times[0]
-    out, curves = {}, {}
+    out = {}
     if kind == "euclidean":
         Y, E, bridge = B.levels(X[None], times, drift)
         z = B.standardize(E / np.sqrt(np.diff(times) * bridge(np.diff(times)))[None, :, None, None])[0]
         disp, basis = X[-1] - X[0], None
         msd = bat.curves["msd"][0] if bat.curves["msd"].size else np.array([])
         early, late = _slopes(tau[: msd.size], msd)
-        curves.update(msd=msd, tau=tau[: msd.size], early_slope=early, late_slope=late)
+        curves = EuclideanCurves(msd=msd, tau=tau[: msd.size], early_slope=early, late_slope=late)
     else:
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
         v = bat.curves.pop("tangent_increments")[0]
@@ -213,10 +206,12 @@ def _descriptions(X, times, kind, labels, drift, bat: BatteryResult, rng, confid
             psi = -np.log(cm) / (bat.span_dimension - 1)
         D = bat.stats["diffusion_coefficient"].estimate[0]
         g = gram_offdiagonal(U)
-        curves.update({"mean_cos": cm, "second_harmonic": bat.curves["second_harmonic"][0], "tau": tau,
-                       "n_usable_times": int(bat.curves["n_usable_times"][0]), "gram_offdiagonal": g,
-                       "gram_offdiagonal_bm_prediction": g[0] * np.exp(-2 * (bat.span_dimension - 1) * D * (times - times[0])),
-                       **dict(zip(("early_slope", "late_slope"), _slopes(tau, psi)))})
+        early, late = _slopes(tau, psi)
+        curves = SphereCurves(
+            mean_cos=cm, second_harmonic=bat.curves["second_harmonic"][0], tau=tau,
+            n_usable_times=int(bat.curves["n_usable_times"][0]), gram_offdiagonal=g,
+            gram_offdiagonal_bm_prediction=g[0] * np.exp(-2 * (bat.span_dimension - 1) * D * (times - times[0])),
+            early_slope=early, late_slope=late)
         e = v
     pick = rng.integers(0, z.shape[-1], size=z.shape[1])
     z = B.walker_scaled(z[None])[0]  # walkers of different rates are not a heavy tail
@@ -250,7 +245,8 @@ def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int |
         max_walkers: at most this many walkers, thinned within groups, every group kept (shapes.select_walkers).
         calibration: optional calibration table; the rows at this trajectory's exact shape are attached
             ("calibration": null with "calibration_note" saying why when there are none: the verdict is uncalibrated).
-        check_clocks: {clock name: (T,) times}: the MSD exponent is also reported on these clocks ("clock_check").
+        check_clocks: {clock name: (T,) times}, or (name, times) pairs: the MSD exponent is also reported on these
+            clocks ("clock_check").
 
     Returns:
         The statsfile.BatteryStats record (kind, n_times, n_walkers, dim, msd_exponent, diffusion_coefficient,
@@ -278,7 +274,7 @@ def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int |
     flags = _classify(res, m, alpha, curves)
     verdict, reason = str(bat.verdicts[0]), bat.reasons[0]
     key = margins_for(m, kind)
-    effects = {t: _key_effect(res[t], key[t]) for t in key if t in res}
+    effects = Keyed.of(_key_effect(res[km.test], km) for km in key if km.test in res)
     tests = [r.decided(alpha) for name, r in res.items() if name != "diffusion_coefficient"]
     expo, D = res["msd_exponent"], res["diffusion_coefficient"]
     shape = shape_of(kind=kind, times=times, labels=labels, d=d, hyperplane=bat.hyperplane,
@@ -294,26 +290,21 @@ def trajectory_battery(X, *, kind: str, times=None, groups=None, n_inputs: int |
         span_dimension=bat.span_dimension, hyperplane=bat.hyperplane, times=times,
         drift_removed=drift if kind == "euclidean" else "none (the sphere branch tests drift, see tests)",
         msd_exponent=_estimate(expo, method=expo.method, why_undefined=expo.why_undefined),
-        diffusion_coefficient=EffectResult.effect(_finite(D.estimate), _pair(D.confidence_interval)), tests=tests, effects=effects, key_effects=list(key),
+        diffusion_coefficient=EffectResult.effect(_finite(D.estimate), _pair(D.confidence_interval)), tests=tests, effects=effects, key_effects=[km.test for km in key],
         verdict=verdict, reason=reason, brownian=verdict == "brownian",
         classification=flags[0] if flags else ("brownian" if verdict == "brownian" else None),
         flags=flags, within_group_correlation=float(bat.rho[0]), calibration_shape=shape, curves=curves,
-        settings={"confidence_level": confidence_level, "alpha": alpha, "tost_level": 1 - 2 * alpha,
-                  "n_resamples": n_resamples, "max_walkers": max_walkers, "margins": {k: list(v) for k, v in m.items()},
-                  "interval": "t-interval over groups (G - 1 df) with the cluster-bootstrap SE"},
+        settings=BatterySettings(confidence_level, alpha, 1 - 2 * alpha, n_resamples, max_walkers,
+                                 KeyedValue.mapping({k: list(v) for k, v in m.items()}),
+                                 "t-interval over groups (G - 1 df) with the cluster-bootstrap SE"),
         calibration=calibrated, calibration_note=uncalibrated,
         classification_note=("no key effect outside its margin, but the verdict is not 'brownian': " + reason)
         if not flags and verdict != "brownian" else None,
-        clock_check={name: _exponent_on_clock(X, np.asarray(t, float), kind, labels, drift, bat.hyperplane,
-                                              confidence_level, alpha, n_resamples, rng)
-                     for name, t in check_clocks.items()} if check_clocks else None,
+        clock_check=Keyed.of(_exponent_on_clock(name, X, np.asarray(t, float), kind, labels, drift, bat.hyperplane,
+                                                confidence_level, alpha, n_resamples, rng)
+                             for name, t in _clock_pairs(check_clocks)) if check_clocks else None,
         sphere_normalisation=normalisation)
     return record
-
-
-def analyze_trajectory(X, **kwargs) -> dict:
-    """trajectory_battery's record as plain JSON (its arguments): what `stats trajectory` writes before the window."""
-    return to_jsonable(trajectory_battery(X, **kwargs))
 
 
 def _finite(x) -> float | None:
@@ -331,9 +322,14 @@ def _estimate(r: EffectResult, **known) -> EffectResult:
                                _finite(r.pvalue), **known)
 
 
-def _key_effect(r: EffectResult, margin: tuple[float, float]) -> EffectResult:
-    """A key effect of the rule: the test's estimate with its margin."""
-    return _estimate(r, why_undefined=r.why_undefined, margin=tuple(margin), key=True)
+def _key_effect(r: EffectResult, margin: rule.KeyMargin) -> EffectResult:
+    """A key effect of the rule: the test's estimate with its margin (named by its test)."""
+    return _estimate(r, name=margin.test, why_undefined=r.why_undefined, margin=(margin.low, margin.high), key=True)
+
+
+def _clock_pairs(clocks) -> list[tuple[str, np.ndarray]]:
+    """(name, times) of each other clock: a {name: times} mapping or such pairs."""
+    return list(clocks.items() if isinstance(clocks, Mapping) else clocks)
 
 
 #: unit vectors whose norms differ from 1 by more than this are reported as rescaled (stored float16 captures of
@@ -354,7 +350,7 @@ def _sphere_normalisation(X: np.ndarray) -> SphereNormalisation:
                                note=note if rescaled else None)
 
 
-def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_level, alpha, n_resamples,
+def _exponent_on_clock(name, X, times, kind, labels, drift, hyperplane, confidence_level, alpha, n_resamples,
                        rng) -> EffectResult:
     """The MSD exponent of the same trajectory on another clock (a check on the choice of the primary one)."""
     boot = ClusterBootstrap(labels, n_resamples=n_resamples, rng=rng)
@@ -365,4 +361,5 @@ def _exponent_on_clock(X, times, kind, labels, drift, hyperplane, confidence_lev
         U = X / np.linalg.norm(X, axis=-1, keepdims=True)
         stat = S.cosine_law(U[None], times, S.span_dimension(U, hyperplane)[0], boot)[0]
     r = stat.result(0, confidence_level=confidence_level, alpha=alpha)
-    return EffectResult.effect(r.estimate, r.confidence_interval, r.tost_interval, why_undefined=r.why_undefined)
+    return EffectResult.effect(r.estimate, r.confidence_interval, r.tost_interval, why_undefined=r.why_undefined,
+                               name=name)

@@ -9,13 +9,13 @@ with the reason, including any undefined key effect (below a noise floor, too fe
 fewer than MIN_GROUPS groups of dependent walkers (one group cannot carry a cluster bootstrap: its walkers
 share one realisation of whatever moves them, so no spread between groups measures the uncertainty).
 
-`analyze_trajectory` (hence the calibration, which simulates through it) and the claims
+`trajectory_battery` (hence the calibration, which simulates through it) and the claims
 (stats/claims/claim3_brownian.py, re-applying it to stored effects) call the same `decide`.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Iterable, Mapping, NamedTuple
 
 import numpy as np
 
@@ -24,8 +24,7 @@ from brownformer.statsfile import RULE_VERDICTS, Decision, EffectResult
 from brownformer.stats.diffusion.battery_registry import KEY_EFFECTS, MARGIN_KEYS
 
 __all__ = ["MARGIN_KEYS", "KEY_EFFECTS", "MIN_TIME_POINTS", "MIN_GROUPS", "VERDICTS", "Effect", "decide", "decide_one",
-           "decide_results",
-           "margins_for", "shift_effect"]
+           "decide_results", "KeyMargin", "margins_for", "shift_effect"]
 
 VERDICTS = RULE_VERDICTS
 BROWNIAN, NOT_BROWNIAN, INCONCLUSIVE = VERDICTS
@@ -63,15 +62,23 @@ def shift_effect(e: Effect, bias: float, null_value: float, *, n_groups: int, al
     return Effect(est, lo, hi, p, e.why_undefined)
 
 
-def margins_for(margins: Mapping[str, tuple[float, float]], kind: str) -> dict[str, tuple[float, float]]:
-    """Test name -> (low, high) for the key effects of `kind`; ValueError naming a missing margin."""
-    out = {}
+class KeyMargin(NamedTuple):
+    """A key effect's equivalence margin: the test and its (low, high)."""
+
+    test: str
+    low: float
+    high: float
+
+
+def margins_for(margins: Mapping[str, tuple[float, float]], kind: str) -> tuple[KeyMargin, ...]:
+    """The margins of the key effects of `kind`, in KEY_EFFECTS' order; ValueError naming a missing margin."""
+    out = []
     for test in KEY_EFFECTS[kind]:
         key = MARGIN_KEYS[test]
         if key not in margins:
             raise ValueError(f"stats.margins has no {key!r} (needed by the Brownian rule for {test!r})")
-        out[test] = (float(margins[key][0]), float(margins[key][1]))
-    return out
+        out.append(KeyMargin(test, float(margins[key][0]), float(margins[key][1])))
+    return tuple(out)
 
 
 def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tuple[float, float]],
@@ -101,7 +108,7 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
                "variance to estimate; give the sidecar more groups (e.g. one per probe input) or independent walkers")
         return np.full(R, INCONCLUSIVE, dtype=object), [why] * R
     outside, undefined, overlap = ([[] for _ in range(R)] for _ in range(3))
-    for test, (lo, hi) in m.items():
+    for test, lo, hi in m:
         e = effects.get(test)
         if e is None:
             for r in range(R):
@@ -132,32 +139,20 @@ def decide(effects: Mapping[str, Effect], *, kind: str, margins: Mapping[str, tu
     return verdicts, reasons
 
 
-def decide_results(effects: Mapping[str, EffectResult], *, kind: str, margins: Mapping[str, tuple[float, float]],
+def decide_results(effects: Iterable[EffectResult], *, kind: str, margins: Mapping[str, tuple[float, float]],
                    alpha: float, n_times: int, n_groups: int | None = None, rule: str | None = None) -> Decision:
-    """`decide` on one trajectory's key effects (statsfile.EffectResult), taken once as a Decision at `alpha`."""
+    """`decide` on one trajectory's key effects (statsfile.EffectResult records carrying their test's name, e.g. a
+    file's `effects`), taken once as a Decision at `alpha`. This is also how the claims re-apply the calibrated rule
+    to per-file outputs (window_reading.window_effects)."""
     arr = lambda x: np.array([np.nan if x is None else float(x)])  # noqa: E731
-    eff = {test: Effect(arr(e.estimate), *(arr(v) for v in (e.tost_interval or (None, None))), arr(e.pvalue),
-                        str(e.why_undefined or "")) for test, e in effects.items()}
+    eff = {e.name: Effect(arr(e.estimate), *(arr(v) for v in (e.tost_interval or (None, None))), arr(e.pvalue),
+                          str(e.why_undefined or "")) for e in effects}
     verdicts, reasons = decide(eff, kind=kind, margins=margins, alpha=alpha, n_times=n_times, n_groups=n_groups)
     return Decision(str(verdicts[0]), reasons[0], rule=rule, alpha=alpha)
 
 
-def decide_one(effects: Mapping[str, dict], *, kind: str, margins: Mapping[str, tuple[float, float]],
+def decide_one(effects: Iterable[EffectResult], *, kind: str, margins: Mapping[str, tuple[float, float]],
                alpha: float, n_times: int, n_groups: int | None = None) -> tuple[str, str]:
-    """`decide` on one trajectory's stored effects ({test: {"estimate", "tost_interval", "pvalue"}}, JSON values of
-    brownformer.statsfile.EffectResult, "effect" layout).
-
-    This is how the claims re-apply the calibrated rule to per-file outputs.
-    """
-    def arr(x):
-        return np.array([np.nan if x is None else float(x)])
-
-    eff = {}
-    for test, v in effects.items():
-        if not isinstance(v, dict):
-            continue
-        ci = v.get("tost_interval") or [None, None]
-        eff[test] = Effect(arr(v.get("estimate")), arr(ci[0]), arr(ci[1]), arr(v.get("pvalue")),
-                           str(v.get("why_undefined") or ""))
-    verdicts, reasons = decide(eff, kind=kind, margins=margins, alpha=alpha, n_times=n_times, n_groups=n_groups)
-    return str(verdicts[0]), reasons[0]
+    """`decide_results`' (verdict, reason)."""
+    d = decide_results(effects, kind=kind, margins=margins, alpha=alpha, n_times=n_times, n_groups=n_groups)
+    return d.verdict, d.reason

@@ -36,14 +36,14 @@ def summary_text(result: BatteryStats | dict) -> str:
                  + (f" (undefined: {msd.why_undefined})" if msd.why_undefined else ""))
     lines.append("key effects, the intervals the verdict reads (all inside their margins: brownian; one outside: "
                  "not brownian; else inconclusive):")
-    for name, e in key_effects_on_window(r.effects, slopes).items():
-        if name in r.key_effects:
-            lines.append(f"  {name:<26} {_num(e.estimate)}{_interval(e.tost_interval)}"
+    for e in key_effects_on_window(r.effects, slopes):
+        if e.name in r.key_effects:
+            lines.append(f"  {e.name:<26} {_num(e.estimate)}{_interval(e.tost_interval)}"
                          + (f" {e.why_undefined}" if e.why_undefined else ""))
     cal = r.calibration
     if cal:  # calibration_for's row of the table at this shape
-        power = cal.power_lower or cal.power or {}
-        weakest = min(power.values()) if power else None
+        power = cal.power_lower or cal.power
+        weakest = min(p.value for p in power) if power else None
         lines.append(f"calibrated at this shape: size {_num(cal.size)} (upper bound {_num(cal.size_upper)}), "
                      f"weakest power {_num(weakest)}")
     else:

@@ -25,15 +25,16 @@ delta^2_i the time-averaged squared displacement per unit of clock over adjacent
 from __future__ import annotations
 
 import warnings
+from typing import NamedTuple
 
 import numpy as np
 
 from brownformer.stats.diffusion.battery import levels
 from brownformer.stats.sphere.sphere_battery import log_map
 from brownformer.stats.diffusion.trajectory_inputs import TrajectorySidecar
-from brownformer.statsfile import WalkerPositions, WalkerReading, WalkerType
+from brownformer.statsfile import Keyed, WalkerPositions, WalkerReading, WalkerType
 
-__all__ = ["token_types", "andi_diagnostics", "walker_reading", "row_quantiles", "VACF_STEPS"]
+__all__ = ["token_types", "Diagnostic", "andi_diagnostics", "walker_reading", "row_quantiles", "VACF_STEPS"]
 
 VACF_STEPS = (1, 2, 4)
 _QUANTILES = (0.05, 0.25, 0.5, 0.75, 0.95)
@@ -67,9 +68,17 @@ def _pair_sq(A: np.ndarray, B: np.ndarray, kind: str, k: int) -> np.ndarray:
     return sq / A.shape[-1] if kind == "euclidean" else 0.5 * sq / (k - 1)
 
 
+class Diagnostic(NamedTuple):
+    """One diagnostic of the module docstring (its name as files write it) for R trajectories: values (R,)."""
+
+    name: str
+    values: np.ndarray
+
+
 def andi_diagnostics(Xw: np.ndarray, tw: np.ndarray, *, kind: str, k: int, drift: str, ens_tau: np.ndarray,
-                     ens_curve: np.ndarray, n_walkers_total: int | None = None) -> dict[str, np.ndarray]:
-    """The diagnostics of the module docstring for R trajectories, each (R,).
+                     ens_curve: np.ndarray, n_walkers_total: int | None = None) -> tuple[Diagnostic, ...]:
+    """The diagnostics of the module docstring for R trajectories, each (R,), in the order files write them (eb,
+    ergodicity_ratio, ageing_ratio, vacf_q1/2/4, alpha2).
 
     Args:
         Xw: (R, Tw, N, d) the window's captures (from its start); tw: (Tw,) their clock.
@@ -84,13 +93,12 @@ def andi_diagnostics(Xw: np.ndarray, tw: np.ndarray, *, kind: str, k: int, drift
     dt = np.diff(tw)
     ta = (_pair_sq(Y[:, :-1], Y[:, 1:], kind, k) / dt[None, :, None]).mean(1)  # (R, N): time averages per unit clock
     with np.errstate(all="ignore"):
-        out = {"eb": ta.var(1) / ta.mean(1) ** 2}
+        out = [Diagnostic("eb", ta.var(1) / ta.mean(1) ** 2)]
         finite = np.isfinite(ens_curve) & (ens_curve > 0)
         ea_rate = np.where(finite, ens_curve * ens_tau, 0).sum(-1) / np.where(finite, ens_tau**2, 0).sum(-1)
-        out["ergodicity_ratio"] = ta.mean(1) / ea_rate
-    out["ageing_ratio"] = _ageing_ratio(Y, tw, kind, k, bridge, ens_tau, ens_curve)
-    for q in VACF_STEPS:
-        out[f"vacf_q{q}"] = _vacf(Y, tw, q)
+        out.append(Diagnostic("ergodicity_ratio", ta.mean(1) / ea_rate))
+    out.append(Diagnostic("ageing_ratio", _ageing_ratio(Y, tw, kind, k, bridge, ens_tau, ens_curve)))
+    out += [Diagnostic(f"vacf_q{q}", _vacf(Y, tw, q)) for q in VACF_STEPS]
     last = Y[:, -2] if (kind == "euclidean" and drift == "per_walker") else Y[:, -1]  # bridge end is pinned at 0
     if kind == "euclidean":
         disp, m = last - Y[:, 0], d
@@ -98,8 +106,8 @@ def andi_diagnostics(Xw: np.ndarray, tw: np.ndarray, *, kind: str, k: int, drift
         disp, m = log_map(Y[:, 0], last), k - 1
     r2 = np.einsum("rnd,rnd->rn", disp, disp).astype(np.float64)
     with np.errstate(all="ignore"):
-        out["alpha2"] = m * np.mean(r2**2, 1) / ((m + 2) * np.mean(r2, 1) ** 2) - 1
-    return out
+        out.append(Diagnostic("alpha2", m * np.mean(r2**2, 1) / ((m + 2) * np.mean(r2, 1) ** 2) - 1))
+    return tuple(out)
 
 
 def _ageing_ratio(Y, tw, kind, k, bridge, ens_tau, ens_curve) -> np.ndarray:
@@ -221,10 +229,8 @@ def walker_reading(alpha: np.ndarray, rate: np.ndarray, null_alpha: np.ndarray, 
     rates = "spread" if np.isfinite(spread) and spread > spread_limit else "homogeneous"
     why += (f"; rates {rates}: interquartile range of log10 rate {spread:.2f} (Brownian motion at one rate: "
             f"up to {spread_limit:.2f})")
-    by_type = {}
-    for t in dict.fromkeys(types.tolist()):
-        sel = types == t
-        by_type[t] = WalkerType(int(sel.sum()), _quantiles(alpha[sel]), _quantiles(rate[sel]))
+    by_type = Keyed.of(WalkerType(int((types == t).sum()), _quantiles(alpha[types == t]), _quantiles(rate[types == t]),
+                                  token_type=t) for t in dict.fromkeys(types.tolist()))
     by_position = None
     if positions is not None:
         P = int(positions.max()) + 1

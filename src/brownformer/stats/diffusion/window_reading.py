@@ -32,8 +32,8 @@ from brownformer.stats.diffusion.local_slope import (MIN_WINDOW_POINTS, FittingW
 from brownformer.stats.diffusion.rule import Effect
 from brownformer.stats.diffusion.simulate import simulate_batch
 from brownformer.stats.sphere.replica_null import simulate_null
-from brownformer.stats.diffusion.walkers import andi_diagnostics, row_quantiles, token_types, walker_reading
-from brownformer.statsfile import (Curvature, EffectResult, EnsembleExponent, Envelope, LocalSlopes, SlopeWindow,
+from brownformer.stats.diffusion.walkers import Diagnostic, andi_diagnostics, row_quantiles, token_types, walker_reading
+from brownformer.statsfile import (Curvature, EffectResult, EnsembleExponent, Envelope, Keyed, LocalSlopes, SlopeWindow,
                                    WalkerDiagnostic, WalkerReading, WindowRuleNull, WindowSpec)
 
 __all__ = ["window_reading", "window_effects", "window_classification", "window_classification_of",
@@ -124,7 +124,7 @@ class WindowBatch:
     D: np.ndarray
     local: np.ndarray
     walker: WalkerSlopes
-    diag: dict
+    diag: tuple[Diagnostic, ...]
     full: np.ndarray | None = None
     derived: dict = field(default_factory=dict)
 
@@ -370,9 +370,9 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     types, positions = token_types(meta, labels.size)
     walkers = walker_reading(data.walker.alpha[0], data.walker.rate[0], null.walker.alpha,
                              null.walker.rate, types=types, positions=positions, mixed_share=w["mixed_share"])
-    walkers = replace(walkers, diagnostics={name: WalkerDiagnostic(float(v[0]), [float(q) for q in np.nanquantile(
-        null.diag[name], [0.025, 0.5, 0.975])] if np.isfinite(null.diag[name]).any() else None)
-        for name, v in data.diag.items()})
+    walkers = replace(walkers, diagnostics=Keyed.of(WalkerDiagnostic(float(v[0]), [float(q) for q in np.nanquantile(
+        nv, [0.025, 0.5, 0.975])] if np.isfinite(nv).any() else None, name=name)
+        for (name, v), (_, nv) in zip(data.diag, null.diag)))
     flat = float(w["flat_margin"])
     cls, desc = _classify(effect, (curv[0], *curv[2]), early, late, walkers.reading, margin=margin,
                           flat_margin=flat, alpha=alpha)
@@ -393,22 +393,27 @@ def window_reading(X: np.ndarray, times, *, kind: str, labels: np.ndarray, k: in
     return WindowReading(block, walkers, spec)
 
 
-def key_effects_on_window(effects: Mapping[str, EffectResult], slopes: LocalSlopes | None) -> dict[str, EffectResult]:
-    """Key effects with the MSD exponent replaced by the window exponent (the effect the claim-3 verdict rests on);
-    unchanged without a window block."""
-    if slopes is None or "msd_exponent" not in effects:
-        return dict(effects)
-    return {**effects, "msd_exponent": replace(slopes.effect, key=True)}
+def key_effects_on_window(effects: Keyed, slopes: LocalSlopes | None) -> Keyed:
+    """Key effects (EffectResults by test) with the MSD exponent replaced by the window exponent (the effect the
+    claim-3 verdict rests on); unchanged without a window block."""
+    return effects if slopes is None else _on_window(effects, slopes.effect)
 
 
-def window_effects(result: dict) -> dict:
-    """A per-file output's key effects with the MSD exponent replaced by the window exponent (the effect the
-    claim-3 verdict rests on); unchanged when the file has no window block (a stats output from before it)."""
-    effects = dict(result.get("effects") or {})
+def window_effects(result: Mapping) -> Keyed:
+    """key_effects_on_window on a per-file output read as JSON (its "effects" and the window's effect, parsed here);
+    a file without a window block (a stats output from before it) keeps its full-range MSD exponent."""
+    effects = _parse_effects(result.get("effects") or {}, "effects")
     win = result.get("local_slopes")
-    if isinstance(win, dict) and isinstance(win.get("effect"), dict) and "msd_exponent" in effects:
-        effects["msd_exponent"] = {**win["effect"], "key": True}
-    return effects
+    if not (isinstance(win, Mapping) and isinstance(win.get("effect"), Mapping)):
+        return effects
+    return _on_window(effects, EffectResult.effect_from_dict(win["effect"], "local_slopes.effect"))
+
+
+_parse_effects = Keyed.parser(EffectResult.effect_from_dict)
+
+
+def _on_window(effects: Keyed, window_effect: EffectResult) -> Keyed:
+    return Keyed.of(replace(window_effect, key=True, name=e.name) if e.name == "msd_exponent" else e for e in effects)
 
 
 def window_classification(result: dict) -> str | None:

@@ -18,7 +18,7 @@ import numpy as np
 
 from brownformer.stats.diffusion.brownian import trajectory_battery
 from brownformer.stats.diffusion.trajectory_inputs import BatteryInputs, TrajectorySidecar, battery_inputs
-from brownformer.statsfile import BatteryStats, Decision, EffectResult, LocalSlopes, MomentumBias
+from brownformer.statsfile import BatteryStats, Decision, EffectResult, Keyed, LocalSlopes
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,13 @@ def trajectory_result(X: np.ndarray, meta: TrajectorySidecar | dict, *, stats, c
     return _on_window(battery, X, meta, inputs, stats, min_lag_steps)
 
 
-def _check_clocks(meta: TrajectorySidecar, T: int) -> dict:
-    clocks = {}
+def _check_clocks(meta: TrajectorySidecar, T: int) -> list[tuple[str, np.ndarray]]:
+    """(name, times) of the sidecar's other clocks that can time this file (T increasing values)."""
+    clocks = []
     for name, values in (meta.clocks or {}).items():
         t = np.asarray(values, float)
         if name != meta.time and t.shape == (T,) and np.all(np.diff(t) > 0):
-            clocks[name] = t
+            clocks.append((name, t))
     return clocks
 
 
@@ -79,24 +80,24 @@ def momentum_captures(X: np.ndarray, meta: TrajectorySidecar | dict, stats) -> t
     return X[keep], replace(meta, times=[meta.times[i] for i in keep], clocks=clocks)
 
 
-def _momentum_shifted(effects: dict[str, EffectResult], bias: dict[str, MomentumBias], *, n_groups: int,
-                      alpha: float) -> dict[str, EffectResult]:
-    """Stored key effects less what momentum alone gives them (brownian.momentum_bias, the block's
-    "momentum_bias"), through the rule's rule.shift_effect (the raw values are the shifted ones plus that bias)."""
+def _momentum_shifted(effects: Keyed, bias: Keyed, *, n_groups: int, alpha: float) -> Keyed:
+    """Stored key effects (EffectResults by test) less what momentum alone gives them (brownian.momentum_bias's
+    MomentumBias records, the block's "momentum_bias"), through the rule's rule.shift_effect (the raw values are the
+    shifted ones plus that bias)."""
     from brownformer.stats.diffusion.rule import Effect, shift_effect
-    out = dict(effects)
     arr = lambda v: np.array([np.nan if v is None else float(v)])  # noqa: E731
-    for name, b in bias.items():
-        e = out.get(name)
-        if name == "msd_exponent" or e is None or e.estimate is None:
-            continue
+
+    def shifted(e: EffectResult) -> EffectResult:
+        b = bias.get(e.name)
+        if b is None or e.name == "msd_exponent" or e.estimate is None:
+            return e
         lo, hi = e.tost_interval or (None, None)
         s = shift_effect(Effect(arr(e.estimate), arr(lo), arr(hi), arr(e.pvalue)), b.bias, b.null_value,
                          n_groups=n_groups, alpha=alpha)
         ci = tuple(None if v is None else float(v) - b.bias for v in e.confidence_interval or (None, None))
-        out[name] = replace(e, estimate=float(s.estimate[0]), tost_interval=(float(s.tost_low[0]), float(s.tost_high[0])),
-                            confidence_interval=ci, pvalue=float(s.pvalue[0]))
-    return out
+        return replace(e, estimate=float(s.estimate[0]), tost_interval=(float(s.tost_low[0]), float(s.tost_high[0])),
+                       confidence_interval=ci, pvalue=float(s.pvalue[0]))
+    return Keyed.of(shifted(e) for e in effects)
 
 
 def _read_window(battery: BatteryStats, X: np.ndarray, meta: TrajectorySidecar, inputs: BatteryInputs, stats, min_lag_steps: int):
@@ -141,10 +142,10 @@ def _on_window(full: BatteryStats, X: np.ndarray, meta: TrajectorySidecar, input
     spec = reading.spec if reading is not None else None
     bias = None
     if spec is not None and spec.carries_physics and slopes.effect.estimate is not None:
-        bias = {name: MomentumBias(b, nv) for name, (b, nv) in momentum_bias(
+        bias = momentum_bias(
             full.times, spec, sub_labels, d=X.shape[-1], kind=full.kind, k=full.span_dimension,
             hyperplane=full.hyperplane, drift=inputs.drift if full.kind == "euclidean" else "none",
-            margins=dict(stats.margins), alpha=stats.alpha, n_resamples=stats.n_resamples).items()}
+            margins=dict(stats.margins), alpha=stats.alpha, n_resamples=stats.n_resamples)
         slopes = replace(slopes, momentum_bias=bias)
     shape = full.calibration_shape
     if spec is not None:  # its id and geometry cover the window

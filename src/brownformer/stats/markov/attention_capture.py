@@ -11,7 +11,7 @@ import numpy as np
 
 from brownformer.stats.core.bootstrap import ClusterBootstrap
 from brownformer.stats.markov.markov_chain import QUANTITIES, analyze_attention, broadcast_features
-from brownformer.statsfile import AttentionStats, InitComparison, PairedDifference, QuantityAggregates
+from brownformer.statsfile import AttentionStats, InitComparison, Keyed, PairedDifference, QuantityAggregates
 
 __all__ = ["null_subsample", "paired_difference", "exact_vmf_alternative", "summary_text", "MAX_NULL_MATRICES",
            "INIT_QUANTITIES"]
@@ -38,7 +38,7 @@ def paired_difference(cur: AttentionStats, init: AttentionStats, shape: list, *,
     position (layer, head, input); cluster-bootstrap t-interval over probe inputs (axis -3 of the
     attention, stats/core/bootstrap.py) at stats.confidence_level."""
     lead = tuple(shape[:-2])
-    out = {}
+    out = []
     for q in INIT_QUANTITIES:
         cur_values, init_values = cur.per_matrix.get(q), init.per_matrix.get(q)
         if cur_values is None or init_values is None:
@@ -61,9 +61,9 @@ def paired_difference(cur: AttentionStats, init: AttentionStats, shape: list, *,
             boot = ClusterBootstrap(np.arange(units.size), n_resamples=stats.n_resamples, rng=stats.seed)
             lo, hi = boot.estimate(units[:, None], lambda m: m[..., 0]).interval(stats.confidence_level)
             ci = [float(lo[0]), float(hi[0])]
-        out[q] = PairedDifference(capture_mean=float(np.nanmean(a)), init_mean=float(np.nanmean(b)), difference=est,
-                                  confidence_interval=ci, n_units=int(units.size))
-    return InitComparison(quantities=out, unit="probe input" if len(lead) >= 2 else "matrix",
+        out.append(PairedDifference(capture_mean=float(np.nanmean(a)), init_mean=float(np.nanmean(b)), difference=est,
+                                    confidence_interval=ci, n_units=int(units.size), quantity=q))
+    return InitComparison(quantities=Keyed.of(out), unit="probe input" if len(lead) >= 2 else "matrix",
                           method="mean of paired per-matrix differences (capture - step 0); cluster-bootstrap "
                                  "t-interval over units")
 

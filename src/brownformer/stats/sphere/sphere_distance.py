@@ -142,15 +142,15 @@ def _cluster_labels(N: int, n_inputs: int | None, n_tokens: int | None, max_clus
     return labels, unit
 
 
-def _geometry_stats(m: np.ndarray, d: int) -> dict[str, np.ndarray]:
-    """Per-layer statistics from cluster-mean features m (..., L, 7 + d) (see `sphere_geometry`)."""
+def _geometry_stats(m: np.ndarray, d: int) -> GeometryLayers:
+    """Per-layer statistics from cluster-mean features m (..., L, 7 + d) (see `sphere_geometry`), each (..., L)."""
     c = m[..., 0]
     r, r2 = m[..., 1] / c, m[..., 2] / c
     with np.errstate(invalid="ignore", divide="ignore"):
-        return {"fraction_on_sphere": m[..., 4] / c, "radius_mean": r,
-                "radius_cv": np.sqrt(np.clip(r2 - r * r, 0.0, None)) / r,
-                "mean_offset": np.linalg.norm(m[..., 7:] / c[..., None], axis=-1) / np.sqrt(d),
-                "sum_abs_mean": m[..., 3] / c}
+        return GeometryLayers(fraction_on_sphere=m[..., 4] / c, radius_mean=r,
+                              radius_cv=np.sqrt(np.clip(r2 - r * r, 0.0, None)) / r,
+                              mean_offset=np.linalg.norm(m[..., 7:] / c[..., None], axis=-1) / np.sqrt(d),
+                              sum_abs_mean=m[..., 3] / c)
 
 
 def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | None = None, n_tokens: int | None = None,
@@ -204,10 +204,11 @@ def sphere_geometry(z, *, margins: Mapping = DEFAULT_MARGINS, n_inputs: int | No
     a = (1 - confidence_level) / 2
     per_layer, pooled = {}, {}
     for q in GEOMETRY_QUANTITIES:
-        lo, hi = (np.nanquantile(reps[q], [a, 1 - a], axis=0) if G > 1 else (point[q], point[q]))
-        per_layer[q] = LayerValues(*(to_jsonable(v) for v in (point[q], lo, hi)))
-        plo, phi = (np.nanquantile(reps[q].mean(-1), [a, 1 - a]) if G > 1 else (point[q].mean(),) * 2)
-        pooled[q] = PooledValue(to_jsonable(float(point[q].mean())), to_jsonable([float(plo), float(phi)]))
+        est, rep = getattr(point, q), getattr(reps, q)
+        lo, hi = (np.nanquantile(rep, [a, 1 - a], axis=0) if G > 1 else (est, est))
+        per_layer[q] = LayerValues(*(to_jsonable(v) for v in (est, lo, hi)))
+        plo, phi = (np.nanquantile(rep.mean(-1), [a, 1 - a]) if G > 1 else (est.mean(),) * 2)
+        pooled[q] = PooledValue(to_jsonable(float(est.mean())), to_jsonable([float(plo), float(phi)]))
     centred = z - z.mean(1, keepdims=True)
     qs = [0.01, 0.5, 0.99]
     levels = tuple(str(q) for q in qs)
