@@ -142,7 +142,7 @@ def _reason_differs_in_seconds_only(a: Path, b: Path, path: str) -> bool:
         return d
     try:
         u, v = get(json.loads(a.read_text())), get(json.loads(b.read_text()))
-    except (KeyError, IndexError, TypeError):
+    except (KeyError, IndexError, TypeError, ValueError):  # a path that is not one value (a list's length)
         return False
     if not (isinstance(u, str) and isinstance(v, str)):
         return False
