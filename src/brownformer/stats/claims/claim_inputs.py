@@ -20,7 +20,7 @@ from brownformer.statsfile import (AffineMap, AttentionStats, ByQuantity, Effect
                                    HeadKernels, LayerValues, NullModels, QuantityAggregates, ShapeCalibration,
                                    SphereSummary)
 
-__all__ = ["view", "shape_id", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
+__all__ = ["view", "shape_id", "SizeBounds", "Exponent", "WindowNull", "WindowReading", "FileCalibration", "TrajectoryFile",
            "trajectory_files"]
 
 T = TypeVar("T")
@@ -117,8 +117,22 @@ def shape_id(shape: Mapping | None) -> str | None:
     return view(_Identified, shape).id if shape else None
 
 
+class SizeBounds:
+    """What a calibration's size reads as when claims pool it (a file's `FileCalibration`, a level's
+    `details.WorstCalibration`): needs the fields `size`, `size_upper`, `shape`."""
+
+    @property
+    def upper(self) -> float:
+        """The size's upper bound (the size itself for a table without bounds)."""
+        return self.size if self.size_upper is None else self.size_upper
+
+    @property
+    def shape_id(self) -> str | None:
+        return shape_id(self.shape)
+
+
 @dataclass(frozen=True)
-class FileCalibration:
+class FileCalibration(SizeBounds):
     """The rule's size and power at a file's exact shape (shapes.calibration_for), with its fitted null beside it;
     also a run's or claim's least favourable calibration (`claim3_brownian._worst_calibration`)."""
     shape: dict
@@ -149,14 +163,6 @@ class FileCalibration:
                    size_upper=cal.size_upper, power_lower={p.key: p.value for p in cal.power_lower},
                    power_n_replicates=cal.power_n_replicates, fitted=fitted, raw=raw)
 
-    @property
-    def upper(self) -> float:
-        """The size's upper bound (the size itself for a table without bounds)."""
-        return self.size if self.size_upper is None else self.size_upper
-
-    @property
-    def shape_id(self) -> str | None:
-        return shape_id(self.shape)
 
 
 @dataclass(frozen=True)

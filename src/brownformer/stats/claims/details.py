@@ -21,7 +21,7 @@ from brownformer.io import to_jsonable
 from brownformer.statsfile import Decision, EffectResult
 from brownformer.verdicts import ClaimDetails, NoDetails
 
-from .claim_inputs import shape_id
+from .claim_inputs import SizeBounds
 from .comparison_records import (SECONDS, STEPS, KMMedian, MedianRatio, RuleErrorSummary, TargetLevel,
                                  records_of)
 
@@ -565,7 +565,7 @@ class RuleCalibration(ClaimDetails):
 
 
 @dataclass(frozen=True)
-class WorstCalibration(ClaimDetails):
+class WorstCalibration(SizeBounds, ClaimDetails):
     """Claim 3, a run's, optimizer's or claim's least favourable calibration over its files' shapes
     (claim3_brownian._worst_calibration): the largest size under either null, the smallest power and power bound
     (alternative -> rate), the worst fitted size and how many files had a fitted null."""
@@ -587,15 +587,6 @@ class WorstCalibration(ClaimDetails):
     #: read like a file's calibration (claim_inputs.FileCalibration) when the next level pools it: no fitted null
     #: of its own (its fitted sizes are `size_fitted`)
     fitted = None
-
-    @property
-    def upper(self) -> float:
-        """The size's upper bound (the size itself for a table without bounds)."""
-        return self.size if self.size_upper is None else self.size_upper
-
-    @property
-    def shape_id(self) -> str | None:
-        return shape_id(self.shape)
 
 
 # --- reading --------------------------------------------------------------------------------------------------------
