@@ -14,7 +14,7 @@ import yaml
 from brownformer.cli import main
 from brownformer.config import ConfigError, from_dict
 from brownformer.tuning.quasi_random import (EDGE, PROBE_STEP, edge_probes, edge_status, halton_points,
-                                             probed_status, quasi_random_search, smoothed_scores, unit_to_value)
+                                             probe_beats_winner, probed_status, quasi_random_search, smoothed_scores, unit_to_value)
 from brownformer.tuning.search import Outcome
 from brownformer.tuning.space import Knob, optimizer_settings, tuning_config
 
@@ -40,8 +40,11 @@ def test_points_are_deterministic_and_fill_the_cube_evenly():
         assert counts.min() >= 7 and counts.max() <= 9
 
 
-def _outcome(score: float) -> Outcome:
-    return Outcome(score, 0.0, True, ({"reached": True},))
+def _outcome(score: float, seeds: tuple[int, ...] = (100, 101, 102), noise: tuple[float, ...] = (0.0, 0.0, 0.0)) -> Outcome:
+    """A trial that reached the target on every seed at ``score + noise[seed]`` steps (mean ``score`` for zero-mean
+    noise)."""
+    rows = tuple({"seed": s, "reached": True, "steps": score + e, "censored_at": 405.0} for s, e in zip(seeds, noise))
+    return Outcome(score, 0.0, True, rows)
 
 
 def test_every_optimizer_gets_the_same_number_of_trials():
@@ -104,7 +107,7 @@ def _status_of_a_winner_at(u: float, optimum_lr: float) -> list[str]:
     bowl = _bowl(optimum_lr)
     winner = {"lr": unit_to_value(LR, u)}
     probes = [dataclasses.replace(p, outcome=_outcome(bowl(p.settings))) for p in edge_probes([LR], (u,), winner)]
-    return probes, probed_status([LR], (u,), probes, smoothed_best=bowl(winner))
+    return probes, probed_status([LR], (u,), probes, _outcome(bowl(winner)), resolution=5.0)
 
 
 def test_a_winner_whose_optimum_lies_beyond_the_range_is_on_the_edge():
@@ -124,13 +127,48 @@ def test_the_search_recovers_an_optimum_beyond_the_range_as_an_edge():
     u = trials[best][0]
     probes = [dataclasses.replace(p, outcome=_outcome(bowl(p.settings)))
               for p in edge_probes([LR], u, trials[best][1])]
-    status = probed_status([LR], u, probes, float(smooth[best]))
+    status = probed_status([LR], u, probes, trials[best][2], resolution=5.0)
     assert len(probes) == 1 and status == ["edge"]  # the lowest of the 24 points sits at u = 0.037
     assert trials[best][1]["lr"] == min(t[1]["lr"] for t in trials)  # the lowest lr tried wins
 
 
 def test_a_face_at_the_natural_limit_is_a_bound():
-    assert probed_status([WARMUP], (0.01,), [], smoothed_best=100.0) == ["bound"]
+    assert probed_status([WARMUP], (0.01,), [], _outcome(100.0), resolution=5.0) == ["bound"]
+
+
+def test_a_probe_that_ties_or_loses_to_its_winner_is_never_an_edge():
+    """The defect of the smoothed comparator (tuning of 2026-12-01): a probe at 91.7 or 103.3 steps against a
+    winner's own 88.3 or 103.3 was "edge" because the winner's smoothed score was 93.9 or 130.6."""
+    winner = _outcome(88.33, noise=(1.67, -8.33, 6.67))  # 90, 80, 95
+    probe = _outcome(91.67, noise=(-1.67, -11.67, 13.33))  # 90, 80, 105
+    assert not probe_beats_winner(probe, winner, resolution=5.0)
+    assert not probe_beats_winner(_outcome(103.3), _outcome(103.3), resolution=5.0)
+
+
+def test_a_probe_better_on_every_seed_by_more_than_the_noise_is_an_edge():
+    winner = _outcome(120.0, noise=(5.0, -5.0, 0.0))
+    assert probe_beats_winner(_outcome(90.0, noise=(5.0, -5.0, 0.0)), winner, resolution=5.0)  # 30 on each seed
+    assert probe_beats_winner(_outcome(90.0, noise=(10.0, -5.0, 0.0)), winner, resolution=5.0)  # 25-35: t = 10.4
+
+
+def test_a_gain_inside_the_seed_noise_or_below_the_grid_is_not_an_edge():
+    winner = _outcome(120.0)
+    # mean gain 20 but one seed loses by 40: t = 20 / (52 / sqrt 3) = 0.67 < t_0.95,2 = 2.92
+    assert not probe_beats_winner(_outcome(100.0, noise=(-30.0, -30.0, 60.0)), winner, resolution=5.0)
+    assert not probe_beats_winner(_outcome(117.0), winner, resolution=5.0)  # 3 steps < one 5-step interval
+
+
+def test_a_censored_seed_counts_at_its_censoring_time():
+    winner = _outcome(300.0)
+    probe = Outcome(0.0, 0.0, True, tuple({"seed": s, "reached": False, "steps": math.nan, "censored_at": 405.0}
+                                          for s in (100, 101, 102)))
+    assert not probe_beats_winner(probe, winner, resolution=5.0)  # never reached: 405 > 300 on every seed
+    assert probe_beats_winner(winner, Outcome(405.0, 0.0, True, probe.seeds), resolution=5.0)
+
+
+def test_a_probe_with_no_shared_seed_is_an_error():
+    with pytest.raises(ValueError, match="share no tuning seed"):
+        probe_beats_winner(_outcome(1.0, seeds=(1, 2, 3)), _outcome(2.0), resolution=5.0)
 
 
 def test_betas_are_two_knobs_of_one_pair():

@@ -18,24 +18,33 @@ nearness to a face says nothing about where the optimum lies, and widening the r
 to a new face (benchmarks/results/tuning_kfac_widened.md). So each such knob is probed: the winner's setting
 with that knob moved :data:`PROBE_STEP` beyond the face (unit coordinate -0.1 or 1.1, the range's own scale
 extrapolated), trained on the same tuning seeds. The knob is "edge" (the range should be widened) when the probe
-scores better than the winner's smoothed score, "inside" otherwise; "bound" when the face is the knob's natural
-limit (a linear knob starting at 0: no negative warm-up). The probes are diagnostics: they never replace the
-winner, so every optimizer's search keeps the same number of trials. Comparing with the smoothed score rather
-than the winner's own (selected, so optimistically low) score makes "edge" the easier call.
+beats the winner's own runs by more than the seeds' noise (:func:`probe_beats_winner`: paired over the tuning
+seeds, mean gain at least one evaluation interval and a one-sided paired t-test at :data:`PROBE_ALPHA`),
+"inside" otherwise; "bound" when the face is the knob's natural limit (a linear knob starting at 0: no negative
+warm-up). The probes are diagnostics: they never replace the winner, so every optimizer's search keeps the same
+number of trials.
+
+Why the winner's own runs and not its smoothed score (the comparator until 2026-12-06): a probe's score is one
+setting's raw mean, the smoothed score a mean over three settings, 6-27 steps above the winner's own in the
+tuning of 2026-12-01; so a probe that tied or lost to the winner on every seed was still "better", and three
+knobs were called "edge" on probes no better than the winner (benchmarks/results/tuning_issue31_final.md).
+Like is compared with like: the same seeds, the same setting but for the one knob.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.stats import qmc
+from scipy.stats import qmc, t as student_t
 
-from .search import Outcome
+from .search import Outcome, capped_time
 from .space import Knob
 
 __all__ = ["NEIGHBOURS", "EDGE", "PROBE_STEP", "unit_to_value", "halton_points", "smoothed_scores",
-           "quasi_random_search", "edge_status", "EdgeProbe", "edge_probes", "probed_status"]
+           "quasi_random_search", "edge_status", "EdgeProbe", "edge_probes", "probe_beats_winner", "probed_status",
+           "PROBE_ALPHA"]
 
 #: nearest trials averaged into a trial's smoothed score (with itself: 3 settings x the tuning seeds)
 NEIGHBOURS = 2
@@ -43,6 +52,8 @@ NEIGHBOURS = 2
 EDGE = 0.05
 #: how far beyond a face (unit coordinates) an edge winner's knob is probed
 PROBE_STEP = 0.1
+#: one-sided level of the paired t-test that calls a probe better than its winner (beyond the seeds' noise)
+PROBE_ALPHA = 0.05
 
 
 def unit_to_value(knob: Knob, u: float) -> float:
@@ -125,16 +136,39 @@ def edge_probes(knobs: Sequence[Knob], point: Sequence[float], values: dict) -> 
     return probes
 
 
+def probe_beats_winner(probe: Outcome, winner: Outcome, *, resolution: float) -> bool:
+    """Whether a probe reaches the target faster than its winner beyond the noise of the tuning seeds.
+
+    Paired over the seeds both ran (matched by seed), with ``d_s`` the winner's time to the target minus the
+    probe's (censored runs at their ``censored_at``, as the score counts them): better when the mean gain
+    ``mean(d)`` is at least ``resolution`` (one evaluation interval: the grid cannot see less) and a one-sided
+    paired t-test rejects "no gain", ``mean(d) / (sd(d) / sqrt(n)) > t_{1 - PROBE_ALPHA, n - 1}`` (an equal gain
+    on every seed, ``sd(d) = 0``, passes). With one seed only the resolution applies.
+    """
+    mine = {r["seed"]: capped_time(r) for r in winner.seeds}
+    pairs = [(mine[r["seed"]], capped_time(r)) for r in probe.seeds if r["seed"] in mine]
+    if not pairs:
+        raise ValueError("a probe and its winner share no tuning seed; they cannot be compared")
+    gain = np.array([w - p for w, p in pairs])
+    mean = float(gain.mean())
+    if mean < resolution:
+        return False
+    if len(gain) < 2:
+        return True
+    se = float(gain.std(ddof=1)) / math.sqrt(len(gain))
+    return se == 0.0 or mean / se > float(student_t.ppf(1 - PROBE_ALPHA, len(gain) - 1))
+
+
 def probed_status(knobs: Sequence[Knob], point: Sequence[float], probes: Sequence[EdgeProbe],
-                  smoothed_best: float) -> list[str]:
+                  winner: Outcome, *, resolution: float) -> list[str]:
     """Per knob of a winner: "inside", "bound" or "edge" (module docstring), from its trained probes."""
-    scores = {p.knob: p.outcome.score for p in probes}
+    outcomes = {p.knob: p.outcome for p in probes}
     out = []
     for knob, status in zip(knobs, edge_status(point)):
         if status == "inside":
             out.append("inside")
-        elif knob.key not in scores:
+        elif knob.key not in outcomes:
             out.append("bound")
         else:
-            out.append("edge" if scores[knob.key] < smoothed_best else "inside")
+            out.append("edge" if probe_beats_winner(outcomes[knob.key], winner, resolution=resolution) else "inside")
     return out

@@ -73,7 +73,7 @@ def tune_pair(raw: dict, model: str, optimizer: str, tc: TuningConfig, start: di
         trials = [(u, optimizer_settings(values, base), outcome) for u, values, outcome in done]
         probes = tuple(dataclasses.replace(p, outcome=evaluate_at(p.settings))
                        for p in edge_probes(knobs, done[best][0], done[best][1]))
-        status = probed_status(knobs, done[best][0], probes, float(smooth[best]))
+        status = probed_status(knobs, done[best][0], probes, done[best][2], resolution=tc.eval_every)
         return PairResult(model, optimizer, knobs, start, trials, best, status, time.perf_counter() - t0,
                           smoothed=[float(x) for x in smooth], probes=probes)
 

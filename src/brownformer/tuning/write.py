@@ -204,7 +204,8 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
         "## Chosen settings", "", pd.DataFrame(chosen).to_markdown(index=False, floatfmt=".4g"), "",
         "## Edge probes", "",
         "A winner's knob within 5% of a face of its range, trained again beyond the face (tuning/quasi_random.py): "
-        "'edge' if the probe scores better than the winner's smoothed score (widen the range), else 'inside'.", "",
+        "'edge' if the probe beats the winner's own runs beyond the tuning seeds' noise (paired by seed: mean gain at "
+        "least one evaluation interval and a one-sided paired t-test at 5%; widen the range), else 'inside'.", "",
         pd.DataFrame(probes).to_markdown(index=False, floatfmt=".4g") if probes else "No winner has a knob near a "
         "face that is not its natural limit.", "",
         "## Every trial", "",

@@ -159,6 +159,15 @@ CLAIM_RULE_HISTORY = {
          "with the absolute rule vit-post's post-LN MLPs took steps the size of their weights and died by step 10; "
          "found and measured on seeds 100-101 and 900-903 (benchmarks/results/kfac_damping_vitpost.md), never on "
          "the evaluation seeds 0-7 or 1000-1007; the baselines' 16-trial tuning is unchanged"),
+        ("the edge probes compared with the winner's own runs: 'edge' only if the probe beats them beyond the tuning "
+         "seeds' noise (paired by seed: mean gain at least one evaluation interval, 5 steps, and a one-sided paired "
+         "t-test at 5%); then a fresh tuning of every optimizer, tuning.search_seed 1 (new scrambled-Halton points), "
+         "the same 16 trials, ranges, tuning seeds and selection; the `tuned:` block rewritten from it and the "
+         "evaluation rerun at both seed offsets", "after data", "edge comparator", "2026-12-06",
+         "the smoothed comparator (a mean over three settings, 6-27 steps above the winner's own score) called 3 "
+         "knobs 'edge' on probes that tied or lost to their winner on the same seeds (tuning_issue31_final.md); the "
+         "comparator and the new search seed were committed before the fresh tuning ran; the evaluation at the "
+         "previous settings had been seen (vit-pre supported, vit-post inconclusive), so this is marked after data"),
     ),
 }
 
