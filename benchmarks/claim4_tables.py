@@ -6,7 +6,8 @@ ratio to every baseline, side by side for several runs (e.g. seed offsets 0 and 
 
 Everything printed is read from the files through the project's reader (`verdicts.read_claims` with the typed
 per-claim details: the claim's per-model details: Kaplan-Meier medians with their
-censoring, the AFT log-rank ratio intervals and one-sided p-values, the simulated error rates of the rule at each
+censoring, the AFT log-rank point estimates of the ratios with their intervals and one-sided p-values, the ratios of
+KM medians beside them, the simulated error rates of the rule at each
 comparison's shape, the per-model verdict and reason); nothing is recomputed.
 """
 from __future__ import annotations
@@ -28,7 +29,7 @@ def _ratio_text(r) -> str:
     lo, hi = r.confidence_interval
     hi_text = "inf" if hi is None else f"{hi:.3g}"
     lo_text = "0" if lo is None else f"{lo:.3g}"
-    return f"{r.text} [{lo_text}, {hi_text}], p {r.pvalue:.3g}"
+    return f"{r.text} [{lo_text}, {hi_text}] (KM {r.km_median_ratio_text}), p {r.pvalue:.3g}"
 
 
 def model_tables(label: str, claims: ClaimsFile) -> list[str]:
@@ -43,7 +44,8 @@ def model_tables(label: str, claims: ClaimsFile) -> list[str]:
         rates = det.rule_error_rates.per_baseline if det.rule_error_rates else {}  # none when nothing decided
         lines += [f"#### {model}: **{rec.verdict}** (target {det.metric} {det.target})", "", rec.reason, "",
                   "| target level | " + " | ".join(f"KM median steps {o}" for o in optimizers) + " | "
-                  + " | ".join(f"{det.proposed} / {b} [95% CI], p(ratio >= margin)" for b in det.baselines)
+                  + " | ".join(f"{det.proposed} / {b}: AFT estimate [95% CI] (ratio of KM medians), p(ratio >= margin)"
+                               for b in det.baselines)
                   + " | best baseline |",
                   "|---" * (len(optimizers) + len(det.baselines) + 2) + "|"]
         for level, lv in sorted(det.levels.items(), key=lambda kv: float(kv[0])):

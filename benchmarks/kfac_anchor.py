@@ -13,7 +13,8 @@ Protocol (one run, same seeds for every optimizer; the tuning's own machinery, b
   every setting runs all its seeds (one parallel job per optimizer and setting; the table is rewritten as each ends);
 - the chosen setting per optimizer is the one with the smallest restricted mean steps to the target
   over the seeds (brownformer.tuning.search.outcome_of), then its per-seed steps, Kaplan-Meier median
-  and the ratio of medians to AdamW and to kfac-pytorch with a bootstrap interval (stats/comparison/survival.py).
+  and the time ratio to AdamW and to kfac-pytorch: the AFT log-rank point estimate inside that test's inverted
+  interval (stats/comparison/survival.py).
   Tuned and measured on the same seeds: the selection bias is the same for every optimizer.
 - ``--tuned`` (claim 4's protocol): ours and AdamW at the config's tuned setting, chosen on the tuning
   seeds (100, 101), one setting each; kfac-pytorch at the best of its grid (lr x damping x ``--kl-clips``)
@@ -305,7 +306,7 @@ def write(args, results: dict, target: float, wall: float, pending: int = 0) -> 
         f"for every optimizer; " + _grid_text(args) + f" Training CPU {cpu:.0f} s ({wall:.0f} s wall, "
         f"{args.workers} workers). A run that never reaches the target within the budget shows as >steps run."
         + (f" PARTIAL: {pending} settings still running when this was written." if pending else ""), "",
-        "## Chosen setting per optimizer (restricted mean steps over the seeds), KM median ratios", "",
+        "## Chosen setting per optimizer (restricted mean steps over the seeds), AFT time ratios", "",
         pd.DataFrame(rows).to_markdown(index=False, floatfmt=".4g"), "", "## Every setting", "",
         pd.DataFrame(every).to_markdown(index=False, floatfmt=".4g"), ""])
     out = Path(args.out)

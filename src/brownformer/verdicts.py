@@ -70,11 +70,14 @@ Numbers that JSON cannot hold (NaN, inf) are null.
   "protocol_met"}, or Claim4EstimatedModelDetails where a steps ratio exists (the same and "estimate_bound",
   "estimate_text", "n_censored"); its blocks are stats/claims/comparison_records.py's records, each written key for
   key as its stats/comparison result writes itself: "km_median_steps" optimizer -> KMMedian {"estimate", "bound",
-  "n", "n_censored", "text"}, "ratios" baseline -> clock -> MedianRatio {"estimate", "bound", "text",
-  "confidence_interval", "confidence_level", "medians", "n", "n_censored", "margin", "statistic", "pvalue",
-  "pvalue_slower", "method"}, "verdicts" baseline -> statsfile.Decision {"verdict", "reason"}, "rule_error_rates"
-  RuleErrorSummary {"size", "size_not_supported", "max_size", "per_baseline": baseline -> BaselineRates}, "levels"
-  share -> TargetLevel {"target", "best_baseline", "km_median_steps", "steps_ratios", "verdict", "reason"}.
+  "n", "n_censored", "text"}, "ratios" baseline -> clock -> MedianRatio {"estimate", "bound", "text"
+  (the AFT log-rank point estimate), "confidence_interval", "confidence_level", "medians", "n", "n_censored",
+  "margin", "statistic", "pvalue", "pvalue_slower", "km_median_ratio", "km_median_ratio_bound",
+  "km_median_ratio_text" (the ratio of KM medians, descriptive), "method"}, "verdicts" baseline ->
+  statsfile.Decision {"verdict", "reason"}, "rule_error_rates" RuleErrorSummary {"size", "size_not_supported",
+  "max_size", "per_baseline": baseline -> BaselineRates}, "levels" share -> TargetLevel {"target", "best_baseline",
+  "km_median_steps", "steps_ratios", "verdict", "reason"}. Claim 4's headline estimate, "estimate_bound" and
+  "estimate_text" are the steps ratio's AFT point estimate against the best baseline.
 
 SeedUnit (issue 32: seeds are the unit of inference)::
 

@@ -3,8 +3,9 @@
 - claim 1 fails on its second criterion (the centre offset) while its headline estimate, the radius spread, passes;
 - claim 3a's calibrated size is 0 of 400 (no "0 ± ..." may follow it);
 - claim 4 comes from its own function (stats/claims/claim4_optimizer.py) on simulated curves: on both ViTs K-FAC
-  against AdamW and Muon, Muon the best baseline; AdamW's median on vit-post not reached (a bound "> 200" and a
-  ratio "< x"), so the report must print the record's texts, never "0x".
+  against AdamW and Muon, Muon the best baseline; AdamW's median on vit-post not reached (a bound "> 200", a ratio
+  of KM medians "< x", an AFT estimate with an interval unbounded below), so the report must print the record's
+  texts, never "0x".
 
 Claims 1 and 3 are written with the contract's constructors (brownformer.verdicts), like the fake tree itself.
 """

@@ -4,21 +4,36 @@ from __future__ import annotations
 
 import re
 
-from brownformer.report.deciding import claim4_baselines, claim4_estimate, claim4_groups, ratio_cell, typed_text
+from brownformer.report.deciding import (claim4_baselines, claim4_estimate, claim4_groups, km_ratio_cell, ratio_cell,
+                                        typed_text)
+from brownformer.report.markdown import fmt
 from brownformer.report.phrases import tidy
+from brownformer.stats.claims.comparison_records import MedianRatio
+from brownformer.stats.comparison.survival import median_ratio
 
 from . import realistic_claims as rc
 
 
-def test_a_ratio_over_a_median_not_reached_is_the_records_bound_with_the_end_that_bounds_it():
+def test_a_ratio_over_a_median_not_reached_is_the_records_text_with_its_interval():
+    """AdamW's median is not reached on vit-post: the ratio of KM medians is the bound "< x"; the AFT estimate, which
+    uses AdamW's events too, is the record's number, printed with its interval (unbounded below), never "0x"."""
     d = rc.claim4().per_model["vit-post"].details
     ratio = d.ratios["adamw"]["steps"]
-    assert ratio.bound == "<"
+    assert ratio.km_median_ratio_bound == "<" and km_ratio_cell(ratio) == "< " + ratio.km_median_ratio_text[1:]
     cell = ratio_cell(ratio)
-    assert cell.startswith("< " + ratio.text.lstrip("<"))
-    hi = ratio.confidence_interval[1]
-    assert ("upper bound" in cell) == (hi is not None and 0 < hi < float("inf"))
+    assert cell.startswith(typed_text(ratio))
+    lo, hi = ratio.confidence_interval
+    assert ratio.bound is None and lo == 0 and cell.endswith(f"[0, {fmt(hi)}]")
     assert not re.search(r"(?<![\d.])(0|inf)\s?[x×]", cell)
+
+
+def test_an_estimate_the_data_cannot_bound_is_printed_as_the_bound_with_the_end_that_bounds_it():
+    """No baseline run reaches the target: the AFT estimate is "< x" (never 0), its interval's upper end beside it."""
+    fast, never = ([100] * 8, [True] * 8), ([400] * 8, [False] * 8)
+    ratio = MedianRatio.of(median_ratio(fast, never, margin=0.75, confidence_level=0.95))
+    assert ratio.bound == "<" and ratio_cell(ratio) == "< 0.25, 95% CI upper bound 0.25"
+    ratio = MedianRatio.of(median_ratio(never, fast, margin=0.75, confidence_level=0.95))
+    assert ratio.bound == ">" and ratio_cell(ratio) == "> 4, 95% CI lower bound 4"
 
 
 def test_medians_are_the_records_texts_and_the_best_baseline_comes_first():

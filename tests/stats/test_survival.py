@@ -8,7 +8,7 @@ import pytest
 from scipy import stats as sps
 
 from brownformer.stats.comparison.survival import (bounded_ratio, km_median, km_median_bounded, logrank_test,
-                                       median_ratio, ratio_interval, scaled_logrank)
+                                                  median_ratio, ratio_estimate, ratio_interval, scaled_logrank)
 
 
 def test_km_median_by_hand_with_a_censored_run_in_between():
@@ -64,9 +64,13 @@ def test_ratio_estimate_is_typed_and_never_zero_or_infinite():
     never = ([400] * 8, [False] * 8)
     r = median_ratio(fast, never, margin=0.75, confidence_level=0.95).to_dict()
     assert (r["estimate"], r["bound"], r["text"], r["n_censored"]) == (0.25, "<", "<0.25", [0, 8])
+    assert (r["km_median_ratio"], r["km_median_ratio_bound"], r["km_median_ratio_text"]) == (0.25, "<", "<0.25")
+    # the AFT statistic is 0 below 100 / 400 (no baseline event to compare with), so the interval reaches it too
+    assert r["confidence_interval"] == [0.0, 0.25]
     r = median_ratio(never, fast, margin=0.75, confidence_level=0.95).to_dict()
-    assert (r["estimate"], r["bound"]) == (4.0, ">")
-    assert median_ratio(never, never, margin=0.75, confidence_level=0.95).to_dict()["estimate"] is None
+    assert (r["estimate"], r["bound"], r["confidence_interval"]) == (4.0, ">", [4.0, "inf"])
+    r = median_ratio(never, never, margin=0.75, confidence_level=0.95).to_dict()
+    assert r["estimate"] is None and r["km_median_ratio"] is None and r["text"] == "undefined"
 
 
 def test_interval_inverts_the_test_at_its_ends():
@@ -100,3 +104,96 @@ def test_ratio_interval_covers_a_known_scale_ratio():
                                 confidence_level=0.95)
         cover += lo <= 0.6 <= hi
     assert cover / n >= 0.85  # nominal 0.95, about 0.93 expected; 100 replicates: SE 0.025 (measured: 0.89)
+
+
+# --- the AFT point estimate (ratio_estimate) -----------------------------------------------------------------------
+
+#: relative resolution of the dense grid of ratios the brute-force reference scans
+DENSE_RESOLUTION = 1e-3
+#: simulated comparisons per law in the property test, and the laws (all on the real shape: 8 runs a side, a 5-step
+#: evaluation grid, censored at a 400-step budget)
+N_PROPERTY, BUDGET, GRID = 200, 400.0, 5.0
+
+
+def _on_grid(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Times seen on the evaluation grid (rounded up to it), censored at the budget."""
+    t = np.ceil(x / GRID) * GRID
+    return np.where(t <= BUDGET, t, BUDGET), t <= BUDGET
+
+
+def test_estimate_is_where_the_statistic_crosses_zero_on_a_dense_grid():
+    """Brute force, independent of the breakpoints: the log-scale middle of the dense ratios where Z changes sign."""
+    prop = ([15, 15, 15, 15, 20, 25, 25, 30], [True] * 8)
+    base = ([35, 40, 45, 50, 50, 50, 55, 60], [True] * 8)
+    rhos = np.exp(np.arange(math.log(0.2), math.log(1.0), DENSE_RESOLUTION))
+    z = np.array([scaled_logrank(prop, base, r, grid=GRID) for r in rhos])
+    a, b = rhos[z >= 0].min(), rhos[z <= 0].max()
+    estimate, bound = ratio_estimate(prop, base, grid=GRID)
+    assert bound is None and estimate == pytest.approx(math.sqrt(a * b), rel=2 * DENSE_RESOLUTION)
+
+
+def test_the_headline_is_the_aft_estimate_not_the_ratio_of_km_medians():
+    """The issue's defect: on a 5-step grid the ratio of KM medians (12.5 / 47.5) sits at the very end of the AFT
+    interval (it lay outside the interval as first computed), far from the centre of the test; the headline
+    estimate is that centre."""
+    prop = ([15, 15, 15, 15, 20, 25, 25, 30], [True] * 8)
+    base = ([35, 40, 45, 50, 50, 50, 55, 60], [True] * 8)
+    r = median_ratio(prop, base, margin=0.75, confidence_level=0.95, grid=GRID)
+    lo, hi = r.confidence_interval
+    assert r.km_median_ratio == pytest.approx(12.5 / 47.5) and r.km_median_ratio == pytest.approx(lo)
+    assert (r.estimate, r.bound) == ratio_estimate(prop, base, grid=GRID)
+    assert lo < r.estimate < hi and r.estimate > 1.5 * r.km_median_ratio
+    assert "AFT log-rank point estimate" in r.method
+
+
+def test_estimate_recovers_an_exact_scale_ratio():
+    """Proposed times exactly 0.6 x the baseline's: the scaled times coincide at 0.6, where Z = 0."""
+    base = np.exp(sps.norm.ppf((np.arange(8) + 0.5) / 8, loc=math.log(300), scale=0.3))
+    estimate, bound = ratio_estimate((0.6 * base, np.ones(8, bool)), (base, np.ones(8, bool)))
+    assert bound is None and estimate == pytest.approx(0.6, rel=1e-9)
+
+
+def test_estimate_recovers_a_known_scale_ratio_on_uncensored_data():
+    """Log-normal times, proposed = 0.6 x baseline in law, 8 runs a side, none censored: over 40 replicates the
+    estimates' geometric mean is 0.6 within 8% (the log estimate's SE over the replicates is about 0.024)."""
+    rng = np.random.default_rng(11)
+    logs = []
+    for _ in range(40):
+        base = np.exp(rng.normal(math.log(300), 0.3, 8))
+        prop = 0.6 * np.exp(rng.normal(math.log(300), 0.3, 8))
+        estimate, bound = ratio_estimate((prop, np.ones(8, bool)), (base, np.ones(8, bool)))
+        assert bound is None
+        logs.append(math.log(estimate))
+    assert math.exp(np.mean(logs)) == pytest.approx(0.6, rel=0.08)
+
+
+def _law(name: str, rng, n: int, median: float, sigma: float) -> np.ndarray:
+    if name == "lognormal":
+        return np.exp(rng.normal(math.log(median), sigma, n))
+    return median * rng.exponential(1.0, n) / math.log(2)  # exponential with that median
+
+
+@pytest.mark.parametrize("law", ["exponential", "lognormal"])
+def test_estimate_lies_inside_its_interval(law):
+    """Property: over simulated censored comparisons on the evaluation grid (median times 30-800 steps against a
+    400-step budget, log-scale spread 0.1-0.6, true ratios 0.3-1.5) the AFT estimate lies inside the 95% interval of
+    the same test; a bound "< x" has an interval unbounded below reaching x, "> x" one unbounded above from x at
+    most."""
+    rng = np.random.default_rng(2026)
+    censored = bounded = 0
+    for _ in range(N_PROPERTY):
+        ratio, median, sigma = rng.choice([0.3, 0.5, 0.75, 1.0, 1.5]), rng.uniform(30, 800), rng.uniform(0.1, 0.6)
+        base = _on_grid(_law(law, rng, 8, median, sigma))
+        prop = _on_grid(_law(law, rng, 8, ratio * median, sigma))
+        censored += int((~base[1]).any() or (~prop[1]).any())
+        r = median_ratio(prop, base, margin=0.75, confidence_level=0.95, grid=GRID)
+        lo, hi = r.confidence_interval
+        if r.bound == "<":
+            assert lo == 0 and 0 < r.estimate <= hi, (prop, base, r)
+        elif r.bound == ">":
+            assert math.isinf(hi) and lo <= r.estimate < math.inf, (prop, base, r)
+        elif not math.isnan(r.estimate):
+            assert lo <= r.estimate <= hi, (prop, base, r)
+        bounded += r.bound is not None
+    # the draws do exercise the censoring and the bounds (baseline medians up to twice the budget)
+    assert censored >= N_PROPERTY // 4 and bounded >= 1

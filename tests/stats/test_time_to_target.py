@@ -85,7 +85,9 @@ def test_half_the_steps_at_the_same_step_cost_is_supported():
     # each time read at the middle of its 5-step evaluation interval (stats/comparison/survival.py: scaled_logrank)
     expected = ((lower_median([_crossing(100 + 5 * s) for s in SEEDS]) - 2.5)
                 / (lower_median([_crossing(200 + 10 * s) for s in SEEDS]) - 2.5))
-    assert ratio.estimate == pytest.approx(expected) and ratio.bound is None
+    assert ratio.km_median_ratio == pytest.approx(expected) and ratio.km_median_ratio_bound is None
+    # the headline is the AFT estimate: about the half the runs were built with, inside its own interval
+    assert ratio.estimate == pytest.approx(0.5, rel=0.05) and ratio.bound is None
     assert ratio.confidence_interval[0] <= ratio.estimate <= ratio.confidence_interval[1] < 0.75
     assert result.verdict == "supported", result.reason
 
@@ -105,21 +107,45 @@ def test_never_reaching_the_target_is_not_supported_and_a_lower_bound():
 
 
 def test_a_censored_baseline_median_is_an_upper_bound_not_zero():
-    """AdamW reaches the target on 3 of 8 seeds (the issue's second machine): its median is "> 400", the ratio
-    "< K-FAC's median / 400", finite and positive."""
+    """AdamW reaches the target on 3 of 8 seeds (the issue's second machine): its median is "> 400", the ratio of
+    medians "< K-FAC's median / 400", finite and positive; the AFT estimate uses AdamW's 3 events too, so its
+    statistic crosses 0 at a finite ratio: a number inside an interval unbounded below, never 0."""
     runs = _runs({s: 150 + 5 * s for s in SEEDS}, {s: 300 if s < 3 else 10_000 for s in SEEDS})
     result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
     steps = result.ratios["adamw"].steps
-    assert steps.bound == "<" and 0 < steps.estimate < 1 and steps.text().startswith("<")
+    assert steps.km_median_ratio_bound == "<" and 0 < steps.km_median_ratio < 1
+    assert steps.km_median_ratio_text().startswith("<")
+    lo, hi = steps.confidence_interval
+    assert steps.bound is None and lo == 0 < steps.estimate <= hi < 1
     assert result.medians["adamw"].bound == ">" and result.medians["adamw"].n_censored == 5
 
 
+def test_a_baseline_that_never_gets_there_makes_the_estimate_an_upper_bound():
+    """No AdamW run reaches the target: the AFT statistic is 0 for every ratio below K-FAC's first time over the
+    budget, so the data cannot bound the estimate from below: "< x", as the ratio of medians, never 0."""
+    runs = _runs({s: 150 + 5 * s for s in SEEDS}, {s: 10_000 for s in SEEDS})
+    steps = time_to_target(runs, {"m": 0.8}, **_settings())["m"].ratios["adamw"].steps
+    assert steps.bound == "<" and 0 < steps.estimate <= steps.confidence_interval[1] < 1
+    assert steps.text().startswith("<") and steps.confidence_interval[0] == 0
+
+
 def test_neither_median_reached_is_undefined_and_inconclusive():
+    """Neither median reached: their ratio is undefined; AdamW's 3 events still bound the AFT estimate from below
+    (K-FAC, censored at the budget, is slower than the ratio where they would fall past it): "> x"."""
     runs = _runs({s: 10_000 for s in SEEDS}, {s: 10_000 if s < 5 else 200 for s in SEEDS})
     result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
     steps = result.ratios["adamw"].steps
-    assert np.isnan(steps.estimate) and steps.to_dict()["estimate"] is None and steps.text() == "undefined"
+    assert np.isnan(steps.km_median_ratio) and steps.to_dict()["km_median_ratio"] is None
+    assert steps.km_median_ratio_text() == "undefined"
+    assert steps.bound == ">" and steps.estimate == pytest.approx(400 / (_crossing(200) - 2.5))
+    assert steps.confidence_interval[1] == np.inf and steps.text().startswith(">")
     assert result.verdict == "inconclusive"
+
+
+def test_no_run_reaching_the_target_leaves_the_estimate_undefined():
+    runs = _runs({s: 10_000 for s in SEEDS}, {s: 10_000 for s in SEEDS})
+    steps = time_to_target(runs, {"m": 0.8}, **_settings())["m"].ratios["adamw"].steps
+    assert np.isnan(steps.estimate) and steps.to_dict()["estimate"] is None and steps.text() == "undefined"
 
 
 def _with_muon(muon_reach) -> dict:

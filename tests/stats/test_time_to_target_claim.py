@@ -160,8 +160,8 @@ def test_the_comparison_records_write_their_results_json_and_read_back_as_record
     own = to_jsonable(res.to_dict())  # the comparison's JSON, written by stats/comparison
     written = to_jsonable(d.to_dict())
     assert {k: written[k] for k in own} == own and list(written)[-len(own):] == list(own)
-    ratio = res.ratios["adamw"].steps
-    assert to_jsonable(MedianRatio.of(ratio).to_dict()) == to_jsonable(ratio.to_dict())
+    for ratio in (res.ratios["adamw"].steps, res.ratios["adamw"].seconds):
+        assert to_jsonable(MedianRatio.of(ratio).to_dict()) == to_jsonable(ratio.to_dict())
     assert to_jsonable(KMMedian.of(res.medians["adamw"]).to_dict()) == to_jsonable(res.medians["adamw"].to_dict())
     back = parse_details("4", "per_model", written)
     assert isinstance(back.ratios["adamw"]["steps"], MedianRatio) and isinstance(back.levels["0.9"], TargetLevel)
@@ -169,3 +169,18 @@ def test_the_comparison_records_write_their_results_json_and_read_back_as_record
                                                                           ["medians"][1])
     assert to_jsonable(back.to_dict()) == written
     assert back.km_median_steps["adamw"].reached and back.rule_error_rates.per_baseline["adamw"].replicates == 60
+
+
+def test_the_headline_is_the_aft_estimate_and_the_seconds_ratio_follows_it():
+    """The claim's estimate is the steps ratio's AFT point estimate against the best baseline (named so), inside its
+    interval; the seconds ratio is that estimate, its interval and the ratio of KM medians times the step-cost
+    ratio c."""
+    rec = optimizer_claim(_grid(2.5), STATS4, REPORT)
+    d = rec.per_model["vit-pre"].details
+    steps, seconds = d.ratios[d.baseline]["steps"], d.ratios[d.baseline]["seconds"]
+    est = rec.per_model["vit-pre"].estimate
+    assert est.estimate == steps.estimate and "AFT log-rank point estimate" in est.name
+    assert d.estimate_text == steps.text and est.confidence_interval[0] <= est.estimate <= est.confidence_interval[1]
+    c = seconds.estimate / steps.estimate
+    assert seconds.km_median_ratio == pytest.approx(steps.km_median_ratio * c)
+    assert seconds.confidence_interval == pytest.approx([x * c for x in steps.confidence_interval])

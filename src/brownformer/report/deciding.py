@@ -23,8 +23,8 @@ from brownformer.stats.claims.comparison_records import STEPS, KMMedian, MedianR
 from brownformer.stats.claims.details import Claim4Details, Claim4ModelDetails, criteria_of
 from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, ClaimDetails, ClaimRecord
 
-__all__ = ["Deciding", "deciding", "claim4_groups", "claim4_estimate", "claim4_baselines", "ratio_cell", "typed_text",
-           "NOT_SIMULATED", "claim4_details", "model_details"]
+__all__ = ["Deciding", "deciding", "claim4_groups", "claim4_estimate", "claim4_baselines", "ratio_cell",
+           "km_ratio_cell", "typed_text", "NOT_SIMULATED", "claim4_details", "model_details"]
 
 
 @dataclass(frozen=True)
@@ -135,9 +135,14 @@ NOT_SIMULATED = "not simulated (no decisive comparison)"
 
 
 def typed_text(value: KMMedian | MedianRatio | None) -> str:
-    """A typed claims.json number (a Kaplan-Meier median or a ratio of them) as its record prints it: "175",
-    "> 200" for a median not reached, "< 0.537" for a ratio over one, "undefined" (a space after the bound sign)."""
-    text = str((value.text if value is not None else None) or "n/a")
+    """A typed claims.json number (a Kaplan-Meier median or a time ratio) as its record prints it: "175",
+    "> 200" for a median not reached, "< 0.537" for a ratio the data bound on one side only, "undefined" (a space
+    after the bound sign)."""
+    return _spaced(str((value.text if value is not None else None) or "n/a"))
+
+
+def _spaced(text: str) -> str:
+    """A bound's sign followed by one space: "<0.25" -> "< 0.25"."""
     return re.sub(r"^([<>])\s*", r"\1 ", text)
 
 
@@ -149,8 +154,9 @@ def claim4_groups(details: Claim4ModelDetails | None) -> dict[str, dict]:
 
 
 def ratio_cell(r: MedianRatio | None) -> str:
-    """One typed ratio of medians with its interval: "2.05 [1.8, 2.4]"; a bound with the interval's end that
-    bounds it ("< 0.537, 95% CI upper bound 0.61"), or no interval where the data cannot bound it."""
+    """One typed time ratio (its AFT point estimate) with its interval: "2.05 [1.8, 2.4]"; a bound with the
+    interval's end that bounds it ("< 0.537, 95% CI upper bound 0.61"), or no interval where the data cannot bound
+    it."""
     if not r:
         return "n/a"
     lo, hi = (_num(c) for c in (r.confidence_interval or [None, None]))
@@ -184,9 +190,15 @@ def claim4_baselines(details: Claim4ModelDetails | None) -> list[str]:
     return sorted(names, key=lambda b: b != details.baseline)
 
 
+def km_ratio_cell(r: MedianRatio | None) -> str:
+    """The ratio of Kaplan-Meier medians a time ratio's record keeps beside its AFT estimate, as the record prints
+    it ("0.412", "< 0.25", "undefined")."""
+    return _spaced(r.km_median_ratio_text) if r else "n/a"
+
+
 def claim4_estimate(sub: ClaimRecord, model: str) -> str:
-    """One claim-4 model record's steps ratios, K-FAC against each baseline (the best one first and named), as
-    the record prints them; which medians were not reached."""
+    """One claim-4 model record's steps ratios (AFT log-rank point estimates), K-FAC against each baseline (the best
+    one first and named), as the record prints them; which medians were not reached."""
     d = model_details(sub)
     prop, best = (d.proposed, d.baseline) if d else (None, None)
     ratios = (d.ratios if d else None) or {}
@@ -196,7 +208,8 @@ def claim4_estimate(sub: ClaimRecord, model: str) -> str:
              + ratio_cell(ratios[b].get(STEPS)) for b in claim4_baselines(d) if b in ratios]
     censored = [f"{o}'s median not reached: {g['censored']} of {g['n']} censored, {g['median']} steps"
                 for o, g in claim4_groups(d).items() if not g["reached"]]
-    return f"{model}: steps " + "; ".join(parts) + (f" ({'; '.join(censored)})" if censored else "")
+    return (f"{model}: steps ratio (AFT estimate) " + "; ".join(parts)
+            + (f" ({'; '.join(censored)})" if censored else ""))
 
 
 def _rates_text(rates: RuleErrorSummary | None, best: str | None, margin: float) -> str:

@@ -67,7 +67,7 @@ def headline_table(ctx: ReportContext) -> pd.DataFrame:
 
 
 def _headline_estimate(ctx: ReportContext, row: pd.Series) -> str:
-    """The headline estimate; claim 4's ratio of medians as deciding.py bounds it (never 0 or inf)."""
+    """The headline estimate; claim 4's steps ratios (AFT estimates) as deciding.py bounds them (never 0 or inf)."""
     d = deciding(ctx, row["claim"]) if row["claim"] == "4" else None
     return d.estimate if d is not None else _estimate_text(row)
 

@@ -1,13 +1,14 @@
 """Claim 4: iterative K-FAC reaches the target in fewer steps than the best first-order optimizer.
 
 The rule is stats/comparison/time_to_target.py's: per model variant and per baseline (``report.baselines``:
-AdamW, Muon, SGD) the ratio of Kaplan-Meier median steps to a fixed target (proposed / baseline; a
-bound "< x" or "> x" when a median is censored) with the accelerated-failure-time log-rank test at
-the margins (steps ``time_to_target_steps_ratio``, 0.75; seconds ``time_to_target_seconds_ratio``,
-1.0). A model is supported only when K-FAC beats every baseline (so the best one), and the claim
-only when every model variant of ``report.scope`` is (intersection-union over baselines and models,
-claims/common.py). The scope is fixed in the config before evaluation: a model in scope that misses
-the protocol (seeds, evaluation spacing, a target, a baseline) is inconclusive and so is the claim.
+AdamW, Muon, SGD) the ratio of steps to a fixed target (proposed / baseline) under the accelerated-failure-time
+model, tested by the AFT log-rank test at the margins (steps ``time_to_target_steps_ratio``, 0.75; seconds
+``time_to_target_seconds_ratio``, 1.0). The estimate reported is that test's point estimate (the ratio where its
+statistic crosses 0; a bound "< x" or "> x" when the data cannot bound it), inside its inverted interval; the ratio
+of Kaplan-Meier medians is kept beside it as a description. A model is supported only when K-FAC beats every
+baseline (so the best one), and the claim only when every model variant of ``report.scope`` is (intersection-union
+over baselines and models, claims/common.py). The scope is fixed in the config before evaluation: a model in scope
+that misses the protocol (seeds, evaluation spacing, a target, a baseline) is inconclusive and so is the claim.
 
 Critical values: each baseline's steps test rejects at critical values simulated at that comparison's shape
 (time_to_target_size.calibrated_critical: the statistic's quantiles with the true ratio on the margin), not at the
@@ -172,12 +173,13 @@ def _steps_ratio(res, baseline: str | None):
 
 
 def _estimate(res):
-    """The headline estimate (steps ratio against the best baseline) and its MedianRatioResult (None: no ratio)."""
+    """The headline estimate (steps ratio against the best baseline: the AFT log-rank point estimate) and its
+    MedianRatioResult (None: no ratio)."""
     ratio = _steps_ratio(res, res.baseline)
     if ratio is None:
         return None, None
-    name = (f"steps to target, {res.proposed} / {res.baseline} (best first-order baseline; ratio of "
-            f"Kaplan-Meier medians{', a bound' if ratio.bound else ''})")
+    name = (f"steps to target, {res.proposed} / {res.baseline} (best first-order baseline; AFT log-rank point "
+            f"estimate{', a bound' if ratio.bound else ''})")
     return EffectResult.headline(name, ratio.estimate, tuple(ratio.confidence_interval), ratio.confidence_level), ratio
 
 

@@ -1,6 +1,6 @@
 """Claim 4's optimizer comparison in claims.json as typed records: what a model variant's record holds of
-stats/comparison's results (Kaplan-Meier medians, ratios of medians, per-baseline verdicts, the size gate's rates and
-the other target shares).
+stats/comparison's results (Kaplan-Meier medians, time ratios: the AFT estimate with its interval and the ratio of
+KM medians beside it, per-baseline verdicts, the size gate's rates and the other target shares).
 
 Each record's `to_dict()` is, key for key, the JSON its result writes (survival.CensoredMedian,
 survival.MedianRatioResult, time_to_target_size.RuleErrorRates), so claims.json keeps its layout; `of(result)` builds
@@ -52,8 +52,10 @@ class KMMedian(ClaimDetails):
 
 @dataclass(frozen=True)
 class MedianRatio(ClaimDetails):
-    """Proposed / baseline time to the target (survival.MedianRatioResult): the ratio of KM medians (or its bound),
-    the inverted AFT log-rank interval, and the one-sided p-values at the margin."""
+    """Proposed / baseline time to the target (survival.MedianRatioResult): the AFT log-rank point estimate (or its
+    bound; `estimate`, `bound`, `text`), the inverted AFT log-rank interval around it, the one-sided p-values at the
+    margin, and the ratio of KM medians (or its bound), descriptive only (`km_median_ratio`, `km_median_ratio_bound`,
+    `km_median_ratio_text`)."""
     estimate: float | str | None
     bound: str | None
     text: str
@@ -66,6 +68,9 @@ class MedianRatio(ClaimDetails):
     statistic: float | str | None
     pvalue: float | str | None
     pvalue_slower: float | str | None
+    km_median_ratio: float | str | None
+    km_median_ratio_bound: str | None
+    km_median_ratio_text: str
     method: str
     _nested = {"medians": lambda v, where: [KMMedian.from_dict(m, f"{where}.{i}") for i, m in enumerate(v)]}
 
@@ -77,7 +82,9 @@ class MedianRatio(ClaimDetails):
                    confidence_interval=[number(c) for c in r.confidence_interval],
                    confidence_level=r.confidence_level, medians=[KMMedian.of(m) for m in r.medians], n=list(r.n),
                    n_censored=[m.n_censored for m in r.medians], margin=r.margin, statistic=number(r.statistic),
-                   pvalue=number(r.pvalue), pvalue_slower=number(r.pvalue_slower), method=r.method)
+                   pvalue=number(r.pvalue), pvalue_slower=number(r.pvalue_slower),
+                   km_median_ratio=number(r.km_median_ratio), km_median_ratio_bound=r.km_median_ratio_bound,
+                   km_median_ratio_text=r.km_median_ratio_text(), method=r.method)
 
 
 @dataclass(frozen=True)

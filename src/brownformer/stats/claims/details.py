@@ -515,7 +515,7 @@ class Claim4ModelDetails(ClaimDetails):
 @dataclass(frozen=True)
 class Claim4EstimatedModelDetails(Claim4ModelDetails):
     """Claim 4, a model variant with a steps ratio against its best baseline: the headline's bound side and text."""
-    estimate_bound: str | None  # "<" or ">" when a median is censored (the ratio is a bound), else None
+    estimate_bound: str | None  # "<" or ">" when the data cannot bound the AFT estimate (it is a bound), else None
     estimate_text: str
     n_censored: dict[str, int]
     #: the JSON's key order: the headline's bound beside the gate's rates, before the comparison's record

@@ -10,10 +10,11 @@ target; a run that never gets there, or that did not train (stats/core/training_
 right-censored at its budget: censored, never dropped.
 
 Inference for censored times (stats/comparison/survival.py): per optimizer the Kaplan-Meier median steps (a
-median not reached is the bound "> budget"); against each baseline the ratio of medians (proposed /
-baseline, a bound when a median is censored) and the accelerated-failure-time log-rank test, which
-scales the proposed times by ``1 / margin`` and asks whether they still reach the target sooner;
-its inversion over the ratio gives the interval. Verdict per baseline (pre-registered margins):
+median not reached is the bound "> budget"); against each baseline the accelerated-failure-time log-rank test,
+which scales the proposed times by ``1 / margin`` and asks whether they still reach the target sooner; its
+inversion over the ratio gives the interval, and the ratio where its statistic crosses 0 the estimate (proposed /
+baseline, a bound when the data cannot bound it), inside that interval. The ratio of medians is kept beside it,
+descriptive. Verdict per baseline (pre-registered margins):
 ``supported`` when the one-sided test at the steps margin (the upper end of
 ``stats.margins.time_to_target_steps_ratio``) rejects "ratio >= margin" and the seconds test at
 ``time_to_target_seconds_ratio`` does too, each at level ``(1 - confidence_level) / 2``;
@@ -39,6 +40,7 @@ from typing import ClassVar, Mapping
 
 import numpy as np
 import pandas as pd
+from scipy import stats as sps
 
 from brownformer.config import ReportConfig, StatsConfig
 from brownformer.io import to_jsonable
@@ -46,7 +48,8 @@ from brownformer.metrics import METRIC_PREFERENCE, val_metric
 from brownformer.statsfile import Decision, Keyed
 from brownformer.target_stop import BUDGET, smoothed, stopped_at_target
 
-from brownformer.stats.comparison.survival import CensoredMedian, MedianRatioResult, km_median_bounded, median_ratio
+from brownformer.stats.comparison.survival import (CensoredMedian, MedianRatioResult, km_median_bounded, median_ratio,
+                                                  scaled_logrank)
 
 __all__ = ["MIN_SEEDS", "MAX_EVAL_EVERY", "TimeToTargetResult", "ClockRatios", "FinalMetric", "reference_target",
            "level_target", "time_to_target", "times_to_target", "censoring_times", "with_critical_values",
@@ -187,7 +190,7 @@ def _verdict(ratio: ClockRatios, critical: tuple[float, float] | None = None) ->
     of the confidence level. The seconds test stays at the normal level."""
     steps, seconds = ratio.steps, ratio.seconds
     level = (1 - steps.confidence_level) / 2
-    text = (f"steps ratio {steps.text()} CI {_fmt_ci(steps)} (margin {steps.margin:g}, one-sided p "
+    text = (f"steps ratio (AFT estimate) {steps.text()} CI {_fmt_ci(steps)} (margin {steps.margin:g}, one-sided p "
             f"{steps.pvalue:.3g}), seconds ratio {seconds.text()} CI {_fmt_ci(seconds)} (margin "
             f"{seconds.margin:g}, p {seconds.pvalue:.3g})")
     if critical is None:
@@ -284,23 +287,25 @@ def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float
 
     Seconds ratio = steps ratio x ``c``, ``c`` the ratio of the optimizers' median training seconds per step
     (each run's training seconds at its last evaluation over its steps): "seconds ratio <= m" is "steps ratio
-    <= m / c", so the seconds test is the steps test at that margin, its interval the steps interval times ``c``.
+    <= m / c", so the seconds test is the steps test at that margin, and its AFT estimate, interval and ratio of
+    KM medians are the steps ones times ``c`` (a bound stays a bound on the same side).
     Per-run wall-clocks of runs that did not run side by side carry the machine's load of the moment; the
     median cost per step over 8 runs does much less."""
-    steps = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["steps"],
-                         confidence_level=confidence_level, grid=grid)
+    prop, base = _censored(mine, "steps"), _censored(other, "steps")
+    steps = median_ratio(prop, base, margin=margins["steps"], confidence_level=confidence_level, grid=grid)
     c = float(np.nanmedian(mine["step_cost"]) / np.nanmedian(other["step_cost"])) if (
         mine["step_cost"].notna().any() and other["step_cost"].notna().any()) else np.nan
     if not (np.isfinite(c) and c > 0):
         nan = float("nan")
         return ClockRatios(steps, dataclasses.replace(
             steps, estimate=nan, bound=None, confidence_interval=(nan, nan), margin=margins["seconds"],
-            statistic=nan, pvalue=nan, pvalue_slower=nan, method="no wall clock: undefined"))
-    at = median_ratio(_censored(mine, "steps"), _censored(other, "steps"), margin=margins["seconds"] / c,
-                      confidence_level=confidence_level, grid=grid)
+            statistic=nan, pvalue=nan, pvalue_slower=nan, km_median_ratio=nan, km_median_ratio_bound=None,
+            method="no wall clock: undefined"))
+    z = scaled_logrank(prop, base, margins["seconds"] / c, grid=grid)
     lo, hi = steps.confidence_interval
-    seconds = dataclasses.replace(at, estimate=steps.estimate * c, confidence_interval=(lo * c, hi * c),
-                                  margin=margins["seconds"],
+    seconds = dataclasses.replace(steps, estimate=steps.estimate * c, confidence_interval=(lo * c, hi * c),
+                                  km_median_ratio=steps.km_median_ratio * c, margin=margins["seconds"],
+                                  statistic=z, pvalue=float(sps.norm.sf(z)), pvalue_slower=float(sps.norm.cdf(z)),
                                   method=f"steps ratio x step-cost ratio {c:.3g} (median training seconds per step); "
                                          f"test: the steps test at margin {margins['seconds']:g} / {c:.3g}")
     return ClockRatios(steps, seconds)
