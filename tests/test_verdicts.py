@@ -47,6 +47,16 @@ def test_a_file_of_another_schema_is_refused(tmp_path):
         read_claims(path)
 
 
+def test_a_schema_3_file_is_named_and_must_be_regenerated(tmp_path):
+    """Schema 3's seconds ratios held steps as seconds medians (and before issue 31 lacked the KM ratio's keys): the
+    error names the schema found, what it lacks, and that the file must be regenerated."""
+    path = tmp_path / "claims.json"
+    path.write_text(json.dumps({**_file().to_dict(), "schema": 3}))
+    with pytest.raises(ValueError, match=r"claims.json schema 3; this version reads 4 only \(schema 3: claim 4's "
+                                         r"time ratios .*seconds medians\); regenerate it"):
+        read_claims(path)
+
+
 def test_seed_unit_round_trips_and_names_the_decided_configurations(tmp_path):
     from brownformer.verdicts import SeedUnit
     seeds = SeedUnit({"vit-pre__adamw": 5, "lm-pre__adamw": 1}, 3, "inputs averaged inside each seed", "t over seeds")

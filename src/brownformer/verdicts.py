@@ -2,7 +2,7 @@
 
 claims.json (written by `brownformer stats summary`) is::
 
-    {"schema": 3,
+    {"schema": 4,
      "claims": {"1": ClaimRecord, "2": ..., "3a": ..., "3b": ..., "3c": ..., "4": ...},
      "did_not_train": [{"run", "reason"}],          # runs left out of every claim, shown in the report
      "calibration": {"path", "available", "sha256"},
@@ -73,7 +73,8 @@ Numbers that JSON cannot hold (NaN, inf) are null.
   "n", "n_censored", "text"}, "ratios" baseline -> clock -> MedianRatio {"estimate", "bound", "text"
   (the AFT log-rank point estimate), "confidence_interval", "confidence_level", "medians", "n", "n_censored",
   "margin", "statistic", "pvalue", "pvalue_slower", "km_median_ratio", "km_median_ratio_bound",
-  "km_median_ratio_text" (the ratio of KM medians, descriptive), "method"}, "verdicts" baseline ->
+  "km_median_ratio_text" (the ratio of KM medians, descriptive), "method"} ("medians" on the ratio's clock: steps,
+  or training seconds, KM median steps x each optimizer's seconds per step), "verdicts" baseline ->
   statsfile.Decision {"verdict", "reason"}, "rule_error_rates" RuleErrorSummary {"size", "size_not_supported",
   "max_size", "per_baseline": baseline -> BaselineRates}, "levels" share -> TargetLevel {"target", "best_baseline",
   "km_median_steps", "steps_ratios", "verdict", "reason"}. Claim 4's headline estimate, "estimate_bound" and
@@ -93,7 +94,9 @@ with a ValueError naming the claim, instead of guessing what "yes" or "pass" mea
 Names are scipy's, as in the per-run statistics contract (brownformer.statsfile): "pvalue",
 "confidence_interval", "rejected", also inside "tests" and "details". Schema history: 2 spelt "p_value",
 "ci", "reject" and "p_value_holm"; a record that uses one of them, at any depth, is refused (a writer
-that still spells them would otherwise be read as "no p-value"), and so is a file of another schema.
+that still spells them would otherwise be read as "no p-value"), and so is a file of another schema. 3 had claim 4's
+ratio of KM medians as the ratios' estimate (no "km_median_ratio" keys; issue 31) and then, until schema 4, a
+seconds ratio whose "medians" were steps: read as 4 it would print steps as seconds, so it is refused too.
 """
 from __future__ import annotations
 
@@ -108,7 +111,10 @@ __all__ = ["VERDICTS", "Verdict", "Decision", "SUPPORTED", "NOT_SUPPORTED", "INC
            "SeedUnit", "ClaimDetails", "NoDetails", "UntypedDetails", "ClaimRecord", "ClaimsFile", "read_claims",
            "SCHEMA_VERSION"]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+#: what a file of an older schema lacks, for the error that refuses it (the module docstring's schema history)
+OLD_SCHEMAS = {2: "it spells p_value, ci, reject, p_value_holm",
+               3: "claim 4's time ratios lack the AFT estimate's km_median_ratio keys or hold steps as seconds medians"}
 #: schema 2's spellings, refused anywhere in a record
 OLD_NAMES = ("p_value", "ci", "reject", "p_value_holm")
 VERDICTS = CLAIM_VERDICTS
@@ -309,6 +315,9 @@ def read_claims(path: str | Path, *, parse_details: DetailsParser | None = None)
     except json.JSONDecodeError as exc:
         raise ValueError(f"{path}: not valid JSON ({exc})") from exc
     if isinstance(data, dict) and data.get("schema") != SCHEMA_VERSION:
-        raise ValueError(f"{path}: schema {data.get('schema')!r}, this version reads {SCHEMA_VERSION} "
-                         "(rerun `brownformer stats summary`)")
+        found = data.get("schema")
+        why = OLD_SCHEMAS.get(found) if isinstance(found, int) else None
+        raise ValueError(f"{path}: claims.json schema {found!r}; this version reads {SCHEMA_VERSION} only"
+                         + (f" (schema {found}: {why})" if why else "") + "; regenerate it: rerun `brownformer stats "
+                         "summary` on its results")
     return ClaimsFile.from_dict(data, parse_details=parse_details)

@@ -108,6 +108,9 @@ def test_claim_4_prints_the_records_texts_against_each_baseline_on_each_model(re
     km = post.ratios["adamw"]["steps"].km_median_ratio_text
     assert km.startswith("<") and km.replace("<", "< ") in text and "ratio of KM medians" in text
     assert "point estimate of the AFT log-rank test" in text
+    # seconds to the target: the seconds ratio's medians, in seconds (0.05 s a step here), with their unit
+    seconds = post.ratios["adamw"]["seconds"].medians[1]
+    assert seconds.text.startswith(">") and f"{seconds.text.replace('>', '> ')} s" in text
     rates = rec.per_model[rec.details.scope[0]].details.rule_error_rates
     assert "P(supported)" in row and "power vs muon" in row and rates.size is not None
     assert f"adamw {rc.N_SEEDS}, kfac-iterative {rc.N_SEEDS}, muon {rc.N_SEEDS}" in row  # seeds of every optimizer

@@ -223,6 +223,33 @@ def test_seconds_are_steps_times_the_measured_step_cost():
     assert result.verdict == "not supported" and "seconds" in result.reason
 
 
+def test_the_seconds_ratio_carries_seconds_medians_each_at_its_own_step_cost():
+    """The seconds record's medians are seconds: each optimizer's KM median steps (as the steps record reads them)
+    times its own seconds per step (K-FAC 0.03 s, AdamW 0.01 s), not the steps medians, so their ratio is the
+    seconds ratio of KM medians. Without a wall clock they are undefined, not steps."""
+    runs = {f"m__kfac-iterative__s{s}": _curve(100 + 5 * s, seconds_per_step=0.03) for s in SEEDS}
+    runs.update({f"m__adamw__s{s}": _curve(200 + 10 * s, seconds_per_step=0.01) for s in SEEDS})
+    result = time_to_target(runs, {"m": 0.8}, **_settings())["m"]
+    steps, seconds = result.ratios["adamw"].steps, result.ratios["adamw"].seconds
+    for m_steps, m_seconds, cost in zip(steps.medians, seconds.medians, (0.03, 0.01)):
+        assert m_seconds.estimate == pytest.approx(m_steps.estimate * cost) and m_seconds.bound == m_steps.bound
+        assert (m_seconds.n, m_seconds.n_censored) == (m_steps.n, m_steps.n_censored)
+    assert seconds.medians[0].estimate / seconds.medians[1].estimate == pytest.approx(seconds.km_median_ratio)
+
+    no_clock = {r: df.drop(columns=["wall_time", "eval_wall_time"]) for r, df in runs.items()}
+    seconds = time_to_target(no_clock, {"m": 0.8}, **_settings())["m"].ratios["adamw"].seconds
+    assert [m.text() for m in seconds.medians] == ["undefined", "undefined"]
+
+
+def test_a_seconds_median_not_reached_stays_a_bound_in_seconds():
+    """AdamW never reaches the target: its seconds median is the bound "> budget x its seconds per step"."""
+    runs = {f"m__kfac-iterative__s{s}": _curve(100 + 5 * s, seconds_per_step=0.03) for s in SEEDS}
+    runs.update({f"m__adamw__s{s}": _curve(10_000, seconds_per_step=0.02) for s in SEEDS})
+    seconds = time_to_target(runs, {"m": 0.8}, **_settings())["m"].ratios["adamw"].seconds
+    assert seconds.medians[1].bound == ">" and seconds.medians[1].estimate == pytest.approx(400 * 0.02)
+    assert seconds.medians[1].text() == ">8"
+
+
 def test_a_not_supported_names_the_baseline_most_clearly_faster():
     """Slower than AdamW and than a much faster Muon: the reason (and the size gate) name Muon, the best
     first-order baseline, not the first name in alphabetical order."""

@@ -14,7 +14,7 @@ import pandas as pd
 from brownformer.report.context import ReportContext
 from brownformer.report.deciding import (NOT_SIMULATED, claim4_baselines, claim4_details, claim4_groups, model_details,
                                         km_ratio_cell, ratio_cell, typed_text)
-from brownformer.stats.claims.comparison_records import SECONDS, STEPS, RuleErrorSummary
+from brownformer.stats.claims.comparison_records import SECONDS, STEPS, KMMedian, RuleErrorSummary
 from brownformer.stats.claims.details import Claim4ModelDetails
 from brownformer.report.markdown import fmt, md_table
 from brownformer.report.phrases import count_noun, rate_text
@@ -41,16 +41,24 @@ def _median_cell(g: dict) -> str:
     return (g["median"] if g["reached"] else f"not reached: {g['median']}") + censored
 
 
+def _seconds_cell(m: KMMedian) -> str:
+    """A KM median of training seconds as the record prints it, with its unit: "8.6 s", "> 10 s"; "n/a (no wall
+    clock)" where the runs carry none."""
+    if not m.bound and not (isinstance(m.estimate, (int, float)) and math.isfinite(m.estimate)):
+        return "n/a (no wall clock)"
+    return f"{typed_text(m)} s"
+
+
 def _seconds_medians(d: Claim4ModelDetails) -> dict[str, str]:
-    """optimizer -> its KM median training seconds to the target, the record's text (each seconds ratio carries
-    the medians of its two optimizers)."""
+    """optimizer -> its KM median training seconds to the target with the unit (each seconds ratio carries the
+    medians of its two optimizers, in seconds: KM median steps x that optimizer's measured seconds per step)."""
     out = {}
     for b, clocks in (d.ratios or {}).items():
         seconds = clocks.get(SECONDS)
         medians = seconds.medians if seconds else []
         if len(medians) == 2:
-            out.setdefault(d.proposed, typed_text(medians[0]))
-            out[b] = typed_text(medians[1])
+            out.setdefault(d.proposed, _seconds_cell(medians[0]))
+            out[b] = _seconds_cell(medians[1])
     return out
 
 
@@ -63,8 +71,9 @@ def _role(d: Claim4ModelDetails, opt: str) -> str:
 
 
 def comparison_table(ctx: ReportContext) -> pd.DataFrame:
-    """Per model and optimizer, claim 4's record as text: seeds, Kaplan-Meier median steps and seconds to the
-    target (the record's typed values: a bound with its censoring where a median is not reached), K-FAC's steps
+    """Per model and optimizer, claim 4's record as text: seeds, Kaplan-Meier median steps and training seconds to
+    the target (the record's typed values: a bound with its censoring where a median is not reached; seconds with
+    their unit, as the seconds ratio's record holds them: KM median steps x measured seconds per step), K-FAC's steps
     and seconds ratios to it, the final metric at the budget (median over the runs that trained in full) and the
     runs stopped at the target. Empty without a claim-4 record."""
     rec = _claim4(ctx)
@@ -192,7 +201,10 @@ def optimizer_comparison(ctx: ReportContext) -> str:
     if comp.empty:
         parts.append("Optimizer comparison: not available (no claim-4 record in claims.json).")
         return "\n".join(parts)
-    parts += [md_table(comp), ""]
+    parts += ["Seconds to the target are training seconds (wall-clock less evaluation and probe time), steps x "
+              "measured step cost: the optimizer's KM median steps, read at the middle of their evaluation interval "
+              "as the ratios read them, times its median training seconds per step over its runs "
+              "(docs/methods/claim4.md, sec. 3).", "", md_table(comp), ""]
     if comp["stopped at target"].any():
         n_stopped = count_noun(int(comp["stopped at target"].sum()), "metrics-only run")
         parts += [f"{n_stopped} stopped at their first evaluation on the "

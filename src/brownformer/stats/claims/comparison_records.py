@@ -55,7 +55,8 @@ class MedianRatio(ClaimDetails):
     """Proposed / baseline time to the target (survival.MedianRatioResult): the AFT log-rank point estimate (or its
     bound; `estimate`, `bound`, `text`), the inverted AFT log-rank interval around it, the one-sided p-values at the
     margin, and the ratio of KM medians (or its bound), descriptive only (`km_median_ratio`, `km_median_ratio_bound`,
-    `km_median_ratio_text`)."""
+    `km_median_ratio_text`). `medians` are on the record's clock: steps, or training seconds in a seconds ratio (each
+    optimizer's KM median steps times its own median training seconds per step; schema 4)."""
     estimate: float | str | None
     bound: str | None
     text: str

@@ -159,7 +159,7 @@ class MedianRatioResult:
     bound: str | None
     confidence_interval: tuple[float, float]
     confidence_level: float
-    medians: tuple[CensoredMedian, CensoredMedian]  # (proposed, baseline)
+    medians: tuple[CensoredMedian, CensoredMedian]  # (proposed, baseline), in the ratio's time unit
     n: tuple[int, int]
     margin: float
     statistic: float

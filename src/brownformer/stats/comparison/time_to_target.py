@@ -29,7 +29,8 @@ gates the verdict on it).
 
 Seconds are reported as steps x measured step cost (:func:`_ratios`): the seconds ratio is the steps
 ratio times the ratio of the optimizers' median training seconds per step (``wall_time`` minus
-evaluation and probe time, over the steps), so the runs need not have run side by side.
+evaluation and probe time, over the steps), so the runs need not have run side by side; each optimizer's median
+seconds to the target (the seconds ratio's ``medians``) is its KM median steps times its own seconds per step.
 """
 from __future__ import annotations
 
@@ -132,7 +133,8 @@ def censoring_times(df: pd.DataFrame, *, metric: str) -> tuple[float, float]:
 
 @dataclass(frozen=True)
 class ClockRatios:
-    """The proposed optimizer's time-to-target ratio against one other optimizer on both clocks (:func:`_ratios`)."""
+    """The proposed optimizer's time-to-target ratio against one other optimizer on both clocks (:func:`_ratios`),
+    each with the two optimizers' KM medians on its own clock (steps; training seconds)."""
 
     steps: MedianRatioResult
     seconds: MedianRatioResult
@@ -281,33 +283,53 @@ def _censored(g: pd.DataFrame, unit: str) -> tuple[np.ndarray, np.ndarray]:
     return np.where(reached, times, last), reached
 
 
+def _step_cost(g: pd.DataFrame) -> float:
+    """One optimizer's measured step cost: the median over its runs of training seconds per step (each run's training
+    seconds at its last evaluation over its steps); ``nan`` without a wall clock."""
+    cost = float(np.nanmedian(g["step_cost"])) if g["step_cost"].notna().any() else np.nan
+    return cost if np.isfinite(cost) and cost > 0 else np.nan
+
+
+def _in_seconds(m: CensoredMedian, cost: float) -> CensoredMedian:
+    """A KM median in steps as training seconds: ``m x cost`` (a bound stays a bound; undefined without a cost)."""
+    if not np.isfinite(cost):
+        return CensoredMedian(math.nan, None, m.n, m.n_censored)
+    return CensoredMedian(m.estimate * cost, m.bound, m.n, m.n_censored)
+
+
 def _ratios(mine: pd.DataFrame, other: pd.DataFrame, margins: Mapping[str, float], confidence_level: float,
             grid: float) -> ClockRatios:
     """Steps ratio, and seconds as steps x measured step cost (module docstring).
 
-    Seconds ratio = steps ratio x ``c``, ``c`` the ratio of the optimizers' median training seconds per step
-    (each run's training seconds at its last evaluation over its steps): "seconds ratio <= m" is "steps ratio
-    <= m / c", so the seconds test is the steps test at that margin, and its AFT estimate, interval and ratio of
-    KM medians are the steps ones times ``c`` (a bound stays a bound on the same side).
+    Seconds ratio = steps ratio x ``c``, ``c = cost_proposed / cost_baseline`` the ratio of the optimizers' step
+    costs (:func:`_step_cost`): "seconds ratio <= m" is "steps ratio <= m / c", so the seconds test is the steps test
+    at that margin, and its AFT estimate, interval and ratio of KM medians are the steps ones times ``c`` (a bound
+    stays a bound on the same side). Its medians are seconds: each optimizer's KM median steps (as the steps record
+    reads them, at the middle of their evaluation interval) times its own step cost, so their ratio is the seconds
+    ratio of KM medians.
     Per-run wall-clocks of runs that did not run side by side carry the machine's load of the moment; the
     median cost per step over 8 runs does much less."""
     prop, base = _censored(mine, "steps"), _censored(other, "steps")
     steps = median_ratio(prop, base, margin=margins["steps"], confidence_level=confidence_level, grid=grid)
-    c = float(np.nanmedian(mine["step_cost"]) / np.nanmedian(other["step_cost"])) if (
-        mine["step_cost"].notna().any() and other["step_cost"].notna().any()) else np.nan
-    if not (np.isfinite(c) and c > 0):
+    cost = (_step_cost(mine), _step_cost(other))
+    medians = tuple(_in_seconds(m, k) for m, k in zip(steps.medians, cost))
+    c = cost[0] / cost[1]
+    if not np.isfinite(c):
         nan = float("nan")
         return ClockRatios(steps, dataclasses.replace(
-            steps, estimate=nan, bound=None, confidence_interval=(nan, nan), margin=margins["seconds"],
-            statistic=nan, pvalue=nan, pvalue_slower=nan, km_median_ratio=nan, km_median_ratio_bound=None,
-            method="no wall clock: undefined"))
+            steps, estimate=nan, bound=None, confidence_interval=(nan, nan), medians=medians,
+            margin=margins["seconds"], statistic=nan, pvalue=nan, pvalue_slower=nan, km_median_ratio=nan,
+            km_median_ratio_bound=None, method="no wall clock: undefined"))
     z = scaled_logrank(prop, base, margins["seconds"] / c, grid=grid)
     lo, hi = steps.confidence_interval
     seconds = dataclasses.replace(steps, estimate=steps.estimate * c, confidence_interval=(lo * c, hi * c),
-                                  km_median_ratio=steps.km_median_ratio * c, margin=margins["seconds"],
-                                  statistic=z, pvalue=float(sps.norm.sf(z)), pvalue_slower=float(sps.norm.cdf(z)),
-                                  method=f"steps ratio x step-cost ratio {c:.3g} (median training seconds per step); "
-                                         f"test: the steps test at margin {margins['seconds']:g} / {c:.3g}")
+                                  medians=medians, km_median_ratio=steps.km_median_ratio * c,
+                                  margin=margins["seconds"], statistic=z, pvalue=float(sps.norm.sf(z)),
+                                  pvalue_slower=float(sps.norm.cdf(z)),
+                                  method=f"steps ratio x step-cost ratio {c:.3g} (median training seconds per step "
+                                         f"{cost[0]:.3g} / {cost[1]:.3g}); medians: KM median steps x each one's "
+                                         f"seconds per step; test: the steps test at margin "
+                                         f"{margins['seconds']:g} / {c:.3g}")
     return ClockRatios(steps, seconds)
 
 
