@@ -6,9 +6,11 @@ ratio to every baseline, side by side for several runs (e.g. seed offsets 0 and 
 
 Everything printed is read from the files through the project's reader (`verdicts.read_claims` with the typed
 per-claim details: the claim's per-model details: Kaplan-Meier medians with their
-censoring, the AFT log-rank point estimates of the ratios with their intervals and one-sided p-values, the ratios of
-KM medians beside them, the simulated error rates of the rule at each
-comparison's shape, the per-model verdict and reason); nothing is recomputed.
+censoring, the AFT log-rank point estimates of the ratios (the headline) with their intervals and one-sided
+p-values, the ratios of KM medians beside them in their own columns, the seconds ratio with each optimizer's median
+training seconds, the simulated error rates of the rule at each comparison's shape, the per-model verdict and
+reason); nothing is recomputed. Tables written before issue 31's fix (claim4_16trials.md) quote the ratio of KM
+medians where this prints the AFT estimate.
 """
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ import argparse
 import sys
 from pathlib import Path
 
+from brownformer.report.deciding import km_ratio_cell, ratio_cell
+from brownformer.report.markdown import fmt
+from brownformer.stats.claims.comparison_records import SECONDS, STEPS
 from brownformer.stats.claims.details import parse_details
 from brownformer.verdicts import ClaimsFile, read_claims
 
@@ -26,14 +31,30 @@ def _median_text(m) -> str:
 
 
 def _ratio_text(r) -> str:
-    lo, hi = r.confidence_interval
-    hi_text = "inf" if hi is None else f"{hi:.3g}"
-    lo_text = "0" if lo is None else f"{lo:.3g}"
-    return f"{r.text} [{lo_text}, {hi_text}] (KM {r.km_median_ratio_text}), p {r.pvalue:.3g}"
+    """The AFT point estimate with its interval (the report's cell: a bound with the end that bounds it, never 0 or
+    inf) and the one-sided p at the margin."""
+    return f"{ratio_cell(r)}, p {fmt(r.pvalue)}" if r else "n/a"
+
+
+def _headline(det) -> str:
+    """The model's headline at the deciding target: the steps ratio against the best baseline (AFT estimate, with the
+    ratio of KM medians beside it) and the seconds ratio with each optimizer's median training seconds."""
+    clocks = (det.ratios or {}).get(det.baseline) or {}
+    steps, seconds = clocks.get(STEPS), clocks.get(SECONDS)
+    if steps is None:
+        return "Headline: no steps ratio (no best baseline)."
+    text = (f"Headline: {det.proposed} / {det.baseline} (best baseline), steps ratio (AFT estimate) "
+            f"{_ratio_text(steps)}; ratio of KM medians {km_ratio_cell(steps)}")
+    if seconds is not None:
+        medians = " vs ".join(f"{m.text} s" if m.text != "undefined" else "n/a" for m in seconds.medians)
+        text += f"; seconds ratio {_ratio_text(seconds)} (KM median training seconds {medians})"
+    return text + "."
 
 
 def model_tables(label: str, claims: ClaimsFile) -> list[str]:
-    """The lines of one run's claim-4 tables: the claim's verdict, then per model one row per target level."""
+    """The lines of one run's claim-4 tables: the claim's verdict, then per model its headline and one row per target
+    level: KM medians, and per baseline the AFT estimate [CI] with its p and the ratio of KM medians in its own
+    column."""
     c4 = claims.claims["4"]
     lines = [f"### {label}: claim 4 **{c4.verdict}**", "", c4.reason, ""]
     for model, rec in sorted(c4.per_model.items()):
@@ -42,16 +63,20 @@ def model_tables(label: str, claims: ClaimsFile) -> list[str]:
         det = rec.details
         optimizers = [det.proposed, *det.baselines]
         rates = det.rule_error_rates.per_baseline if det.rule_error_rates else {}  # none when nothing decided
-        lines += [f"#### {model}: **{rec.verdict}** (target {det.metric} {det.target})", "", rec.reason, "",
+        ratio_heads = [h for b in det.baselines
+                       for h in (f"{det.proposed} / {b}: AFT estimate [95% CI], p(ratio >= margin)",
+                                 f"{det.proposed} / {b}: ratio of KM medians")]
+        lines += [f"#### {model}: **{rec.verdict}** (target {det.metric} {fmt(det.target, 4)})", "", rec.reason, "",
+                  _headline(det), "",
                   "| target level | " + " | ".join(f"KM median steps {o}" for o in optimizers) + " | "
-                  + " | ".join(f"{det.proposed} / {b}: AFT estimate [95% CI] (ratio of KM medians), p(ratio >= margin)"
-                               for b in det.baselines)
-                  + " | best baseline |",
-                  "|---" * (len(optimizers) + len(det.baselines) + 2) + "|"]
+                  + " | ".join(ratio_heads) + " | best baseline |",
+                  "|---" * (len(optimizers) + len(ratio_heads) + 2) + "|"]
         for level, lv in sorted(det.levels.items(), key=lambda kv: float(kv[0])):
-            meds = [_median_text(lv.km_median_steps[o]) for o in optimizers]
-            ratios = [_ratio_text(lv.steps_ratios[b]) for b in det.baselines]
-            lines.append(f"| {level} ({lv.target:.4g}) | " + " | ".join(meds + ratios) + f" | {lv.best_baseline} |")
+            meds = [_median_text(lv.km_median_steps[o]) if o in lv.km_median_steps else "n/a" for o in optimizers]
+            ratios = [cell for b in det.baselines
+                      for cell in (_ratio_text(lv.steps_ratios.get(b)), km_ratio_cell(lv.steps_ratios.get(b)))]
+            lines.append(f"| {level} ({fmt(lv.target, 4)}) | " + " | ".join(meds + ratios)
+                         + f" | {lv.best_baseline or 'none'} |")
         lines += ["", "Simulated error rates of the rule at each comparison's shape (true ratio on the margin): "
                   + "; ".join(f"vs {b}: P(supported) {rates[b].size:.3g}, P(not supported) "
                               f"{rates[b].size_not_supported:.3g} (gate {rates[b].max_size:g})"

@@ -20,9 +20,13 @@ target, as the default run's metrics-only runs do:
     PYTHONPATH=src nice python benchmarks/time_to_target.py --config-targets --models vit-pre vit-post \
         --workers 1 --out benchmarks/results/claim4_both_vits.md
 
-Seconds are the run's wall-clock at the target minus its evaluation time when the metrics carry
-``eval_wall_time``; otherwise evaluation is included for every optimizer alike (the ratio then
-leans towards 1). Writes OUT (markdown), OUT with suffix .json (targets, runs and ratios).
+Seconds are steps x measured step cost (docs/methods/claim4.md sec. 3): each optimizer's KM median steps times its
+median training seconds per step (wall-clock less evaluation time when the metrics carry ``eval_wall_time``;
+otherwise evaluation is included for every optimizer alike and the ratio leans towards 1). Writes OUT (markdown), OUT
+with suffix .json (targets, the reference runs and the claim) and OUT with suffix .claims.json (claim 4 alone, a
+claims.json through the project's writer). The tables are read back from that file through the typed reader
+(`verdicts.read_claims` with the claim details' parser), as benchmarks/claim4_tables.py reads the default run's,
+which can read it too.
 """
 from __future__ import annotations
 
@@ -38,8 +42,13 @@ from _runs import base_parser, load_raw, model_steps, prepare_data, run_jobs  # 
 
 from brownformer.config import from_dict  # noqa: E402
 from brownformer.io import to_jsonable  # noqa: E402
+from brownformer.report.deciding import km_ratio_cell, ratio_cell  # noqa: E402
+from brownformer.report.markdown import fmt, md_table  # noqa: E402
 from brownformer.stats.claims import optimizer_claim  # noqa: E402
+from brownformer.stats.claims.comparison_records import SECONDS  # noqa: E402
+from brownformer.stats.claims.details import Claim4ModelDetails, parse_details  # noqa: E402
 from brownformer.stats.comparison.time_to_target import reference_target  # noqa: E402
+from brownformer.verdicts import ClaimRecord, ClaimsFile, read_claims  # noqa: E402
 
 WHOLE_SPLIT = 100_000  # eval batches: more than any split holds, so evaluation covers the whole split
 
@@ -77,31 +86,16 @@ def main(argv=None) -> int:
     report = dataclasses.replace(cfg.report, targets=targets, scope=tuple(models))
     rec = optimizer_claim(metrics, cfg.stats, report)
 
-    lines = [f"# Time to a fixed target ({args.config}): seeds {args.seeds}, eval every {args.eval_every} steps on "
-             "the whole validation split, target = " + ("the config's report.targets, runs stopped there"
-                                                       if args.config_targets else
-                                                       f"{args.fraction} of a {args.reference_factor}x-long AdamW run's "
-                                                       "improvement") + "\n",
-             f"Claim 4 over {', '.join(models)} against {', '.join(cfg.report.baselines)}: **{rec.verdict}** "
-             f"({rec.reason}).\n"]
-    for model, mrec in rec.per_model.items():
-        d = mrec.details
-        rows = [{"versus": b, "level": f, "target": lv["target"], "steps ratio": r["text"],
-                 "steps CI": r["confidence_interval"], "one-sided p (ratio >= margin)": r["pvalue"],
-                 "censored (K-FAC, baseline)": r["n_censored"]}
-                for f, lv in d["levels"].items() for b, r in lv["steps_ratios"].items()]
-        medians = pd.DataFrame({o: {"KM median steps": m["text"], "censored": m["n_censored"], "n": m["n"],
-                                    "final at budget (median, n)": (d["final_at_budget"][o]["median"],
-                                                                    d["final_at_budget"][o]["n"])}
-                                for o, m in d["km_median_steps"].items()}).T
-        sizes = {b: (r["size"], r["size_not_supported"]) for b, r in ((d["rule_error_rates"] or {}).get("per_baseline") or {}).items()}
-        lines += [f"## {model}: verdict **{mrec.verdict}**\n", mrec.reason, "",
-                  medians.to_markdown(), "", pd.DataFrame(rows).to_markdown(index=False, floatfmt=".3g"), "",
-                  f"Simulated error rates at this shape (P(supported), P(not supported) on the margin): {sizes or 'n/a'}",
-                  ""]
-    text = "\n".join(lines)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    claims = read_claims(write_claims(rec, out.with_suffix(".claims.json"), runs=sorted(metrics)),
+                         parse_details=parse_details)
+    head = (f"# Time to a fixed target ({args.config}): seeds {args.seeds}, eval every {args.eval_every} steps on "
+            "the whole validation split, target = " + ("the config's report.targets, runs stopped there"
+                                                      if args.config_targets else
+                                                      f"{args.fraction} of a {args.reference_factor}x-long AdamW "
+                                                      "run's improvement") + "\n")
+    text = "\n".join([head, *claim_tables(claims.claims["4"], models, cfg.report.baselines)])
     out.write_text(text)
     out.with_suffix(".json").write_text(json.dumps(to_jsonable({
         "targets": targets, "fraction": args.fraction, "reference_factor": args.reference_factor,
@@ -109,6 +103,52 @@ def main(argv=None) -> int:
         "references": {r["model"]: r["metrics"] for r in references}, "claim": rec.to_dict()}), indent=1))
     print(text)
     return 0
+
+
+def write_claims(rec: ClaimRecord, path: Path, *, runs: list[str]) -> Path:
+    """Claim 4's record as a claims.json of its own, through the project's writer (`verdicts.ClaimsFile`)."""
+    path.write_text(json.dumps(ClaimsFile({"4": rec}, runs=runs).to_dict(), indent=1))
+    return path
+
+
+def _seconds_medians(d) -> dict[str, str]:
+    """optimizer -> its KM median training seconds with the unit, as the seconds ratios' records hold them."""
+    out = {}
+    for b, clocks in (d.ratios or {}).items():
+        seconds = clocks.get(SECONDS)
+        for o, m in zip((d.proposed, b), seconds.medians if seconds else ()):
+            out[o] = f"{m.text} s" if m.text != "undefined" else "n/a"
+    return out
+
+
+def claim_tables(c4: ClaimRecord, models, baselines) -> list[str]:
+    """The markdown lines of claim 4 as read back typed (`read_claims(..., parse_details=...)`): the verdict, then per
+    model the medians (steps, training seconds, final metric at the budget) and, per target level and baseline, the
+    steps ratio's AFT estimate [CI] with the ratio of KM medians in its own column and the one-sided p."""
+    lines = [f"Claim 4 over {', '.join(models)} against {', '.join(baselines)}: **{c4.verdict}** ({c4.reason}).\n"]
+    for model, mrec in c4.per_model.items():
+        d = mrec.details
+        if not isinstance(d, Claim4ModelDetails):  # a record without a comparison has nothing to tabulate
+            lines += [f"## {model}: verdict **{mrec.verdict}**\n", mrec.reason, ""]
+            continue
+        seconds = _seconds_medians(d)
+        final = {o: d.final_at_budget.get(o) or {} for o in d.km_median_steps}
+        medians = pd.DataFrame([{"optimizer": o, "KM median steps": m.text, "KM median training seconds":
+                                 seconds.get(o, "n/a"), "censored": m.n_censored, "n": m.n,
+                                 "final at budget (median, n)": f"{fmt(final[o].get('median'))}, "
+                                                                f"{final[o].get('n', 0)}"}
+                                for o, m in d.km_median_steps.items()])
+        rows = [{"versus": b, "level": f, "target": fmt(lv.target, 4), "steps ratio (AFT estimate) [95% CI]":
+                 ratio_cell(r), "ratio of KM medians": km_ratio_cell(r), "one-sided p (ratio >= margin)": fmt(r.pvalue),
+                 "censored (K-FAC, baseline)": ", ".join(map(str, r.n_censored))}
+                for f, lv in sorted(d.levels.items(), key=lambda kv: float(kv[0])) for b, r in lv.steps_ratios.items()]
+        per_baseline = d.rule_error_rates.per_baseline if d.rule_error_rates else {}
+        sizes = "; ".join(f"vs {b}: {fmt(r.size)}, {fmt(r.size_not_supported)}" for b, r in per_baseline.items())
+        lines += [f"## {model}: verdict **{mrec.verdict}**\n", mrec.reason, "", md_table(medians), "",
+                  md_table(pd.DataFrame(rows)), "",
+                  f"Simulated error rates at this shape (P(supported), P(not supported) on the margin): "
+                  f"{sizes or 'n/a'}", ""]
+    return lines
 
 
 def _stop_block(model: str, optimizer: str, every: int, stop: bool) -> str:
