@@ -16,7 +16,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: {path: {r.run_id: load_config(path).run_hash(r.run_id) for r in (*cfg.runs(), *cfg.replica_runs())}}, recorded at
 #: a3fff18 (before RunPlan existed) and again after the re-tune's `tuned:` block (2026-12-01; the same hashes as
 #: the tuning branch's own per-run resolution gave for all 102 runs); vit-pre's K-FAC seed 0 again after it became
-#: metrics-only and stopped at the target (2026-12-01, 4fb09c2).
+#: metrics-only and stopped at the target (2026-12-01, 4fb09c2); again after the fresh tuning (search seed 1) and
+#: vit-post's AdamW seeds 6-7 probed (2026-12-06: 65 of 75 default runs retrain).
 #: A config edit meant to retrain runs changes their hashes: record the file again then.
 REFERENCE_HASHES = Path(__file__).parent / "data" / "run_hashes.json"
 CONFIGS = ("config/config.yaml", "config/ci.yaml")
