@@ -14,6 +14,20 @@ import torch
 
 from brownformer.optim._kfac_math import host_read_free
 
+_CONSTANTS: dict = {}  # (value, dtype, device) -> 0-d tensor: the update's scalars, made once rather than every step
+
+
+def _constant(value: float, dtype: torch.dtype, device) -> torch.Tensor:
+    """A 0-d tensor holding ``value``, shared between steps (never written: foreach ops only read their scalars)."""
+    key = (value, dtype, device)
+    tensor = _CONSTANTS.get(key)
+    if tensor is None:
+        if len(_CONSTANTS) > 256:  # bias corrections change every step: keep the cache small
+            _CONSTANTS.clear()
+        tensor = _CONSTANTS[key] = torch.tensor(value, dtype=dtype, device=device)
+    return tensor
+
+
 def _scalar(value: float, like: torch.Tensor):
     """``value`` for a foreach op on tensors like ``like``: a 0-d tensor for float32/float64 tensors on a device
     whose host reads are free (the CPU, ``_kfac_math.HOST_READ_FREE``), else the number.
@@ -23,7 +37,7 @@ def _scalar(value: float, like: torch.Tensor):
     and give bit-identical results (the scalar is rounded to the tensor's dtype either way). Some overloads
     read the 0-d tensor on the host (``_foreach_add_``), hence only where that read is free."""
     if host_read_free(like.device) and like.dtype in (torch.float32, torch.float64):
-        return torch.tensor(value, dtype=like.dtype)
+        return _constant(value, like.dtype, None)
     return value
 
 
@@ -33,9 +47,8 @@ def _where(keep: torch.Tensor | bool | None, value: float, otherwise: float, lik
     if keep is None:
         return value
     if keep is True:
-        return torch.tensor(value, dtype=like.dtype, device=like.device)
-    return torch.where(keep, torch.tensor(value, dtype=like.dtype, device=like.device),
-                       torch.tensor(otherwise, dtype=like.dtype, device=like.device))
+        return _constant(value, like.dtype, like.device)
+    return torch.where(keep, _constant(value, like.dtype, like.device), _constant(otherwise, like.dtype, like.device))
 
 
 def _mask(grads: list[torch.Tensor], keep: torch.Tensor | bool | None) -> list[torch.Tensor]:

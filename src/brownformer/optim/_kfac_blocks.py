@@ -9,7 +9,9 @@ the original block is the same system's solution (all inner products are unchang
 
 Shapes are merged greedily, largest first, while the padded area stays within ``MAX_PADDING`` of
 the system's own area (or the shape holds at most ``FEW`` systems: a head or a patch embedding),
-so padding never multiplies the arithmetic of the big layers.
+so padding never multiplies the arithmetic of the big layers. Shapes of ``FEW`` systems that no block
+holds (a small model's layers of one or two systems each) share a block when the padded products cost
+less than one more block's calls (``BLOCK_WORK``).
 """
 from __future__ import annotations
 
@@ -17,6 +19,14 @@ import torch
 
 MAX_PADDING = 2.1  # padded area / own area: fc1 (64, 33) and fc2 (32, 65) share (64, 65) at width 32
 FEW = 2  # shapes with this many systems or fewer join any block at least as large
+# multiply-adds that cost about what one more block costs in calls per CG iteration on one CPU thread (~14 calls of
+# ~2.5 us against ~30 multiply-adds per ns in small batched products; measured on the README snippet's layers)
+BLOCK_WORK = 1e6
+
+
+def _work(k: int, o: int, n: int) -> int:
+    """Multiply-adds of one CG iteration's four products (operator and preconditioner) on ``k`` ``(o, n)`` systems."""
+    return 2 * k * o * n * (o + n)
 
 
 def plan_blocks(shapes: list[tuple[int, int, int]]) -> list[tuple[int, int, list[int]]]:
@@ -32,15 +42,24 @@ def plan_blocks(shapes: list[tuple[int, int, int]]) -> list[tuple[int, int, list
                 block[2].append(i)
                 break
         else:
-            blocks.append([o, n, [i]])
+            blocks.append([o, n, [i], None])
+    held = len(blocks)  # blocks of many systems; the few-system shapes below join one, or share blocks of their own
     for i in (i for i in order if shapes[i][0] <= FEW):  # a few systems: the smallest block that holds them
-        _, o, n = shapes[i]
-        holding = [b for b in blocks if b[0] >= o and b[1] >= n]
+        k, o, n = shapes[i]
+        holding = [b for b in blocks[:held] if b[0] >= o and b[1] >= n]
         if holding:
             min(holding, key=lambda b: b[0] * b[1])[2].append(i)
+            continue
+        saving = {j: _work(b[3], b[0], b[1]) + _work(k, o, n) + BLOCK_WORK - _work(b[3] + k, max(b[0], o), max(b[1], n))
+                  for j, b in enumerate(blocks[held:], start=held)}
+        j = max(saving, key=saving.get, default=None)
+        if j is not None and saving[j] > 0:
+            blocks[j][:2] = max(blocks[j][0], o), max(blocks[j][1], n)
+            blocks[j][2].append(i)
+            blocks[j][3] += k
         else:
-            blocks.append([o, n, [i]])
-    return [(o, n, members) for o, n, members in blocks]
+            blocks.append([o, n, [i], k])
+    return [(b[0], b[1], b[2]) for b in blocks]
 
 
 def pad(tensors: list[torch.Tensor | None], blocks, shapes: list[tuple[int, int, int]], side: str

@@ -55,6 +55,7 @@ class LayerGroup:
         self.stacks: dict[str, torch.Tensor] = {}
         self.preconditioned_for: tuple | None = None  # cg: the dampings its preconditioner was refreshed for
         self._params: list | None = None  # the members' parameters in split order
+        self._buffers: dict[str, tuple[torch.Tensor, list[torch.Tensor]]] = {}  # see buffer()
         self.head_mask = None  # (k, out, out) ones / per-head block pattern, only if a layer is per-head
         if any(m.head_size is not None for m in layers):
             ones = torch.ones(self.out_features, self.out_features, dtype=self.dtype, device=self.device)
@@ -68,8 +69,8 @@ class LayerGroup:
     def bind(self, state: dict, key: str, stack: torch.Tensor) -> torch.Tensor:
         """Make ``stack`` the group's ``key`` and every member's ``state[key]`` a view of it."""
         self.stacks[key] = stack
-        for j, layer in enumerate(self.layers):
-            state[layer.module.weight][key] = stack[j]
+        for layer, view in zip(self.layers, stack.unbind(0)):  # one call for every view
+            state[layer.module.weight][key] = view
         return stack
 
     def factors(self, state: dict) -> tuple[torch.Tensor, torch.Tensor]:
@@ -116,17 +117,32 @@ class LayerGroup:
             w = torch.cat([w, b[:, :, None]], dim=2)  # (k, out, in+1)
         return w.to(self.dtype)
 
-    def split(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
-        """The members' parameters ``[W_0, b_0, W_1, ...]`` and their directions (views of ``x``
-        ``(k, out, in[+1])``, made with one ``unbind`` per part) for the base update."""
+    def params(self) -> list[torch.Tensor]:
+        """The members' parameters in split order, ``[W_0, b_0, W_1, ...]`` (``[W_0, W_1, ...]`` without biases)."""
         if self._params is None:
             self._params = [p for m in self.layers for p in ((m.module.weight, m.module.bias) if self.has_bias
                                                              else (m.module.weight,))]
+        return self._params
+
+    def split(self, x: torch.Tensor) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """The members' parameters ``[W_0, b_0, W_1, ...]`` and their directions (views of ``x``
+        ``(k, out, in[+1])``, made with one ``unbind`` per part) for the base update."""
         weights = x[:, :, : self.in_features].unbind(0)
         if not self.has_bias:
-            return self._params, list(weights)
+            return self.params(), list(weights)
         biases = x[:, :, self.in_features].unbind(0)
-        return self._params, [t for pair in zip(weights, biases) for t in pair]
+        return self.params(), [t for pair in zip(weights, biases) for t in pair]
+
+    def buffer(self, name: str) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """A ``(k, out, in[+1])`` tensor of the factor dtype kept between steps under ``name``, and its views in split
+        order (as :meth:`split` makes them). A step writes the stacked gradients or directions into it (one foreach
+        copy for every group, or one ``out=`` product) instead of stacking, concatenating and splitting per group
+        each step; what it holds is only valid until the next step writes it."""
+        if name not in self._buffers:
+            stack = torch.empty(len(self), self.out_features, self.in_features + int(self.has_bias), dtype=self.dtype,
+                                device=self.device)
+            self._buffers[name] = (stack, self.split(stack)[1])
+        return self._buffers[name]
 
     # ---- batch factors -----------------------------------------------------------------------
     def batch_factors(self, weight_sharing: str, scale: int | None = None

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import torch
 
-from brownformer.optim._kfac_math import finite_rows, host_read_free, kronecker_operator
+from brownformer.optim._kfac_math import all_finite, finite_rows, host_read_free, kronecker_operator
 
 
 def _dots(us: list[torch.Tensor], ws: list[torch.Tensor]) -> torch.Tensor:
@@ -151,21 +151,23 @@ def block_conjugate_gradient(
 
     lam = [damping[sl] if isinstance(damping, torch.Tensor) else damping for sl in blocks]
 
+    def precondition(j, rj):  # block j's preconditioner
+        return rj if preconditioner is None else torch.bmm(torch.bmm(preconditioner[j][0], rj), preconditioner[j][1])
+
     def operator(xs):
         return [kronecker_operator(gj, aj, xj, lj) for gj, aj, xj, lj in zip(g, a, xs, lam)]
 
-    def precondition(rs):
-        return rs if preconditioner is None else [torch.bmm(torch.bmm(yg, rj), ya)
-                                                  for (yg, ya), rj in zip(preconditioner, rs)]
-
+    single = len(v) == 1  # one block: no per-block slices or concatenations
     b_sq = _dots(v, v)  # (L, 1, 1); per-system scalars keep the block's broadcast shape
     x, r = _start(operator, v, x0, blocks)
-    z = precondition(r)
-    p = [zj.clone() for zj in z]
-    rz = _dots(r, z)
-    rr = rz if preconditioner is None else _dots(r, r)
+    z = [precondition(j, rj) for j, rj in enumerate(r)]
+    p = [zj.clone() for zj in z] if preconditioner is None else list(z)  # z is r itself without a preconditioner
+    rz_parts = [(rj * zj).sum(dim=(1, 2), keepdim=True) for rj, zj in zip(r, z)]  # as _dots, kept per block
+    rr_parts = rz_parts if preconditioner is None else [(rj * rj).sum(dim=(1, 2), keepdim=True) for rj in r]
+    p_ap_parts, ap = list(rz_parts), [None] * len(v)  # a block that never iterates: read only where masked
+    rz = rz_parts[0] if single else torch.cat(rz_parts)
+    rr = rr_parts[0] if single else torch.cat(rr_parts)
     iterations = torch.zeros_like(b_sq, dtype=torch.long)
-    healthy = torch.ones_like(b_sq, dtype=torch.bool)
     threshold = tol**2 * b_sq
     active = rr > threshold
     caps = None
@@ -175,27 +177,40 @@ def block_conjugate_gradient(
                               for sl, c in zip(blocks, max_iter)])
         max_iter = max(max_iter, default=0)
     stop_early = host_read_free(v[0].device)
+    live = list(range(len(v)))  # blocks with an active system (all of them where reading that is not free)
     for _ in range(max_iter):
-        if stop_early and not bool(active.any()):
-            break
-        ap = operator(p)
-        p_ap = _dots(p, ap)
-        healthy &= ~active | (p_ap > 0)
-        active &= healthy
+        if stop_early:  # one read: which blocks still iterate (a stopped block's values no longer change)
+            flags = active.view(-1).tolist()
+            live = [j for j in live if any(flags[blocks[j]])]
+            if not live:
+                break
+        for j in live:
+            ap[j] = kronecker_operator(g[j], a[j], p[j], lam[j])
+            p_ap_parts[j] = (p[j] * ap[j]).sum(dim=(1, 2), keepdim=True)
+        p_ap = p_ap_parts[0] if single else torch.cat(p_ap_parts)
+        active &= p_ap > 0  # non-positive curvature stops a system (unhealthy: see below)
         alpha = torch.where(active, rz / p_ap, 0.0)
-        for xj, rj, pj, apj, sl in zip(x, r, p, ap, blocks):
-            xj.addcmul_(alpha[sl], pj)
-            rj.addcmul_(alpha[sl], apj, value=-1.0)
-        z = precondition(r)
-        rz_new = _dots(r, z)
-        rr = rz_new if preconditioner is None else _dots(r, r)
+        for j in live:
+            step = alpha if single else alpha[blocks[j]]
+            x[j].addcmul_(step, p[j])
+            r[j].addcmul_(step, ap[j], value=-1.0)
+            z[j] = precondition(j, r[j])
+            rz_parts[j] = (r[j] * z[j]).sum(dim=(1, 2), keepdim=True)
+            if preconditioner is not None:
+                rr_parts[j] = (r[j] * r[j]).sum(dim=(1, 2), keepdim=True)
+        rz_new = rz_parts[0] if single else torch.cat(rz_parts)
+        rr = rz_new if preconditioner is None else rr_parts[0] if single else torch.cat(rr_parts)
         beta = torch.where(active, rz_new / rz, 0.0)
-        p = [torch.addcmul(zj, beta[sl], pj) for zj, pj, sl in zip(z, p, blocks)]
+        for j in live:
+            p[j] = torch.addcmul(z[j], beta if single else beta[blocks[j]], p[j])
         rz = torch.where(active, rz_new, rz)
         iterations += active
         active &= rr > threshold
         if caps is not None:
             active &= iterations < caps
+    # a system stops converged (rr <= threshold), at its cap, or on non-positive curvature: the one way to stop
+    # above the threshold and below the cap, so that is what makes it unhealthy (as if flagged when it happened)
+    healthy = ~((rr > threshold) & (iterations < (max_iter if caps is None else caps)))
     rel = (rr / b_sq.clamp_min(torch.finfo(b_sq.dtype).tiny)).sqrt().flatten()
     finite = torch.cat([finite_rows(xj) for xj in x])
     ok = healthy.flatten() & finite & torch.isfinite(rel) & (_energy(x, v, r) <= 0).flatten()
@@ -222,9 +237,9 @@ def spd_inverse(m: torch.Tensor) -> torch.Tensor:
     eye = torch.eye(n, dtype=m.dtype, device=m.device).expand(k, n, n)
     chol_inv = torch.linalg.solve_triangular(chol, eye, upper=False)  # (k, n, n) L^-1
     inverse = torch.bmm(chol_inv.transpose(1, 2), chol_inv)
+    if host_read_free(m.device) and bool((info == 0).all()) and bool(all_finite([inverse, m])):
+        return inverse  # every matrix factored (on the CPU the read is free: the fallback's work is skipped)
     good = (info == 0) & finite_rows(inverse) & finite_rows(m)  # Cholesky reads one triangle only
-    if host_read_free(m.device) and bool(good.all()):
-        return inverse
     norm_inf = m.abs().sum(dim=2).amax(dim=1).clamp_min(torch.finfo(m.dtype).tiny)  # (k,)
     return torch.where(good[:, None, None], inverse, eye / norm_inf[:, None, None])
 

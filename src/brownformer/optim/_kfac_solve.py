@@ -95,16 +95,20 @@ class IterativeSolver:
                                           tol=self.tol, preconditioner=list(zip(y_g, y_a)))
         xs = unpad(list(result.solution), blocks, shapes)
         all_ok = host_read_free(result.ok.device) and bool(result.ok.all())  # where a read is free: no masking then
-        for j, ((_, c, _), vj, ok) in enumerate(zip(items, v, per_system(result.ok, blocks, shapes))):
-            if all_ok:
-                c["cg_solution"] = xs[j]
-                continue
-            c["cg_solution"] = torch.where(ok[:, None, None], xs[j], 0.0)
-            xs[j] = torch.where(ok[:, None, None], xs[j], vj)  # a diverged system falls back to its gradient
+        if all_ok:
+            for (_, c, _), xj in zip(items, xs):
+                c["cg_solution"] = xj
+        else:
+            for j, ((_, c, _), vj, ok) in enumerate(zip(items, v, per_system(result.ok, blocks, shapes))):
+                c["cg_solution"] = torch.where(ok[:, None, None], xs[j], 0.0)
+                xs[j] = torch.where(ok[:, None, None], xs[j], vj)  # a diverged system falls back to its gradient
         # per block: systems stopped by the budget, and the most iterations a system used
-        sizes = [sum(shapes[i][0] for i in members) for _, _, members in blocks]
-        capped = torch.stack([((rel > self.tol) & ok).sum() for rel, ok in
-                              zip(result.relative_residual.split(sizes), result.ok.split(sizes))])
-        used = torch.stack([its.max() for its in result.iterations.split(sizes)])
-        return xs, {"cg_iterations": result.iterations, "cg_fallbacks": (~result.ok).sum(),
+        stopped = (result.relative_residual > self.tol) & result.ok
+        if len(blocks) == 1:
+            capped, used = stopped.sum().reshape(1), result.iterations.max().reshape(1)
+        else:
+            sizes = [sum(shapes[i][0] for i in members) for _, _, members in blocks]
+            capped = torch.stack([s.sum() for s in stopped.split(sizes)])
+            used = torch.stack([its.max() for its in result.iterations.split(sizes)])
+        return xs, {"cg_iterations": result.iterations, "cg_fallbacks": 0 if all_ok else (~result.ok).sum(),
                     "cg_capped": capped.sum(), "cg_block_capped": capped, "cg_block_iterations": used}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from brownformer.optim._kfac_groups import LayerGroup
-from brownformer.optim._kfac_math import finite_rows, kl_clip_scale
+from brownformer.optim._kfac_math import all_finite, finite_rows, host_read_free, kl_clip_scale
 
 def materialise_stats(stats: dict, totals: dict) -> dict:
     """The last step's diagnostics as plain numbers (the device values are read here, once)."""
@@ -46,6 +46,20 @@ def fold_factor(running: torch.Tensor, batch: torch.Tensor, weight: float, updat
     running_finite = finite_rows(running)[:, None, None]
     folded = torch.where(running_finite, running.lerp(batch, weight), batch)
     return torch.where(use[:, None, None], folded, running), dropped
+
+
+def fold_factors(folds: list[tuple[torch.Tensor, torch.Tensor, list[bool]]], weight: float
+                 ) -> tuple[list[torch.Tensor], torch.Tensor | int]:
+    """:func:`fold_factor` of every ``(running, batch, updated)`` of a step, and the dropped batch factors in all.
+
+    Where a host read is free (``_kfac_math.HOST_READ_FREE``) and every layer has a batch and every factor is finite
+    (the usual step), each fold is ``running.lerp(batch, weight)``, which is what :func:`fold_factor`'s rules select
+    then: the same values without its per-stack checks; the count is then the int 0."""
+    if host_read_free(folds[0][0].device) and all(all(updated) for _, _, updated in folds) \
+            and bool(all_finite([t for running, batch, _ in folds for t in (running, batch)])):
+        return [running.lerp(batch, weight) for running, batch, _ in folds], 0
+    out = [fold_factor(running, batch, weight, updated) for running, batch, updated in folds]
+    return [f for f, _ in out], torch.stack([d for _, d in out]).sum()
 
 
 def partial_view(group: LayerGroup, tensors: dict, present: list[int]) -> tuple[LayerGroup, dict, bool]:
@@ -109,6 +123,24 @@ def solve_items(groups: list[LayerGroup], cur: dict) -> list:
         elif present:
             items.append(partial_view(g, cur[g], present))
     return items
+
+
+def stacked_gradients(items: list) -> list[torch.Tensor]:
+    """``V = [dL/dW, dL/db]`` per item ``(group, tensors, persistent)``, ``(k, out, in[+1])`` in the factor dtype: a
+    whole group's gradients copied into its kept buffer (``LayerGroup.buffer``; one foreach copy for every group), a
+    partial group's stacked (``LayerGroup.gradients``). The buffers are rewritten by the next step."""
+    targets, sources, out = [], [], []
+    for sub, _, persistent in items:
+        if not persistent:
+            out.append(sub.gradients())
+            continue
+        stack, views = sub.buffer("gradient")
+        targets += views
+        sources += [p.grad for p in sub.params()]
+        out.append(stack)
+    if targets:
+        torch._foreach_copy_(targets, sources)
+    return out
 
 
 def commit(groups: list[LayerGroup], state: dict, new: dict, cur: dict) -> None:

@@ -58,8 +58,8 @@ from brownformer.optim._kfac_groups import EIGEN_KEYS, LAYER_KEYS, PRECONDITIONE
 from brownformer.optim._kfac_matrix_free import layer_rows, matrix_free_cg, matrix_free_operator, subsample_rows
 from brownformer.optim._kfac_math import all_finite, factor_scale, factor_weight, host_read_free
 from brownformer.optim._kfac_solve import IterativeSolver, eigen_directions, refresh_eigenbases, refresh_preconditioner
-from brownformer.optim._kfac_step import (bound_scales, commit, fold_factor, materialise_stats, solve_items,
-                                          trust_region_scales)
+from brownformer.optim._kfac_step import (bound_scales, commit, fold_factors, materialise_stats, solve_items,
+                                          stacked_gradients, trust_region_scales)
 from brownformer.optim.kfac_settings import ADAMW_REST_LR, DEFAULTS, GROUP_SETTINGS, OPTIMIZER_SETTINGS, SETTINGS, validate
 
 logger = logging.getLogger(__name__)
@@ -161,6 +161,7 @@ class KFAC(Optimizer):
         self._layer_groups = None  # (number of param groups, {id(weight): group})
         self._mean_scale = None  # relative_damping: mean over layers of their mean Kronecker eigenvalue, this step
         self._tensor_cache: dict = {}
+        self._rest: tuple | None = None  # (items' key, the parameters no item's V holds): see _rest_grads
         self._index_cache: dict = {}  # per shape group: its layers' param groups and indices
         self._totals: dict = defaultdict(int)  # python ints, or 0-d tensors summed on the device
 
@@ -212,13 +213,13 @@ class KFAC(Optimizer):
         new = {}
         if batches:
             w = factor_weight(self.factor_updates + 1, decay=self.factor_decay, every=self.factor_every)
-            dropped = []
-            for g, a, gg, updated in batches:
-                pairs = [fold_factor(f, b, w, updated) for f, b in zip(g.factors(self.state), (a, gg))]
-                new[g] = tuple(f for f, _ in pairs)
-                dropped += [d for _, d in pairs]
-            self._totals["dropped_factors"] = self._totals["dropped_factors"] + torch.stack(dropped).sum()
-            self.watch.add(dropped=torch.stack(dropped).sum())
+            folded, dropped = fold_factors([(f, b, updated) for g, a, gg, updated in batches
+                                            for f, b in zip(g.factors(self.state), (a, gg))], w)
+            for j, (g, _, _, _) in enumerate(batches):
+                new[g] = (folded[2 * j], folded[2 * j + 1])
+            self._totals["dropped_factors"] = self._totals["dropped_factors"] + dropped
+            if isinstance(dropped, torch.Tensor):  # else none was dropped (read where that is free)
+                self.watch.add(dropped=dropped)
         self.timings["factors"] += time.perf_counter() - start + self.capture.seconds
         self.capture.seconds = 0.0
         return new, batches
@@ -268,7 +269,7 @@ class KFAC(Optimizer):
             lam = self._damping(g.layers, cur[g], g.dtype, g.device)
             refresh_preconditioner(cur[g], lam)
             g.preconditioned_for = dampings
-            self._decomposed_finite += [torch.isfinite(cur[g][k].sum()) for k in PRECONDITIONER_KEYS]
+            self._decomposed_finite.append(all_finite([cur[g][k] for k in PRECONDITIONER_KEYS]))
 
     def _damping(self, layers, tensors: dict, dtype, device) -> torch.Tensor:
         """``(k, 1, 1)`` per-layer ``lambda``: the group's ``damping``, or with ``relative_damping``
@@ -308,36 +309,53 @@ class KFAC(Optimizer):
             with torch.enable_grad():
                 loss = closure()
         step = self.param_groups[0]["step"]
-        grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         if self.curvature == "matrix-free":
+            grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
             return self._finish_step(step, loss, closure, grads, *self._matrix_free_solve())
+        grads = None  # checked as the solve's V plus the other gradients (_rest_grads), once V is stacked
         new, batches = self._new_factors()
         items, v, xs, info, cur = [], [], [], {}, None
         try:
             cur = self._current(new, step)
             items = solve_items(self.groups, cur)
-            v = [sub.gradients() for sub, _, _ in items]
+            v = stacked_gradients(items)
+            grads = v + self._rest_grads(items)
             xs, info = self._solve(items, v) if items else ([], {})
-            solved = [torch.isfinite(x.sum()) for x in xs] + self._decomposed_finite
+            solved = ([all_finite(xs)] if xs else []) + self._decomposed_finite
         except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
-            items, v, xs, info, cur = [], [], [], {}, None
+            items, v, xs, info, cur, grads = [], [], [], {}, None, None
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
         if cur is not None:
             commit(self.groups, self.state, new, cur)
         if batches:
             self.factor_updates += 1
+        if grads is None:
+            grads = [p.grad for g in self.param_groups for p in g["params"] if p.grad is not None]
         return self._finish_step(step, loss, closure, grads, items, v, xs, info, solved)
+
+    def _rest_grads(self, items: list) -> list[torch.Tensor]:
+        """The gradients that no item's ``V`` holds (the rest update's, a preconditioned layer's without a weight
+        gradient): with the items' ``V``, every gradient once, in fewer tensors for the finiteness check."""
+        key = (tuple(id(sub) for sub, _, _ in items), len(self.param_groups), sum(len(g["params"]) for g in self.param_groups))
+        if not all(persistent for _, _, persistent in items) or self._rest is None or self._rest[0] != key:
+            covered = {id(p) for sub, _, _ in items for p in sub.params()}
+            rest = [p for group in self.param_groups for p in group["params"] if id(p) not in covered]
+            self._rest = (key, rest)  # a partial group is a new object every step: never matched by its id
+        return [p.grad for p in self._rest[1] if p.grad is not None]
 
     def _finish_step(self, step, loss, closure, grads, items, v, xs, info, solved):
         """The step after its solve: the failure flags, the bounded masked update, the scheduled host check."""
         grad_ok = all_finite(grads) if grads else None
-        solve_ok = torch.stack(solved).all() if solved else None
-        flags = [f for f in (grad_ok, solve_ok) if f is not None]
+        flags = ([] if grad_ok is None else [grad_ok]) + solved
         ok = torch.stack(flags).all() if flags else torch.ones((), dtype=torch.bool, device=self.layers[0].module.weight.device)
         capped, used = info.pop("cg_block_capped", None), info.pop("cg_block_iterations", None)
-        self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok,
-                       **({"cg_capped": capped, "cg_iterations": used} if used is not None else {}))
-        self._totals["failures"] = self._totals["failures"] + (~ok).long()
+        cg = {"cg_capped": capped, "cg_iterations": used} if used is not None else {}
+        if host_read_free(ok.device) and bool(ok):  # where the read is free, a good step adds no zero failure counts
+            self.watch.add(**cg)
+            self._totals.setdefault("failures", 0)
+        else:
+            self.watch.add(failed=~ok, bad_gradient=None if grad_ok is None else ~grad_ok, **cg)
+            self._totals["failures"] = self._totals["failures"] + (~ok).long()
         checkpoint = self.adapt_every > 0 and step % self.adapt_every == 0
         pending = Snapshot(step, self._params(), self.state) if checkpoint else None
         stats = self._apply(items, v, xs, info, step, ok)
@@ -386,8 +404,11 @@ class KFAC(Optimizer):
         """KL-bound factors per item, each param group bounded by its own ``kl_clip`` (``_kfac_step.bound_scales``)."""
         lr0_sq = [self._layer_tensor(sub.layers, "initial_lr", vj.dtype, vj.device, power=2)
                   for (sub, _, _), vj in zip(items, v)]
-        position = {id(group): i for i, group in enumerate(self.param_groups)}
-        owners = [[position[id(self._group_of(m))] for m in sub.layers] for sub, _, _ in items]
+        def owners_of(sub):  # index in param_groups of the group of each of the item's layers
+            position = {id(group): i for i, group in enumerate(self.param_groups)}
+            return [position[id(self._group_of(m))] for m in sub.layers]
+        owners = [self._cached(("owners", id(sub), len(self.param_groups)), sub, lambda sub=sub: owners_of(sub))
+                  for sub, _, _ in items]
         return bound_scales(v, xs, lr0_sq, owners, [group["kl_clip"] for group in self.param_groups])
 
     def _trust_region(self, items, xs, scales) -> tuple[list[torch.Tensor], torch.Tensor | None]:
@@ -406,6 +427,16 @@ class KFAC(Optimizer):
             smallest.append(factor.min())
         return out, torch.stack(smallest).min()
 
+    @staticmethod
+    def _directions(sub, persistent: bool, x: torch.Tensor, scale: torch.Tensor) -> tuple[list, list]:
+        """The group's parameters and their directions ``x * scale`` (a whole group's written into its kept buffer,
+        whose per-parameter views are made once: ``LayerGroup.buffer``)."""
+        if not persistent:
+            return sub.split(x * scale)
+        stack, views = sub.buffer("direction")
+        torch.mul(x, scale, out=stack)
+        return sub.params(), views
+
     def _apply(self, items, v, xs, info, step, ok) -> dict:
         """The bounded, masked update: a step whose ``ok`` is False changes no parameter and no buffer."""
         start = time.perf_counter()
@@ -417,9 +448,9 @@ class KFAC(Optimizer):
             scales, trust = self._trust_region(items, xs, scales)
             if trust is not None:
                 info["layer_step_factor_min"] = trust
-            for (sub, _, _), x, scale in zip(items, xs, scales):
+            for (sub, _, persistent), x, scale in zip(items, xs, scales):
                 scale = scale if keep is True else torch.where(ok, scale, 0.0)
-                params, dirs = sub.split(x * scale if keep is True else torch.where(ok, x, 0.0).mul_(scale))
+                params, dirs = self._directions(sub, persistent, x if keep is True else torch.where(ok, x, 0.0), scale)
                 index = self._group_index(sub, params)
                 if index[0] == index[-1] and len(set(index)) == 1:  # the usual case: one param group
                     pre, ds = directions.setdefault(index[0], ([], []))
@@ -430,8 +461,9 @@ class KFAC(Optimizer):
                     pre, ds = directions.setdefault(i, ([], []))
                     pre.append(p)
                     ds.append(d)
+            binding = (nu < 1) & ok
             if bound:
-                self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + ((nu < 1) & ok).long()
+                self._totals["kl_clip_binding_steps"] = self._totals["kl_clip_binding_steps"] + binding.long()
         apply_param_groups(self.param_groups, self.state, directions, keep)
         if "cg_fallbacks" in info:
             self._totals["cg_fallbacks"] = self._totals["cg_fallbacks"] + info["cg_fallbacks"]
@@ -441,7 +473,7 @@ class KFAC(Optimizer):
             self._totals["cg_iterations"] = self._totals["cg_iterations"] + info["cg_iterations"].float().mean()
         self.timings["apply"] += time.perf_counter() - start
         return {"step": step, "preconditioned": ok if items else False, "nu": 1.0 if nu is None else nu,
-                "kl_clip_binding": False if nu is None else (nu < 1) & ok, "cg_budget": max(self.cg_budget, default=0), **info}
+                "kl_clip_binding": False if nu is None else binding, "cg_budget": max(self.cg_budget, default=0), **info}
 
     def _capturing(self, step: int) -> bool:
         """Whether the hooks keep the next pass: on factor steps, and on every step for the matrix-free curvature."""

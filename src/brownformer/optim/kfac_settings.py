@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from numbers import Real
 from typing import Any, Mapping
 
-__all__ = ["Setting", "SETTINGS", "DEFAULTS", "CONFIG_KEYS", "GROUP_SETTINGS", "OPTIMIZER_SETTINGS", "validate",
-           "markdown_table", "ADAMW_REST_LR", "Interval", "OneOf", "Flag", "Optional", "Pair"]
+__all__ = ["Setting", "SETTINGS", "DEFAULTS", "CONFIG_DEFAULTS", "CONFIG_KEYS", "GROUP_SETTINGS", "OPTIMIZER_SETTINGS",
+           "validate", "markdown_table", "ADAMW_REST_LR", "Interval", "OneOf", "Flag", "Optional", "Pair"]
 
 
 # ---- rules: each checks a value, says itself in words and as a JSON-schema fragment ----------------------------------
@@ -140,6 +140,9 @@ class Pair:
 
 
 # ---- the table --------------------------------------------------------------------------------------------------------
+_SAME = object()  # Setting.config_default's marker: a config that omits the key gets the constructor's default
+
+
 @dataclass(frozen=True)
 class Setting:
     """One constructor argument of ``KFAC``.
@@ -149,6 +152,10 @@ class Setting:
     ``config``: the config may give it (``optimizers.<name>.<key>``; ``lr`` and ``inverse`` have their own places:
     the entry's ``lr`` and its ``type``). ``shared``: the schema's entry also serves other optimizers (SGD, AdamW),
     so its fragment there is theirs too. ``reason``: why this default (one line, a measurement where there is one).
+    ``config_default``: the value an optimizer built from a config (``registry``) takes when the config omits the
+    key, where that differs from ``default``: the default the config's runs were trained and tuned with before the
+    constructor's default changed, so that changing the README snippet's default retrains no run
+    (:data:`CONFIG_DEFAULTS`); :data:`_SAME` (the usual case): ``default``.
     """
 
     name: str
@@ -159,6 +166,7 @@ class Setting:
     config: bool = True
     shared: bool = False
     reason: str = ""
+    config_default: Any = field(default=_SAME, repr=False)
 
     def check(self, value: Any) -> Any:
         """``value`` coerced (an int for an integer rule, a tuple for a pair, an alias resolved).
@@ -199,10 +207,14 @@ SETTINGS: tuple[Setting, ...] = (
             "optimizer", config=False),
     Setting("factor_decay", 0.95, _PROBABILITY, "running-average decay of the Kronecker factors per step",
             "optimizer"),
-    Setting("factor_every", 5, _COUNT, "update the factors every this many steps", "optimizer",
-            reason="trains the README snippet's problems as well as every step at 20-40% less time per step "
-                   "(benchmarks/results/kfac_snippet_defaults.md)"),
-    Setting("inverse_every", 10, _COUNT, "eigendecompose every this many steps (eigen only)", "optimizer"),
+    Setting("factor_every", 20, _COUNT, "update the factors every this many steps", "optimizer",
+            reason="the README snippet's problems train as well as at 5 (held-out loss over AdamW's, seeds 0-7, with "
+                   "adapt_every 10: MLP <= 0.10, transformer <= 0.77; at 5 <= 0.09 and <= 0.84) in less time per step "
+                   "(benchmarks/results/kfac_snippet_defaults.md); configs keep the 5 they were tuned with",
+            config_default=5),
+    Setting("inverse_every", 20, _COUNT, "eigendecompose every this many steps (eigen only)", "optimizer",
+            reason="factor_every: a refresh between two factor updates decomposes the same factors (the snippet's "
+                   "losses equal 10's)", config_default=10),
     Setting("cg_max_iter", 10, _COUNT, "conjugate-gradient iterations per step at most (iterative only)", "optimizer",
             reason="the author's code"),
     Setting("cg_tol", 1e-2, _POSITIVE, "relative residual that stops a system's CG (iterative only)", "optimizer",
@@ -222,9 +234,10 @@ SETTINGS: tuple[Setting, ...] = (
             reason="the true Fisher (issue 18)"),
     Setting("loss_reduction", "mean", OneOf(("mean", "batch")),
             "the loss averages every row of the model output (mean) or only the batch", "optimizer"),
-    Setting("adapt_every", 5, Interval(0, integer=True),
+    Setting("adapt_every", 10, Interval(0, integer=True),
             "Levenberg-Marquardt damping adaptation and snapshot period in steps (0: off)", "optimizer",
-            reason="kfac-jax's interval"),
+            reason="half the closure re-evaluations and host checks of kfac-jax's 5 at the snippet's losses above; a "
+                   "failed step is handled up to 10 steps later; configs keep 5", config_default=5),
     Setting("max_failures", 5, Interval(0, integer=True),
             "consecutive failed checks before the run stops with an error", "optimizer"),
     Setting("relative_damping", False, Flag(), "each layer's damping is `damping` times its mean Kronecker eigenvalue",
@@ -262,6 +275,8 @@ SETTINGS: tuple[Setting, ...] = (
 
 _BY_NAME = {s.name: s for s in SETTINGS}
 DEFAULTS: Mapping[str, Any] = {s.name: s.default for s in SETTINGS}
+# what a config-built optimizer takes for a key its config omits, where that is not DEFAULTS (registry._kfac)
+CONFIG_DEFAULTS: Mapping[str, Any] = {s.name: s.config_default for s in SETTINGS if s.config_default is not _SAME}
 CONFIG_KEYS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.config)
 GROUP_SETTINGS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.kind == "group")
 OPTIMIZER_SETTINGS: tuple[str, ...] = tuple(s.name for s in SETTINGS if s.kind == "optimizer")
@@ -286,5 +301,6 @@ def markdown_table() -> str:
     def shown(value):
         return "None" if value is None else f"`{value!r}`" if isinstance(value, str) else f"`{value}`"
     rows = ["| setting | default | rule | meaning | why this default |", "|---|---|---|---|---|"]
-    rows += [f"| `{s.name}` | {shown(s.default)} | {s.rule.text} | {s.doc} | {s.reason} |" for s in SETTINGS]
+    rows += [f"| `{s.name}` | {shown(s.default)}{'' if s.config_default is _SAME else f' (config: {shown(s.config_default)})'} "
+             f"| {s.rule.text} | {s.doc} | {s.reason} |" for s in SETTINGS]
     return "\n".join(rows)

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
 
-from brownformer.optim.kfac_settings import CONFIG_KEYS as _KFAC_KEYS, DEFAULTS as _KFAC_DEFAULTS
+from brownformer.optim.kfac_settings import (CONFIG_DEFAULTS as _KFAC_CONFIG_DEFAULTS, CONFIG_KEYS as _KFAC_KEYS,
+                                             DEFAULTS as _KFAC_DEFAULTS)
 
 __all__ = ["OPTIMIZERS", "REGISTRY", "OptimizerEntry", "build_optimizer", "default_momentum", "implementation_flags"]
 
@@ -74,9 +75,9 @@ def _muon(model, lr, params):
 
 
 def _kfac(inverse: str):
-    def build(model, lr, params):
+    def build(model, lr, params):  # a key the config omits: the default its runs were trained with (CONFIG_DEFAULTS)
         from brownformer.optim.kfac import KFAC
-        return KFAC(model, lr=lr, inverse=inverse, **params)
+        return KFAC(model, lr=lr, inverse=inverse, **{**_KFAC_CONFIG_DEFAULTS, **params})
     return build
 
 
