@@ -32,12 +32,11 @@ Like is compared with like: the same seeds, the same setting but for the one kno
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
-from scipy.stats import qmc, t as student_t
+from scipy.stats import qmc, ttest_1samp
 
 from .search import Outcome, capped_time
 from .space import Knob
@@ -142,7 +141,7 @@ def probe_beats_winner(probe: Outcome, winner: Outcome, *, resolution: float) ->
     Paired over the seeds both ran (matched by seed), with ``d_s`` the winner's time to the target minus the
     probe's (censored runs at their ``censored_at``, as the score counts them): better when the mean gain
     ``mean(d)`` is at least ``resolution`` (one evaluation interval: the grid cannot see less) and a one-sided
-    paired t-test rejects "no gain", ``mean(d) / (sd(d) / sqrt(n)) > t_{1 - PROBE_ALPHA, n - 1}`` (an equal gain
+    paired t-test (``scipy.stats.ttest_1samp`` of ``d``) rejects "no gain" at :data:`PROBE_ALPHA` (an equal gain
     on every seed, ``sd(d) = 0``, passes). With one seed only the resolution applies.
     """
     mine = {r["seed"]: capped_time(r) for r in winner.seeds}
@@ -153,10 +152,9 @@ def probe_beats_winner(probe: Outcome, winner: Outcome, *, resolution: float) ->
     mean = float(gain.mean())
     if mean < resolution:
         return False
-    if len(gain) < 2:
+    if len(gain) < 2 or np.ptp(gain) == 0.0:  # scipy's t is undefined for an equal gain on every seed
         return True
-    se = float(gain.std(ddof=1)) / math.sqrt(len(gain))
-    return se == 0.0 or mean / se > float(student_t.ppf(1 - PROBE_ALPHA, len(gain) - 1))
+    return float(ttest_1samp(gain, 0.0, alternative="greater").pvalue) < PROBE_ALPHA
 
 
 def probed_status(knobs: Sequence[Knob], point: Sequence[float], probes: Sequence[EdgeProbe],

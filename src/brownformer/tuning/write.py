@@ -12,6 +12,7 @@ import yaml
 
 from brownformer.config.tuned import tuned_settings
 from brownformer.io import atomic_path, to_jsonable
+from brownformer.tuning.quasi_random import PROBE_ALPHA
 
 __all__ = ["tuned_block", "block_text", "replace_tuned_block", "write_tuned", "write_tables"]
 
@@ -205,7 +206,8 @@ def write_tables(results, tc, cfg, table, *, source: str, wall_seconds: float, w
         "## Edge probes", "",
         "A winner's knob within 5% of a face of its range, trained again beyond the face (tuning/quasi_random.py): "
         "'edge' if the probe beats the winner's own runs beyond the tuning seeds' noise (paired by seed: mean gain at "
-        "least one evaluation interval and a one-sided paired t-test at 5%; widen the range), else 'inside'.", "",
+        f"least one evaluation interval and a one-sided paired t-test at {PROBE_ALPHA:.0%}; widen the range), else "
+        "'inside'.", "",
         pd.DataFrame(probes).to_markdown(index=False, floatfmt=".4g") if probes else "No winner has a knob near a "
         "face that is not its natural limit.", "",
         "## Every trial", "",
