@@ -77,3 +77,50 @@ def test_claim_calibration_carries_both_nulls_from_its_runs():
     # claims.json holds the record key for key, and reads back to it
     assert WorstCalibration.from_dict(claim.to_dict()) == claim
     assert list(claim.to_dict())[:4] == ["shape", "size", "size_upper", "size_se"]
+
+
+def _seed_records(exponents, within_se: float) -> dict:
+    """One configuration's runs (seeds s0, s1, ...): each run's window exponent with its own small SE."""
+    from brownformer.statsfile import EffectResult
+    from brownformer.verdicts import ClaimRecord
+    from brownformer.stats.claims.details import Claim3RunDetails
+    recs = {}
+    for s, x in enumerate(exponents):
+        est = EffectResult.headline("x", float(x), (x - 2 * within_se, x + 2 * within_se), STATS.confidence_level)
+        recs[f"vit-pre__adamw__s{s}"] = ClaimRecord(
+            "3c", "t", "inconclusive", "", estimate=est,
+            details=Claim3RunDetails(files=[], n_brownian=0, n_not_brownian=0, n_files=0, pooling=None, pvalue=None,
+                                     classifications={}, estimate_se=within_se, estimate_df=4.0,
+                                     estimate_method="", spread_over_files=None))
+    return recs
+
+
+def test_claim_interval_is_over_seeds_and_covers_the_population_mean():
+    """Issue 32: seeds are the unit. Each seed's exponent is a draw around the population mean (spread 0.08 between
+    seeds) read with a small error of its own (0.01); a replication draws new seeds. The headline interval over 5
+    seeds covers the population mean at its level and equals scipy's t-interval over the seeds' values; the runs'
+    own errors alone (the interval before, the fallback below MIN_SEEDS seeds) would not cover it."""
+    from brownformer.stats.claims.claim3_brownian import _pools_of, _runs_estimate, _seed_estimate
+    rng = np.random.default_rng(1)
+    mu, hits, hits_runs, n = 0.5, 0, 0, 300
+    for _ in range(n):
+        x = mu + rng.normal(0, 0.08, 5) + rng.normal(0, 0.01, 5)
+        recs = _seed_records(x, 0.01)
+        est, se, df, method = _seed_estimate(recs, _pools_of(recs, STATS), STATS, "")
+        assert method.startswith("over seeds") and math.isclose(df, 4)
+        assert np.allclose(est.confidence_interval,
+                           sps.t.interval(STATS.confidence_level, 4, loc=x.mean(), scale=sps.sem(x)))
+        hits += est.confidence_interval[0] <= mu <= est.confidence_interval[1]
+        runs, _, _ = _runs_estimate(recs, STATS, "x")
+        hits_runs += runs.confidence_interval[0] <= mu <= runs.confidence_interval[1]
+    band = 2 * math.sqrt(0.05 * 0.95 / n)
+    assert hits / n >= STATS.confidence_level - band
+    assert hits_runs / n < 0.5  # the runs' own errors miss the spread between seeds
+
+
+def test_claim_interval_without_enough_seeds_says_it_is_conditional_on_the_runs():
+    from brownformer.stats.claims.claim3_brownian import _pools_of, _seed_estimate
+    recs = _seed_records([0.4, 0.6], 0.01)  # 2 seeds < MIN_SEEDS
+    est, se, _, method = _seed_estimate(recs, _pools_of(recs, STATS), STATS, "")
+    assert "runs' own" in est.name and "not an interval over seeds" in method
+    assert math.isclose(se, math.sqrt(2 * 0.01 ** 2) / 2)
