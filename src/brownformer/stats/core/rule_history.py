@@ -52,6 +52,13 @@ RULE_HISTORY = (
      "after data", "issue 30",
      "momentum alone made 3c's AdamW weights 'not brownian'; plain Brownian motion (200 x 200) was inconclusive "
      "under the one-origin window exponent; the kurtosis edges still read 0.42/-0.47 at that shape"),
+    ("issue 32 (after the two-offset replication was seen): the headline interval is a Student t-interval over the "
+     "deciding configurations' seeds (the runs' own errors only below MIN_SEEDS seeds); vit-pre AdamW seeds 1-4 get "
+     "6 replicas like seed 0 (5 contrasts each), so every seed can decide 3b/3c; the count rules unchanged",
+     "after data", "issue 32",
+     "3a's intervals from the runs' own errors did not overlap between seed offsets 0 and 1000 (0.487 [0.457, "
+     "0.518] vs 0.582 [0.553, 0.611]); seeds 1-4's 3 contrasts could never decide, so 3b/3c were seed 0's verdict "
+     "alone and 3c flipped with the offset"),
 )
 
 
