@@ -89,17 +89,7 @@ def _problem(name: str, seed: int):
 def _train(opt, model, sample, loss_fn, steps: range) -> float:
     """Runs the snippet's steps; returns thread CPU ms per step."""
     start = time.thread_time()
-    for step in steps:
-        x, y = sample(64, torch.Generator().manual_seed(step))
-
-        def closure():
-            loss = loss_fn(model(x), y)
-            if torch.is_grad_enabled():
-                opt.zero_grad()
-                loss.backward()
-            return loss
-
-        opt.step(closure)
+    snippet.train(opt, model, sample, loss_fn, steps)
     return 1e3 * (time.thread_time() - start) / len(steps)
 
 

@@ -46,10 +46,10 @@ def sequence_problem(seed: int, tiny_transformer):
     return tiny_transformer(d_model=16, n_heads=2), sample, F.cross_entropy
 
 
-def held_out_loss(model, sample, loss_fn, make_optimizer, steps: int) -> float:
-    """Train on fresh batches of 64 (no example seen twice), return the loss on 512 held-out examples."""
-    opt = make_optimizer(model)
-    for step in range(steps):
+def train(opt, model, sample, loss_fn, steps: range) -> None:
+    """``opt.step(closure)`` on a fresh batch of 64 per step, batch ``i`` drawn from seed ``i`` (the same for every
+    optimizer)."""
+    for step in steps:
         x, y = sample(64, torch.Generator().manual_seed(step))
 
         def closure():
@@ -60,6 +60,11 @@ def held_out_loss(model, sample, loss_fn, make_optimizer, steps: int) -> float:
             return loss
 
         opt.step(closure)
+
+
+def held_out_loss(model, sample, loss_fn, make_optimizer, steps: int) -> float:
+    """Train on fresh batches of 64 (no example seen twice), return the loss on 512 held-out examples."""
+    train(make_optimizer(model), model, sample, loss_fn, range(steps))
     x, y = sample(512, torch.Generator().manual_seed(10**6))
     with torch.no_grad():
         return float(loss_fn(model(x), y))
