@@ -1,7 +1,11 @@
-"""CPU time of one training step: one model as the pipeline trains it against k members on each ensemble path.
+"""Time of one training step: one model as the pipeline trains it against k members on each ensemble path.
 
     python benchmarks/ensemble_compute.py --model vit-pre --members 8 --steps 20 --rounds 3 \
         --out benchmarks/results/ensemble_compute.json
+    python benchmarks/ensemble_compute.py --device cuda --paths one batched vmap   # scripts/gpu_check.sh
+
+On the CPU the clock is this process's CPU time; on a GPU it is wall time between device synchronisations
+(:func:`step_clock`), the weights and batches on the device, the threads left as they are.
 
 One thread, the config's batch per member, AdamW (foreach, as on the CPU) with per-member gradient clipping.
 Paths, timed in interleaved rounds (a load change on the shared cores hits every path alike), CPU seconds of
@@ -42,6 +46,19 @@ from brownformer.train_step import TrainStep
 IMAGE_SHAPE, N_CLASSES, VOCAB = (1, 8, 8), 10, 96
 
 
+def step_clock(device: str):
+    """A clock for timing steps on `device`: process CPU seconds on the CPU (a load on the shared cores then moves
+    every path alike); wall seconds after a synchronisation on an accelerator, whose work is asynchronous."""
+    if torch.device(device).type == "cpu":
+        return time.process_time
+    module = getattr(torch, torch.device(device).type)
+
+    def clock():
+        module.synchronize()
+        return time.perf_counter()
+    return clock
+
+
 def seeded_model(cfg, name: str, seed: int):
     """The config's model `name` initialised from torch seed `seed` (as a run of that seed starts)."""
     torch.manual_seed(seed)
@@ -71,22 +88,23 @@ def _math_attention(model, x):
         return model(x)
 
 
-def step_functions(cfg, name: str, members: int) -> dict:
-    """Path name -> a callable doing one training step of that path (state kept inside)."""
+def step_functions(cfg, name: str, members: int, device: str = "cpu") -> dict:
+    """Path name -> a callable doing one training step of that path on `device` (state kept inside)."""
     batch, clip = cfg.train.batch_size, cfg.train.grad_clip
-    one = seeded_model(cfg, name, 0)
-    train_one = TrainStep(one, torch.optim.AdamW(one.parameters(), lr=1e-3, foreach=True), device="cpu",
+    one = seeded_model(cfg, name, 0).to(device)
+    train_one = TrainStep(one, torch.optim.AdamW(one.parameters(), lr=1e-3, foreach=True), device=device,
                           grad_clip=clip)
-    one_math = seeded_model(cfg, name, 0)
-    train_math = TrainStep(one_math, torch.optim.AdamW(one_math.parameters(), lr=1e-3, foreach=True), device="cpu",
+    one_math = seeded_model(cfg, name, 0).to(device)
+    train_math = TrainStep(one_math, torch.optim.AdamW(one_math.parameters(), lr=1e-3, foreach=True), device=device,
                            grad_clip=clip, forward=lambda x: _math_attention(one_math, x))
-    x1, y1 = random_batch(cfg, name, batch)
-    xs, ys = random_batch(cfg, name, batch, members)
+    x1, y1 = (t.to(device) for t in random_batch(cfg, name, batch))
+    xs, ys = (t.to(device) for t in random_batch(cfg, name, batch, members))
     base = seeded_model(cfg, name, 0).to("meta")
 
     def stacked():
         params, buffers = stack_module_state([seeded_model(cfg, name, s) for s in range(members)])
-        params = {k: torch.nn.Parameter(v.detach().clone()) for k, v in params.items()}
+        params = {k: torch.nn.Parameter(v.detach().clone().to(device)) for k, v in params.items()}
+        buffers = {k: v.to(device) for k, v in buffers.items()}
         return params, buffers, torch.optim.AdamW(params.values(), lr=1e-3, foreach=True)
 
     def member_step(loss_of, params, opt):
@@ -112,35 +130,39 @@ def step_functions(cfg, name: str, members: int) -> dict:
             "compile": member_step(lambda p: compiled(p, xs, ys), pc, oc)}
 
 
-def measure(cfg, name: str, members: int, steps: int, rounds: int, paths: list[str] | None = None) -> dict:
-    fns = step_functions(cfg, name, members)
+def measure(cfg, name: str, members: int, steps: int, rounds: int, paths: list[str] | None = None,
+            device: str = "cpu") -> dict:
+    fns = step_functions(cfg, name, members, device)
+    clock = step_clock(device)
     fns = {p: fn for p, fn in fns.items() if paths is None or p in paths}
     warm = {}
     for path, fn in fns.items():  # 3 warm-up steps (the compile path compiles in its first)
-        t = time.perf_counter()
+        t = clock()
         for _ in range(3):
             fn()
-        warm[path] = time.perf_counter() - t
+        warm[path] = clock() - t
     per_round = {path: [] for path in fns}
     for _ in range(rounds):
         for path, fn in fns.items():
-            t = time.process_time()
+            t = clock()
             for _ in range(steps):
                 fn()
-            per_round[path].append((time.process_time() - t) / steps)
-    one = seeded_model(cfg, name, 0)
-    x, y = random_batch(cfg, name, cfg.train.batch_size)
+            per_round[path].append((clock() - t) / steps)
+    one = seeded_model(cfg, name, 0).to(device)
+    x, y = (t.to(device) for t in random_batch(cfg, name, cfg.train.batch_size))
     with FlopCounterMode(display=False) as counter:
         loss_fn(one(x), y).backward()
     mcfg = cfg.models[name]
     d = mcfg.d_model
     tokens = cfg.train.batch_size * (mcfg.seq_len if mcfg.arch == "lm" else one.n_patches + 1)
-    a, b = torch.randn(members, tokens, d), torch.randn(members, d, 2 * d)  # the MLP's up-projection, per member
-    t = time.process_time()
+    a = torch.randn(members, tokens, d, device=device)  # the MLP's up-projection, per member
+    b = torch.randn(members, d, 2 * d, device=device)
+    t = clock()
     for _ in range(50):
         torch.bmm(a, b)
-    mm_rate = 50 * 2 * members * tokens * d * 2 * d / (time.process_time() - t)
-    return {"model": name, "members": members, "steps": steps, "rounds": rounds,
+    mm_rate = 50 * 2 * members * tokens * d * 2 * d / (clock() - t)
+    return {"model": name, "members": members, "steps": steps, "rounds": rounds, "device": str(device),
+            "clock": "process CPU time" if clock is time.process_time else "wall time between synchronisations",
             "batch_per_member": cfg.train.batch_size, "flops_per_step": counter.get_total_flops(),
             "mm_rate_flops": mm_rate, "warmup_wall_s": warm, "cpu_s_per_step": per_round,
             "ratio_to_one": {p: [v / o for v, o in zip(per_round[p], per_round["one"])] for p in fns}}
@@ -175,11 +197,13 @@ def _summary(r: dict) -> str:
             f"{(1 if p.startswith('one') else r['members']) / med[p]:.1f} |" for p in med]
     k = r["members"]
     return "\n".join([
-        f"### {r['model']}: one training step, batch {r['batch_per_member']} per member, {k} members, 1 thread", "",
+        f"### {r['model']}: one training step on {r.get('device', 'cpu')}, batch {r['batch_per_member']} per member, "
+        f"{k} members, 1 thread", "",
         f"FLOPs of one step {r['flops_per_step'] / 1e6:.1f} M; batched matmul of the MLP's shape "
         f"{r['mm_rate_flops'] / 1e9:.1f} GFLOP/s, so {k} members' FLOPs at that rate take "
         f"{k * r['flops_per_step'] / r['mm_rate_flops'] * 1e3:.1f} ms.", "",
-        "| path | CPU ms per step, each round | median | / one, each round | seed-steps per CPU-s |",
+        f"| path | ms per step ({r.get('clock', 'process CPU time')}), each round | median | / one, each round | "
+        "seed-steps per second |",
         "|---|---|---|---|---|", *rows, "",
         "Warm-up (3 steps, wall s; the compile path compiles in it): "
         + ", ".join(f"{p} {v:.1f}" for p, v in r["warmup_wall_s"].items()), ""])
@@ -195,13 +219,15 @@ def main(argv=None):
     ap.add_argument("--paths", nargs="+", default=None, help="the paths to time (default: all)")
     ap.add_argument("--compile-cost", action="store_true", help="also time compiling in fresh processes")
     ap.add_argument("--first-step-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--device", default="cpu", help="cpu (one thread, CPU time) or an accelerator (wall time)")
     ap.add_argument("--out", type=Path, default=None, help="a JSON file the result is appended to (a list)")
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    if torch.device(args.device).type == "cpu":
+        torch.set_num_threads(1)
     cfg = load_config(args.config)
     if args.first_step_only:
         return _first_step_only(cfg, args.model, args.members)
-    r = measure(cfg, args.model, args.members, args.steps, args.rounds, args.paths)
+    r = measure(cfg, args.model, args.members, args.steps, args.rounds, args.paths, args.device)
     if args.compile_cost:
         r["compile_cost"] = compile_cost(args.config, args.model, args.members)
     r["command"] = "python benchmarks/ensemble_compute.py " + " ".join(argv if argv is not None else sys.argv[1:])

@@ -2,6 +2,7 @@
 
     python benchmarks/ensemble_kfac.py --model vit-pre --members 8 --steps 20 --rounds 3 \
         --out benchmarks/results/ensemble_kfac.json
+    python benchmarks/ensemble_kfac.py --device cuda   # scripts/gpu_check.sh: wall time between synchronisations
 
 Not an optimizer (brownformer.optim.KFAC is not changed): it times the per-member work a K-FAC ensemble adds
 to the batched AdamW step, built from brownformer.ensemble_batched's taps (each linear layer's input a and
@@ -38,7 +39,7 @@ from brownformer.optim import build_optimizer
 from brownformer.train_step import TrainStep
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ensemble_compute import random_batch, seeded_model  # noqa: E402
+from ensemble_compute import random_batch, seeded_model, step_clock  # noqa: E402
 
 
 def batched_kronecker_cg(G: torch.Tensor, A: torch.Tensor, V: torch.Tensor, damping: float,
@@ -72,14 +73,14 @@ def _factors(taps: dict, grads: list[torch.Tensor], E: int) -> dict[str, tuple[t
     return out
 
 
-def prototype(cfg, name: str, members: int, damping: float, iterations: int):
-    """(factor step, solve, AdamW ensemble step) callables on `members` stacked models."""
+def prototype(cfg, name: str, members: int, damping: float, iterations: int, device: str = "cpu"):
+    """(factor step, solve, AdamW ensemble step) callables on `members` stacked models on `device`."""
     E, batch, clip = members, cfg.train.batch_size, cfg.train.grad_clip
     base = seeded_model(cfg, name, 0).to("meta")
     params, _ = stack_module_state([seeded_model(cfg, name, s) for s in range(E)])
-    params = {k: torch.nn.Parameter(v.detach().clone()) for k, v in params.items()}
+    params = {k: torch.nn.Parameter(v.detach().clone().to(device)) for k, v in params.items()}
     opt = torch.optim.AdamW(params.values(), lr=1e-3, foreach=True)
-    xs, ys = random_batch(cfg, name, batch, E)
+    xs, ys = (t.to(device) for t in random_batch(cfg, name, batch, E))
     state = {}
 
     def factor_step():
@@ -109,21 +110,21 @@ def prototype(cfg, name: str, members: int, damping: float, iterations: int):
     return factor_step, solve, adamw_step
 
 
-def _kfac_one(cfg, name: str):
+def _kfac_one(cfg, name: str, device: str = "cpu"):
     """One K-FAC run's training step, as the pipeline trains it (TrainStep and the config's optimizer)."""
     ocfg = cfg.plan(f"{name}__kfac-iterative__s0").optimizer
-    model = seeded_model(cfg, name, 0)
-    step = TrainStep(model, build_optimizer(model, ocfg.type, ocfg.lr, ocfg.params), device="cpu",
+    model = seeded_model(cfg, name, 0).to(device)
+    step = TrainStep(model, build_optimizer(model, ocfg.type, ocfg.lr, ocfg.params), device=device,
                      grad_clip=cfg.train.grad_clip)
-    x, y = random_batch(cfg, name, cfg.train.batch_size)
+    x, y = (t.to(device) for t in random_batch(cfg, name, cfg.train.batch_size))
     return (lambda: step(x, y)), ocfg.params
 
 
-def _cpu_per_call(fn, n: int) -> float:
-    t = time.process_time()
+def _per_call(fn, n: int, clock) -> float:
+    t = clock()
     for _ in range(n):
         fn()
-    return (time.process_time() - t) / n
+    return (clock() - t) / n
 
 
 def main(argv=None):
@@ -133,14 +134,17 @@ def main(argv=None):
     ap.add_argument("--members", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--device", default="cpu", help="cpu (one thread, CPU time) or an accelerator (wall time)")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args(argv)
-    torch.set_num_threads(1)
+    if torch.device(args.device).type == "cpu":
+        torch.set_num_threads(1)
+    clock = step_clock(args.device)
     cfg = load_config(args.config)
-    kfac_step, kp = _kfac_one(cfg, args.model)
+    kfac_step, kp = _kfac_one(cfg, args.model, args.device)
     fns = {"kfac_one": kfac_step}
     for E in (1, args.members):
-        factor_step, solve, adamw_step = prototype(cfg, args.model, E, kp["damping"], kp["cg_max_iter"])
+        factor_step, solve, adamw_step = prototype(cfg, args.model, E, kp["damping"], kp["cg_max_iter"], args.device)
         factor_step()
         adamw_step()
         fns.update({f"adamw_E{E}": adamw_step, f"factors_E{E}": factor_step, f"solve_E{E}": solve})
@@ -149,18 +153,19 @@ def main(argv=None):
     rounds = {k: [] for k in fns}
     for _ in range(args.rounds):
         for k, fn in fns.items():
-            rounds[k].append(_cpu_per_call(fn, args.steps))
+            rounds[k].append(_per_call(fn, args.steps, clock))
     med = {k: statistics.median(v) for k, v in rounds.items()}
     every = kp["factor_every"]
     per_step = {E: med[f"adamw_E{E}"] + med[f"factors_E{E}"] / every + med[f"solve_E{E}"]
                 for E in (1, args.members)}
     result = {"command": "python benchmarks/ensemble_kfac.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-              "model": args.model, "members": args.members, "factor_every": every, "cg_iterations": kp["cg_max_iter"],
+              "model": args.model, "device": args.device, "members": args.members, "factor_every": every, "cg_iterations": kp["cg_max_iter"],
               "cpu_s_per_call": rounds, "median": med, "prototype_step": per_step,
               "ratio_members_to_kfac_one": per_step[args.members] / med["kfac_one"], "load_average": os.getloadavg()}
-    lines = [f"### {args.model}: K-FAC ensemble prototype, {args.members} members, 1 thread (CPU ms, median of "
+    unit = "CPU ms" if clock is time.process_time else "wall ms between synchronisations"
+    lines = [f"### {args.model}: K-FAC ensemble prototype on {args.device}, {args.members} members ({unit}, median of "
              f"{args.rounds} rounds of {args.steps} calls)", "",
-             "| call | CPU ms each round | median |", "|---|---|---|"]
+             f"| call | {unit} each round | median |", "|---|---|---|"]
     lines += [f"| {k} | {' / '.join(f'{v * 1e3:.1f}' for v in rounds[k])} | {med[k] * 1e3:.1f} |" for k in rounds]
     lines += ["", f"Prototype step (AdamW-ensemble step + factors / {every} + solve): "
               + ", ".join(f"{E} member(s) {v * 1e3:.1f} ms" for E, v in per_step.items())

@@ -9,12 +9,15 @@
 #
 # On this workplace's device tool: run from the repo root with carry [".whl"], where .whl/ holds the
 # wheels of packages the GPU image lacks (jsonschema and its dependencies; docs/GPU_AND_CLUSTER.md).
-# Writes at most 10 flat files to OUT_DIR: summary.md (all tables), gpu_check.log, gpu_throughput.{json,md}
+# Ensembles (issue 32): 8 seeds of vit-pre as one batched model against one seed, AdamW and the iterative K-FAC
+# prototype (ensemble_compute.json, ensemble_kfac.json; the 2.5x goal the CPU cannot meet).
+# Writes at most 12 flat files to OUT_DIR: summary.md (all tables), gpu_check.log, gpu_throughput.{json,md}
 # (also copied to benchmarks/results/), gpu_epoch.json, gpu_epoch_compile.json, optimizer_overhead.{json,md}
 # (written by that script), digits_metrics.csv.
 # Smoke test off the GPU (checks that the steps execute, not the numbers):
 #   GPU_CHECK_BENCH_ARGS="--device cpu --steps 3 --warmup 1" \
 #   GPU_CHECK_THROUGHPUT_ARGS="--device cpu --steps 3 --warmup 1 --jobs 1 2 --images 512 --batch-size 16" \
+#   GPU_CHECK_ENSEMBLE_ARGS="--device cpu --steps 2 --rounds 1 --members 2" \
 #   bash scripts/gpu_check.sh /tmp/gpu_check
 set -euo pipefail
 
@@ -30,6 +33,7 @@ DEADLINE=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-460} ))
 # Extra arguments for both benchmark calls (a smoke test off the GPU: "--device cpu --steps 10 ...").
 read -r -a BENCH_EXTRA <<< "${GPU_CHECK_BENCH_ARGS:-}"
 read -r -a THROUGHPUT_EXTRA <<< "${GPU_CHECK_THROUGHPUT_ARGS:-}"
+read -r -a ENSEMBLE_ARGS <<< "${GPU_CHECK_ENSEMBLE_ARGS:---device cuda --members 8 --steps 20 --rounds 3}"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 exec > >(tee -a "$LOG") 2>&1
 
@@ -74,6 +78,7 @@ write_summary() {
             echo "### benchmarks/optimizer_overhead.py --device cuda"; echo '```'; tail -n 30 "$WORK/overhead.txt"; echo '```'; echo
         fi
         [[ -f "$WORK/digits_summary.txt" ]] && { echo "### digits end to end on CUDA"; cat "$WORK/digits_summary.txt"; }
+        [[ -s "$WORK/ensemble.txt" ]] && { echo; echo "### Ensembles: 8 seeds in one batched model against one"; cat "$WORK/ensemble.txt"; }
         true
     } > "$SUMMARY"
     return 0
@@ -110,6 +115,16 @@ run_step "benchmarks/gpu_throughput.py (runs; 1, 4, 8 concurrent jobs)" 200 \
 if [[ -f "$OUT_DIR/gpu_throughput.json" ]] && ! grep -q '"device": "cpu"' "$OUT_DIR/gpu_throughput.json"; then
     mkdir -p benchmarks/results && cp "$OUT_DIR/gpu_throughput.json" "$OUT_DIR/gpu_throughput.md" benchmarks/results/ || true
 fi
+
+# ---- 2c. ensembles (issue 32): 8 members of vit-pre in one batched model against one run, AdamW paths and the
+# iterative K-FAC prototype; the goal is 8 seeds in at most 2.5x one seed's time ----
+ensembles() {
+    "$PY" benchmarks/ensemble_compute.py --paths one batched vmap --out "$OUT_DIR/ensemble_compute.json" $ENSEMBLE_ARGS
+    "$PY" benchmarks/ensemble_kfac.py --out "$OUT_DIR/ensemble_kfac.json" $ENSEMBLE_ARGS
+}
+run_step "benchmarks/ensemble_compute.py + ensemble_kfac.py (8 members)" 120 \
+    bash -c "set -eo pipefail; $(declare -f ensembles); OUT_DIR='$OUT_DIR' PY='$PY' ENSEMBLE_ARGS='${ENSEMBLE_ARGS[*]}' ensembles \
+             2>&1 | tee '$WORK/ensemble.txt'"
 
 # ---- 3. epoch benchmark, eager, every optimizer; GPU utilisation sampled meanwhile ----
 nvidia-smi --query-gpu=utilization.gpu,memory.used,clocks.sm --format=csv,noheader,nounits -lms 500 \
