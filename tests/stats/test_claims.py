@@ -150,6 +150,20 @@ def test_sphere_claim_pooling_and_applicability():
     assert rec.verdict == "not supported" and rec.details.deciding_configuration == "vit-post__adamw"
 
 
+def test_sphere_claim_states_each_configurations_simulated_size_and_the_largest():
+    """Decided on seeds, every configuration carries its rule's simulated size (tests/stats/test_claim1_calibration.py
+    checks the simulation against the exact t-test) and the claim the largest: never "not calibrated"."""
+    rng = np.random.default_rng(2)
+    on = [f for s in SEEDS for f in _sphere_files(f"vit-pre__adamw__s{s}", _ln_output(rng), 100, 1)]
+    gauss = [f for s in SEEDS for f in _sphere_files(f"vit-post__adamw__s{s}", _ln_output(rng), 100, 1, ln="post",
+                                                     y=rng.standard_normal((2, B_INPUTS * N_TOKENS, D)))]
+    rec = sphere_claim(on + gauss, dataclasses.replace(STATS, calibration_replicates=100))
+    sizes = {c: r.calibration.size for c, r in rec.per_model.items()}
+    assert sizes["vit-post__adamw"] is not None and rec.per_model["vit-post__adamw"].calibration.n_replicates == 100
+    assert rec.calibration.size == max(v for v in sizes.values() if v is not None)
+    assert set(rec.calibration.power) == set(rec.per_model)
+
+
 def _tiny_model(ln: str, seed: int):
     import torch
 

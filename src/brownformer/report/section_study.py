@@ -244,7 +244,10 @@ def methods(ctx: ReportContext) -> str:
         f"{replicates_text(cfg.stats.calibration_replicates)}. The rate at which it calls Brownian motion “not "
         f"Brownian” is its size (α = {cfg.stats.alpha:.0%}); the rate at which it withholds “Brownian” on an "
         f"alternative, its power (goals: {goal_text()}). Each verdict in Section 3 quotes the size and power of "
-        "its rule at its shape; a claim-3 verdict without a calibration at its shape is never “supported”. Claims 1 and 2 are decided on margins tied to a consequence and checked against null models (Section 3); their rules carry no simulated size table yet, which their rows say.", "",
+        "its rule at its shape; a claim-3 verdict without a calibration at its shape is never “supported”. Claims 1 and 2 are decided on margins tied to a consequence, over seeds: claim 1's rule (a t-interval "
+        "over seeds inside the margin) is simulated at each configuration's shape (its seeds and the between-seed "
+        "covariance of its layers and criteria) with every component at its margin edge (size) and at half of it "
+        "(power); claim 2's size is how often the rule passes the shuffled-key and step-0 nulls of each seed.", "",
         "### 2.7 Decisions where the paper is silent", *[f"- {d}" for d in DECISIONS],
     ]
     return "\n".join(parts)

@@ -24,6 +24,17 @@ after the affine map, about the centre beta (stats/sphere/sphere_fit.py):
     (upper 0.25: an offset o adds a common cosine ~ o^2/(1 + o^2) <= 0.06 between tokens seen from the origin,
     a third of the chance-level cosine 1/sqrt(32) at the default width).
 
+Size and power of the seed rule, simulated at each configuration's shape (:func:`seed_rule_calibration`): its
+seeds x (criterion, layer) table of per-seed estimates, redrawn as S seeds from a normal law with the table's own
+between-seed covariance (layers and criteria of one seed move together), the rule itself (`seed_pool`,
+`seed_verdict`) applied to each draw. Size: every component at its margin edge, the largest over components of
+how often that component's interval lies inside (intersection-union: the rule says "supported" only if every
+component does, so no configuration of true values at or past an edge passes more often). Power: every component
+halfway between 0 and its edge, how often all pass. For normal seeds the size is the t-interval's exact one-sided
+rate (1 - confidence_level) / 2, so the simulation checks the shape (seeds, layers, dependence); it cannot see a
+non-normal law of the seeds, which 5-8 seeds could not estimate. The claim's size is the largest over its
+configurations.
+
 Seeds as the unit (stats/core/pooling.py `seed_pool`). Per seed (one training run) and layer, each quantity is the
 mean over the captures of the trained model (second half of training, step 0 excluded) of its value over all
 probe inputs and tokens: one number per (seed, layer). Per configuration (model, optimizer) and layer, the
@@ -50,7 +61,7 @@ import numpy as np
 from brownformer.verdicts import DID_NOT_TRAIN, INCONCLUSIVE, NOT_SUPPORTED, SUPPORTED, ClaimRecord
 from brownformer.statsfile import Decision, EffectResult
 
-from brownformer.stats.core.pooling import NESTING, seed_pool
+from brownformer.stats.core.pooling import MIN_SEEDS, NESTING, seed_pool
 from brownformer.stats.core.rule_history import claim_rule_history
 from .common import (FIXED_MODEL_UNIT, check_unit, configuration_of, did_not_train_record, equivalence_pvalue,
                     equivalence_verdict, finite_or_none, fixed_model_unit, interval_power, iut_pick, pool_runs,
@@ -198,14 +209,67 @@ def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> SeedCriterion 
                          pvalue=None if any(v is None for v in pvals) else max(pvals))
 
 
+#: the random stream of claim 1's seed-rule simulation (one stream per configuration, keyed by its name)
+CALIBRATION_STREAM = 1
+#: a component whose between-seed standard deviation is below this fraction of its scale is exact (rounding)
+EXACT_RTOL = 1e-12
+
+
+def seed_rule_calibration(per_seed: dict[str, dict[str, np.ndarray]], margins: dict[str, tuple], stats, *,
+                          stream: tuple = ()) -> RuleCalibration:
+    """Size and power of the seed rule at one configuration's shape (module docstring), by simulation.
+
+    Args:
+        per_seed: criterion -> {seed: that seed's per-layer estimates}.
+        margins: criterion -> its margin (only the upper edge binds: both quantities are >= 0).
+        stats: StatsConfig (confidence_level, seed, calibration_replicates).
+        stream: extra keys of the random stream (the configuration), after ``stats.seed`` and CALIBRATION_STREAM.
+
+    Returns:
+        RuleCalibration; size None (not simulated) below MIN_SEEDS complete seeds or without a between-seed spread.
+    """
+    seeds = sorted(set.intersection(*(set(v) for v in per_seed.values()))) if per_seed else []
+    columns = [(q, l) for q in per_seed for l in range(min((per_seed[q][s].size for s in seeds), default=0))]
+    table = np.array([[per_seed[q][s][l] for q, l in columns] for s in seeds], float).reshape(len(seeds), len(columns))
+    table = table[np.isfinite(table).all(axis=1)]
+    S, R = table.shape[0], stats.calibration_replicates
+    edges = np.array([margins[q][1] for q, _ in columns], float)
+    # a spread below float64 resolution at the edge is rounding, not sampling: such a component is exact
+    scale = np.maximum(np.abs(edges), np.abs(table).max(axis=0) if S else 0.0)
+    varies = table.std(axis=0) > EXACT_RTOL * scale if S else np.zeros(len(columns), bool)
+    shape = {"n_seeds": S, "n_components": len(columns), "n_exact": int((~varies).sum())}
+    method = ("normal seeds with the observed between-seed covariance of every (criterion, layer), the rule itself "
+              "(t-interval over seeds inside the margin) on each draw; size: each component at its margin edge, the "
+              "largest rate over the components that vary between seeds (one that does not is exact: the rule reads "
+              "it without error); power: every component at half its edge, all inside")
+    if S < MIN_SEEDS or not columns or not varies.any():
+        return RuleCalibration(shape=shape, size=None, size_se=None, power={}, n_replicates=0, method=method)
+    rng = np.random.default_rng([stats.seed, CALIBRATION_STREAM, *stream])
+    cov = np.atleast_2d(np.cov(table, rowvar=False))
+    noise = rng.multivariate_normal(np.zeros(len(columns)), cov, size=(R, S), method="svd")  # (R, S, C)
+
+    def inside(values: np.ndarray) -> np.ndarray:  # (S, C) -> (C,) bool: each component's rule says "supported"
+        return np.array([seed_verdict(seed_pool(dict(enumerate(values[:, c])), confidence_level=stats.confidence_level),
+                                      (-math.inf, edges[c])).verdict == SUPPORTED for c in range(values.shape[1])])
+    at_edge = np.array([inside(edges + n) for n in noise])  # (R, C)
+    at_half = np.array([inside(0.5 * edges + n).all() for n in noise])  # (R,)
+    size = float(at_edge.mean(axis=0)[varies].max())
+    return RuleCalibration(shape=shape, size=size, size_se=math.sqrt(size * (1 - size) / R),
+                           power={"every component at half its margin edge": float(at_half.mean())}, n_replicates=R,
+                           method=method)
+
+
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], ln: str, stats) -> ClaimRecord:
     crit = {q: _criterion({s: vals[q] for s, (_, vals) in seeds.items()}, tuple(stats.margins[key]), stats)
             for q, key in CRITERIA.items()}
     decision, est, tests = _decided(crit, ln, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
     details = Claim1ConfigurationDetails(ln=ln, decided_on=DECIDING_TENSOR[ln], criteria=crit, seeds=sorted(seeds),
                                          pvalue=_largest([c.pvalue for c in crit.values()]))
+    calibration = seed_rule_calibration({q: {s: vals[q] for s, (_, vals) in seeds.items()} for q in CRITERIA},
+                                        {q: tuple(stats.margins[key]) for q, key in CRITERIA.items()}, stats,
+                                        stream=tuple(config.encode()))
     return ClaimRecord("1", TITLE, decision.verdict, decision.reason, margin=tuple(crit[SPREAD].margin), estimate=est,
-                       details=details, tests=tests)
+                       details=details, tests=tests, calibration=calibration)
 
 
 def _input_criterion(files: list[SphereFile], quantity: str, margin, stats) -> InputCriterion | UndecidedCriterion:
@@ -333,6 +397,16 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
     worst, p_iut = iut_pick(per_model, decider)
+    calibration = None
+    if unit == "seeds":  # intersection-union over configurations: none passes more often than its own size
+        cals = {c: rec.calibration for c, rec in per_model.items() if rec.calibration is not None}
+        largest = max((c for c in cals.values() if c.size is not None), key=lambda c: c.size, default=None)
+        calibration = RuleCalibration(
+            shape="per configuration (see per_model)", size=largest and largest.size,
+            size_se=largest and largest.size_se,
+            power={c: next(iter(cal.power.values()), None) for c, cal in cals.items()},
+            n_replicates=sum(c.n_replicates for c in cals.values()),
+            method="size: the largest configuration's simulated size (seed_rule_calibration); power: per configuration")
     return ClaimRecord(
         "1", TITLE, verdict, reason + (f" ({FIXED_MODEL_UNIT})" if unit == "inputs" else "")
         + (f"; deciding {'model' if unit == 'inputs' else 'configuration'} {worst}" if worst else ""),
@@ -341,7 +415,7 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         tests=[{"name": "radius-spread and offset equivalence over seeds (intersection-union over configurations)",
                 "statistic": None, "pvalue": finite_or_none(p_iut),
                 "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
-        per_run=per_run, per_model=per_model,
+        per_run=per_run, per_model=per_model, calibration=calibration,
         seeds=(fixed_model_unit(per_model) if unit == "inputs"
                else seed_unit({c: len(s) for (c, _), s in configs.items()}, nesting=NESTING)),
         details=Claim1Details(
