@@ -333,8 +333,11 @@ def test_markov_claim_rule_over_seeds_and_step0_baseline():
     rec = markov_claim(good + base + bad, STATS)
     bad_conf = rec.per_model["vit-post__adamw"]
     assert bad_conf.verdict == "not supported"
-    assert {getattr(bad_conf.details, f"verdict_{k}") for k in ("head_isotropy", "vmf_output_error", "reversibility")} == \
-        {"not supported"}
+    # each criterion is refuted, or outside at 95% but not at the family-wise level over the claim's 6 components
+    # (3 seeds: the Bonferroni interval is wide); at least one refutes the configuration
+    crit = bad_conf.details.criteria
+    assert "not supported" in {c.verdict for c in crit.values()}
+    assert all(c.verdict == "not supported" or "family-wise" in (c.why or "") for c in crit.values()), crit
     assert rec.verdict == "not supported"
     rec = markov_claim(good + bad[:2], STATS, excluded={"vit-post__adamw__s0": "diverged"})
     assert rec.verdict == "supported" and rec.per_run["vit-post__adamw__s0"].verdict == "did not train"

@@ -39,7 +39,9 @@ Seeds as the unit (stats/core/pooling.py `seed_pool`). Per seed (one training ru
 mean over the captures of the trained model (second half of training, step 0 excluded) of its value over all
 probe inputs and tokens: one number per (seed, layer). Per configuration (model, optimizer) and layer, the
 t-interval over seeds; a criterion is supported when every layer's interval lies inside its margin, not
-supported when some layer's lies entirely outside, else inconclusive (intersection-union over layers). Fewer
+supported when some layer's lies entirely outside, also at the Bonferroni level over the claim's (configuration,
+criterion, layer) components (common.seed_verdict: a refutation needs only one), else inconclusive
+(intersection-union over layers). Fewer
 than MIN_SEEDS seeds: inconclusive, "n seeds < minimum". A configuration is supported when both criteria are;
 the claim pools configurations by intersection-union (claims/common.py), each configuration's record beside the
 pooled verdict (per_model). Runs without LayerNorm (ln "none") are not applicable; runs that did not train are
@@ -187,8 +189,9 @@ def _seed_record(run: str, files: list[SphereFile], ln: str) -> tuple[ClaimRecor
     return ClaimRecord("1", TITLE, INCONCLUSIVE, reason, details=details), values
 
 
-def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> SeedCriterion | UndecidedCriterion:
-    """Seed-level intervals per layer of one quantity and the intersection-union verdict over layers."""
+def _criterion(per_seed: dict[str, np.ndarray], margin, stats, family: int = 1) -> SeedCriterion | UndecidedCriterion:
+    """Seed-level intervals per layer of one quantity and the intersection-union verdict over layers; ``family``: the
+    claim's components, which a refutation is corrected over (common.seed_verdict)."""
     one_sided = (-math.inf, margin[1])  # both quantities are >= 0: only the upper edge binds
     sizes = {v.size for v in per_seed.values() if v.size}
     if len(sizes) != 1:
@@ -197,7 +200,7 @@ def _criterion(per_seed: dict[str, np.ndarray], margin, stats) -> SeedCriterion 
     L = sizes.pop()
     pools = [seed_pool({s: v[l] for s, v in per_seed.items() if v.size}, confidence_level=stats.confidence_level)
              for l in range(L)]
-    verdicts = [seed_verdict(p, one_sided) for p in pools]
+    verdicts = [seed_verdict(p, one_sided, family=family) for p in pools]
     pvals = [equivalence_pvalue(p.estimate, p.standard_error, one_sided, df=p.df or None) if p.decidable else None
              for p in pools]
     worst = max(range(L), key=lambda l: pools[l].estimate if math.isfinite(pools[l].estimate) else -math.inf)
@@ -259,8 +262,14 @@ def seed_rule_calibration(per_seed: dict[str, dict[str, np.ndarray]], margins: d
                            method=method)
 
 
-def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], ln: str, stats) -> ClaimRecord:
-    crit = {q: _criterion({s: vals[q] for s, (_, vals) in seeds.items()}, tuple(stats.margins[key]), stats)
+def _n_components(seeds: dict[str, tuple[ClaimRecord, dict]]) -> int:
+    """A configuration's (criterion, layer) components: what its refutation is corrected over."""
+    return sum(min((vals[q].size for _, vals in seeds.values()), default=0) for q in CRITERIA)
+
+
+def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, dict]], ln: str, stats,
+                          family: int = 1) -> ClaimRecord:
+    crit = {q: _criterion({s: vals[q] for s, (_, vals) in seeds.items()}, tuple(stats.margins[key]), stats, family)
             for q, key in CRITERIA.items()}
     decision, est, tests = _decided(crit, ln, stats, f"{len(seeds)} seed(s)", "mean over seeds", "over seeds")
     details = Claim1ConfigurationDetails(ln=ln, decided_on=DECIDING_TENSOR[ln], criteria=crit, seeds=sorted(seeds),
@@ -389,7 +398,9 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
             config, seed = configuration_of(run)
             configs.setdefault((config, ln), {})[seed] = (rec, values)
     per_model = ({run: rec for run, rec in per_run.items() if rec.verdict != DID_NOT_TRAIN} if unit == "inputs" else
-                 {config: _configuration_record(config, seeds, ln, stats) for (config, ln), seeds in configs.items()})
+                 {config: _configuration_record(config, seeds, ln, stats,
+                                                family=max(1, sum(_n_components(s) for s in configs.values())))
+                  for (config, ln), seeds in configs.items()})
     pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if unit == "inputs" else "configurations")
     verdict, reason = pooled.verdict, pooled.reason
     short = {c: rec.details.criteria[SPREAD].why for c, rec in per_model.items()}

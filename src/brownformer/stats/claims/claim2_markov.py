@@ -29,8 +29,9 @@ Seeds as the unit (stats/core/pooling.py `seed_pool`). Attention matrices of one
 are dependent and all inputs of one run share its weights, so per seed (one training run) each quantity is one
 number: the mean over probe inputs of the per-input means over layers and heads, averaged over the captures
 after initialisation (the worst head for isotropy). Per configuration (model, optimizer) the t-interval over
-seeds; an interval inside its margin -> supported, entirely outside -> not supported; fewer than MIN_SEEDS seeds:
-inconclusive, "n seeds < minimum". A configuration is supported when every criterion is, not supported when one
+seeds; an interval inside its margin -> supported, entirely outside -> not supported, also at the Bonferroni level
+over the claim's (configuration, criterion) components (common.seed_verdict: a refutation needs only one); fewer
+than MIN_SEEDS seeds: inconclusive, "n seeds < minimum". A configuration is supported when every criterion is, not supported when one
 is not; configurations pool by intersection-union, each beside the pooled verdict (per_model). Each seed's record
 (per_run) keeps its within-seed intervals over probe inputs and its nulls as description; it never decides.
 The step-0 attention and weights are a baseline, never pooled into the estimate.
@@ -98,7 +99,8 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> SeedPower:
                      method="noncentral t: per-seed estimates N(true value, observed seed SD^2)")
 
 
-def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats) -> ClaimRecord:
+def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats,
+                          family: int = 1) -> ClaimRecord:
     causal = any(info.causal for _, info in seeds.values())
     crit, powers = {}, {}
     for name, (key, edge, ideal) in CRITERIA.items():
@@ -106,7 +108,7 @@ def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedV
         pool = seed_pool({s: info.values.get(name) for s, (_, info) in seeds.items()},
                          confidence_level=stats.confidence_level)
         one = (margin[0], math.inf) if edge == "lower" else (-math.inf, margin[1])
-        decision = seed_verdict(pool, one)
+        decision = seed_verdict(pool, one, family=family)
         undefined = name == "reversibility" and causal
         if undefined:
             decision = Decision(INCONCLUSIVE, "causal mask: token 1 is absorbing, pi = e_1", rule=decision.rule)
@@ -265,7 +267,8 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         config, seed = configuration_of(run)
         configs.setdefault(config, {})[seed] = (rec, info)
     per_model = ({run: rec for run, rec in per_run.items() if run not in excluded} if unit == "inputs" else
-                 {c: _configuration_record(c, seeds, stats) for c, seeds in sorted(configs.items())})
+                 {c: _configuration_record(c, seeds, stats, family=max(1, len(CRITERIA) * len(configs)))
+                  for c, seeds in sorted(configs.items())})
     fixed = unit == "inputs"
     pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if fixed else "configurations")
     verdict, reason = pooled.verdict, pooled.reason

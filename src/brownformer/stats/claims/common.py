@@ -28,7 +28,7 @@ from brownformer.stats.diffusion.replica_sets import base_run
 
 __all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
            "headline_holm", "did_not_train_record", "finite_or_none", "configuration_of", "seed_unit",
-           "seed_verdict", "configuration_pools", "ConfigurationPool", "UNITS", "check_unit", "FIXED_MODEL_UNIT",
+           "seed_verdict", "family_interval", "configuration_pools", "ConfigurationPool", "UNITS", "check_unit", "FIXED_MODEL_UNIT",
            "fixed_model_unit", "se_from_interval", "interval_power"]
 
 #: the unit of inference of claims 1 and 2. "seeds" (the default): training runs of one configuration, the
@@ -196,15 +196,37 @@ def configuration_of(run: str) -> tuple[str, str]:
 
 
 #: the rule seed_verdict decides by
-SEED_RULE = "equivalence: the t-interval over seeds inside the margin"
+SEED_RULE = ("equivalence: the t-interval over seeds inside the margin; outside it (refuted) also at the "
+             "Bonferroni level over the claim's components")
 
 
-def seed_verdict(pool: SeedPoolResult, margin) -> Decision:
+def seed_verdict(pool: SeedPoolResult, margin, *, family: int = 1) -> Decision:
     """The Decision of a seed-level interval: equivalence_verdict of its interval (reason ""), "inconclusive" with
-    the pool's reason below the seed minimum."""
+    the pool's reason below the seed minimum.
+
+    ``family``: how many components (criteria x layers x configurations) the claim refutes by, one being enough. The
+    claim says the property holds in every one of them, so "supported" needs every interval inside (intersection-
+    union: no correction), but "not supported" needs only one outside: tested each at the one-sided level
+    a = (1 - confidence_level) / 2, a claim true on every edge would be refuted with probability up to
+    1 - (1 - a)^family. So "not supported" needs the interval at the Bonferroni level 1 - (1 - confidence_level) /
+    family outside too (:func:`family_interval`); the claim is then refuted exactly when Holm's procedure over the
+    family rejects some component (Holm's first step is Bonferroni's), at family-wise level a. Otherwise
+    "inconclusive", saying so."""
     if not pool.decidable:
         return Decision(INCONCLUSIVE, pool.why_undecidable or "", rule=SEED_RULE)
-    return Decision(equivalence_verdict(pool.confidence_interval, margin), rule=SEED_RULE)
+    verdict = equivalence_verdict(pool.confidence_interval, margin)
+    if verdict == NOT_SUPPORTED and family > 1 and equivalence_verdict(family_interval(pool, family),
+                                                                       margin) != NOT_SUPPORTED:
+        return Decision(INCONCLUSIVE, f"outside the margin at {pool.confidence_level:.0%}, not at the family-wise "
+                        f"level over the claim's {family} components (Bonferroni)", rule=SEED_RULE)
+    return Decision(verdict, rule=SEED_RULE)
+
+
+def family_interval(pool: SeedPoolResult, family: int) -> tuple[float, float]:
+    """The pool's t-interval over seeds at the Bonferroni level 1 - (1 - confidence_level) / family."""
+    tail = (1 - pool.confidence_level) / (2 * family)
+    half = float(sps.t.ppf(1 - tail, pool.df)) * pool.standard_error if pool.df else math.nan
+    return pool.estimate - half, pool.estimate + half
 
 
 def seed_unit(n_seeds: dict[str, int], *, nesting: str = NESTING,

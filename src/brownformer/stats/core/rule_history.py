@@ -81,6 +81,10 @@ CLAIM_RULE_HISTORY = {
         ("seeds as the unit: per-seed estimates (captures, inputs, tokens nested), t-interval over seeds per "
          "configuration and layer; fewer than MIN_SEEDS = 3 seeds inconclusive", "after data", "issue 32",
          "2026-12-01", "the verdict hung on one LM seed's offset, 0.256 against 0.25"),
+        ("a refutation ('not supported') needs the interval outside its margin also at the Bonferroni level over "
+         "the claim's components (configurations x criteria x layers); 'supported' unchanged", "after data", "issue 32",
+         "2026-12-06", "one component outside refutes the claim, so at 2.5% per component a claim true on every edge "
+         "was refuted up to 1 - 0.975^K of the time (K = 52 in the default run)"),
     ),
     "2": (
         ("reversibility_residual margin [0, 0.1]", "before data", "da8d4d6", "2026-11-30",
@@ -98,6 +102,10 @@ CLAIM_RULE_HISTORY = {
         ("seeds as the unit: per-seed estimates (inputs, captures, heads nested), t-interval over seeds per "
          "configuration; fewer than MIN_SEEDS = 3 seeds inconclusive; power at a true, non-trivial point",
          "after data", "issue 32", "2026-12-01", "one run per model treated as the population"),
+        ("a refutation ('not supported') needs the interval outside its margin also at the Bonferroni level over "
+         "the claim's components (configurations x criteria); 'supported' unchanged", "after data", "issue 32",
+         "2026-12-06", "one component outside refutes the claim, so at 2.5% per component a claim true on every edge "
+         "was refuted up to 1 - 0.975^K of the time (K = 12: 26%)"),
     ),
     "4": (
         ("margins time_to_target_steps_ratio < 0.75, time_to_target_seconds_ratio < 1.0", "after data", "9fddd29",
