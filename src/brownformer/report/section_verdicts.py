@@ -46,7 +46,8 @@ def results_first(ctx: ReportContext) -> str:
     return "\n".join([
         "## Results at a glance", "",
         "A claim is supported when every deciding interval lies inside its equivalence margin, not supported when "
-        "one lies outside, inconclusive otherwise. The estimate shown is the one that decided the verdict (for a "
+        "one lies outside (for claims 1 and 2 also at the Bonferroni level over the claim's components, since one "
+        "is enough to refute it), inconclusive otherwise. The estimate shown is the one that decided the verdict (for a "
         "claim judged on several criteria, the one that failed). Size: how often the rule wrongly issues its "
         "verdict on simulated data of the claim's shape; power: how often it gets a true effect right. Details per "
         "claim in Section 3, claim 4 in Section 4.", "",
