@@ -144,3 +144,25 @@ def test_after_affine_depth_file_is_paired_with_its_raw_layernorm_file(tmp_path)
     np.testing.assert_allclose(sphere["affine_map"]["gamma"], np.broadcast_to(gamma, (2, D)), atol=1e-4)
     np.testing.assert_allclose(sphere["affine_map"]["beta"], np.broadcast_to(beta, (2, D)), atol=1e-4)
     assert sphere["about"]["centre"] == "given"
+
+
+def test_a_copied_results_folder_still_finds_its_trajectories(run_dir, tmp_path, monkeypatch):
+    """summary.json names its trajectories relative to itself, so a run folder copied elsewhere (a replication's
+    results compared in another folder) is calibrated from any working directory; a summary written before that
+    (relative to the writer's working directory) still resolves from there."""
+    import shutil
+    from pathlib import Path
+
+    from brownformer.stats_stage.stages import decided_files
+    root, out, _ = run_dir
+    assert json.loads((out / "summary.json").read_text())["traj_dir"] == "../trajectories"
+    moved = tmp_path / "copy" / "run"
+    shutil.copytree(root.parent, moved)
+    monkeypatch.chdir(tmp_path)
+    files = decided_files([moved / "stats" / "summary.json"])
+    assert files and all(Path(p).is_file() and (moved / "trajectories") in Path(p).parents for _, p, *_ in files)
+    old = json.loads((moved / "stats" / "summary.json").read_text())
+    old["traj_dir"] = "copy/run/trajectories"  # the old layout: relative to the writer's working directory
+    (tmp_path / "old_summary.json").write_text(json.dumps(old))
+    paths = [Path(p) for _, p, *_ in decided_files([tmp_path / "old_summary.json"])]
+    assert paths and all(p.is_file() for p in paths)

@@ -39,6 +39,7 @@ has "schema_version", "run_id", "category", "entry" (its index.json entry) and "
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -185,7 +186,9 @@ def stats_for_run(traj_dir, out_dir, *, stats, run_id: str, calibration=None, mi
         write_json(out_dir / rel_out, record)
         files.append(_summary_row(entry, rel, rel_out, record))
         log.info("%s: %s", rel, getattr(record, "verdict", None) or "done")
-    summary = RunStatsSummary(run_id=run_id, traj_dir=str(traj_dir), index_sha256=sha256_file(traj_dir / "index.json"),
+    # traj_dir relative to the summary's own folder, so a results folder copied or moved elsewhere still resolves it
+    summary = RunStatsSummary(run_id=run_id, traj_dir=os.path.relpath(traj_dir.resolve(), out_dir.resolve()),
+                              index_sha256=sha256_file(traj_dir / "index.json"),
                               n_files=len(files), files=files, errors=errors)
     write_json(out_dir / "summary.json", summary)
     return summary

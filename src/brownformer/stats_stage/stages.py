@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -70,6 +71,17 @@ def calibration_shapes(run_summaries: list[Path]) -> list:
     return list({s.id: s for s, *_ in decided_files(run_summaries)}.values())
 
 
+def trajectory_dir(summary_path: Path, summary) -> Path:
+    """The trajectories folder a run's stats summary was made from: ``traj_dir`` is relative to the summary's own
+    folder (so a results folder can be copied or moved), absolute, or, in summaries written before 2026-12-06,
+    relative to the working directory of the run that wrote it (used when the summary-relative folder is absent)."""
+    traj = Path(summary.traj_dir)
+    if traj.is_absolute():
+        return traj
+    beside = Path(os.path.normpath(Path(summary_path).parent / traj))  # 'stats/../trajectories' -> 'trajectories'
+    return beside if beside.exists() or not traj.exists() else traj
+
+
 def decided_files(run_summaries: list[Path], context: list[Path] = ()) -> list[tuple]:
     """(shape, trajectory path, verdict, category, replica) of every decided battery file of the runs'
     stats/summary.json files, leaving out the single-path files of families that replica files decide
@@ -86,7 +98,7 @@ def decided_files(run_summaries: list[Path], context: list[Path] = ()) -> list[t
             summary = RunStatsSummary.from_dict(json.loads(path.read_text()), f"{path} (a run's stats summary)")
         except (OSError, json.JSONDecodeError) as exc:
             raise ValueError(f"{path}: not a run's stats summary ({exc})") from None
-        pairs += [(row, Path(summary.traj_dir), path in own) for row in summary.files]
+        pairs += [(row, trajectory_dir(path, summary), path in own) for row in summary.files]
     kept = {id(row) for row in calibrated_files([row for row, *_ in pairs])}
     out = []
     for row, traj, listed in pairs:

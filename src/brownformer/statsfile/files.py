@@ -820,7 +820,8 @@ class FileError(Record):
 
 @dataclass(frozen=True)
 class RunStatsSummary(Record):
-    """A run's stats/summary.json: the files analysed (rows) and the files that failed."""
+    """A run's stats/summary.json: the files analysed (rows) and the files that failed. ``traj_dir``: the
+    trajectories folder, relative to the summary's own folder (stats_stage.stages.trajectory_dir)."""
 
     run_id: str
     traj_dir: str
