@@ -397,9 +397,9 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
             per_run[run] = rec
             config, seed = configuration_of(run)
             configs.setdefault((config, ln), {})[seed] = (rec, values)
+    family = max(1, sum(_n_components(s) for s in configs.values()))  # what a refutation is corrected over
     per_model = ({run: rec for run, rec in per_run.items() if rec.verdict != DID_NOT_TRAIN} if unit == "inputs" else
-                 {config: _configuration_record(config, seeds, ln, stats,
-                                                family=max(1, sum(_n_components(s) for s in configs.values())))
+                 {config: _configuration_record(config, seeds, ln, stats, family)
                   for (config, ln), seeds in configs.items()})
     pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if unit == "inputs" else "configurations")
     verdict, reason = pooled.verdict, pooled.reason
@@ -408,16 +408,9 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
     worst, p_iut = iut_pick(per_model, decider)
-    calibration = None
-    if unit == "seeds":  # intersection-union over configurations: none passes more often than its own size
-        cals = {c: rec.calibration for c, rec in per_model.items() if rec.calibration is not None}
-        largest = max((c for c in cals.values() if c.size is not None), key=lambda c: c.size, default=None)
-        calibration = RuleCalibration(
-            shape="per configuration (see per_model)", size=largest and largest.size,
-            size_se=largest and largest.size_se,
-            power={c: next(iter(cal.power.values()), None) for c, cal in cals.items()},
-            n_replicates=sum(c.n_replicates for c in cals.values()),
-            method="size: the largest configuration's simulated size (seed_rule_calibration); power: per configuration")
+    calibration = None if unit == "inputs" else RuleCalibration.over_configurations(
+        per_model, lambda cal: next(iter(cal.power.values()), None),
+        "size: the largest configuration's simulated size (seed_rule_calibration); power: per configuration")
     return ClaimRecord(
         "1", TITLE, verdict, reason + (f" ({FIXED_MODEL_UNIT})" if unit == "inputs" else "")
         + (f"; deciding {'model' if unit == 'inputs' else 'configuration'} {worst}" if worst else ""),

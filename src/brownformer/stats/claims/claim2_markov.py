@@ -266,9 +266,9 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         per_run[run] = rec
         config, seed = configuration_of(run)
         configs.setdefault(config, {})[seed] = (rec, info)
+    family = max(1, len(CRITERIA) * len(configs))  # the (configuration, criterion) components a refutation is over
     per_model = ({run: rec for run, rec in per_run.items() if run not in excluded} if unit == "inputs" else
-                 {c: _configuration_record(c, seeds, stats, family=max(1, len(CRITERIA) * len(configs)))
-                  for c, seeds in sorted(configs.items())})
+                 {c: _configuration_record(c, seeds, stats, family) for c, seeds in sorted(configs.items())})
     fixed = unit == "inputs"
     pooled, decider = pool_runs(per_model, excluded={}, unit="fixed models" if fixed else "configurations")
     verdict, reason = pooled.verdict, pooled.reason
@@ -278,17 +278,12 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
     if excluded:
         reason += f"; {len(excluded)} run(s) that did not train left out"
     pick, p_iut = iut_pick(per_model, decider)
-    cals = {c: rec.calibration for c, rec in per_model.items()}
-    sizes = [cal.size for cal in cals.values() if cal and cal.size is not None]
     return ClaimRecord(
         "2", TITLE, verdict, reason + (f"; deciding {'model' if fixed else 'configuration'} {pick}" if pick else ""),
         estimate=per_model[pick].estimate if pick else None, margin=per_model[pick].margin if pick else None,
-        calibration=RuleCalibration(shape="per configuration (see per_model)", size=max(sizes) if sizes else None,
-                                    size_se=None, power={c: cal.power for c, cal in cals.items()},
-                                    n_replicates=sum(cal.n_replicates for cal in cals.values()),
-                                    method="largest per-configuration size of the rule on its nulls; power per "
-                                           "configuration")
-        if per_model else None,
+        calibration=RuleCalibration.over_configurations(
+            per_model, lambda cal: cal.power,
+            "largest per-configuration size of the rule on its nulls; power per configuration") if per_model else None,
         tests=[{"name": "head isotropy, vMF output error and reversibility over seeds (intersection-union over "
                         "configurations)", "statistic": None,
                 "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],
