@@ -71,3 +71,20 @@ def test_the_family_never_touches_supported_or_a_clear_refutation():
 def test_family_interval_at_one_component_is_the_pools_own():
     pool = _pool([0.3, 0.5, 0.4, 0.45, 0.35])
     assert np.allclose(family_interval(pool, 1), pool.confidence_interval)
+
+
+def test_claim2s_family_leaves_out_the_causal_reversibility_that_cannot_refute():
+    # reversibility under a causal mask is undefined by construction (inconclusive in every seed), so it is not a
+    # component a refutation could come from: 2 configurations x 3 criteria, one causal -> 5 components, not 6
+    from brownformer.stats.claims.claim2_markov import CRITERIA, refutation_family
+    from brownformer.stats.claims.claim2_seed import SeedValues
+
+    def seeds(causal: bool) -> dict:
+        info = SeedValues(causal=causal, fit=None, values={}, why={}, within={}, n_inputs=1)
+        return {str(s): (None, info) for s in range(3)}
+
+    assert len(CRITERIA) == 3
+    assert refutation_family({"vit-pre": seeds(False), "lm-pre": seeds(True)}) == 5
+    assert refutation_family({"vit-pre": seeds(False), "vit-post": seeds(False)}) == 6
+    assert refutation_family({"lm-pre": seeds(True)}) == 2
+    assert refutation_family({}) == 1

@@ -99,6 +99,14 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> SeedPower:
                      method="noncentral t: per-seed estimates N(true value, observed seed SD^2)")
 
 
+def refutation_family(configs: dict[str, dict[str, tuple[ClaimRecord, SeedValues]]]) -> int:
+    """How many (configuration, criterion) components a refutation of claim 2 is corrected over
+    (``common.seed_verdict``'s ``family``): every criterion of every configuration, except reversibility under a causal
+    mask, which is undefined by construction (token 1 is absorbing) and so can never refute."""
+    causal = sum(any(info.causal for _, info in seeds.values()) for seeds in configs.values())
+    return max(1, len(CRITERIA) * len(configs) - causal)
+
+
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats,
                           family: int = 1) -> ClaimRecord:
     causal = any(info.causal for _, info in seeds.values())
@@ -266,7 +274,7 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         per_run[run] = rec
         config, seed = configuration_of(run)
         configs.setdefault(config, {})[seed] = (rec, info)
-    family = max(1, len(CRITERIA) * len(configs))  # the (configuration, criterion) components a refutation is over
+    family = refutation_family(configs)
     per_model = ({run: rec for run, rec in per_run.items() if run not in excluded} if unit == "inputs" else
                  {c: _configuration_record(c, seeds, stats, family) for c, seeds in sorted(configs.items())})
     fixed = unit == "inputs"
