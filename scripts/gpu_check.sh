@@ -11,13 +11,16 @@
 # wheels of packages the GPU image lacks (jsonschema and its dependencies; docs/GPU_AND_CLUSTER.md).
 # Ensembles (issue 32): 8 seeds of vit-pre as one batched model against one seed, AdamW and the iterative K-FAC
 # prototype (ensemble_compute.json, ensemble_kfac.json; the 2.5x goal the CPU cannot meet).
+# The iterative K-FAC's CG solve eager, compiled and under CUDA graphs (issue 33: kfac_compiled_cg.md; the CPU's
+# fused solve leaves the step above the 1.25x target, benchmarks/results/kfac_compiled_cg.md).
 # Writes at most 12 flat files to OUT_DIR: summary.md (all tables), gpu_check.log, gpu_throughput.{json,md}
 # (also copied to benchmarks/results/), gpu_epoch.json, gpu_epoch_compile.json, optimizer_overhead.{json,md}
-# (written by that script), digits_metrics.csv.
+# (written by that script), digits_metrics.csv, ensemble_compute.json, ensemble_kfac.json, kfac_compiled_cg.md.
 # Smoke test off the GPU (checks that the steps execute, not the numbers):
 #   GPU_CHECK_BENCH_ARGS="--device cpu --steps 3 --warmup 1" \
 #   GPU_CHECK_THROUGHPUT_ARGS="--device cpu --steps 3 --warmup 1 --jobs 1 2 --images 512 --batch-size 16" \
 #   GPU_CHECK_ENSEMBLE_ARGS="--device cpu --steps 2 --rounds 1 --members 2" \
+#   GPU_CHECK_COMPILED_CG_ARGS="--device cpu --repeats 1 --calls 5 --steps 20" \
 #   bash scripts/gpu_check.sh /tmp/gpu_check
 set -euo pipefail
 
@@ -78,6 +81,7 @@ write_summary() {
             echo "### benchmarks/optimizer_overhead.py --device cuda"; echo '```'; tail -n 30 "$WORK/overhead.txt"; echo '```'; echo
         fi
         [[ -f "$WORK/digits_summary.txt" ]] && { echo "### digits end to end on CUDA"; cat "$WORK/digits_summary.txt"; }
+        [[ -f "$OUT_DIR/kfac_compiled_cg.md" ]] && { echo; cat "$OUT_DIR/kfac_compiled_cg.md"; }
         [[ -s "$WORK/ensemble.txt" ]] && { echo; echo "### Ensembles: 8 seeds in one batched model against one"; cat "$WORK/ensemble.txt"; }
         true
     } > "$SUMMARY"
@@ -205,6 +209,11 @@ run_step "benchmarks/gpu_epoch.py --compile" 150 \
     "$PY" benchmarks/gpu_epoch.py --out "$WORK/compile" --tag gpu_epoch_compile --compile \
         --optimizers adamw kfac-iterative --steps 100 --warmup 10 --input-batches 0 "${BENCH_EXTRA[@]}"
 [[ -f "$WORK/compile/gpu_epoch_compile.json" ]] && cp "$WORK/compile/gpu_epoch_compile.json" "$OUT_DIR/"
+
+# ---- 8. the iterative K-FAC's CG solve fused: eager, torch.compile and CUDA graphs (issue 33; optional, last) ----
+read -r -a COMPILED_CG_ARGS <<< "${GPU_CHECK_COMPILED_CG_ARGS:---device cuda}"
+run_step "benchmarks/kfac_compiled_cg.py (CG solve eager / compiled / CUDA graphs)" 120 \
+    "$PY" benchmarks/kfac_compiled_cg.py --out "$OUT_DIR/kfac_compiled_cg.md" "${COMPILED_CG_ARGS[@]}"
 
 write_summary
 trap - EXIT

@@ -321,7 +321,9 @@ class KFAC(Optimizer):
             v = stacked_gradients(items)
             grads = v + self._rest_grads(items)
             xs, info = self._solve(items, v) if items else ([], {})
-            solved = ([all_finite(xs)] if xs else []) + self._decomposed_finite
+            # CG's own health flags cover its directions' finiteness (a non-finite system falls back to its gradient,
+            # which the gradient check below covers), so only eigen's directions are checked again
+            solved = ([all_finite(xs)] if xs and self.inverse == "eigen" else []) + self._decomposed_finite
         except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
             items, v, xs, info, cur, grads = [], [], [], {}, None, None
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]
