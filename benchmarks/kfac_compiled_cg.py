@@ -136,14 +136,17 @@ def main(argv=None) -> int:
     header = ("| problem | AdamW ms/step | K-FAC ms/step | solve ms/step (in the step) | time / AdamW | "
               "solve compiled: time / AdamW | solve free: time / AdamW |")
     lines = [header, "|---" * 7 + "|"]
-    solves = {}
-    for problem in PROBLEMS:
-        rows = []
+    steps, captured = {}, {}
+    for problem in PROBLEMS:  # every step timing before any compilation (a compiled process runs slower eager code)
+        steps[problem] = []
         for _ in range(args.repeats):  # interleaved: a transient load moves one repeat, not the ratio
             base, _ = _step_ms(adamw, problem, args.seed, args.warmup, args.steps, None)
             step, solve = _step_ms(kfac, problem, args.seed, args.warmup, args.steps, spy)
-            rows.append((base, step, solve))
-        solves[problem] = t = solve_timings(spy.last, device, args.calls, args.repeats)
+            steps[problem].append((base, step, solve))
+        captured[problem] = spy.last
+    solves = {problem: solve_timings(captured[problem], device, args.calls, args.repeats) for problem in PROBLEMS}
+    for problem, rows in steps.items():
+        t = solves[problem]
         fused = t["compiled_us[default]"] / t["eager_us"]
         base, step, solve = (statistics.median(r[i] for r in rows) for i in range(3))
         compiled_ratio = statistics.median((s - sv * (1 - fused)) / b for b, s, sv in rows)
