@@ -62,7 +62,8 @@ class TrainStep:
                  forward: Callable | None = None, grad_clip: float | None = None, bf16: bool = False,
                  cuda_graphs: bool = False):
         self.model, self.optimizer, self.device = model, optimizer, torch.device(device)
-        self.forward = forward or model
+        # `is None`, not `or`: dynamo's wrapper of a compiled module raises on len(), which a truth test calls
+        self.forward = model if forward is None else forward
         self.grad_clip, self.bf16 = grad_clip, bf16
         self.capture = cuda_graphs and self.device.type == "cuda" and capturable(optimizer)
         if cuda_graphs and self.device.type == "cuda" and not self.capture:
