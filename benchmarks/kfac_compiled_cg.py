@@ -1,16 +1,17 @@
 """What fusing the iterative K-FAC's solve would buy on the README snippet: its CG solve eager and compiled, and the
 step-time ratio to AdamW with the solve at its eager cost, at its compiled cost and at no cost at all.
 
-The solve timed is the project's own ``_kfac_pcg.block_conjugate_gradient`` on the inputs the snippet's K-FAC
-(``KFAC(model, inverse="cg")``, its defaults) gave it at its last training step: eager as the optimizer runs it (on the
-CPU it stops when every system has converged), eager with a fixed iteration count, and ``torch.compile``d
-(``fullgraph``; a fixed iteration count, because a compiled graph cannot stop on a host read: the budget the optimizer
-gave that step). Where ``--device cuda``, also ``mode="reduce-overhead"`` (CUDA graphs).
+The solve timed is the project's own ``_kfac_pcg.block_conjugate_gradient`` on the problem the snippet's K-FAC
+(``KFAC(model, inverse="cg")``, its defaults) solves after its last training step (rebuilt from its state:
+:func:`cg_problem`), from a cold start: eager as the optimizer runs it (on the CPU it stops when every system has
+converged), eager with a fixed iteration count, and ``torch.compile``d (``fullgraph``; a fixed iteration count,
+``stop_early=False``, because a compiled graph cannot stop on a host read: the budget the optimizer set). Where ``--device cuda``, also ``mode="reduce-overhead"`` (CUDA graphs).
 
 The step-level columns come from the CPU training loop of tests/optim/test_kfac_defaults.py (thread time, one thread,
 interleaved repeats, ratio per repeat): K-FAC's step, the share of it spent in the solve (measured inside the loop),
 and two projections, the step with the solve at its compiled cost (``step - solve x (1 - compiled / eager)``, the
-ratio from the isolated timings) and with a solve of zero cost: the floor no faster solver, fused or not, can beat,
+ratio from the isolated timings; the solve in the step is K-FAC's own ``timings["inverse"]``: the CG, its padding
+and diagnostics, the preconditioner refreshes) and with a solve of zero cost: the floor no faster solver, fused or not, can beat,
 set by the rest of the step (factors, damping control, the KL bound, the update, bookkeeping).
 
     PYTHONPATH=src python benchmarks/kfac_compiled_cg.py --out benchmarks/results/kfac_compiled_cg.md
@@ -28,38 +29,41 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kfac_op_counts as counts  # noqa: E402  (the snippet's problems and training loop)
 
-from brownformer.optim import _kfac_math, _kfac_solve  # noqa: E402
+from brownformer.optim._kfac_blocks import pad, plan_blocks  # noqa: E402
 from brownformer.optim._kfac_pcg import block_conjugate_gradient  # noqa: E402
 
 PROBLEMS = counts.PROBLEMS
 
 
-class SolveSpy:
-    """Wraps the solver's CG: thread seconds spent in it while ``timing``, and the inputs of its last call."""
-
-    def __init__(self):
-        self.seconds, self.timing, self.last = 0.0, False, None
-
-    def __call__(self, g, a, v, damping, **kwargs):
-        start = time.thread_time()
-        result = block_conjugate_gradient(g, a, v, damping, **kwargs)
-        if self.timing:
-            self.seconds += time.thread_time() - start
-        self.last = (g, a, v, damping, kwargs)
-        return result
-
-
-def _step_ms(make, problem: str, seed: int, warmup: int, steps: int, spy: SolveSpy | None) -> tuple[float, float]:
-    """Thread ms per training step after ``warmup`` steps, and the ms of it inside the solve (0 without a spy)."""
-    model, sample, loss_fn = counts._problem(problem, seed)
+def _step_ms(make, problem: str, seed: int, warmup: int, steps: int) -> tuple[float, float, object]:
+    """Thread ms per training step after ``warmup`` steps, the ms of it in K-FAC's solve (its ``timings["inverse"]``:
+    the CG, its padding and diagnostics, the preconditioner refreshes; 0 for AdamW) and the optimizer."""
+    model, sample, loss_fn = counts.snippet_problem(problem, seed)
     opt = make(model)
-    counts._train(opt, model, sample, loss_fn, range(warmup))
-    if spy is not None:
-        spy.seconds, spy.timing = 0.0, True
-    ms = counts._train(opt, model, sample, loss_fn, range(warmup, warmup + steps))
-    if spy is not None:
-        spy.timing = False
-    return ms, 0.0 if spy is None else 1e3 * spy.seconds / steps
+    counts.train_ms(opt, model, sample, loss_fn, range(warmup))
+    before = getattr(opt, "timings", {}).get("inverse", 0.0)
+    ms = counts.train_ms(opt, model, sample, loss_fn, range(warmup, warmup + steps))
+    return ms, 1e3 * (getattr(opt, "timings", {}).get("inverse", 0.0) - before) / steps, opt
+
+
+def cg_problem(opt) -> tuple:
+    """The CG problem of the optimizer's next solve, from its public state: per shape group the running factors, the
+    stored Kronecker preconditioner and the gradients left by the last step, padded into the solver's blocks
+    (``_kfac_blocks.plan_blocks``), with the group's damping and the CG budget per block the optimizer set. The
+    preconditioner is the one of the last refresh (the damping may have moved since: the iteration count can
+    differ by one from the optimizer's own next solve)."""
+    if opt.inverse != "cg" or opt.relative_damping:
+        raise ValueError("cg_problem rebuilds the iterative solve at absolute damping (the README snippet's defaults)")
+    groups = opt.groups
+    shapes = [(len(g), g.out_features, g.in_features + int(g.has_bias)) for g in groups]
+    blocks = plan_blocks(shapes)
+    side = {"factor_g": "g", "factor_a": "a", "preconditioner_g": "g", "preconditioner_a": "a"}
+    g, a, y_g, y_a = (pad([grp.stacks[key] for grp in groups], blocks, shapes, side[key]) for key in side)
+    v = pad([grp.gradients() for grp in groups], blocks, shapes, "x")
+    damping = torch.cat([torch.full((shapes[i][0], 1, 1), opt.param_groups[0]["damping"], dtype=v[0].dtype)
+                         for _, _, members in blocks for i in members])
+    budget = opt.cg_budget if len(opt.cg_budget) == len(blocks) else [opt.cg_max_iter] * len(blocks)
+    return g, a, v, damping, {"max_iter": list(budget), "tol": opt.cg_tol, "preconditioner": list(zip(y_g, y_a))}
 
 
 def _call_us(fn, device: torch.device, calls: int, repeats: int) -> float:
@@ -78,39 +82,34 @@ def _call_us(fn, device: torch.device, calls: int, repeats: int) -> float:
     return statistics.median(out)
 
 
-def solve_timings(last, device: torch.device, calls: int, repeats: int) -> dict:
+def solve_timings(problem, device: torch.device, calls: int, repeats: int) -> dict:
     """The captured solve eager (early stop where the optimizer has it, fixed), compiled, and how far apart."""
-    g, a, v, damping, kwargs = last
+    g, a, v, damping, kwargs = problem
     move = (lambda ts: [t.to(device) for t in ts])
     g, a, v = move(g), move(a), move(v)
     damping = damping.to(device) if isinstance(damping, torch.Tensor) else damping
     kwargs = dict(kwargs, x0=None,  # a cold start: the same work in every repeat
                   preconditioner=[(yg.to(device), ya.to(device)) for yg, ya in kwargs["preconditioner"]])
     budget = max(kwargs["max_iter"]) if isinstance(kwargs["max_iter"], list) else kwargs["max_iter"]
-    fixed = dict(kwargs, max_iter=budget)
+    fixed = dict(kwargs, max_iter=budget, stop_early=False)  # no host read: the fixed budget a compiled graph runs
     out = {"shapes": [list(t.shape) for t in v], "budget": budget}
     reference = block_conjugate_gradient(g, a, v, damping, **kwargs)
     out["iterations_used"] = int(reference.iterations.max())
     out["eager_us"] = _call_us(lambda: block_conjugate_gradient(g, a, v, damping, **kwargs), device, calls, repeats)
-    saved = _kfac_math.HOST_READ_FREE
-    _kfac_math.HOST_READ_FREE = ()  # no host read: the loop runs the fixed budget, as a compiled graph must
-    try:
-        out["eager_fixed_us"] = _call_us(lambda: block_conjugate_gradient(g, a, v, damping, **fixed), device, calls,
-                                         repeats)
-        modes = ["default"] + (["reduce-overhead"] if device.type == "cuda" else [])
-        for mode in modes:
-            torch._dynamo.reset()
-            compiled = torch.compile(block_conjugate_gradient, fullgraph=True, dynamic=False, mode=mode)
-            start = time.perf_counter()
-            for _ in range(3):  # CUDA graphs record on a later call than the first
-                result = compiled(g, a, v, damping, **fixed)
-            out[f"compile_s[{mode}]"] = time.perf_counter() - start
-            out[f"compiled_us[{mode}]"] = _call_us(lambda: compiled(g, a, v, damping, **fixed), device, calls, repeats)
-            out[f"compiled_vs_eager_max_relative_difference[{mode}]"] = max(
-                float((x - y).abs().max() / y.abs().max().clamp_min(1e-30)) for x, y in zip(result.solution,
-                                                                                            reference.solution))
-    finally:
-        _kfac_math.HOST_READ_FREE = saved
+    out["eager_fixed_us"] = _call_us(lambda: block_conjugate_gradient(g, a, v, damping, **fixed), device, calls,
+                                     repeats)
+    modes = ["default"] + (["reduce-overhead"] if device.type == "cuda" else [])
+    for mode in modes:
+        torch._dynamo.reset()
+        compiled = torch.compile(block_conjugate_gradient, fullgraph=True, dynamic=False, mode=mode)
+        start = time.perf_counter()
+        for _ in range(3):  # CUDA graphs record on a later call than the first
+            result = compiled(g, a, v, damping, **fixed)
+        out[f"compile_s[{mode}]"] = time.perf_counter() - start
+        out[f"compiled_us[{mode}]"] = _call_us(lambda: compiled(g, a, v, damping, **fixed), device, calls, repeats)
+        out[f"compiled_vs_eager_max_relative_difference[{mode}]"] = max(
+            float((x - y).abs().max() / y.abs().max().clamp_min(1e-30)) for x, y in zip(result.solution,
+                                                                                        reference.solution))
     return out
 
 
@@ -129,8 +128,6 @@ def main(argv=None) -> int:
     import warnings
     warnings.filterwarnings("ignore", message="K-FAC preconditions")  # the transformer's positions: expected
     device = torch.device(args.device)
-    spy = SolveSpy()
-    _kfac_solve.block_conjugate_gradient = spy  # the name the solver calls
     kfac = counts.OPTIMIZERS["cg, defaults"]
     adamw = counts.OPTIMIZERS["adamw (foreach)"]
     header = ("| problem | AdamW ms/step | K-FAC ms/step | solve ms/step (in the step) | time / AdamW | "
@@ -140,10 +137,10 @@ def main(argv=None) -> int:
     for problem in PROBLEMS:  # every step timing before any compilation (a compiled process runs slower eager code)
         steps[problem] = []
         for _ in range(args.repeats):  # interleaved: a transient load moves one repeat, not the ratio
-            base, _ = _step_ms(adamw, problem, args.seed, args.warmup, args.steps, None)
-            step, solve = _step_ms(kfac, problem, args.seed, args.warmup, args.steps, spy)
+            base, _, _ = _step_ms(adamw, problem, args.seed, args.warmup, args.steps)
+            step, solve, opt = _step_ms(kfac, problem, args.seed, args.warmup, args.steps)
             steps[problem].append((base, step, solve))
-        captured[problem] = spy.last
+        captured[problem] = cg_problem(opt)
     solves = {problem: solve_timings(captured[problem], device, args.calls, args.repeats) for problem in PROBLEMS}
     for problem, rows in steps.items():
         t = solves[problem]

@@ -80,13 +80,13 @@ class _OpCounter(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def _problem(name: str, seed: int):
+def snippet_problem(name: str, seed: int):
     if name == "mlp-regression":
         return snippet.regression_problem(seed)
     return snippet.sequence_problem(seed, TinyTransformer)
 
 
-def _train(opt, model, sample, loss_fn, steps: range) -> float:
+def train_ms(opt, model, sample, loss_fn, steps: range) -> float:
     """Runs the snippet's steps; returns thread CPU ms per step."""
     start = time.thread_time()
     snippet.train(opt, model, sample, loss_fn, steps)
@@ -95,14 +95,14 @@ def _train(opt, model, sample, loss_fn, steps: range) -> float:
 
 def count(problem: str, label: str, seed: int, warmup: int, steps: int) -> tuple[collections.Counter, float]:
     """Operations per step by part, and the median thread ms per step of 3 timed (uncounted) repeats."""
-    model, sample, loss_fn = _problem(problem, seed)
+    model, sample, loss_fn = snippet_problem(problem, seed)
     opt = OPTIMIZERS[label](model)
-    _train(opt, model, sample, loss_fn, range(warmup))
+    train_ms(opt, model, sample, loss_fn, range(warmup))
     counter = _OpCounter()
     with counter:
-        _train(opt, model, sample, loss_fn, range(warmup, warmup + steps))
+        train_ms(opt, model, sample, loss_fn, range(warmup, warmup + steps))
     per_step = collections.Counter({k: v / steps for k, v in counter.parts.items()})
-    ms = statistics.median(_train(opt, model, sample, loss_fn, range(warmup + steps * (1 + r), warmup + steps * (2 + r)))
+    ms = statistics.median(train_ms(opt, model, sample, loss_fn, range(warmup + steps * (1 + r), warmup + steps * (2 + r)))
                            for r in range(3))
     return per_step, ms
 

@@ -12,7 +12,7 @@
 # Ensembles (issue 32): 8 seeds of vit-pre as one batched model against one seed, AdamW and the iterative K-FAC
 # prototype (ensemble_compute.json, ensemble_kfac.json; the 2.5x goal the CPU cannot meet).
 # The iterative K-FAC's CG solve eager, compiled and under CUDA graphs (issue 33: kfac_compiled_cg.md; the CPU's
-# fused solve leaves the step above the 1.25x target, benchmarks/results/kfac_compiled_cg.md).
+# fused solve leaves the snippet MLP's step above the 1.25x target: benchmarks/results/kfac_compiled_cg.md).
 # Writes at most 12 flat files to OUT_DIR: summary.md (all tables), gpu_check.log, gpu_throughput.{json,md}
 # (also copied to benchmarks/results/), gpu_epoch.json, gpu_epoch_compile.json, optimizer_overhead.{json,md}
 # (written by that script), digits_metrics.csv, ensemble_compute.json, ensemble_kfac.json, kfac_compiled_cg.md.

@@ -112,6 +112,21 @@ def test_kronecker_pcg_needs_fewer_iterations_than_plain_cg():
     assert pre.iterations.sum() < plain.iterations.sum() / 2, (pre.iterations, plain.iterations)
 
 
+def test_a_fixed_budget_without_host_reads_gives_the_early_stopped_solution():
+    """``stop_early=False`` (what a compiled graph needs) runs the whole budget with converged systems frozen: the
+    same solutions, iteration counts and health as the CPU's loop that stops once every system has converged."""
+    g, a, v = _system(seed=7, k=4, n_out=9, n_in=6, condition=1e3)
+    lam = torch.full((4, 1, 1), 1e-3, dtype=torch.float64)
+    tensors = {"factor_g": g, "factor_a": a}
+    refresh_preconditioner(tensors, lam)
+    kwargs = dict(max_iter=40, tol=1e-3, preconditioner=[(tensors["preconditioner_g"], tensors["preconditioner_a"])])
+    early = block_conjugate_gradient([g], [a], [v], lam, **kwargs)
+    fixed = block_conjugate_gradient([g], [a], [v], lam, stop_early=False, **kwargs)
+    assert int(early.iterations.max()) < 40  # converged before the budget: the fixed loop ran idle iterations
+    assert torch.equal(early.iterations, fixed.iterations) and torch.equal(early.ok, fixed.ok)
+    torch.testing.assert_close(fixed.solution[0], early.solution[0], rtol=0, atol=0)
+
+
 def test_split_damping_balances_the_factors_and_keeps_the_product():
     g, a, _ = _system(seed=2)
     g = 1e-4 * g  # G is small at the loss's scale: gamma_G must follow it

@@ -120,6 +120,7 @@ def block_conjugate_gradient(
     max_iter: int | list[int] = 10,
     tol: float = 1e-2,
     preconditioner: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+    stop_early: bool | None = None,
 ) -> CGResult:
     """:func:`conjugate_gradient` on several blocks of differently shaped systems in one loop.
 
@@ -138,7 +139,8 @@ def block_conjugate_gradient(
     Converged systems are masked (their step sizes are zero). On an accelerator the loop runs exactly
     ``max_iter`` iterations and never reads the device on the host; on the CPU, where a host read
     waits for nothing, it stops as soon as no system is active (the skipped iterations would change
-    no result: same solutions, iteration counts and diagnostics).
+    no result: same solutions, iteration counts and diagnostics). ``stop_early`` overrides that choice
+    (False: exactly ``max_iter`` iterations and no host read anywhere, as a compiled graph needs).
 
     Returns:
         :class:`CGResult` whose ``solution`` is a tuple with one ``(k_j, out_j, in_j)`` tensor per block
@@ -176,7 +178,7 @@ def block_conjugate_gradient(
             caps = torch.cat([torch.full((sl.stop - sl.start, 1, 1), c, dtype=torch.long, device=b_sq.device)
                               for sl, c in zip(blocks, max_iter)])
         max_iter = max(max_iter, default=0)
-    stop_early = host_read_free(v[0].device)
+    stop_early = host_read_free(v[0].device) if stop_early is None else stop_early
     live = list(range(len(v)))  # blocks with an active system (all of them where reading that is not free)
     for _ in range(max_iter):
         if stop_early:  # one read: which blocks still iterate (a stopped block's values no longer change)
