@@ -70,9 +70,11 @@ def test_verdict_table_with_every_claim_comes_right_after_the_abstract(rendered)
     page, text, _, _ = rendered
     rows = _table_rows(page, "Results at a glance")
     assert list(rows)[:len(HEADLINE_CLAIMS)] == list(HEADLINE_CLAIMS)
-    order = [text.index(s) for s in ("Abstract.", "Results at a glance", "Figure 10.", "1. Introduction",
+    order = [text.index(s) for s in ("Abstract.", "Results at a glance", "Figure 1.", "1. Introduction",
                                      "2. Methods")]
     assert order == sorted(order), "abstract, verdict table, key figure, then the rest"
+    shown = [int(n) for n in re.findall(r"<b>Figure (\d+)\.</b>", page)]
+    assert shown == sorted(shown) and shown[0] == 1, f"figures numbered in the order they are shown: {shown}"
     assert "no entry in claims.json" in rows["2"]  # a claim missing from the file is shown missing, not dropped
 
 
