@@ -409,7 +409,7 @@ def sphere_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         reason += f"; {len(excluded)} run(s) that did not train left out"
     worst, p_iut = iut_pick(per_model, decider)
     calibration = None if unit == "inputs" else RuleCalibration.over_configurations(
-        per_model, lambda cal: next(iter(cal.power.values()), None),
+        per_model, lambda rec: next(iter(rec.calibration.power.values()), None),
         "size: the largest configuration's simulated size (seed_rule_calibration); power: per configuration")
     return ClaimRecord(
         "1", TITLE, verdict, reason + (f" ({FIXED_MODEL_UNIT})" if unit == "inputs" else "")

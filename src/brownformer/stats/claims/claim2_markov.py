@@ -99,6 +99,24 @@ def _power(pool, margin, edge: str, ideal: float, stats) -> SeedPower:
                      method="noncentral t: per-seed estimates N(true value, observed seed SD^2)")
 
 
+def configuration_rule_power(rec: ClaimRecord) -> float | None:
+    """P(a configuration's rule says "supported") with every criterion halfway between its ideal and its margin edge
+    (at the observed seed SD, or a fixed model's standard error: each criterion's power in ``rec.calibration.power``):
+    at least 1 - the sum of the criteria's misses (Bonferroni; the intersection-union rule needs all three to pass),
+    which is the bound returned. 0 under a causal mask, where reversibility is undefined by construction, so the
+    rule cannot say "supported"; None where a criterion's power is unknown (fewer than 2 seeds of it)."""
+    if getattr(rec.details, "causal", False):
+        return 0.0
+    n = str(rec.calibration.shape.get("n_seeds")) if isinstance(rec.calibration.shape, dict) else None
+    misses = []
+    for p in rec.calibration.power.values():
+        value = p.power if isinstance(p, InputPower) else p.power_at_n_seeds.get(n)
+        if value is None:
+            return None
+        misses.append(1.0 - value)
+    return max(0.0, 1.0 - sum(misses))
+
+
 def refutation_family(configs: dict[str, dict[str, tuple[ClaimRecord, SeedValues]]]) -> int:
     """How many (configuration, criterion) components a refutation of claim 2 is corrected over
     (``common.seed_verdict``'s ``family``): every criterion of every configuration, except reversibility under a causal
@@ -290,8 +308,9 @@ def markov_claim(files: list[dict], stats, *, excluded: dict[str, str] | None = 
         "2", TITLE, verdict, reason + (f"; deciding {'model' if fixed else 'configuration'} {pick}" if pick else ""),
         estimate=per_model[pick].estimate if pick else None, margin=per_model[pick].margin if pick else None,
         calibration=RuleCalibration.over_configurations(
-            per_model, lambda cal: cal.power,
-            "largest per-configuration size of the rule on its nulls; power per configuration") if per_model else None,
+            per_model, configuration_rule_power,
+            "size: the largest per-configuration pass rate of the rule on its nulls; power per configuration: "
+            "configuration_rule_power") if per_model else None,
         tests=[{"name": "head isotropy, vMF output error and reversibility over seeds (intersection-union over "
                         "configurations)", "statistic": None,
                 "pvalue": finite_or_none(p_iut), "rejected": None if p_iut is None else bool(p_iut < stats.alpha)}],

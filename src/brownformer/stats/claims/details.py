@@ -564,15 +564,15 @@ class RuleCalibration(ClaimDetails):
     method: str
 
     @classmethod
-    def over_configurations(cls, per_model: dict, power: Callable[[RuleCalibration], Any],
-                            method: str) -> RuleCalibration:
+    def over_configurations(cls, per_model: dict, power: Callable[[Any], Any], method: str) -> RuleCalibration:
         """A claim's calibration from its configurations' (per_model: configuration -> record): the largest size,
         since the configurations pool by intersection-union (none passes more often than its own rule), with that
-        configuration's standard error; ``power(cal)`` per configuration; the replicates summed."""
-        cals = {c: rec.calibration for c, rec in per_model.items() if rec.calibration is not None}
+        configuration's standard error; ``power(record)`` per configuration; the replicates summed."""
+        recs = {c: rec for c, rec in per_model.items() if rec.calibration is not None}
+        cals = {c: rec.calibration for c, rec in recs.items()}
         largest = max((c for c in cals.values() if c.size is not None), key=lambda c: c.size, default=None)
         return cls(shape="per configuration (see per_model)", size=largest and largest.size,
-                   size_se=largest and largest.size_se, power={c: power(cal) for c, cal in cals.items()},
+                   size_se=largest and largest.size_se, power={c: power(rec) for c, rec in recs.items()},
                    n_replicates=sum(c.n_replicates for c in cals.values()), method=method)
 
 
