@@ -5,14 +5,15 @@ The solve timed is the project's own ``_kfac_pcg.block_conjugate_gradient`` on t
 (``KFAC(model, inverse="cg")``, its defaults) solves after its last training step (rebuilt from its state:
 :func:`cg_problem`), from a cold start: eager as the optimizer runs it (on the CPU it stops when every system has
 converged), eager with a fixed iteration count, and ``torch.compile``d (``fullgraph``; a fixed iteration count,
-``stop_early=False``, because a compiled graph cannot stop on a host read: the budget the optimizer set). Where ``--device cuda``, also ``mode="reduce-overhead"`` (CUDA graphs).
+``stop_early=False``, because a compiled graph cannot stop on a host read: the budget the optimizer set). Where
+``--device cuda``, also ``mode="reduce-overhead"`` (CUDA graphs).
 
 The step-level columns come from the CPU training loop of tests/optim/test_kfac_defaults.py (thread time, one thread,
-interleaved repeats, ratio per repeat): K-FAC's step, the share of it spent in the solve (measured inside the loop),
-and two projections, the step with the solve at its compiled cost (``step - solve x (1 - compiled / eager)``, the
-ratio from the isolated timings; the solve in the step is K-FAC's own ``timings["inverse"]``: the CG, its padding
-and diagnostics, the preconditioner refreshes) and with a solve of zero cost: the floor no faster solver, fused or not, can beat,
-set by the rest of the step (factors, damping control, the KL bound, the update, bookkeeping).
+interleaved repeats, ratio per repeat): K-FAC's step, the share of it spent in the solve (K-FAC's own
+``timings["inverse"]``: the CG, its padding and diagnostics, the preconditioner refreshes), and two projections: the
+step with the solve at its compiled cost (``step - solve x (1 - compiled / eager)``, the ratio from the isolated
+timings) and with a solve of zero cost, the floor no faster solver, fused or not, can beat, set by the rest of the
+step (factors, damping control, the KL bound, the update, bookkeeping).
 
     PYTHONPATH=src python benchmarks/kfac_compiled_cg.py --out benchmarks/results/kfac_compiled_cg.md
 """
@@ -152,21 +153,24 @@ def main(argv=None) -> int:
         lines.append(f"| {problem} | {base:.2f} | {step:.2f} | {solve:.2f} | {ratio:.2f} | {compiled_ratio:.2f} | "
                      f"{free_ratio:.2f} |")
         print(lines[-1], flush=True)
-    lines += ["", f"Solve timings on {device} (us per call, median of {args.repeats} x {args.calls} calls; cold start):", "",
+    graphs = device.type == "cuda"
+    lines += ["", f"Solve timings on {device} (us per call, median of {args.repeats} x {args.calls} calls; "
+              "cold start):", "",
               "| problem | systems (k, out, in) per block | iterations used / budget | eager | eager, fixed budget | "
-              "compiled | compile s | compiled vs eager |" + (" CUDA graphs | graphs s |" if device.type == "cuda" else ""),
-              "|---" * (8 + 2 * (device.type == "cuda")) + "|"]
+              "compiled | compile s | compiled vs eager |" + (" CUDA graphs | graphs s |" if graphs else ""),
+              "|---" * (8 + 2 * graphs) + "|"]
     for problem, t in solves.items():
         row = (f"| {problem} | {t['shapes']} | {t['iterations_used']} / {t['budget']} | {t['eager_us']:.0f} | "
                f"{t['eager_fixed_us']:.0f} | {t['compiled_us[default]']:.0f} | {t['compile_s[default]']:.1f} | "
                f"{t['compiled_us[default]'] / t['eager_us']:.2f}x (max relative difference "
                f"{t['compiled_vs_eager_max_relative_difference[default]']:.1e}) |")
-        if device.type == "cuda":
+        if graphs:
             row += f" {t['compiled_us[reduce-overhead]']:.0f} | {t['compile_s[reduce-overhead]']:.1f} |"
         lines.append(row)
     print("\n".join(lines[-(len(solves) + 4):]), flush=True)
     if args.out is not None:
-        command = " ".join(["PYTHONPATH=src python benchmarks/kfac_compiled_cg.py", *(argv if argv is not None else sys.argv[1:])])
+        given = argv if argv is not None else sys.argv[1:]
+        command = " ".join(["PYTHONPATH=src python benchmarks/kfac_compiled_cg.py", *given])
         args.out.write_text("# The iterative K-FAC's solve fused (benchmarks/kfac_compiled_cg.py)\n\n"
                             f"Command: `{command}` (torch {torch.__version__}, 1 thread; times move with the machine).\n"
                             f"Step times: thread ms per training step of the README snippet (median of {args.repeats} "

@@ -20,7 +20,7 @@
 #   GPU_CHECK_BENCH_ARGS="--device cpu --steps 3 --warmup 1" \
 #   GPU_CHECK_THROUGHPUT_ARGS="--device cpu --steps 3 --warmup 1 --jobs 1 2 --images 512 --batch-size 16" \
 #   GPU_CHECK_ENSEMBLE_ARGS="--device cpu --steps 2 --rounds 1 --members 2" \
-#   GPU_CHECK_COMPILED_CG_ARGS="--device cpu --repeats 1 --calls 5 --steps 20" \
+#   GPU_CHECK_COMPILED_CG_ARGS="--device cpu --repeats 1 --calls 5 --steps 20" GPU_CHECK_DEVICE=cpu \
 #   bash scripts/gpu_check.sh /tmp/gpu_check
 set -euo pipefail
 
@@ -37,6 +37,9 @@ DEADLINE=$(( $(date +%s) + ${GPU_CHECK_BUDGET_S:-460} ))
 read -r -a BENCH_EXTRA <<< "${GPU_CHECK_BENCH_ARGS:-}"
 read -r -a THROUGHPUT_EXTRA <<< "${GPU_CHECK_THROUGHPUT_ARGS:-}"
 read -r -a ENSEMBLE_ARGS <<< "${GPU_CHECK_ENSEMBLE_ARGS:---device cuda --members 8 --steps 20 --rounds 3}"
+# The device of the digits run (step 4) and the overhead benchmark (step 5): cpu in the smoke test, so that those
+# steps are exercised before a GPU session spends device time on them.
+DEV="${GPU_CHECK_DEVICE:-cuda}"
 export PYTHONUNBUFFERED=1 MPLBACKEND=Agg
 exec > >(tee -a "$LOG") 2>&1
 
@@ -152,10 +155,10 @@ EOF
 digits() {
     local cfg=config/ci.yaml run=vit-pre__kfac-iterative__s0
     "${BF[@]}" data --config $cfg --dataset digits --out "$WORK/data/digits"
-    "${BF[@]}" train --config $cfg --set device=cuda --set train.precision=bf16 --run $run \
+    "${BF[@]}" train --config $cfg --set device=$DEV --set train.precision=bf16 --run $run \
         --data "$WORK/data/digits" --out "$WORK/runs/$run" --quiet \
         || { echo "train with probes failed; retrying without probes" >&2;
-             rm -rf "$WORK/runs/$run"; "${BF[@]}" train --config $cfg --set device=cuda --set train.precision=bf16 \
+             rm -rf "$WORK/runs/$run"; "${BF[@]}" train --config $cfg --set device=$DEV --set train.precision=bf16 \
                  --run $run --data "$WORK/data/digits" --out "$WORK/runs/$run" --quiet --no-probes; }
     "$PY" - "$WORK/runs/$run" "$OUT_DIR/digits_metrics.csv" > "$WORK/digits_summary.txt" <<'EOF'
 import json, sys
@@ -176,20 +179,20 @@ EOF
             || echo "extract failed (see log)" | tee -a "$WORK/digits_summary.txt"
     fi
 }
-run_step "digits end to end on cuda (data, train, extract)" 90 \
-    bash -c "set -eo pipefail; $(declare -f digits); BF=(${BF[*]}); WORK='$WORK' OUT_DIR='$OUT_DIR' PY='$PY' digits"
+run_step "digits end to end on $DEV (data, train, extract)" 90 \
+    bash -c "set -eo pipefail; $(declare -f digits); BF=(${BF[*]}); WORK='$WORK' OUT_DIR='$OUT_DIR' PY='$PY' DEV='$DEV' digits"
 
 # ---- 5. optimizer overhead benchmark (another issue's script), when present ----
 overhead() {
     local help args=()
     help=$("$PY" benchmarks/optimizer_overhead.py --help 2>&1) || { echo "$help"; return 1; }
-    grep -q -- "--device" <<<"$help" && args+=(--device cuda)
+    grep -q -- "--device" <<<"$help" && args+=(--device "$DEV")
     grep -q -- "--out" <<<"$help" && args+=(--out "$OUT_DIR/optimizer_overhead.json")  # a JSON file
     "$PY" benchmarks/optimizer_overhead.py "${args[@]}" | tee "$WORK/overhead.txt"
 }
 if [[ -f benchmarks/optimizer_overhead.py ]]; then
-    run_step "benchmarks/optimizer_overhead.py --device cuda" 60 \
-        bash -c "set -eo pipefail; $(declare -f overhead); WORK='$WORK' OUT_DIR='$OUT_DIR' PY='$PY' overhead"
+    run_step "benchmarks/optimizer_overhead.py --device $DEV" 60 \
+        bash -c "set -eo pipefail; $(declare -f overhead); WORK='$WORK' OUT_DIR='$OUT_DIR' PY='$PY' DEV='$DEV' overhead"
 else
     record "benchmarks/optimizer_overhead.py" "absent" 0
 fi
