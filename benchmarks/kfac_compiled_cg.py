@@ -30,8 +30,8 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import kfac_op_counts as counts  # noqa: E402  (the snippet's problems and training loop)
 
-from brownformer.optim._kfac_blocks import pad, plan_blocks  # noqa: E402
 from brownformer.optim._kfac_pcg import block_conjugate_gradient  # noqa: E402
+from brownformer.optim._kfac_solve import IterativeSolver  # noqa: E402
 
 PROBLEMS = counts.PROBLEMS
 
@@ -48,23 +48,21 @@ def _step_ms(make, problem: str, seed: int, warmup: int, steps: int) -> tuple[fl
 
 
 def cg_problem(opt) -> tuple:
-    """The CG problem of the optimizer's next solve, from its public state: per shape group the running factors, the
-    stored Kronecker preconditioner and the gradients left by the last step, padded into the solver's blocks
-    (``_kfac_blocks.plan_blocks``), with the group's damping and the CG budget per block the optimizer set. The
-    preconditioner is the one of the last refresh (the damping may have moved since: the iteration count can
-    differ by one from the optimizer's own next solve)."""
+    """The CG problem of the optimizer's next solve, ``(args, kwargs)`` of ``block_conjugate_gradient``, as its own
+    solver builds it (``IterativeSolver.problem``) from its public state: per shape group the running factors, the
+    stored Kronecker preconditioner and the gradients left by the last step, the group's damping and the CG budget
+    per block the optimizer set. The preconditioner is the one of the last refresh (the damping may have moved
+    since: the iteration count can differ by one from the optimizer's own next solve)."""
     if opt.inverse != "cg" or opt.relative_damping:
         raise ValueError("cg_problem rebuilds the iterative solve at absolute damping (the README snippet's defaults)")
-    groups = opt.groups
-    shapes = [(len(g), g.out_features, g.in_features + int(g.has_bias)) for g in groups]
-    blocks = plan_blocks(shapes)
-    side = {"factor_g": "g", "factor_a": "a", "preconditioner_g": "g", "preconditioner_a": "a"}
-    g, a, y_g, y_a = (pad([grp.stacks[key] for grp in groups], blocks, shapes, side[key]) for key in side)
-    v = pad([grp.gradients() for grp in groups], blocks, shapes, "x")
-    damping = torch.cat([torch.full((shapes[i][0], 1, 1), opt.param_groups[0]["damping"], dtype=v[0].dtype)
-                         for _, _, members in blocks for i in members])
-    budget = opt.cg_budget if len(opt.cg_budget) == len(blocks) else [opt.cg_max_iter] * len(blocks)
-    return g, a, v, damping, {"max_iter": list(budget), "tol": opt.cg_tol, "preconditioner": list(zip(y_g, y_a))}
+    solver = IterativeSolver(tol=opt.cg_tol, warm_start=False)
+    items = [(g, g.stacks, True) for g in opt.groups]
+    v = [g.gradients() for g in opt.groups]
+    lam = [torch.full((len(g), 1, 1), opt.param_groups[0]["damping"], dtype=vj.dtype) for g, vj in zip(opt.groups, v)]
+    n_blocks = solver.n_blocks(items)
+    budget = opt.cg_budget if len(opt.cg_budget) == n_blocks else [opt.cg_max_iter] * n_blocks
+    _, _, args, kwargs = solver.problem(items, v, lam, iterations=budget)
+    return args, kwargs
 
 
 def _call_us(fn, device: torch.device, calls: int, repeats: int) -> float:
@@ -85,7 +83,7 @@ def _call_us(fn, device: torch.device, calls: int, repeats: int) -> float:
 
 def solve_timings(problem, device: torch.device, calls: int, repeats: int) -> dict:
     """The captured solve eager (early stop where the optimizer has it, fixed), compiled, and how far apart."""
-    g, a, v, damping, kwargs = problem
+    (g, a, v, damping), kwargs = problem
     move = (lambda ts: [t.to(device) for t in ts])
     g, a, v = move(g), move(a), move(v)
     damping = damping.to(device) if isinstance(damping, torch.Tensor) else damping

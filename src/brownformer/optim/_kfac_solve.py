@@ -80,19 +80,28 @@ class IterativeSolver:
     def n_blocks(self, items: list) -> int:
         return len(self._blocks([tuple(c["factor_g"].shape[:2]) + (c["factor_a"].shape[1],) for _, c, _ in items]))
 
-    def __call__(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor], *, iterations: list[int]
-                 ) -> tuple[list[torch.Tensor], dict]:
-        """Directions ``X`` per item (a diverged system falls back to its gradient) and diagnostics;
-        ``iterations[j]`` is block ``j``'s CG budget. Writes each item's ``cg_solution``."""
+    def problem(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor], *, iterations: list[int]
+                ) -> tuple[list, list, tuple, dict]:
+        """The block CG this solve runs: ``(blocks, shapes, args, kwargs)`` with
+        ``block_conjugate_gradient(*args, **kwargs)`` the call (the items padded into the block plan; a benchmark
+        times the same call)."""
         shapes = [tuple(vj.shape) for vj in v]
         blocks = self._blocks(shapes)
         padded_v = pad(v, blocks, shapes, "x")
         x0 = pad([c.get("cg_solution") if self.warm_start else None for _, c, _ in items], blocks, shapes, "x")
         g, a, y_g, y_a = self._padded_tensors(items, blocks, shapes)
+        damping = torch.cat([lam[i] for _, _, members in blocks for i in members])
+        kwargs = {"x0": x0 if any(x is not None for x in x0) else None, "max_iter": list(iterations), "tol": self.tol,
+                  "preconditioner": list(zip(y_g, y_a))}
+        return blocks, shapes, (g, a, padded_v, damping), kwargs
+
+    def __call__(self, items: list, v: list[torch.Tensor], lam: list[torch.Tensor], *, iterations: list[int]
+                 ) -> tuple[list[torch.Tensor], dict]:
+        """Directions ``X`` per item (a diverged system falls back to its gradient) and diagnostics;
+        ``iterations[j]`` is block ``j``'s CG budget. Writes each item's ``cg_solution``."""
+        blocks, shapes, args, kwargs = self.problem(items, v, lam, iterations=iterations)
         # every block in one loop: the per-iteration scalar work (step sizes, stopping tests) is shared
-        result = block_conjugate_gradient(g, a, padded_v, torch.cat([lam[i] for _, _, members in blocks for i in members]),
-                                          x0=x0 if any(x is not None for x in x0) else None, max_iter=list(iterations),
-                                          tol=self.tol, preconditioner=list(zip(y_g, y_a)))
+        result = block_conjugate_gradient(*args, **kwargs)
         xs = unpad(list(result.solution), blocks, shapes)
         all_ok = host_read_free(result.ok.device) and bool(result.ok.all())  # where a read is free: no masking then
         if all_ok:

@@ -283,20 +283,23 @@ class KFAC(Optimizer):
         scale = factor_scale(tensors["factor_g"], tensors["factor_a"])
         return lam * torch.maximum(scale, self.relative_damping_floor * self._mean_scale.to(scale.dtype))
 
-    def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict]:
-        """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)`` and diagnostics."""
+    def _solve(self, items: list, v: list[torch.Tensor]) -> tuple[list[torch.Tensor], dict, list[torch.Tensor]]:
+        """Preconditioned gradients ``X`` per item ``(group, tensors, persistent)``, diagnostics, and the flags that
+        the directions are finite: eigen's checked here; CG's are its own health flags (a non-finite system falls
+        back to its gradient, which the step's gradient check covers), so none."""
         start = time.perf_counter()
         dtype, device = v[0].dtype, v[0].device
         lam = [self._damping(g.layers, c, dtype, device) for g, c, _ in items]
         if self.inverse == "eigen":
             xs, info = eigen_directions(items, v, lam), {}
+            finite = [all_finite(xs)]
         else:
             n_blocks = self._iterative.n_blocks(items)
             if len(self.cg_budget) != n_blocks:
                 self.cg_budget = [self.cg_max_iter] * n_blocks
-            xs, info = self._iterative(items, v, lam, iterations=self.cg_budget)
+            (xs, info), finite = self._iterative(items, v, lam, iterations=self.cg_budget), []
         self.timings["inverse"] += time.perf_counter() - start
-        return xs, info
+        return xs, info, finite
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -320,10 +323,8 @@ class KFAC(Optimizer):
             items = solve_items(self.groups, cur)
             v = stacked_gradients(items)
             grads = v + self._rest_grads(items)
-            xs, info = self._solve(items, v) if items else ([], {})
-            # CG's own health flags cover its directions' finiteness (a non-finite system falls back to its gradient,
-            # which the gradient check below covers), so only eigen's directions are checked again
-            solved = ([all_finite(xs)] if xs and self.inverse == "eigen" else []) + self._decomposed_finite
+            xs, info, finite = self._solve(items, v) if items else ([], {}, [])
+            solved = finite + self._decomposed_finite
         except torch.linalg.LinAlgError:  # eigh failed in float64 too: a failed step
             items, v, xs, info, cur, grads = [], [], [], {}, None, None
             solved = [torch.zeros((), dtype=torch.bool, device=self.layers[0].module.weight.device)]

@@ -247,7 +247,9 @@ def methods(ctx: ReportContext) -> str:
         "its rule at its shape; a claim-3 verdict without a calibration at its shape is never “supported”. Claims 1 and 2 are decided on margins tied to a consequence, over seeds: claim 1's rule (a t-interval "
         "over seeds inside the margin) is simulated at each configuration's shape (its seeds and the between-seed "
         "covariance of its layers and criteria) with every component at its margin edge (size) and at half of it "
-        "(power); claim 2's size is how often the rule passes the shuffled-key and step-0 nulls of each seed.", "",
+        "(power); claim 2's size is how often the rule passes the shuffled-key and step-0 nulls of each seed, its power "
+        "per configuration at least 1 minus the criteria's misses at half their margins (0 for a causal LM, whose "
+        "reversibility is undefined).", "",
         "### 2.7 Decisions where the paper is silent", *[f"- {d}" for d in DECISIONS],
     ]
     return "\n".join(parts)

@@ -30,9 +30,9 @@ are dependent and all inputs of one run share its weights, so per seed (one trai
 number: the mean over probe inputs of the per-input means over layers and heads, averaged over the captures
 after initialisation (the worst head for isotropy). Per configuration (model, optimizer) the t-interval over
 seeds; an interval inside its margin -> supported, entirely outside -> not supported, also at the Bonferroni level
-over the claim's (configuration, criterion) components (common.seed_verdict: a refutation needs only one); fewer
-than MIN_SEEDS seeds: inconclusive, "n seeds < minimum". A configuration is supported when every criterion is, not supported when one
-is not; configurations pool by intersection-union, each beside the pooled verdict (per_model). Each seed's record
+over the claim's (configuration, criterion) components that can refute (common.seed_verdict: a refutation needs
+only one; `refutation_family`); fewer than MIN_SEEDS seeds: inconclusive, "n seeds < minimum". A configuration is
+supported when every criterion is, not supported when one is not; configurations pool by intersection-union, each beside the pooled verdict (per_model). Each seed's record
 (per_run) keeps its within-seed intervals over probe inputs and its nulls as description; it never decides.
 The step-0 attention and weights are a baseline, never pooled into the estimate.
 
@@ -121,13 +121,17 @@ def refutation_family(configs: dict[str, dict[str, tuple[ClaimRecord, SeedValues
     """How many (configuration, criterion) components a refutation of claim 2 is corrected over
     (``common.seed_verdict``'s ``family``): every criterion of every configuration, except reversibility under a causal
     mask, which is undefined by construction (token 1 is absorbing) and so can never refute."""
-    causal = sum(any(info.causal for _, info in seeds.values()) for seeds in configs.values())
-    return max(1, len(CRITERIA) * len(configs) - causal)
+    return max(1, len(CRITERIA) * len(configs) - sum(_causal(seeds) for seeds in configs.values()))
+
+
+def _causal(seeds: dict[str, tuple[ClaimRecord, SeedValues]]) -> bool:
+    """Whether a configuration's model is causal (its attention has an absorbing first token)."""
+    return any(info.causal for _, info in seeds.values())
 
 
 def _configuration_record(config: str, seeds: dict[str, tuple[ClaimRecord, SeedValues]], stats,
                           family: int = 1) -> ClaimRecord:
-    causal = any(info.causal for _, info in seeds.values())
+    causal = _causal(seeds)
     crit, powers = {}, {}
     for name, (key, edge, ideal) in CRITERIA.items():
         margin = tuple(stats.margins[key])

@@ -28,8 +28,8 @@ from brownformer.stats.diffusion.replica_sets import base_run
 
 __all__ = ["unit_mean_interval", "independent_mean_interval", "equivalence_verdict", "equivalence_pvalue", "pool_runs",
            "headline_holm", "did_not_train_record", "finite_or_none", "configuration_of", "seed_unit",
-           "seed_verdict", "family_interval", "configuration_pools", "ConfigurationPool", "UNITS", "check_unit", "FIXED_MODEL_UNIT",
-           "fixed_model_unit", "se_from_interval", "interval_power"]
+           "seed_verdict", "family_interval", "configuration_pools", "ConfigurationPool", "UNITS", "check_unit",
+           "FIXED_MODEL_UNIT", "fixed_model_unit", "se_from_interval", "interval_power"]
 
 #: the unit of inference of claims 1 and 2. "seeds" (the default): training runs of one configuration, the
 #: population a trained model is one draw of. "inputs": the probe inputs of ONE fixed model (a pretrained checkpoint:

@@ -106,6 +106,9 @@ CLAIM_RULE_HISTORY = {
          "the claim's components (configurations x criteria); 'supported' unchanged", "after data", "issue 32",
          "2026-12-06", "one component outside refutes the claim, so at 2.5% per component a claim true on every edge "
          "was refuted up to 1 - 0.975^K of the time (K = 12: 26%)"),
+        ("the refutation family leaves out a causal LM's reversibility, undefined by construction (it cannot refute): "
+         "K = 11 in the default run", "after data", "8cf298b", "2026-12-06",
+         "a component that can never be tested only widened the Bonferroni interval"),
     ),
     "4": (
         ("margins time_to_target_steps_ratio < 0.75, time_to_target_seconds_ratio < 1.0", "after data", "9fddd29",
